@@ -1,0 +1,9 @@
+// Umbrella header for the attn library.
+#pragma once
+#include "attn/attend.hpp"
+#include "attn/dtype.hpp"
+#include "attn/error.hpp"
+#include "attn/isa.hpp"
+#include "attn/mechanism.hpp"
+#include "attn/npy.hpp"
+#include "attn/tensor.hpp"

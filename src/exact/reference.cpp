@@ -1,0 +1,94 @@
+#include "exact/reference.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace attn::exact {
+namespace {
+
+template <class T>
+T score(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t j, DType round_dtype, bool plain) {
+  const int64_t hk = p.kv_head(h);
+  auto rnd = [&](T x) { return plain ? static_cast<T>(round_to(round_dtype, static_cast<float>(x))) : x; };
+  T s = 0;
+  if (p.mech.score == ScoreKind::additive) {
+    const auto& w = *p.additive;
+    for (int64_t a = 0; a < p.A; ++a) {
+      T hq = 0, hk_ = 0;
+      for (int64_t c = 0; c < p.D; ++c) {
+        hq += static_cast<T>(w.wq[a * p.D + c]) * p.q.at(b, h, i, c);
+        hk_ += static_cast<T>(w.wk[a * p.D + c]) * p.k.at(b, hk, j, c);
+      }
+      s += static_cast<T>(w.w[a]) * std::tanh(hq + hk_);
+    }
+  } else {
+    T nq = 0, nk = 0;
+    for (int64_t c = 0; c < p.D; ++c) {
+      const T qc = p.q.at(b, h, i, c), kc = p.k.at(b, hk, j, c);
+      s += qc * kc;
+      nq += qc * qc;
+      nk += kc * kc;
+    }
+    if (p.mech.score == ScoreKind::cosine) {
+      const T tiny = static_cast<T>(1e-30);
+      s /= std::sqrt(std::max(nq, tiny)) * std::sqrt(std::max(nk, tiny));
+    }
+  }
+  s = rnd(s * static_cast<T>(p.row_scale(b, h, i)));
+  if (p.mech.softcap > 0) {
+    const T cap = static_cast<T>(p.mech.softcap);
+    s = rnd(cap * std::tanh(s / cap));
+  }
+  if (p.has_bias()) s = rnd(s + static_cast<T>(p.additive_bias(b, h, i, j)));
+  return s;
+}
+
+template <class T>
+ReferenceResult run(const Problem& p, bool plain) {
+  ReferenceResult r;
+  r.B = p.B, r.H = p.H, r.N = p.N, r.M = p.M, r.Dv = p.Dv;
+  r.out.assign(static_cast<size_t>(p.B * p.H * p.N * p.Dv), 0.0);
+  r.lse.assign(static_cast<size_t>(p.B * p.H * p.N), -std::numeric_limits<double>::infinity());
+  r.probs.assign(static_cast<size_t>(p.B * p.H * p.N * p.M), 0.0);
+  const DType dt = p.q.dtype;
+  auto rnd = [&](T x) { return plain ? static_cast<T>(round_to(dt, static_cast<float>(x))) : x; };
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  std::vector<T> s(static_cast<size_t>(p.M)), w(static_cast<size_t>(p.M)), acc(static_cast<size_t>(p.Dv));
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.H; ++h)
+      for (int64_t i = 0; i < p.N; ++i) {
+        T mx = neg_inf;
+        for (int64_t j = 0; j < p.M; ++j) {
+          s[j] = p.visible(b, h, i, j) ? score<T>(p, b, h, i, j, dt, plain) : neg_inf;
+          mx = std::max(mx, s[j]);
+        }
+        if (mx == neg_inf) continue;  // no visible key: zeros, lse = -inf
+        T sum = 0;
+        for (int64_t j = 0; j < p.M; ++j) sum += (w[j] = std::exp(s[j] - mx));
+        const size_t row = static_cast<size_t>((b * p.H + h) * p.N + i);
+        r.lse[row] = static_cast<double>(mx + std::log(sum));
+        const int64_t hk = p.kv_head(h);
+        std::fill(acc.begin(), acc.end(), T(0));
+        for (int64_t j = 0; j < p.M; ++j) {
+          const T pj = rnd(w[j] / sum);
+          r.probs[row * p.M + j] = static_cast<double>(pj);
+          T pd = pj;
+          if (p.mech.dropout > 0)
+            pd = dropout_keep(p.mech.seed, p.mech.dropout, b, h, i, j) ? pj / static_cast<T>(1 - p.mech.dropout) : 0;
+          if (pd == 0) continue;  // also keeps NaN in hidden values out of the sum
+          for (int64_t c = 0; c < p.Dv; ++c)
+            acc[c] += pd * static_cast<T>(p.v.at(b, hk, j, c));
+        }
+        for (int64_t c = 0; c < p.Dv; ++c) r.out[row * p.Dv + c] = static_cast<double>(rnd(acc[c]));
+      }
+  return r;
+}
+
+}  // namespace
+
+ReferenceResult reference_softmax(const Problem& p, RefPrecision precision) {
+  return precision == RefPrecision::f64 ? run<double>(p, false) : run<float>(p, true);
+}
+
+}  // namespace attn::exact

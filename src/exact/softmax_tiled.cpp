@@ -1,0 +1,265 @@
+// Work item = (batch, head, block of 64 queries); items are independent, so results do not
+// depend on the thread count. Per item:
+//   1. pack Q^T (d x 64), each row pre-multiplied by its scale (and 1/|q| for cosine);
+//   2. for each key tile that any query of the block can see:
+//        St = K Q^T, score transforms (cosine, softcap, bias, ALiBi), masks on partial tiles,
+//        online softmax update, dropout, Ot = alpha*Ot + V^T Pt;
+//   3. O = Ot^T / l, lse = m + log l (zeros and -inf for rows that saw no key);
+//   4. if probabilities are requested, a second pass recomputes St and writes exp(St - lse).
+#include "exact/softmax_tiled.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "base/aligned_buffer.hpp"
+#include "base/parallel.hpp"
+
+namespace attn::exact {
+namespace {
+
+constexpr int64_t L = kernels::kQueryTile;
+
+struct Scratch {
+  AlignedFloats qt, st, ot, kbuf, vbuf, qp, kp;
+  AlignedFloats m{L}, l{L}, alpha{L};
+  std::vector<float> row, kinv;
+  std::vector<uint8_t> live;
+  void reserve(const Problem& p) {
+    qt.resize(static_cast<size_t>(p.D * L));
+    st.resize(static_cast<size_t>(kKeyTile * L));
+    ot.resize(static_cast<size_t>(p.Dv * L));
+    kbuf.resize(static_cast<size_t>(kKeyTile * p.D));
+    vbuf.resize(static_cast<size_t>(kKeyTile * p.Dv));
+    row.resize(static_cast<size_t>(std::max(p.D, p.Dv)));
+    kinv.resize(kKeyTile);
+    live.resize(kKeyTile);
+    if (p.A > 0) {
+      qp.resize(static_cast<size_t>(L * p.A));
+      kp.resize(static_cast<size_t>(kKeyTile * p.A));
+    }
+  }
+};
+
+bool is_plain_f32(const TensorView& v) { return v.dtype == DType::f32 && v.strides[3] == 1; }
+
+class Block {
+ public:
+  Block(const Problem& p, const kernels::TileKernels& kern, Scratch& s, int64_t b, int64_t h, int64_t i0)
+      : p_(p), kern_(kern), s_(s), b_(b), h_(h), hk_(p.kv_head(h)), i0_(i0),
+        nq_(std::min<int64_t>(L, p.N - i0)) {}
+
+  void run(const TensorView& out, const TensorView* lse, const TensorView* probs) {
+    pack_queries();
+    float* m = s_.m.data();
+    float* l = s_.l.data();
+    std::fill(m, m + L, -std::numeric_limits<float>::infinity());
+    std::fill(l, l + L, 0.0f);
+    std::fill(s_.ot.data(), s_.ot.data() + p_.Dv * L, 0.0f);
+    int64_t lo, hi;
+    p_.key_range(b_, i0_, i0_ + nq_ - 1, lo, hi);
+    for (int64_t j0 = lo; j0 < hi; j0 += kKeyTile) {
+      const int64_t bc = std::min(kKeyTile, hi - j0);
+      const bool all_live = scores(j0, bc);
+      kern_.softmax_update(s_.st.data(), bc, m, l, s_.alpha.data());
+      if (p_.mech.dropout > 0) apply_dropout(j0, bc);
+      int64_t vs;
+      const float* v = values(j0, bc, all_live, vs);
+      kern_.pv(s_.st.data(), bc, v, vs, p_.Dv, s_.ot.data(), s_.alpha.data());
+    }
+    write_outputs(out, lse);
+    if (probs) write_probs(*probs, lo, hi);
+  }
+
+ private:
+  // Q^T with per-row scale; lanes past the last query stay zero.
+  void pack_queries() {
+    float* qt = s_.qt.data();
+    std::fill(qt, qt + p_.D * L, 0.0f);
+    float* row = s_.row.data();
+    for (int64_t i = 0; i < nq_; ++i) {
+      const int64_t qi = i0_ + i;
+      kern_.to_float(static_cast<const char*>(p_.q.data) + p_.q.offset(b_, h_, qi, 0) * dtype_size(p_.q.dtype),
+                     p_.q.dtype, p_.q.strides[3], p_.D, row);
+      if (p_.mech.score == ScoreKind::additive) {
+        float* qp = s_.qp.data() + i * p_.A;
+        project(row, p_.additive->wq.data(), qp);
+        continue;
+      }
+      double scale = p_.row_scale(b_, h_, qi);
+      if (p_.mech.score == ScoreKind::cosine) scale /= std::sqrt(std::max(sum_sq(row, p_.D), 1e-30));
+      for (int64_t c = 0; c < p_.D; ++c) qt[c * L + i] = static_cast<float>(row[c] * scale);
+    }
+  }
+
+  void project(const float* x, const float* w, float* y) const {
+    for (int64_t a = 0; a < p_.A; ++a) {
+      float s = 0;
+      for (int64_t c = 0; c < p_.D; ++c) s += w[a * p_.D + c] * x[c];
+      y[a] = s;
+    }
+  }
+
+  static double sum_sq(const float* x, int64_t n) {
+    double s = 0;
+    for (int64_t c = 0; c < n; ++c) s += static_cast<double>(x[c]) * x[c];
+    return s;
+  }
+
+  const char* row_ptr(const TensorView& t, int64_t j) const {
+    return static_cast<const char*>(t.data) + t.offset(b_, hk_, j, 0) * static_cast<int64_t>(dtype_size(t.dtype));
+  }
+
+  // Rows [j0, j0+bc) of K (or V) as float32 with unit inner stride: in place when the input
+  // already is, else converted into `buf`.
+  const float* rows_f32(const TensorView& t, int64_t j0, int64_t bc, int64_t dim, float* buf,
+                        int64_t& stride) const {
+    if (is_plain_f32(t)) {
+      stride = t.strides[2];
+      return reinterpret_cast<const float*>(row_ptr(t, j0));
+    }
+    for (int64_t j = 0; j < bc; ++j) kern_.to_float(row_ptr(t, j0 + j), t.dtype, t.strides[3], dim, buf + j * dim);
+    stride = dim;
+    return buf;
+  }
+
+  // St for keys [j0, j0+bc): scores, transforms and masks. Returns false when some key of the
+  // tile is visible to no query of the block (its value row must then be skipped).
+  bool scores(int64_t j0, int64_t bc) {
+    float* st = s_.st.data();
+    int64_t ks;
+    const float* k = rows_f32(p_.k, j0, bc, p_.D, s_.kbuf.data(), ks);
+    if (p_.mech.score == ScoreKind::additive) {
+      additive_scores(k, ks, bc);
+    } else {
+      kern_.qk(s_.qt.data(), p_.D, k, ks, bc, st);
+      if (p_.mech.score == ScoreKind::cosine)
+        for (int64_t j = 0; j < bc; ++j) {
+          const float inv = static_cast<float>(1.0 / std::sqrt(std::max(sum_sq(k + j * ks, p_.D), 1e-30)));
+          for (int64_t i = 0; i < L; ++i) st[j * L + i] *= inv;
+        }
+    }
+    if (p_.mech.softcap > 0) kern_.softcap(st, bc * L, static_cast<float>(p_.mech.softcap));
+    if (p_.has_bias())
+      for (int64_t j = 0; j < bc; ++j)
+        for (int64_t i = 0; i < nq_; ++i) st[j * L + i] += p_.additive_bias(b_, h_, i0_ + i, j0 + j);
+    if (p_.tile_fully_visible(b_, i0_, i0_ + nq_ - 1, j0, j0 + bc - 1)) return true;
+    bool all_live = true;
+    const float neg_inf = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < bc; ++j) {
+      bool live = false;
+      for (int64_t i = 0; i < nq_; ++i) {
+        if (p_.visible(b_, h_, i0_ + i, j0 + j))
+          live = true;
+        else
+          st[j * L + i] = neg_inf;
+      }
+      s_.live[j] = live;
+      all_live &= live;
+    }
+    return all_live;
+  }
+
+  void additive_scores(const float* k, int64_t ks, int64_t bc) {
+    float* kp = s_.kp.data();
+    for (int64_t j = 0; j < bc; ++j) project(k + j * ks, p_.additive->wk.data(), kp + j * p_.A);
+    const float* w = p_.additive->w.data();
+    float* st = s_.st.data();
+    for (int64_t j = 0; j < bc; ++j)
+      for (int64_t i = 0; i < L; ++i) {
+        if (i >= nq_) {
+          st[j * L + i] = 0.0f;
+          continue;
+        }
+        const float* qp = s_.qp.data() + i * p_.A;
+        float s = 0;
+        for (int64_t a = 0; a < p_.A; ++a) s += w[a] * std::tanh(qp[a] + kp[j * p_.A + a]);
+        st[j * L + i] = static_cast<float>(s * p_.row_scale(b_, h_, i0_ + i));
+      }
+  }
+
+  void apply_dropout(int64_t j0, int64_t bc) {
+    float* st = s_.st.data();
+    const float keep_scale = static_cast<float>(1.0 / (1.0 - p_.mech.dropout));
+    for (int64_t j = 0; j < bc; ++j)
+      for (int64_t i = 0; i < nq_; ++i)
+        st[j * L + i] = dropout_keep(p_.mech.seed, p_.mech.dropout, b_, h_, i0_ + i, j0 + j)
+                            ? st[j * L + i] * keep_scale
+                            : 0.0f;
+  }
+
+  // V rows of the tile; rows no query may see are zeroed (0 * NaN would leak otherwise).
+  const float* values(int64_t j0, int64_t bc, bool all_live, int64_t& vs) {
+    float* buf = s_.vbuf.data();
+    if (all_live) return rows_f32(p_.v, j0, bc, p_.Dv, buf, vs);
+    for (int64_t j = 0; j < bc; ++j) {
+      if (s_.live[j])
+        kern_.to_float(row_ptr(p_.v, j0 + j), p_.v.dtype, p_.v.strides[3], p_.Dv, buf + j * p_.Dv);
+      else
+        std::fill(buf + j * p_.Dv, buf + (j + 1) * p_.Dv, 0.0f);
+    }
+    vs = p_.Dv;
+    return buf;
+  }
+
+  void write_outputs(const TensorView& out, const TensorView* lse) {
+    const float* ot = s_.ot.data();
+    const float* m = s_.m.data();
+    const float* l = s_.l.data();
+    for (int64_t i = 0; i < nq_; ++i) {
+      const float inv = l[i] > 0 ? 1.0f / l[i] : 0.0f;
+      const int64_t base = out.offset(b_, h_, i0_ + i, 0);
+      for (int64_t c = 0; c < p_.Dv; ++c)
+        store_from_float(out.data, out.dtype, base + c * out.strides[3], ot[c * L + i] * inv);
+      if (lse)
+        static_cast<float*>(lse->data)[lse->offset(b_, h_, i0_ + i, 0)] =
+            l[i] > 0 ? m[i] + std::log(l[i]) : -std::numeric_limits<float>::infinity();
+    }
+  }
+
+  void write_probs(const TensorView& probs, int64_t lo, int64_t hi) {
+    float* pr = static_cast<float*>(probs.data);
+    for (int64_t i = 0; i < nq_; ++i)
+      for (int64_t j = 0; j < p_.M; ++j) pr[probs.offset(b_, h_, i0_ + i, j)] = 0.0f;
+    // exp(s - m) / l; rows with l = 0 saw no key and keep their zeros.
+    float* m = s_.m.data();
+    float* inv_l = s_.alpha.data();
+    for (int64_t i = 0; i < L; ++i) {
+      inv_l[i] = s_.l.data()[i] > 0 ? 1.0f / s_.l.data()[i] : 0.0f;
+      if (!(s_.l.data()[i] > 0)) m[i] = 0.0f;
+    }
+    for (int64_t j0 = lo; j0 < hi; j0 += kKeyTile) {
+      const int64_t bc = std::min(kKeyTile, hi - j0);
+      scores(j0, bc);
+      float* st = s_.st.data();
+      kern_.exp_rows(st, bc * L, m);
+      for (int64_t j = 0; j < bc; ++j)
+        for (int64_t i = 0; i < nq_; ++i) pr[probs.offset(b_, h_, i0_ + i, j0 + j)] = st[j * L + i] * inv_l[i];
+    }
+  }
+
+  const Problem& p_;
+  const kernels::TileKernels& kern_;
+  Scratch& s_;
+  int64_t b_, h_, hk_, i0_, nq_;
+};
+
+}  // namespace
+
+void softmax_tiled(const Problem& p, const kernels::TileKernels& kern, const TensorView& out,
+                   const TensorView* lse, const TensorView* probs, int threads) {
+  if (p.B == 0 || p.N == 0) return;
+  const int64_t q_blocks = (p.N + L - 1) / L;
+  const int64_t items = p.B * p.H * q_blocks;
+  const int nthreads = threads > 0 ? threads : max_threads();
+  std::vector<Scratch> scratch(static_cast<size_t>(nthreads));
+  parallel_for(items, threads, [&](int64_t item, int tid) {
+    Scratch& s = scratch[static_cast<size_t>(tid)];
+    s.reserve(p);
+    const int64_t qb = item % q_blocks, bh = item / q_blocks;
+    Block(p, kern, s, bh / p.H, bh % p.H, qb * L).run(out, lse, probs);
+  });
+}
+
+}  // namespace attn::exact

@@ -1,0 +1,46 @@
+// Tile primitives, one set per instruction set, chosen at run time in one place
+// (kernels_for). Nothing here knows about masks or mechanisms.
+//
+// Tiles are "query-lane major": a tile row holds kQueryTile = 64 floats, one per query of
+// the current query block, so a row of St is one key against 64 queries. Softmax over keys
+// then runs down the rows (vertical vector ops, no horizontal reductions), K and V are read
+// in place through broadcasts, and only Q is packed (transposed) once per query block.
+//   Qt (d, 64)   St/Pt (bc, 64)   Ot (dv, 64)   m, l, alpha (64)
+// All tile pointers are 64-byte aligned. K/V rows have unit inner stride.
+#pragma once
+#include <cstdint>
+
+#include "attn/dtype.hpp"
+#include "attn/isa.hpp"
+
+namespace attn::kernels {
+
+constexpr int kQueryTile = 64;
+
+struct TileKernels {
+  Isa isa;
+  // St[j][i] = sum_c K[j][c] * Qt[c][i]   for j < bc, i < 64; K row j at k + j*k_stride.
+  void (*qk)(const float* qt, int64_t d, const float* k, int64_t k_stride, int64_t bc, float* st);
+  // Online softmax step over bc rows of St (in place St -> Pt = exp(St - m_new)):
+  //   m_new = max(m, max_j St[j]); alpha = exp(m - m_new); l = alpha*l + sum_j Pt[j]; m = m_new.
+  // A lane whose m_new is -inf uses 0 as its base, so it yields p = 0, alpha = 0, never NaN.
+  void (*softmax_update)(float* st, int64_t bc, float* m, float* l, float* alpha);
+  // Ot[c][i] = alpha[i]*Ot[c][i] + sum_j V[j][c] * Pt[j][i]   for c < dv; V row j at v + j*v_stride.
+  void (*pv)(const float* pt, int64_t bc, const float* v, int64_t v_stride, int64_t dv, float* ot,
+             const float* alpha);
+  // x[i] = cap * tanh(x[i] / cap) for i < n; x 64-byte aligned.
+  void (*softcap)(float* x, int64_t n, float cap);
+  // x[i] = exp(x[i] - sub[i % 64]) for i < n (n a multiple of 64): probabilities pass.
+  void (*exp_rows)(float* x, int64_t n, const float* sub);
+  // dst[c] = float(src[c * stride]) for c < n.
+  void (*to_float)(const void* src, DType dtype, int64_t stride, int64_t n, float* dst);
+};
+
+const TileKernels& kernels_for(Isa isa);
+
+// Per-ISA tables (defined in tile_kernels_<isa>.cpp).
+const TileKernels& portable_kernels();
+const TileKernels& avx2_kernels();
+const TileKernels& avx512_kernels();
+
+}  // namespace attn::kernels

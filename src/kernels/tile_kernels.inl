@@ -1,0 +1,205 @@
+// The tile primitives, written once over `Vec` and compiled per ISA (see kernel_table.hpp
+// for the tile layout). Included inside namespace attn::kernels::<isa> after the Vec header.
+
+constexpr int kLanes = kQueryTile;
+constexpr int kPanel = Vec::MR * Vec::W;  // query lanes per micro-tile
+static_assert(kLanes % kPanel == 0, "query tile must be a whole number of micro-tiles");
+
+#ifndef ATTN_PORTABLE_MATH
+// exp(x) = 2^n * exp(r), n = round(x log2 e), r = x - n ln 2 (ln 2 split in two so r is
+// exact), exp(r) by the Cephes expf polynomial: relative error ~1e-7 over the whole range.
+// Results below FLT_MIN (x < -87.3) flush to exactly 0, so -inf -> 0 and a masked score
+// contributes nothing; +inf -> inf; NaN -> NaN.
+inline Vec vexp(Vec x) {
+  const Vec xc = Vec::min(Vec::set1(88.7f), Vec::max(Vec::set1(-88.0f), x));  // NaN survives
+  const Vec n = Vec::round(xc * Vec::set1(1.44269504088896341f));
+  Vec r = Vec::fma(n, Vec::set1(-0.693359375f), xc);
+  r = Vec::fma(n, Vec::set1(2.12194440e-4f), r);
+  Vec p = Vec::set1(1.9875691500e-4f);
+  p = Vec::fma(p, r, Vec::set1(1.3981999507e-3f));
+  p = Vec::fma(p, r, Vec::set1(8.3334519073e-3f));
+  p = Vec::fma(p, r, Vec::set1(4.1665795894e-2f));
+  p = Vec::fma(p, r, Vec::set1(1.6666665459e-1f));
+  p = Vec::fma(p, r, Vec::set1(5.0000001201e-1f));
+  p = Vec::fma(p * r, r, r + Vec::set1(1.0f));
+  return Vec::select_lt(x, Vec::set1(-87.3f), Vec::zero(), Vec::ldexp(p, n));
+}
+
+// tanh: odd Taylor series to x^15 for |x| < 1/2 (relative error < 1e-8 there, where the
+// exp form would cancel), else sign(x) (1 - e) / (1 + e) with e = exp(-2|x|).
+inline Vec vtanh(Vec x) {
+  const Vec a = Vec::abs(x);
+  const Vec e = vexp(Vec::set1(-2.0f) * a);
+  const Vec big = Vec::copysign((Vec::set1(1.0f) - e) / (Vec::set1(1.0f) + e), x);
+  const Vec x2 = x * x;
+  Vec s = Vec::set1(-929569.0f / 638512875.0f);
+  s = Vec::fma(s, x2, Vec::set1(21844.0f / 6081075.0f));
+  s = Vec::fma(s, x2, Vec::set1(-1382.0f / 155925.0f));
+  s = Vec::fma(s, x2, Vec::set1(62.0f / 2835.0f));
+  s = Vec::fma(s, x2, Vec::set1(-17.0f / 315.0f));
+  s = Vec::fma(s, x2, Vec::set1(2.0f / 15.0f));
+  s = Vec::fma(s, x2, Vec::set1(-1.0f / 3.0f));
+  const Vec small = Vec::fma(s * x2, x, x);
+  return Vec::select_lt(a, Vec::set1(0.5f), small, big);
+}
+#endif
+
+// ---- QK^T: St[j][lanes] = sum_c K[j][c] * Qt[c][lanes] --------------------------------------
+template <int NR>
+inline void qk_micro(const float* qt, int64_t d, const float* k, int64_t k_stride, float* st,
+                     int lane0) {
+  Vec acc[NR][Vec::MR];
+#pragma GCC unroll 8
+  for (int n = 0; n < NR; ++n)
+#pragma GCC unroll 8
+    for (int m = 0; m < Vec::MR; ++m) acc[n][m] = Vec::zero();
+  const float* krow[NR];
+#pragma GCC unroll 8
+  for (int n = 0; n < NR; ++n) krow[n] = k + n * k_stride;
+  const float* q = qt + lane0;
+  for (int64_t c = 0; c < d; ++c, q += kLanes) {
+    Vec qv[Vec::MR];
+#pragma GCC unroll 8
+    for (int m = 0; m < Vec::MR; ++m) qv[m] = Vec::load(q + m * Vec::W);
+#pragma GCC unroll 8
+    for (int n = 0; n < NR; ++n) {
+      const Vec kb = Vec::set1(krow[n][c]);
+#pragma GCC unroll 8
+      for (int m = 0; m < Vec::MR; ++m) acc[n][m] = Vec::fma(kb, qv[m], acc[n][m]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int n = 0; n < NR; ++n)
+#pragma GCC unroll 8
+    for (int m = 0; m < Vec::MR; ++m) acc[n][m].store(st + n * kLanes + lane0 + m * Vec::W);
+}
+
+template <int NR>
+inline void qk_block(const float* qt, int64_t d, const float* k, int64_t k_stride, float* st) {
+  for (int lane0 = 0; lane0 < kLanes; lane0 += kPanel) qk_micro<NR>(qt, d, k, k_stride, st, lane0);
+}
+
+void qk(const float* qt, int64_t d, const float* k, int64_t k_stride, int64_t bc, float* st) {
+  constexpr int NR = Vec::NR;
+  int64_t j = 0;
+  for (; j + NR <= bc; j += NR) qk_block<NR>(qt, d, k + j * k_stride, k_stride, st + j * kLanes);
+  const float* kr = k + j * k_stride;
+  float* sr = st + j * kLanes;
+  switch (bc - j) {  // remaining keys, fewer than NR
+    case 1: qk_block<1>(qt, d, kr, k_stride, sr); break;
+    case 2: qk_block<2>(qt, d, kr, k_stride, sr); break;
+    case 3: qk_block<3>(qt, d, kr, k_stride, sr); break;
+    case 4: if constexpr (NR > 4) qk_block<4>(qt, d, kr, k_stride, sr); break;
+    case 5: if constexpr (NR > 5) qk_block<5>(qt, d, kr, k_stride, sr); break;
+    default: break;
+  }
+}
+
+// ---- online softmax, down the rows of St ----------------------------------------------------
+void softmax_update(float* st, int64_t bc, float* m, float* l, float* alpha) {
+  const Vec neg_inf = Vec::set1(-__builtin_inff());
+  for (int g = 0; g < kLanes; g += Vec::W) {
+    const Vec m_old = Vec::load(m + g);
+    Vec mx = m_old;
+    for (int64_t j = 0; j < bc; ++j) mx = Vec::max(mx, Vec::load(st + j * kLanes + g));
+    const Vec base = Vec::select_eq(mx, neg_inf, Vec::zero(), mx);
+    const Vec a = vexp(m_old - base);
+    Vec sum = Vec::zero();
+    for (int64_t j = 0; j < bc; ++j) {
+      const Vec p = vexp(Vec::load(st + j * kLanes + g) - base);
+      p.store(st + j * kLanes + g);
+      sum = sum + p;
+    }
+    Vec::fma(Vec::load(l + g), a, sum).store(l + g);
+    mx.store(m + g);
+    a.store(alpha + g);
+  }
+}
+
+// ---- PV: Ot[c][lanes] = alpha * Ot[c][lanes] + sum_j V[j][c] * Pt[j][lanes] -----------------
+template <int NR>
+inline void pv_micro(const float* pt, int64_t bc, const float* v, int64_t v_stride, float* ot,
+                     const float* alpha, int lane0) {
+  Vec a[Vec::MR];
+  Vec acc[NR][Vec::MR];
+#pragma GCC unroll 8
+  for (int m = 0; m < Vec::MR; ++m) a[m] = Vec::load(alpha + lane0 + m * Vec::W);
+#pragma GCC unroll 8
+  for (int n = 0; n < NR; ++n)
+#pragma GCC unroll 8
+    for (int m = 0; m < Vec::MR; ++m)
+      acc[n][m] = Vec::load(ot + n * kLanes + lane0 + m * Vec::W) * a[m];
+  const float* p = pt + lane0;
+  const float* vr = v;
+  for (int64_t j = 0; j < bc; ++j, p += kLanes, vr += v_stride) {
+    Vec pv[Vec::MR];
+#pragma GCC unroll 8
+    for (int m = 0; m < Vec::MR; ++m) pv[m] = Vec::load(p + m * Vec::W);
+#pragma GCC unroll 8
+    for (int n = 0; n < NR; ++n) {
+      const Vec vb = Vec::set1(vr[n]);
+#pragma GCC unroll 8
+      for (int m = 0; m < Vec::MR; ++m) acc[n][m] = Vec::fma(vb, pv[m], acc[n][m]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int n = 0; n < NR; ++n)
+#pragma GCC unroll 8
+    for (int m = 0; m < Vec::MR; ++m) acc[n][m].store(ot + n * kLanes + lane0 + m * Vec::W);
+}
+
+template <int NR>
+inline void pv_block(const float* pt, int64_t bc, const float* v, int64_t v_stride, float* ot,
+                     const float* alpha) {
+  for (int lane0 = 0; lane0 < kLanes; lane0 += kPanel)
+    pv_micro<NR>(pt, bc, v, v_stride, ot, alpha, lane0);
+}
+
+void pv(const float* pt, int64_t bc, const float* v, int64_t v_stride, int64_t dv, float* ot,
+        const float* alpha) {
+  constexpr int NR = Vec::NR;
+  int64_t c = 0;
+  for (; c + NR <= dv; c += NR) pv_block<NR>(pt, bc, v + c, v_stride, ot + c * kLanes, alpha);
+  const float* vc = v + c;
+  float* oc = ot + c * kLanes;
+  switch (dv - c) {  // remaining value channels, fewer than NR
+    case 1: pv_block<1>(pt, bc, vc, v_stride, oc, alpha); break;
+    case 2: pv_block<2>(pt, bc, vc, v_stride, oc, alpha); break;
+    case 3: pv_block<3>(pt, bc, vc, v_stride, oc, alpha); break;
+    case 4: if constexpr (NR > 4) pv_block<4>(pt, bc, vc, v_stride, oc, alpha); break;
+    case 5: if constexpr (NR > 5) pv_block<5>(pt, bc, vc, v_stride, oc, alpha); break;
+    default: break;
+  }
+}
+
+// ---- elementwise helpers --------------------------------------------------------------------
+void softcap(float* x, int64_t n, float cap) {
+  const Vec c = Vec::set1(cap), inv = Vec::set1(1.0f / cap);
+  int64_t i = 0;
+  for (; i + Vec::W <= n; i += Vec::W) (c * vtanh(Vec::load(x + i) * inv)).store(x + i);
+  for (; i < n; ++i) x[i] = cap * tanhf(x[i] / cap);
+}
+
+void exp_rows(float* x, int64_t n, const float* sub) {
+  for (int64_t r = 0; r < n; r += kLanes)
+    for (int g = 0; g < kLanes; g += Vec::W)
+      vexp(Vec::load(x + r + g) - Vec::load(sub + g)).store(x + r + g);
+}
+
+void to_float(const void* src, DType dtype, int64_t stride, int64_t n, float* dst) {
+  if (stride == 1) {
+    if (dtype == DType::f32) {
+      const float* s = static_cast<const float*>(src);
+      for (int64_t c = 0; c < n; ++c) dst[c] = s[c];
+    } else {
+      to_float_unit(src, dtype, n, dst);
+    }
+    return;
+  }
+  for (int64_t c = 0; c < n; ++c) dst[c] = load_as_float(src, dtype, c * stride);
+}
+
+inline const TileKernels& table(Isa isa) {
+  static const TileKernels t{isa, qk, softmax_update, pv, softcap, exp_rows, to_float};
+  return t;
+}

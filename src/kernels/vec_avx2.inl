@@ -1,0 +1,51 @@
+// 8 float lanes on AVX2+FMA. Included inside an ISA namespace by tile_kernels_avx2.cpp.
+struct Vec {
+  static constexpr int W = 8;
+  static constexpr int MR = 2;  // 16 query lanes per micro-tile (16 ymm registers in all)
+  static constexpr int NR = 6;  // 12 accumulators + 2 query loads + 1 broadcast
+  __m256 v;
+  static Vec load(const float* p) { return {_mm256_load_ps(p)}; }
+  static Vec set1(float x) { return {_mm256_set1_ps(x)}; }
+  static Vec zero() { return {_mm256_setzero_ps()}; }
+  void store(float* p) const { _mm256_store_ps(p, v); }
+  friend Vec operator+(Vec a, Vec b) { return {_mm256_add_ps(a.v, b.v)}; }
+  friend Vec operator-(Vec a, Vec b) { return {_mm256_sub_ps(a.v, b.v)}; }
+  friend Vec operator*(Vec a, Vec b) { return {_mm256_mul_ps(a.v, b.v)}; }
+  friend Vec operator/(Vec a, Vec b) { return {_mm256_div_ps(a.v, b.v)}; }
+  static Vec fma(Vec a, Vec b, Vec c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
+  static Vec max(Vec a, Vec b) { return {_mm256_max_ps(a.v, b.v)}; }
+  static Vec min(Vec a, Vec b) { return {_mm256_min_ps(a.v, b.v)}; }
+  static Vec abs(Vec a) { return {_mm256_andnot_ps(_mm256_set1_ps(-0.0f), a.v)}; }
+  static Vec copysign(Vec mag, Vec sign) {
+    const __m256 s = _mm256_set1_ps(-0.0f);
+    return {_mm256_or_ps(_mm256_andnot_ps(s, mag.v), _mm256_and_ps(s, sign.v))};
+  }
+  static Vec select_eq(Vec x, Vec y, Vec a, Vec b) {
+    return {_mm256_blendv_ps(b.v, a.v, _mm256_cmp_ps(x.v, y.v, _CMP_EQ_OQ))};
+  }
+  static Vec select_lt(Vec x, Vec y, Vec a, Vec b) {
+    return {_mm256_blendv_ps(b.v, a.v, _mm256_cmp_ps(x.v, y.v, _CMP_LT_OQ))};
+  }
+  static Vec round(Vec a) { return {_mm256_round_ps(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)}; }
+  // p * 2^n for integral n in [-127, 128]: 2^-127 builds as +0, 2^128 as +inf.
+  static Vec ldexp(Vec p, Vec n) {
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n.v), _mm256_set1_epi32(127)), 23);
+    return {_mm256_mul_ps(p.v, _mm256_castsi256_ps(e))};
+  }
+};
+
+inline void to_float_unit(const void* src, DType dtype, int64_t n, float* dst) {
+  int64_t c = 0;
+  if (dtype == DType::f16) {
+    const uint16_t* s = static_cast<const uint16_t*>(src);
+    for (; c + 8 <= n; c += 8)
+      _mm256_storeu_ps(dst + c, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + c))));
+  } else if (dtype == DType::bf16) {
+    const uint16_t* s = static_cast<const uint16_t*>(src);
+    for (; c + 8 <= n; c += 8) {
+      const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + c)));
+      _mm256_storeu_ps(dst + c, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+    }
+  }
+  for (; c < n; ++c) dst[c] = load_as_float(src, dtype, c);
+}

@@ -1,0 +1,51 @@
+// 16 float lanes on AVX-512F. Included inside an ISA namespace by tile_kernels_avx512.cpp.
+struct Vec {
+  static constexpr int W = 16;
+  static constexpr int MR = 4;  // query vectors per micro-tile: 64 lanes = the whole query tile
+  static constexpr int NR = 6;  // keys (QK) or value channels (PV) per micro-tile: 24 accumulators
+  __m512 v;
+  static Vec load(const float* p) { return {_mm512_load_ps(p)}; }
+  static Vec set1(float x) { return {_mm512_set1_ps(x)}; }
+  static Vec zero() { return {_mm512_setzero_ps()}; }
+  void store(float* p) const { _mm512_store_ps(p, v); }
+  friend Vec operator+(Vec a, Vec b) { return {_mm512_add_ps(a.v, b.v)}; }
+  friend Vec operator-(Vec a, Vec b) { return {_mm512_sub_ps(a.v, b.v)}; }
+  friend Vec operator*(Vec a, Vec b) { return {_mm512_mul_ps(a.v, b.v)}; }
+  friend Vec operator/(Vec a, Vec b) { return {_mm512_div_ps(a.v, b.v)}; }
+  static Vec fma(Vec a, Vec b, Vec c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
+  // NaN in b propagates (the second operand wins when one is NaN).
+  static Vec max(Vec a, Vec b) { return {_mm512_max_ps(a.v, b.v)}; }
+  static Vec min(Vec a, Vec b) { return {_mm512_min_ps(a.v, b.v)}; }
+  static Vec abs(Vec a) { return {_mm512_abs_ps(a.v)}; }
+  static Vec copysign(Vec mag, Vec sign) {
+    const __m512i m = _mm512_set1_epi32(0x80000000);
+    return {_mm512_castsi512_ps(_mm512_ternarylogic_epi32(_mm512_castps_si512(sign.v),
+                                                          _mm512_castps_si512(mag.v), m, 0xe4))};
+  }
+  // where(cond) ? a : b, cond = (x == y)
+  static Vec select_eq(Vec x, Vec y, Vec a, Vec b) {
+    return {_mm512_mask_blend_ps(_mm512_cmp_ps_mask(x.v, y.v, _CMP_EQ_OQ), b.v, a.v)};
+  }
+  static Vec select_lt(Vec x, Vec y, Vec a, Vec b) {
+    return {_mm512_mask_blend_ps(_mm512_cmp_ps_mask(x.v, y.v, _CMP_LT_OQ), b.v, a.v)};
+  }
+  static Vec round(Vec a) { return {_mm512_roundscale_ps(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)}; }
+  // p * 2^n for integral n (n clamped by the caller); exact, handles underflow to 0.
+  static Vec ldexp(Vec p, Vec n) { return {_mm512_scalef_ps(p.v, n.v)}; }
+};
+
+inline void to_float_unit(const void* src, DType dtype, int64_t n, float* dst) {
+  int64_t c = 0;
+  if (dtype == DType::f16) {
+    const uint16_t* s = static_cast<const uint16_t*>(src);
+    for (; c + 16 <= n; c += 16)
+      _mm512_storeu_ps(dst + c, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + c))));
+  } else if (dtype == DType::bf16) {
+    const uint16_t* s = static_cast<const uint16_t*>(src);
+    for (; c + 16 <= n; c += 16) {
+      const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + c)));
+      _mm512_storeu_ps(dst + c, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+    }
+  }
+  for (; c < n; ++c) dst[c] = load_as_float(src, dtype, c);
+}

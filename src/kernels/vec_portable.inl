@@ -1,0 +1,27 @@
+// One float "lane": plain C++ that any compiler and CPU runs. Included inside an ISA
+// namespace by tile_kernels_portable.cpp. exp and tanh come from <cmath> (accurate).
+struct Vec {
+  static constexpr int W = 1;
+  static constexpr int MR = 4;
+  static constexpr int NR = 4;
+  float v;
+  static Vec load(const float* p) { return {*p}; }
+  static Vec set1(float x) { return {x}; }
+  static Vec zero() { return {0.0f}; }
+  void store(float* p) const { *p = v; }
+  friend Vec operator+(Vec a, Vec b) { return {a.v + b.v}; }
+  friend Vec operator-(Vec a, Vec b) { return {a.v - b.v}; }
+  friend Vec operator*(Vec a, Vec b) { return {a.v * b.v}; }
+  friend Vec operator/(Vec a, Vec b) { return {a.v / b.v}; }
+  static Vec fma(Vec a, Vec b, Vec c) { return {a.v * b.v + c.v}; }
+  static Vec max(Vec a, Vec b) { return {(b.v != b.v) ? b.v : (a.v > b.v ? a.v : b.v)}; }
+  static Vec select_eq(Vec x, Vec y, Vec a, Vec b) { return x.v == y.v ? a : b; }
+};
+
+#define ATTN_PORTABLE_MATH 1
+inline Vec vexp(Vec x) { return {std::exp(x.v)}; }
+inline Vec vtanh(Vec x) { return {std::tanh(x.v)}; }
+
+inline void to_float_unit(const void* src, DType dtype, int64_t n, float* dst) {
+  for (int64_t c = 0; c < n; ++c) dst[c] = load_as_float(src, dtype, c);
+}

@@ -1,0 +1,113 @@
+// Results are bitwise the same whatever the thread count, and hidden keys cannot leak NaN.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "support/random_inputs.hpp"
+
+namespace attn {
+namespace {
+
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  const auto& va = a.view();
+  return va.shape == b.view().shape &&
+         std::memcmp(va.data, b.view().data, static_cast<size_t>(va.numel()) * dtype_size(va.dtype)) == 0;
+}
+
+TEST(Determinism, BitwiseAcrossThreadCountsAndRepeats) {
+  std::mt19937 rng(11);
+  auto q = testing::random_tensor(rng, DType::f32, 3, 4, 200, 32);
+  auto k = testing::random_tensor(rng, DType::f32, 3, 2, 300, 32);
+  auto v = testing::random_tensor(rng, DType::f32, 3, 2, 300, 32);
+  for (const char* mech : {"softmax:causal", "softmax:dropout=0.2,seed=5"})
+    for (Isa isa : supported_isas()) {
+      AttendOptions o;
+      o.isa = isa;
+      o.return_lse = true;
+      o.threads = 1;
+      const auto one = attend(q.view, k.view, v.view, parse_mechanism(mech), o);
+      for (int t : {2, 3, 5, 2}) {
+        o.threads = t;
+        const auto many = attend(q.view, k.view, v.view, parse_mechanism(mech), o);
+        EXPECT_TRUE(bitwise_equal(one.out, many.out)) << mech << " threads " << t << " " << isa_name(isa);
+        EXPECT_TRUE(bitwise_equal(one.lse, many.lse)) << mech << " threads " << t;
+      }
+    }
+}
+
+// Keys hidden from every query (padding, a mask column of zeros, outside every window) are
+// filled with NaN; outputs must be finite and bitwise equal to the clean run. Outputs are
+// pre-filled with NaN so a value the kernel forgets to write is caught.
+TEST(NanPoisoning, HiddenKeysDoNotLeak) {
+  std::mt19937 rng(5);
+  const int64_t B = 2, H = 2, N = 70, M = 150, D = 16;
+  auto q = testing::random_tensor(rng, DType::f32, B, H, N, D);
+  auto k = testing::random_tensor(rng, DType::f32, B, H, M, D);
+  auto v = testing::random_tensor(rng, DType::f32, B, H, M, D);
+  std::vector<uint8_t> mask(static_cast<size_t>(N * M), 1);
+  for (int64_t i = 0; i < N; ++i) mask[i * M + 3] = mask[i * M + 90] = 0;  // keys 3, 90 hidden
+
+  AttendOptions o;
+  o.key_padding_lengths = {120, 77};
+  o.mask = make_view(mask.data(), DType::boolean, 1, 1, N, M);
+  o.return_lse = true;
+  for (Isa isa : supported_isas()) {
+    o.isa = isa;
+    for (const char* mech : {"softmax", "softmax:window=10:10"}) {
+      const Mechanism m = parse_mechanism(mech);
+      Tensor out0(DType::f32, {B, H, N, D}), lse0(DType::f32, {B, H, N, 1});
+      attend_into(q.view, k.view, v.view, m, o, out0.view(), &lse0.view(), nullptr);
+      auto kp = k, vp = v;  // poisoned copies
+      kp.view.data = kp.bytes.data(), vp.view.data = vp.bytes.data();
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t j = 0; j < M; ++j) {
+            const bool hidden = j >= o.key_padding_lengths[b] || j == 3 || j == 90 ||
+                                (std::string(mech) != "softmax" && j > N - 1 + (M - N) + 10);
+            if (hidden) {
+              testing::fill_token(kp.view, b, h, j, testing::nan_f());
+              testing::fill_token(vp.view, b, h, j, testing::nan_f());
+            }
+          }
+      Tensor out1(DType::f32, {B, H, N, D}), lse1(DType::f32, {B, H, N, 1});
+      std::fill_n(static_cast<float*>(out1.view().data), out1.view().numel(), testing::nan_f());
+      std::fill_n(static_cast<float*>(lse1.view().data), lse1.view().numel(), testing::nan_f());
+      attend_into(q.view, kp.view, vp.view, m, o, out1.view(), &lse1.view(), nullptr);
+      EXPECT_TRUE(bitwise_equal(out0, out1)) << mech << " " << isa_name(isa);
+      EXPECT_TRUE(bitwise_equal(lse0, lse1)) << mech << " " << isa_name(isa);
+    }
+  }
+}
+
+// Fully masked rows four ways: causal with N > M, a window that excludes every key, zero
+// padding length, an all-false mask row. Each gives exactly 0 and lse = -inf.
+TEST(FullyMaskedRows, ZerosAndMinusInfFourWays) {
+  std::mt19937 rng(8);
+  auto q = testing::random_tensor(rng, DType::f32, 2, 1, 80, 8);
+  auto k = testing::random_tensor(rng, DType::f32, 2, 1, 70, 8);
+  auto v = testing::random_tensor(rng, DType::f32, 2, 1, 70, 8);
+  std::vector<uint8_t> mask(80 * 70, 1);
+  std::fill_n(mask.begin() + 5 * 70, 70, 0);  // row 5 sees nothing
+  struct Way { std::string mech; int64_t row; AttendOptions o; };
+  std::vector<Way> ways(4);
+  ways[0] = {"softmax:causal", 3, {}};          // query 3 sees keys j <= 3 - 10 < 0
+  ways[1] = {"softmax:window=-1:-1", 0, {}};
+  ways[1].mech = "softmax:window=0:0";           // query i sees only key i - 10; row 2 has none
+  ways[1].row = 2;
+  ways[2] = {"softmax", 7, {}};
+  ways[2].o.key_padding_lengths = {70, 0};       // batch 1 sees no key at all
+  ways[3] = {"softmax", 5, {}};
+  ways[3].o.mask = make_view(mask.data(), DType::boolean, 1, 1, 80, 70);
+  for (auto& w : ways)
+    for (Isa isa : supported_isas()) {
+      w.o.isa = isa;
+      w.o.return_lse = true;
+      const auto r = attend(q.view, k.view, v.view, parse_mechanism(w.mech), w.o);
+      const int64_t b = w.o.key_padding_lengths.empty() ? 0 : 1;
+      for (int64_t c = 0; c < 8; ++c) EXPECT_EQ(r.out.at(b, 0, w.row, c), 0.0f) << w.mech;
+      EXPECT_EQ(r.lse.at(b, 0, w.row, 0), -INFINITY) << w.mech << " " << isa_name(isa);
+    }
+}
+
+}  // namespace
+}  // namespace attn

@@ -1,0 +1,150 @@
+// Every bad input gets an Error whose message names the problem.
+#include <gtest/gtest.h>
+
+#include "support/random_inputs.hpp"
+
+namespace attn {
+namespace {
+
+struct Inputs3 {
+  std::mt19937 rng{7};
+  testing::Buffer q = testing::random_tensor(rng, DType::f32, 2, 4, 5, 8);
+  testing::Buffer k = testing::random_tensor(rng, DType::f32, 2, 2, 6, 8);
+  testing::Buffer v = testing::random_tensor(rng, DType::f32, 2, 2, 6, 8);
+};
+
+void expect_error(const std::function<void()>& f, const std::string& fragment) {
+  try {
+    f();
+    FAIL() << "expected an Error containing '" << fragment << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << "message: " << e.what();
+  }
+}
+
+TEST(Validation, HeadsMustDivide) {
+  Inputs3 s;
+  auto k = s.k.view;
+  k.shape[1] = 3;
+  auto v = s.v.view;
+  v.shape[1] = 3;
+  expect_error([&] { attend(s.q.view, k, v, Softmax{}); }, "k has 3 heads, which does not divide q's 4");
+}
+
+TEST(Validation, ShapesAndDtypes) {
+  Inputs3 s;
+  auto k = s.k.view;
+  k.shape[3] = 7;
+  expect_error([&] { attend(s.q.view, k, s.v.view, Softmax{}); }, "k has head_dim 7, q has 8");
+  auto v = s.v.view;
+  v.shape[2] = 5;
+  expect_error([&] { attend(s.q.view, s.k.view, v, Softmax{}); }, "v must have shape");
+  auto kb = s.k.view;
+  kb.shape[0] = 1;
+  expect_error([&] { attend(s.q.view, kb, s.v.view, Softmax{}); }, "k has batch 1, q has 2");
+  auto k16 = s.k.view;
+  k16.dtype = DType::f16;
+  expect_error([&] { attend(s.q.view, k16, s.v.view, Softmax{}); }, "must share a dtype");
+  auto qb = s.q.view;
+  qb.dtype = DType::boolean;
+  expect_error([&] { attend(qb, s.k.view, s.v.view, Softmax{}); }, "q must be float32, bfloat16 or float16");
+  auto q0 = s.q.view;
+  q0.shape[3] = 0;
+  expect_error([&] { attend(q0, s.k.view, s.v.view, Softmax{}); }, "head_dim of q must be at least 1");
+  auto qn = s.q.view;
+  qn.shape[2] = -1;
+  expect_error([&] { attend(qn, s.k.view, s.v.view, Softmax{}); }, "non-negative");
+}
+
+TEST(Validation, OverflowingSizes) {
+  Inputs3 s;
+  auto q = s.q.view;
+  q.shape = {int64_t{1} << 40, int64_t{1} << 20, 4, 8};
+  auto k = s.k.view;
+  k.shape[0] = q.shape[0];
+  auto v = s.v.view;
+  v.shape[0] = q.shape[0];
+  expect_error([&] {
+    AttendOptions o;
+    Tensor out;
+    attend_into(q, k, v, Softmax{}, o, q, nullptr, nullptr);
+  }, "overflows 64-bit sizes");
+}
+
+TEST(Validation, MechanismParameters) {
+  Inputs3 s;
+  Softmax m;
+  m.scale = 0.0;
+  expect_error([&] { attend(s.q.view, s.k.view, s.v.view, m); }, "scale must be > 0, got 0");
+  m.scale = std::nan("");
+  expect_error([&] { attend(s.q.view, s.k.view, s.v.view, m); }, "scale must be finite");
+  m = Softmax{};
+  m.window_left = -3;
+  expect_error([&] { attend(s.q.view, s.k.view, s.v.view, m); }, "window must be (left, right)");
+  m = Softmax{};
+  m.softcap = -1;
+  expect_error([&] { attend(s.q.view, s.k.view, s.v.view, m); }, "softcap must be >= 0");
+  m = Softmax{};
+  m.dropout = 1.0;
+  expect_error([&] { attend(s.q.view, s.k.view, s.v.view, m); }, "dropout must be in [0, 1)");
+  m = Softmax{};
+  m.entropy_train_len = 1;
+  expect_error([&] { attend(s.q.view, s.k.view, s.v.view, m); }, "entropy_scale training length");
+  m = Softmax{};
+  m.score = ScoreKind::additive;
+  expect_error([&] { attend(s.q.view, s.k.view, s.v.view, m); }, "needs additive weights");
+}
+
+TEST(Validation, MasksPaddingAlibi) {
+  Inputs3 s;
+  AttendOptions o;
+  o.key_padding_lengths = {6};
+  expect_error([&] { attend(s.q.view, s.k.view, s.v.view, Softmax{}, o); }, "one length per batch (2), got 1");
+  o.key_padding_lengths = {6, 7};
+  expect_error([&] { attend(s.q.view, s.k.view, s.v.view, Softmax{}, o); }, "key_padding_lengths[1] must be in [0, 6], got 7");
+  o = {};
+  std::vector<uint8_t> mask(5 * 7, 1);
+  o.mask = make_view(mask.data(), DType::boolean, 1, 1, 5, 7);
+  expect_error([&] { attend(s.q.view, s.k.view, s.v.view, Softmax{}, o); }, "mask must have shape (B|1, H|1, N, M) = (2|1, 4|1, 5, 6), got (1, 1, 5, 7)");
+  std::vector<float> fmask(5 * 6, 0);
+  o.mask = make_view(fmask.data(), DType::f32, 1, 1, 5, 6);
+  expect_error([&] { attend(s.q.view, s.k.view, s.v.view, Softmax{}, o); }, "mask must be boolean");
+  o = {};
+  o.alibi_slopes = {1, 2, 3};
+  expect_error([&] { attend(s.q.view, s.k.view, s.v.view, Softmax{}, o); }, "alibi_slopes must have H (4) or B*H (8) values, got 3");
+  o.alibi_slopes = {1, 2, 3, INFINITY};
+  expect_error([&] { attend(s.q.view, s.k.view, s.v.view, Softmax{}, o); }, "alibi_slopes[3] must be finite");
+}
+
+TEST(Validation, OutputsMustMatch) {
+  Inputs3 s;
+  Tensor out(DType::f32, {2, 4, 5, 7});
+  expect_error([&] { attend_into(s.q.view, s.k.view, s.v.view, Softmax{}, {}, out.view(), nullptr, nullptr); },
+               "out must have shape (B, H, N, Dv) = (2, 4, 5, 8), got (2, 4, 5, 7)");
+  Tensor good(DType::f32, {2, 4, 5, 8});
+  Tensor lse(DType::bf16, {2, 4, 5, 1});
+  expect_error([&] { attend_into(s.q.view, s.k.view, s.v.view, Softmax{}, {}, good.view(), &lse.view(), nullptr); },
+               "lse must be float32");
+}
+
+TEST(Validation, EmptyInputsGiveEmptyOrZeroOutput) {
+  std::mt19937 rng(3);
+  auto q = testing::random_tensor(rng, DType::f32, 1, 2, 0, 8);
+  auto k = testing::random_tensor(rng, DType::f32, 1, 2, 4, 8);
+  auto v = testing::random_tensor(rng, DType::f32, 1, 2, 4, 8);
+  EXPECT_EQ(attend(q.view, k.view, v.view, Softmax{}).out.view().numel(), 0);
+  // no keys at all: every row sees nothing -> zeros, lse = -inf
+  auto q1 = testing::random_tensor(rng, DType::f32, 1, 2, 3, 8);
+  auto k0 = testing::random_tensor(rng, DType::f32, 1, 2, 0, 8);
+  auto v0 = testing::random_tensor(rng, DType::f32, 1, 2, 0, 8);
+  AttendOptions o;
+  o.return_lse = true;
+  const auto r = attend(q1.view, k0.view, v0.view, Softmax{}, o);
+  for (int64_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(r.out.at(0, 1, i, 5), 0.0f);
+    EXPECT_EQ(r.lse.at(0, 1, i, 0), -INFINITY);
+  }
+}
+
+}  // namespace
+}  // namespace attn

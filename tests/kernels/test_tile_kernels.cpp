@@ -1,0 +1,101 @@
+// The tile primitives of every ISA against plain loops.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "base/aligned_buffer.hpp"
+#include "kernels/kernel_table.hpp"
+
+namespace attn::kernels {
+namespace {
+
+constexpr int L = kQueryTile;
+
+TEST(TileKernels, QkAndPvMatchLoops) {
+  std::mt19937 rng(1);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (Isa isa : supported_isas())
+    for (int64_t dim : {1, 5, 6, 7, 13, 64})
+      for (int64_t bc : {1, 5, 6, 7, 64}) {
+        const TileKernels& k = kernels_for(isa);
+        AlignedFloats qt(dim * L), st(bc * L), ot(dim * L), alpha(L);
+        std::vector<float> keys(bc * (dim + 3)), vals(bc * (dim + 3));
+        for (int64_t i = 0; i < dim * L; ++i) qt.data()[i] = d(rng), ot.data()[i] = d(rng);
+        for (auto& x : keys) x = d(rng);
+        for (auto& x : vals) x = d(rng);
+        for (int i = 0; i < L; ++i) alpha.data()[i] = 0.5f + i / 128.0f;
+        k.qk(qt.data(), dim, keys.data(), dim + 3, bc, st.data());
+        for (int64_t j = 0; j < bc; ++j)
+          for (int i = 0; i < L; ++i) {
+            double s = 0;
+            for (int64_t c = 0; c < dim; ++c) s += double(keys[j * (dim + 3) + c]) * qt.data()[c * L + i];
+            ASSERT_NEAR(st.data()[j * L + i], s, 1e-4) << isa_name(isa) << " j" << j << " i" << i;
+          }
+        std::vector<float> ot0(ot.data(), ot.data() + dim * L);
+        k.pv(st.data(), bc, vals.data(), dim + 3, dim, ot.data(), alpha.data());
+        for (int64_t c = 0; c < dim; ++c)
+          for (int i = 0; i < L; ++i) {
+            double s = double(ot0[c * L + i]) * alpha.data()[i];
+            for (int64_t j = 0; j < bc; ++j) s += double(vals[j * (dim + 3) + c]) * st.data()[j * L + i];
+            ASSERT_NEAR(ot.data()[c * L + i], s, 1e-3) << isa_name(isa) << " c" << c << " i" << i;
+          }
+      }
+}
+
+TEST(TileKernels, ExpAndTanhAccuracy) {
+  for (Isa isa : supported_isas()) {
+    const TileKernels& k = kernels_for(isa);
+    AlignedFloats x(64 * L), sub(L);
+    std::vector<double> want(64 * L);
+    for (int64_t i = 0; i < 64 * L; ++i) {
+      x.data()[i] = -87.0f + 95.0f * static_cast<float>(i) / (64 * L);
+      want[i] = std::exp(static_cast<double>(x.data()[i]));
+    }
+    k.exp_rows(x.data(), 64 * L, sub.data());
+    for (int64_t i = 0; i < 64 * L; ++i)
+      ASSERT_NEAR(x.data()[i] / want[i], 1.0, 4e-7) << isa_name(isa) << " at " << i;
+    // special values: -inf -> 0, huge negative -> 0, NaN stays NaN
+    x.data()[0] = -INFINITY, x.data()[1] = -1000.0f, x.data()[2] = NAN, x.data()[3] = 0.0f;
+    k.exp_rows(x.data(), L, sub.data());
+    EXPECT_EQ(x.data()[0], 0.0f);
+    EXPECT_EQ(x.data()[1], 0.0f);
+    EXPECT_TRUE(std::isnan(x.data()[2]));
+    EXPECT_EQ(x.data()[3], 1.0f);
+
+    AlignedFloats tb(4001);  // tiles are 64-byte aligned; an odd length exercises the tail
+    float* t = tb.data();
+    for (size_t i = 0; i < 4001; ++i) t[i] = -20.0f + 40.0f * static_cast<float>(i) / 4000.0f;
+    std::vector<float> t0(t, t + 4001);
+    k.softcap(t, 4001, 2.0f);
+    for (size_t i = 0; i < 4001; ++i) {
+      const double w = 2.0 * std::tanh(t0[i] / 2.0);
+      ASSERT_NEAR(t[i], w, 3e-7 * std::max(1e-3, std::abs(w)) + 1e-9) << isa_name(isa) << " x=" << t0[i];
+    }
+  }
+}
+
+TEST(TileKernels, SoftmaxUpdateMasksAndRescales) {
+  for (Isa isa : supported_isas()) {
+    const TileKernels& k = kernels_for(isa);
+    AlignedFloats st(3 * L), m(L), l(L), alpha(L);
+    for (int i = 0; i < L; ++i) {
+      m.data()[i] = i == 0 ? -INFINITY : 1.0f;
+      l.data()[i] = i == 0 ? 0.0f : 2.0f;
+      for (int j = 0; j < 3; ++j) st.data()[j * L + i] = (i == 0) ? -INFINITY : float(j);
+    }
+    k.softmax_update(st.data(), 3, m.data(), l.data(), alpha.data());
+    // lane 0 saw only -inf: stays empty, no NaN
+    EXPECT_EQ(m.data()[0], -INFINITY);
+    EXPECT_EQ(l.data()[0], 0.0f);
+    EXPECT_EQ(alpha.data()[0], 0.0f);
+    EXPECT_EQ(st.data()[0], 0.0f);
+    // lane 1: old max 1, new max 2: alpha = e^-1, l = 2e^-1 + e^-2 + e^-1 + 1
+    EXPECT_NEAR(m.data()[1], 2.0f, 0);
+    EXPECT_NEAR(alpha.data()[1], std::exp(-1.0), 1e-6);
+    EXPECT_NEAR(l.data()[1], 3 * std::exp(-1.0) + std::exp(-2.0) + 1, 1e-6);
+  }
+}
+
+}  // namespace
+}  // namespace attn::kernels

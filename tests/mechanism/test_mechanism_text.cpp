@@ -1,0 +1,55 @@
+#include <gtest/gtest.h>
+
+#include "attn/error.hpp"
+#include "attn/mechanism.hpp"
+
+namespace attn {
+namespace {
+
+TEST(MechanismText, ParsesEveryOption) {
+  const auto m = std::get<Softmax>(parse_mechanism(
+      "softmax:causal,scale=0.1,window=128:0,softcap=30,score=cosine,entropy_scale=512,dropout=0.1,seed=7"));
+  EXPECT_TRUE(m.causal);
+  EXPECT_DOUBLE_EQ(*m.scale, 0.1);
+  EXPECT_EQ(m.window_left, 128);
+  EXPECT_EQ(m.window_right, 0);
+  EXPECT_DOUBLE_EQ(m.softcap, 30);
+  EXPECT_EQ(m.score, ScoreKind::cosine);
+  EXPECT_EQ(m.entropy_train_len, 512);
+  EXPECT_DOUBLE_EQ(m.dropout, 0.1);
+  EXPECT_EQ(m.seed, 7u);
+  EXPECT_EQ(std::get<Softmax>(parse_mechanism("softmax")), Softmax{});
+}
+
+TEST(MechanismText, RoundTrips) {
+  for (const char* text : {"softmax", "softmax:causal", "softmax:causal,scale=0.125,window=-1:0,softcap=30",
+                           "softmax:score=additive", "softmax:dropout=0.5,seed=3"}) {
+    const Mechanism m = parse_mechanism(text);
+    EXPECT_EQ(parse_mechanism(to_string(m)), m) << text;
+  }
+  EXPECT_EQ(to_string(parse_mechanism("softmax:causal,scale=0.5")), "softmax:causal,scale=0.5");
+}
+
+TEST(MechanismText, ErrorsNameTheBadToken) {
+  auto expect = [](const char* text, const char* fragment) {
+    try {
+      parse_mechanism(text);
+      ADD_FAILURE() << text << " parsed";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  expect("softmax:casual", "unknown softmax option 'casual'");
+  expect("softmax:scale=abc", "in 'scale=abc': expected a number, got 'abc'");
+  expect("softmax:scale", "option 'scale' needs a value");
+  expect("softmax:window=5", "expected window=LEFT:RIGHT");
+  expect("softmax:causal,,scale=1", "empty option");
+  expect("softmax:causal=1", "is a flag and takes no value");
+  expect("softmax:score=dot2", "score must be dot, cosine or additive");
+  expect("sofmax", "unknown mechanism 'sofmax'");
+  expect("softmax:", "nothing after ':'");
+  expect("softmax:scale=inf", "must be finite");
+}
+
+}  // namespace
+}  // namespace attn

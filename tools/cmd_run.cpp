@@ -1,0 +1,132 @@
+// attn run: attention on .npy inputs, writing .npy outputs.
+#include <fmt/core.h>
+
+#include "attn/attn.hpp"
+#include "commands.hpp"
+
+namespace attn::cli {
+namespace {
+
+struct RunArgs {
+  std::string mechanism = "softmax", q, k, v, out, lse, probs, layout = "bhnd", mask, bias, wq, wk, w, isa;
+  std::vector<int64_t> kv_lengths;
+  std::vector<float> alibi;
+  int threads = 0;
+  bool reference = false;
+};
+
+// q/k/v arrays: 4-D in the chosen layout, or 3-D (one batch).
+TensorView view_of(NpyArray& a, const std::string& name, Layout layout) {
+  if (a.dtype == DType::boolean) fail(name, "must be float32 or float16, got bool");
+  std::vector<int64_t> s = a.shape;
+  if (s.size() == 3) s.insert(s.begin(), 1);
+  if (s.size() != 4)
+    fail(name, "must have 4 dimensions (" + std::string(layout == Layout::bhnd ? "B, H, N, D" : "B, N, H, D") +
+                   ") or 3 (one batch), got " + std::to_string(a.shape.size()));
+  if (layout == Layout::bhnd) return make_view(a.bytes.data(), a.dtype, s[0], s[1], s[2], s[3], layout);
+  return make_view(a.bytes.data(), a.dtype, s[0], s[2], s[1], s[3], layout);
+}
+
+// Masks and biases: (N, M), (H|1, N, M) or (B|1, H|1, N, M).
+TensorView mask_view(NpyArray& a, const std::string& name) {
+  std::vector<int64_t> s = a.shape;
+  if (s.size() < 2 || s.size() > 4) fail(name, "must have 2 to 4 dimensions (.., N, M), got " + std::to_string(s.size()));
+  while (s.size() < 4) s.insert(s.begin(), 1);
+  return make_view(a.bytes.data(), a.dtype, s[0], s[1], s[2], s[3]);
+}
+
+std::vector<float> floats_of(const std::string& path) {
+  NpyArray a = read_npy(path);
+  if (a.dtype != DType::f32) fail(path, "must be float32, got " + dtype_name(a.dtype));
+  std::vector<float> out(static_cast<size_t>(a.numel()));
+  std::memcpy(out.data(), a.bytes.data(), a.bytes.size());
+  return out;
+}
+
+int run(const RunArgs& r) {
+  const Layout layout = r.layout == "bnhd" ? Layout::bnhd : Layout::bhnd;
+  const Mechanism mech = parse_mechanism(r.mechanism);
+  NpyArray qa = read_npy(r.q), ka = read_npy(r.k), va = read_npy(r.v);
+  const TensorView q = view_of(qa, r.q, layout), k = view_of(ka, r.k, layout), v = view_of(va, r.v, layout);
+  AttendOptions opt;
+  opt.threads = r.threads;
+  opt.use_reference = r.reference;
+  opt.key_padding_lengths = r.kv_lengths;
+  opt.alibi_slopes = r.alibi;
+  opt.return_lse = !r.lse.empty();
+  opt.return_probs = !r.probs.empty();
+  NpyArray ma, ba;
+  if (!r.mask.empty()) {
+    ma = read_npy(r.mask);
+    if (ma.dtype != DType::boolean) fail(r.mask, "--mask must be a bool array (use --bias for float masks), got " + dtype_name(ma.dtype));
+    opt.mask = mask_view(ma, r.mask);
+  }
+  if (!r.bias.empty()) {
+    ba = read_npy(r.bias);
+    opt.bias = mask_view(ba, r.bias);
+  }
+  if (!r.wq.empty() || !r.wk.empty() || !r.w.empty()) {
+    if (r.wq.empty() || r.wk.empty() || r.w.empty()) fail("run", "--wq, --wk and --w go together (additive score weights)");
+    opt.additive = AdditiveWeights{floats_of(r.wq), floats_of(r.wk), floats_of(r.w)};
+  }
+  if (!r.isa.empty()) {
+    for (Isa i : {Isa::portable, Isa::avx2, Isa::avx512})
+      if (isa_name(i) == r.isa) opt.isa = i;
+    if (!opt.isa) fail("--isa", "expected portable, avx2 or avx512, got '" + r.isa + "'");
+    set_isa(*opt.isa);
+  }
+  const AttendResult res = attend(q, k, v, mech, opt);
+  const auto& o = res.out.view();
+  std::vector<int64_t> oshape = layout == Layout::bhnd ? std::vector<int64_t>{o.shape[0], o.shape[1], o.shape[2], o.shape[3]}
+                                                       : std::vector<int64_t>{o.shape[0], o.shape[2], o.shape[1], o.shape[3]};
+  if (qa.shape.size() == 3) oshape.erase(oshape.begin());
+  // Output follows q's dtype; bfloat16 has no .npy type, so it is written as float32.
+  Tensor out_f(o.dtype == DType::f16 ? DType::f16 : DType::f32, o.shape, layout);
+  for (int64_t b = 0; b < o.shape[0]; ++b)
+    for (int64_t h = 0; h < o.shape[1]; ++h)
+      for (int64_t i = 0; i < o.shape[2]; ++i)
+        for (int64_t c = 0; c < o.shape[3]; ++c)
+          store_from_float(out_f.view().data, out_f.view().dtype, out_f.view().offset(b, h, i, c), o.at(b, h, i, c));
+  write_npy(r.out, out_f.view().dtype, oshape, out_f.view().data);
+  const auto& s = q.shape;
+  if (!r.lse.empty()) write_npy(r.lse, DType::f32, {s[0], s[1], s[2]}, res.lse.view().data);
+  if (!r.probs.empty()) write_npy(r.probs, DType::f32, {s[0], s[1], s[2], k.shape[2]}, res.probs.view().data);
+  fmt::print("{}: q {} -> {}\n", to_string(mech), describe(q), r.out);
+  return 0;
+}
+
+}  // namespace
+
+Runner add_run(CLI::App& app) {
+  auto args = std::make_shared<RunArgs>();
+  CLI::App* c = app.add_subcommand("run", "Attention on .npy files: out = attend(q, k, v, mechanism)");
+  c->footer(
+      "Example:\n  attn run --mechanism softmax:causal --q q.npy --k k.npy --v v.npy --out o.npy --lse l.npy\n"
+      "Arrays are float32 or float16, C order. With --layout bhnd (default) q is (B, H, N, D);\n"
+      "with bnhd it is (B, N, H, D) (as in flash-attn and most model code). A 3-D array is one batch.\n"
+      "k and v may have fewer heads than q (MQA/GQA) if that number divides q's.\n"
+      "Mechanism text: softmax[:causal,scale=S,window=L:R,softcap=C,score=dot|cosine|additive,\n"
+      "  entropy_scale=TRAIN_LEN,dropout=P,seed=N]. Causal is bottom-right aligned (query i sees\n"
+      "  keys j <= i + M - N); rows that see no key give zeros and lse = -inf.");
+  c->add_option("-m,--mechanism", args->mechanism, "Mechanism text form")->capture_default_str();
+  c->add_option("--q", args->q, "Queries .npy")->required()->check(CLI::ExistingFile);
+  c->add_option("--k", args->k, "Keys .npy")->required()->check(CLI::ExistingFile);
+  c->add_option("--v", args->v, "Values .npy")->required()->check(CLI::ExistingFile);
+  c->add_option("--out", args->out, "Output .npy (same layout as q; float16 stays float16)")->required();
+  c->add_option("--lse", args->lse, "Also write the row log-sum-exp, (B, H, N) float32");
+  c->add_option("--probs", args->probs, "Also write the weights (B, H, N, M) float32 (before dropout)");
+  c->add_option("--layout", args->layout, "Memory layout of q, k, v, out")->check(CLI::IsMember({"bhnd", "bnhd"}))->capture_default_str();
+  c->add_option("--kv-lengths", args->kv_lengths, "Key padding: valid keys per batch entry");
+  c->add_option("--mask", args->mask, "Boolean mask .npy, (N, M) / (H, N, M) / (B, H, N, M); true = attend");
+  c->add_option("--bias", args->bias, "Additive float bias .npy, same shapes as --mask");
+  c->add_option("--alibi", args->alibi, "ALiBi slopes, one per query head");
+  c->add_option("--wq", args->wq, "Additive score: Wq (A, D) float32 .npy");
+  c->add_option("--wk", args->wk, "Additive score: Wk (A, D) float32 .npy");
+  c->add_option("--w", args->w, "Additive score: w (A) float32 .npy");
+  c->add_option("--threads", args->threads, "Threads (0 = all cores)")->capture_default_str();
+  c->add_option("--isa", args->isa, "Force a kernel set: portable, avx2, avx512");
+  c->add_flag("--reference", args->reference, "Use the float64 reference implementation (slow, exact)");
+  return [args] { return run(*args); };
+}
+
+}  // namespace attn::cli

@@ -1,0 +1,44 @@
+#include "roofline.hpp"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+namespace attn::cli {
+
+static double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double sgemm_gflops(int n, int threads) {
+  openblas_set_num_threads(threads);
+  std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size());
+  double best = 1e30;
+  for (int rep = 0; rep < 4; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    best = std::min(best, seconds_since(t0));
+  }
+  return 2.0 * n * n * static_cast<double>(n) / best / 1e9;
+}
+
+double memory_bandwidth_gbs(int threads) {
+  const size_t n = size_t{1} << 26;  // 256 MiB of floats
+  std::vector<float> buf(n, 1.0f);
+  double best = 1e30;
+  volatile float sink = 0;
+  for (int rep = 0; rep < 4; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    float total = 0;
+#pragma omp parallel for simd reduction(+ : total) num_threads(threads) schedule(static)
+    for (size_t i = 0; i < n; ++i) total += buf[i];
+    best = std::min(best, seconds_since(t0));
+    sink = sink + total;
+  }
+  return static_cast<double>(n * sizeof(float)) / best / 1e9;
+}
+
+}  // namespace attn::cli
