@@ -4,7 +4,10 @@
 #include <omp.h>
 #include <sys/resource.h>
 
+#include <cblas.h>
+
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "attn/attn.hpp"
@@ -53,7 +56,7 @@ int run(const BenchArgs& a) {
   }
   const double bw = memory_bandwidth_gbs(a.threads.back());
   fmt::print("read bandwidth {}T {:.1f} GB/s\n", a.threads.back(), bw);
-  fmt::print("isa {}\n\n", isa_name(active_isa()));
+  fmt::print("isa {}, OpenBLAS core {}\n\n", isa_name(active_isa()), openblas_get_corename());
 
   struct Case { int64_t n, d; std::string dt, mask; int threads; };
   std::vector<Case> cases;
