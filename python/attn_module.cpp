@@ -1,0 +1,133 @@
+// attn._attn: a thin nanobind layer over attn::attend_into. Arrays arrive through DLPack /
+// the buffer protocol as views (no copy); the Python side allocates outputs with the same
+// framework as the inputs. The GIL is released while kernels run.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "attn/attn.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+using Array = nb::ndarray<nb::ro, nb::device::cpu>;     // inputs: read-only views welcome
+using OutArray = nb::ndarray<nb::device::cpu>;        // outputs: written in place
+
+template <class A>
+attn::DType dtype_of(const A& a, const char* name, bool allow_bool = false) {
+  const auto dt = a.dtype();
+  if (dt == nb::dtype<float>()) return attn::DType::f32;
+  if (dt.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Float) && dt.bits == 16) return attn::DType::f16;
+  if (dt.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat) && dt.bits == 16) return attn::DType::bf16;
+  if (allow_bool && dt.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Bool) && dt.bits == 8) return attn::DType::boolean;
+  static const char* kinds[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
+  const std::string got = (dt.code < 7 ? kinds[dt.code] : "dtype") + std::to_string(dt.bits);
+  throw nb::type_error((std::string(name) + " must be float32, float16 or bfloat16" +
+                        (allow_bool ? std::string(" (or bool)") : std::string()) + ", got " + got).c_str());
+}
+
+// A 4-D array as a (B, H, N, D) view; with layout "bnhd" the array is (B, N, H, D).
+template <class A>
+attn::TensorView view_of(const A& a, const char* name, bool bnhd, bool allow_bool = false) {
+  if (a.ndim() != 4)
+    throw nb::value_error((std::string(name) + " must have 4 dimensions (" + (bnhd ? "B, N, H, D" : "B, H, N, D") +
+                           "), got " + std::to_string(a.ndim())).c_str());
+  attn::TensorView v;
+  v.data = const_cast<void*>(static_cast<const void*>(a.data()));
+  v.dtype = dtype_of(a, name, allow_bool);
+  const int p[4] = {0, bnhd ? 2 : 1, bnhd ? 1 : 2, 3};
+  for (int i = 0; i < 4; ++i) {
+    v.shape[i] = static_cast<int64_t>(a.shape(p[i]));
+    v.strides[i] = a.stride(p[i]);
+  }
+  return v;
+}
+
+// Masks and biases are always (B|1, H|1, N, M), whatever the q/k/v layout.
+attn::TensorView mask_view(const Array& a, const char* name, bool allow_bool) { return view_of(a, name, false, allow_bool); }
+
+std::vector<float> floats(const std::optional<Array>& a, const char* name) {
+  std::vector<float> out;
+  if (!a) return out;
+  if (a->dtype() != nb::dtype<float>()) throw nb::type_error((std::string(name) + " must be float32").c_str());
+  const auto* p = static_cast<const float*>(a->data());
+  const int64_t n = static_cast<int64_t>(a->size());
+  out.resize(static_cast<size_t>(n));
+  // honour strides of a 1-D or 2-D array
+  if (a->ndim() == 1) {
+    for (int64_t i = 0; i < n; ++i) out[i] = p[i * a->stride(0)];
+  } else if (a->ndim() == 2) {
+    for (size_t r = 0, k = 0; r < a->shape(0); ++r)
+      for (size_t c = 0; c < a->shape(1); ++c) out[k++] = p[r * a->stride(0) + c * a->stride(1)];
+  } else {
+    throw nb::value_error((std::string(name) + " must have 1 or 2 dimensions").c_str());
+  }
+  return out;
+}
+
+void attend_into(const Array& q, const Array& k, const Array& v, const std::string& mechanism, const OutArray& out,
+                 std::optional<OutArray> lse, std::optional<OutArray> probs, const std::string& layout,
+                 std::vector<int64_t> key_padding_lengths, std::optional<Array> mask, std::optional<Array> bias,
+                 std::optional<Array> alibi_slopes, std::optional<Array> wq, std::optional<Array> wk,
+                 std::optional<Array> w, int threads, bool use_reference) {
+  if (layout != "bnhd" && layout != "bhnd")
+    throw nb::value_error(("layout must be 'bnhd' or 'bhnd', got '" + layout + "'").c_str());
+  const bool bnhd = layout == "bnhd";
+  const attn::Mechanism mech = attn::parse_mechanism(mechanism);
+  attn::AttendOptions opt;
+  opt.threads = threads;
+  opt.use_reference = use_reference;
+  opt.key_padding_lengths = std::move(key_padding_lengths);
+  if (mask) opt.mask = mask_view(*mask, "attn_mask", true);
+  if (bias) opt.bias = mask_view(*bias, "bias", false);
+  opt.alibi_slopes = floats(alibi_slopes, "alibi_slopes");
+  if (wq || wk || w) {
+    if (!wq || !wk || !w) throw nb::value_error("additive weights need wq, wk and w together");
+    opt.additive = attn::AdditiveWeights{floats(wq, "wq"), floats(wk, "wk"), floats(w, "w")};
+  }
+  const attn::TensorView qv = view_of(q, "q", bnhd), kv = view_of(k, "k", bnhd), vv = view_of(v, "v", bnhd);
+  const attn::TensorView ov = view_of(out, "out", bnhd);
+  std::optional<attn::TensorView> lv, pv;
+  if (lse) {  // (B, H, N) float32
+    if (lse->ndim() != 3) throw nb::value_error("lse must have 3 dimensions (B, H, N)");
+    attn::TensorView t;
+    t.data = lse->data();
+    t.dtype = dtype_of(*lse, "lse");
+    t.shape = {static_cast<int64_t>(lse->shape(0)), static_cast<int64_t>(lse->shape(1)),
+               static_cast<int64_t>(lse->shape(2)), 1};
+    t.strides = {lse->stride(0), lse->stride(1), lse->stride(2), 1};
+    lv = t;
+  }
+  if (probs) pv = view_of(*probs, "probs", false);
+  nb::gil_scoped_release release;
+  attn::attend_into(qv, kv, vv, mech, opt, ov, lv ? &*lv : nullptr, pv ? &*pv : nullptr);
+}
+
+}  // namespace
+
+NB_MODULE(_attn, m) {
+  m.doc() = "Low-level bindings of the attn C++ library; use the functions of the attn package.";
+  m.def("attend_into", &attend_into, "q"_a, "k"_a, "v"_a, "mechanism"_a, "out"_a, "lse"_a.none(), "probs"_a.none(),
+        "layout"_a, "key_padding_lengths"_a, "mask"_a.none(), "bias"_a.none(), "alibi_slopes"_a.none(),
+        "wq"_a.none(), "wk"_a.none(), "w"_a.none(), "threads"_a, "use_reference"_a,
+        "Runs attn::attend_into on caller-allocated outputs (no copies of inputs).");
+  m.def("data_pointer", [](const Array& a) { return reinterpret_cast<uintptr_t>(a.data()); }, "a"_a,
+        "Address of the array's first element as the C++ side sees it (zero-copy checks).");
+  m.def("canonical_mechanism", [](const std::string& s) { return attn::to_string(attn::parse_mechanism(s)); },
+        "text"_a, "Parses a mechanism text form and returns its canonical spelling.");
+  m.def("active_isa", [] { return attn::isa_name(attn::active_isa()); }, "Kernel set in use (ATTN_ISA overrides).");
+  m.def("supported_isas", [] {
+    std::vector<std::string> out;
+    for (auto i : attn::supported_isas()) out.push_back(attn::isa_name(i));
+    return out;
+  });
+  m.def("set_isa", [](const std::string& name) {
+    for (auto i : {attn::Isa::portable, attn::Isa::avx2, attn::Isa::avx512})
+      if (attn::isa_name(i) == name) return attn::set_isa(i);
+    throw nb::value_error(("isa must be portable, avx2 or avx512, got '" + name + "'").c_str());
+  }, "name"_a, "Forces a kernel set for this process (tests); raises if the CPU cannot run it.");
+}

