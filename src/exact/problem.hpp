@@ -28,6 +28,8 @@ struct Problem {
 
   // Key range [lo, hi) that any of the queries i0..i1 (inclusive) may see structurally.
   void key_range(int64_t b, int64_t i0, int64_t i1, int64_t& lo, int64_t& hi) const;
+  // Queries [lo, hi] (inclusive, unclipped) whose window contains key j (ignores padding).
+  void query_range(int64_t j, int64_t& lo, int64_t& hi) const;
   bool structurally_visible(int64_t b, int64_t i, int64_t j) const;
   bool visible(int64_t b, int64_t h, int64_t i, int64_t j) const;
   // True when every (i, j) in [i0, i1] x [j0, j1] is visible without looking at a mask.

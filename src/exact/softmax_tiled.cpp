@@ -145,15 +145,28 @@ class Block {
       for (int64_t j = 0; j < bc; ++j)
         for (int64_t i = 0; i < nq_; ++i) st[j * L + i] += p_.additive_bias(b_, h_, i0_ + i, j0 + j);
     if (p_.tile_fully_visible(b_, i0_, i0_ + nq_ - 1, j0, j0 + bc - 1)) return true;
-    bool all_live = true;
     const float neg_inf = -std::numeric_limits<float>::infinity();
+    bool all_live = true;
     for (int64_t j = 0; j < bc; ++j) {
+      float* row = st + j * L;
       bool live = false;
-      for (int64_t i = 0; i < nq_; ++i) {
-        if (p_.visible(b_, h_, i0_ + i, j0 + j))
-          live = true;
-        else
-          st[j * L + i] = neg_inf;
+      if (p_.mask) {
+        for (int64_t i = 0; i < nq_; ++i) {
+          if (p_.visible(b_, h_, i0_ + i, j0 + j))
+            live = true;
+          else
+            row[i] = neg_inf;
+        }
+      } else {
+        // Causal/window: key j is visible to the contiguous lanes [lo, hi] of this block.
+        int64_t lo, hi;
+        p_.query_range(j0 + j, lo, hi);
+        lo = std::max<int64_t>(lo - i0_, 0);
+        hi = std::min<int64_t>(hi - i0_, nq_ - 1);
+        live = lo <= hi;
+        if (!live) lo = nq_, hi = nq_ - 1;
+        std::fill(row, row + lo, neg_inf);
+        std::fill(row + hi + 1, row + nq_, neg_inf);
       }
       s_.live[j] = live;
       all_live &= live;

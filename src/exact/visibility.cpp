@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include "exact/problem.hpp"
 
@@ -12,6 +13,12 @@ void Problem::key_range(int64_t b, int64_t i0, int64_t i1, int64_t& lo, int64_t&
   lo = left < 0 ? 0 : std::max<int64_t>(0, i0 + offset - left);
   hi = right < 0 ? kv_len[b] : std::min<int64_t>(kv_len[b], i1 + offset + right + 1);
   if (hi < lo) hi = lo;
+}
+
+void Problem::query_range(int64_t j, int64_t& lo, int64_t& hi) const {
+  // j >= i + offset - left  <=>  i <= j - offset + left;   j <= i + offset + right  <=>  i >= j - offset - right
+  lo = right < 0 ? std::numeric_limits<int64_t>::min() / 4 : j - offset - right;
+  hi = left < 0 ? std::numeric_limits<int64_t>::max() / 4 : j - offset + left;
 }
 
 bool Problem::structurally_visible(int64_t b, int64_t i, int64_t j) const {

@@ -1,0 +1,25 @@
+"""The installed package: docstrings explain every argument, type stubs ship with it."""
+import inspect
+from pathlib import Path
+
+import attn
+
+
+def test_docstrings_cover_every_argument():
+    for fn in (attn.attention, attn.attend):
+        doc = inspect.getdoc(fn)
+        for name in inspect.signature(fn).parameters:
+            assert f"{name}" in doc, f"{fn.__name__}: argument {name} is not documented"
+    assert "bottom-right" in inspect.getdoc(attn.attention)
+    assert "layout" in attn.__doc__ and "-inf" in attn.__doc__
+
+
+def test_type_stubs_are_installed():
+    pkg = Path(attn.__file__).parent
+    stub = (pkg / "_attn.pyi").read_text()
+    assert "def attend_into(" in stub and "def canonical_mechanism(" in stub
+    assert (pkg / "py.typed").exists()
+
+
+def test_canonical_mechanism_round_trip():
+    assert attn.canonical_mechanism("softmax:scale=0.5,causal") == "softmax:causal,scale=0.5"
