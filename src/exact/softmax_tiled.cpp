@@ -266,10 +266,12 @@ void softmax_tiled(const Problem& p, const kernels::TileKernels& kern, const Ten
   const int64_t q_blocks = (p.N + L - 1) / L;
   const int64_t items = p.B * p.H * q_blocks;
   const int nthreads = threads > 0 ? threads : max_threads();
+  // Scratch is allocated here, before the parallel region, so no allocation (and no
+  // exception) can happen inside it.
   std::vector<Scratch> scratch(static_cast<size_t>(nthreads));
+  for (Scratch& s : scratch) s.reserve(p);
   parallel_for(items, threads, [&](int64_t item, int tid) {
     Scratch& s = scratch[static_cast<size_t>(tid)];
-    s.reserve(p);
     const int64_t qb = item % q_blocks, bh = item / q_blocks;
     Block(p, kern, s, bh / p.H, bh % p.H, qb * L).run(out, lse, probs);
   });
