@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages attn builds and tests with (as root; skips what is present).
 set -euo pipefail
-packages=(cmake ninja-build g++ clang libclang-rt-14-dev libgtest-dev libcli11-dev libfmt-dev
+packages=(cmake ninja-build g++ clang libclang-rt-14-dev libomp-dev libgtest-dev libcli11-dev libfmt-dev
           nlohmann-json3-dev libopenblas-dev python3 python3-venv python3-dev)
 missing=()
 for p in "${packages[@]}"; do

@@ -31,7 +31,7 @@ int run(const DemoArgs& a) {
       {"causal", "softmax:causal"},
       {"sliding window 128", "softmax:causal,window=128:0"},
       {"softcap 30", "softmax:causal,softcap=30"},
-      {"ALiBi", "softmax:causal", DType::f32, 0, true},
+      {"ALiBi (slopes 2^(-8h/H))", "softmax:causal", DType::f32, 0, true},
       {"GQA (kv heads = H/4)", "softmax:causal", DType::f32, std::max<int64_t>(1, a.heads / 4)},
       {"MQA (1 kv head)", "softmax:causal", DType::f32, 1},
       {"cosine score", "softmax:score=cosine,scale=10"},
@@ -63,7 +63,7 @@ int run(const DemoArgs& a) {
         for (int64_t c = 0; c < o.shape[3]; ++c)
           err = std::max(err, static_cast<double>(std::abs(o.at(0, h, i, c) - ref.out.at(0, h, i, c))));
     const double gflops = attention_flops(w.q.view(), w.k.view(), w.v.view(), mech) / secs / 1e9;
-    fmt::print("{:<26} {:<32} {:>9} {:>11.2e} {:>10.3f} {:>9.1f}\n", var.label, var.mechanism, dtype_name(var.dtype),
+    fmt::print("{:<26} {:<32} {:>9} {:>11.2e} {:>10.3f} {:>9.1f}\n", var.label, var.mechanism + (var.alibi ? " +alibi" : ""), dtype_name(var.dtype),
                err, secs * 1e3, gflops);
   }
   fmt::print("\nThe reference accumulates in float64 over full score rows; bf16/fp16 errors include the\n"

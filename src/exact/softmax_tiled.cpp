@@ -24,6 +24,7 @@ constexpr int64_t L = kernels::kQueryTile;
 struct Scratch {
   AlignedFloats qt, st, ot, kbuf, vbuf, qp, kp;
   AlignedFloats m{L}, l{L}, alpha{L};
+  std::vector<float> row_scale = std::vector<float>(L);
   std::vector<float> row, kinv;
   std::vector<uint8_t> live;
   void reserve(const Problem& p) {
@@ -82,12 +83,13 @@ class Block {
       const int64_t qi = i0_ + i;
       kern_.to_float(static_cast<const char*>(p_.q.data) + p_.q.offset(b_, h_, qi, 0) * dtype_size(p_.q.dtype),
                      p_.q.dtype, p_.q.strides[3], p_.D, row);
+      double scale = p_.row_scale(b_, h_, qi);
+      s_.row_scale[i] = static_cast<float>(scale);
       if (p_.mech.score == ScoreKind::additive) {
         float* qp = s_.qp.data() + i * p_.A;
         project(row, p_.additive->wq.data(), qp);
         continue;
       }
-      double scale = p_.row_scale(b_, h_, qi);
       if (p_.mech.score == ScoreKind::cosine) scale /= std::sqrt(std::max(sum_sq(row, p_.D), 1e-30));
       for (int64_t c = 0; c < p_.D; ++c) qt[c * L + i] = static_cast<float>(row[c] * scale);
     }
@@ -141,37 +143,64 @@ class Block {
         }
     }
     if (p_.mech.softcap > 0) kern_.softcap(st, bc * L, static_cast<float>(p_.mech.softcap));
-    if (p_.has_bias())
-      for (int64_t j = 0; j < bc; ++j)
-        for (int64_t i = 0; i < nq_; ++i) st[j * L + i] += p_.additive_bias(b_, h_, i0_ + i, j0 + j);
+    if (p_.bias) add_bias(j0, bc);
+    if (!p_.alibi.empty()) {  // -slope * |i + M - N - j|, exact in float below 2^24
+      const float slope = p_.alibi[b_ * p_.H + h_];
+      for (int64_t j = 0; j < bc; ++j) {
+        const float d0 = static_cast<float>(i0_ + p_.offset - (j0 + j));
+        float* row = st + j * L;
+        for (int64_t i = 0; i < nq_; ++i) row[i] -= slope * std::fabs(d0 + static_cast<float>(i));
+      }
+    }
     if (p_.tile_fully_visible(b_, i0_, i0_ + nq_ - 1, j0, j0 + bc - 1)) return true;
     const float neg_inf = -std::numeric_limits<float>::infinity();
+    const uint8_t* mask = nullptr;
+    int64_t ms_i = 0, ms_j = 0;
+    if (p_.mask) {
+      mask = static_cast<const uint8_t*>(p_.mask->data) + p_.mask->offset(b_, h_, i0_, j0);
+      ms_i = p_.mask->strides[2], ms_j = p_.mask->strides[3];
+    }
     bool all_live = true;
     for (int64_t j = 0; j < bc; ++j) {
       float* row = st + j * L;
-      bool live = false;
-      if (p_.mask) {
-        for (int64_t i = 0; i < nq_; ++i) {
-          if (p_.visible(b_, h_, i0_ + i, j0 + j))
+      // Causal/window: key j is visible to the contiguous lanes [lo, hi] of this block
+      // (keys past the padding length are never in the tile range).
+      int64_t lo, hi;
+      p_.query_range(j0 + j, lo, hi);
+      lo = std::max<int64_t>(lo - i0_, 0);
+      hi = std::min<int64_t>(hi - i0_, nq_ - 1);
+      if (lo > hi) lo = nq_, hi = nq_ - 1;
+      std::fill(row, row + lo, neg_inf);
+      std::fill(row + hi + 1, row + nq_, neg_inf);
+      bool live = lo <= hi;
+      if (mask) {
+        live = false;
+        const uint8_t* mj = mask + j * ms_j;
+        for (int64_t i = lo; i <= hi; ++i) {
+          if (mj[i * ms_i])
             live = true;
           else
             row[i] = neg_inf;
         }
-      } else {
-        // Causal/window: key j is visible to the contiguous lanes [lo, hi] of this block.
-        int64_t lo, hi;
-        p_.query_range(j0 + j, lo, hi);
-        lo = std::max<int64_t>(lo - i0_, 0);
-        hi = std::min<int64_t>(hi - i0_, nq_ - 1);
-        live = lo <= hi;
-        if (!live) lo = nq_, hi = nq_ - 1;
-        std::fill(row, row + lo, neg_inf);
-        std::fill(row + hi + 1, row + nq_, neg_inf);
       }
       s_.live[j] = live;
       all_live &= live;
     }
     return all_live;
+  }
+
+  void add_bias(int64_t j0, int64_t bc) {
+    const TensorView& bv = *p_.bias;
+    float* st = s_.st.data();
+    const int64_t si = bv.strides[2], sj = bv.strides[3], base = bv.offset(b_, h_, i0_, j0);
+    if (bv.dtype == DType::f32) {
+      const float* bp = static_cast<const float*>(bv.data) + base;
+      for (int64_t j = 0; j < bc; ++j)
+        for (int64_t i = 0; i < nq_; ++i) st[j * L + i] += bp[i * si + j * sj];
+      return;
+    }
+    for (int64_t j = 0; j < bc; ++j)
+      for (int64_t i = 0; i < nq_; ++i) st[j * L + i] += load_as_float(bv.data, bv.dtype, base + i * si + j * sj);
   }
 
   void additive_scores(const float* k, int64_t ks, int64_t bc) {
@@ -188,7 +217,7 @@ class Block {
         const float* qp = s_.qp.data() + i * p_.A;
         float s = 0;
         for (int64_t a = 0; a < p_.A; ++a) s += w[a] * std::tanh(qp[a] + kp[j * p_.A + a]);
-        st[j * L + i] = static_cast<float>(s * p_.row_scale(b_, h_, i0_ + i));
+        st[j * L + i] = s * s_.row_scale[i];
       }
   }
 
