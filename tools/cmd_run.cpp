@@ -80,14 +80,9 @@ int run(const RunArgs& r) {
   std::vector<int64_t> oshape = layout == Layout::bhnd ? std::vector<int64_t>{o.shape[0], o.shape[1], o.shape[2], o.shape[3]}
                                                        : std::vector<int64_t>{o.shape[0], o.shape[2], o.shape[1], o.shape[3]};
   if (qa.shape.size() == 3) oshape.erase(oshape.begin());
-  // Output follows q's dtype; bfloat16 has no .npy type, so it is written as float32.
-  Tensor out_f(o.dtype == DType::f16 ? DType::f16 : DType::f32, o.shape, layout);
-  for (int64_t b = 0; b < o.shape[0]; ++b)
-    for (int64_t h = 0; h < o.shape[1]; ++h)
-      for (int64_t i = 0; i < o.shape[2]; ++i)
-        for (int64_t c = 0; c < o.shape[3]; ++c)
-          store_from_float(out_f.view().data, out_f.view().dtype, out_f.view().offset(b, h, i, c), o.at(b, h, i, c));
-  write_npy(r.out, out_f.view().dtype, oshape, out_f.view().data);
+  // attend() allocates the output contiguous in q's layout and dtype (float32 or float16 here),
+  // which is exactly the .npy order of `oshape`.
+  write_npy(r.out, o.dtype, oshape, o.data);
   const auto& s = q.shape;
   if (!r.lse.empty()) write_npy(r.lse, DType::f32, {s[0], s[1], s[2]}, res.lse.view().data);
   if (!r.probs.empty()) write_npy(r.probs, DType::f32, {s[0], s[1], s[2], k.shape[2]}, res.probs.view().data);

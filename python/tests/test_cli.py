@@ -32,3 +32,17 @@ def test_cli_rejects_float64(tmp_path):
                         "--v", str(tmp_path / "x.npy"), "--out", str(tmp_path / "o.npy")], capture_output=True, text=True)
     assert p.returncode != 0
     assert "dtype '<f8' is not supported" in p.stderr
+
+
+def test_cli_run_bnhd_float16(tmp_path):
+    r = np.random.default_rng(4)
+    q = r.standard_normal((2, 9, 4, 8)).astype(np.float16)  # (B, N, H, D)
+    k = r.standard_normal((2, 11, 2, 8)).astype(np.float16)
+    for name, x in (("q", q), ("k", k), ("v", k)):
+        np.save(tmp_path / f"{name}.npy", x)
+    subprocess.run([str(cli_path()), "run", "--layout", "bnhd", "-m", "softmax:causal", "--q", str(tmp_path / "q.npy"),
+                    "--k", str(tmp_path / "k.npy"), "--v", str(tmp_path / "v.npy"), "--out", str(tmp_path / "o.npy")],
+                   check=True, capture_output=True)
+    out = np.load(tmp_path / "o.npy")
+    assert out.dtype == np.float16 and out.shape == (2, 9, 4, 8)
+    assert np.array_equal(out, attn.attention(q, k, k, causal=True))
