@@ -9,6 +9,7 @@
 #include "exact/softmax_tiled.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -21,20 +22,58 @@ namespace {
 
 constexpr int64_t L = kernels::kQueryTile;
 
+bool is_plain_f32(const TensorView& v) { return v.dtype == DType::f32 && v.strides[3] == 1; }
+
+// Inputs that are not float32 with unit inner stride (bf16, fp16, strided) are converted to
+// float32 rows. Converted rows of the kv head a thread is working on are kept, so the query
+// blocks of that head convert each row once instead of once per block. Bounded per thread.
+std::atomic<int64_t> g_row_cache_bytes{int64_t{64} << 20};
+
+struct RowCache {
+  int64_t b = -1, h = -1;
+  AlignedFloats rows;          // (M, dim) float32
+  std::vector<uint8_t> done;   // row j converted?
+  bool enabled = false;
+  void reserve(int64_t m, int64_t dim) {
+    enabled = m * dim * static_cast<int64_t>(sizeof(float)) <= g_row_cache_bytes.load();
+    if (!enabled) return;
+    rows.resize(static_cast<size_t>(m * dim));
+    done.resize(static_cast<size_t>(m));
+  }
+  // Rows [j0, j0 + n) of head (b, h) as float32, converting those not yet converted.
+  const float* get(const kernels::TileKernels& kern, const TensorView& t, int64_t b, int64_t h, int64_t j0, int64_t n) {
+    const int64_t dim = t.dim();
+    if (b != this->b || h != this->h) {
+      std::fill(done.begin(), done.end(), 0);
+      this->b = b, this->h = h;
+    }
+    const auto esize = static_cast<int64_t>(dtype_size(t.dtype));
+    for (int64_t j = j0; j < j0 + n; ++j)
+      if (!done[j]) {
+        kern.to_float(static_cast<const char*>(t.data) + t.offset(b, h, j, 0) * esize, t.dtype, t.strides[3], dim,
+                      rows.data() + j * dim);
+        done[j] = 1;
+      }
+    return rows.data() + j0 * dim;
+  }
+};
+
 struct Scratch {
   AlignedFloats qt, st, ot, kbuf, vbuf, qp, kp;
   AlignedFloats m{L}, l{L}, alpha{L};
   std::vector<float> row_scale = std::vector<float>(L);
-  std::vector<float> row, kinv;
+  std::vector<float> row;
   std::vector<uint8_t> live;
+  RowCache kcache, vcache;
   void reserve(const Problem& p) {
+    if (!is_plain_f32(p.k)) kcache.reserve(p.M, p.D);
+    if (!is_plain_f32(p.v)) vcache.reserve(p.M, p.Dv);
     qt.resize(static_cast<size_t>(p.D * L));
     st.resize(static_cast<size_t>(kKeyTile * L));
     ot.resize(static_cast<size_t>(p.Dv * L));
     kbuf.resize(static_cast<size_t>(kKeyTile * p.D));
     vbuf.resize(static_cast<size_t>(kKeyTile * p.Dv));
     row.resize(static_cast<size_t>(std::max(p.D, p.Dv)));
-    kinv.resize(kKeyTile);
     live.resize(kKeyTile);
     if (p.A > 0) {
       qp.resize(static_cast<size_t>(L * p.A));
@@ -42,8 +81,6 @@ struct Scratch {
     }
   }
 };
-
-bool is_plain_f32(const TensorView& v) { return v.dtype == DType::f32 && v.strides[3] == 1; }
 
 class Block {
  public:
@@ -114,15 +151,15 @@ class Block {
   }
 
   // Rows [j0, j0+bc) of K (or V) as float32 with unit inner stride: in place when the input
-  // already is, else converted into `buf`.
-  const float* rows_f32(const TensorView& t, int64_t j0, int64_t bc, int64_t dim, float* buf,
-                        int64_t& stride) const {
+  // already is, else from the thread's row cache, else converted into `buf`.
+  const float* rows_f32(const TensorView& t, RowCache& cache, int64_t j0, int64_t bc, float* buf, int64_t& stride) const {
     if (is_plain_f32(t)) {
       stride = t.strides[2];
       return reinterpret_cast<const float*>(row_ptr(t, j0));
     }
-    for (int64_t j = 0; j < bc; ++j) kern_.to_float(row_ptr(t, j0 + j), t.dtype, t.strides[3], dim, buf + j * dim);
-    stride = dim;
+    stride = t.dim();
+    if (cache.enabled) return cache.get(kern_, t, b_, hk_, j0, bc);
+    for (int64_t j = 0; j < bc; ++j) kern_.to_float(row_ptr(t, j0 + j), t.dtype, t.strides[3], t.dim(), buf + j * t.dim());
     return buf;
   }
 
@@ -131,7 +168,7 @@ class Block {
   bool scores(int64_t j0, int64_t bc) {
     float* st = s_.st.data();
     int64_t ks;
-    const float* k = rows_f32(p_.k, j0, bc, p_.D, s_.kbuf.data(), ks);
+    const float* k = rows_f32(p_.k, s_.kcache, j0, bc, s_.kbuf.data(), ks);
     if (p_.mech.score == ScoreKind::additive) {
       additive_scores(k, ks, bc);
     } else {
@@ -234,7 +271,7 @@ class Block {
   // V rows of the tile; rows no query may see are zeroed (0 * NaN would leak otherwise).
   const float* values(int64_t j0, int64_t bc, bool all_live, int64_t& vs) {
     float* buf = s_.vbuf.data();
-    if (all_live) return rows_f32(p_.v, j0, bc, p_.Dv, buf, vs);
+    if (all_live) return rows_f32(p_.v, s_.vcache, j0, bc, buf, vs);
     for (int64_t j = 0; j < bc; ++j) {
       if (s_.live[j])
         kern_.to_float(row_ptr(p_.v, j0 + j), p_.v.dtype, p_.v.strides[3], p_.Dv, buf + j * p_.Dv);
@@ -288,6 +325,8 @@ class Block {
 };
 
 }  // namespace
+
+void set_row_cache_limit(int64_t bytes) { g_row_cache_bytes = bytes; }
 
 void softmax_tiled(const Problem& p, const kernels::TileKernels& kern, const TensorView& out,
                    const TensorView* lse, const TensorView* probs, int threads) {

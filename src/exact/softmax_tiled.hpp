@@ -9,6 +9,10 @@ namespace attn::exact {
 
 constexpr int64_t kKeyTile = 64;
 
+// Per-thread bound on the float32 copies of one kv head's K and V rows kept for inputs that
+// are not float32 (default 64 MiB each); above it rows are converted per tile. For tests.
+void set_row_cache_limit(int64_t bytes);
+
 void softmax_tiled(const Problem& p, const kernels::TileKernels& kern, const TensorView& out,
                    const TensorView* lse, const TensorView* probs, int threads);
 

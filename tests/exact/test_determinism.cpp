@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "exact/softmax_tiled.hpp"
 #include "support/random_inputs.hpp"
 
 namespace attn {
@@ -33,6 +34,24 @@ TEST(Determinism, BitwiseAcrossThreadCountsAndRepeats) {
         EXPECT_TRUE(bitwise_equal(one.lse, many.lse)) << mech << " threads " << t;
       }
     }
+}
+
+// bf16/fp16 K and V rows are converted once per head and kept (row cache) or converted per
+// tile when the cache would be too large: both give bitwise the same result.
+TEST(RowCache, CachedAndPerTileConversionAgreeBitwise) {
+  std::mt19937 rng(21);
+  for (DType dt : {DType::bf16, DType::f16}) {
+    auto q = testing::random_tensor(rng, dt, 2, 4, 150, 24, Layout::bnhd);
+    auto k = testing::random_tensor(rng, dt, 2, 2, 170, 24, Layout::bnhd);
+    auto v = testing::random_tensor(rng, dt, 2, 2, 170, 16, Layout::bnhd);
+    AttendOptions o;
+    o.threads = 2;
+    const auto cached = attend(q.view, k.view, v.view, parse_mechanism("softmax:window=40:7"), o);
+    exact::set_row_cache_limit(0);
+    const auto per_tile = attend(q.view, k.view, v.view, parse_mechanism("softmax:window=40:7"), o);
+    exact::set_row_cache_limit(int64_t{64} << 20);
+    EXPECT_TRUE(bitwise_equal(cached.out, per_tile.out)) << dtype_name(dt);
+  }
 }
 
 // Keys hidden from every query (padding, a mask column of zeros, outside every window) are
