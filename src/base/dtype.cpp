@@ -38,7 +38,8 @@ uint16_t float_to_f16(float x) {
   uint32_t u = bits_of(x);
   const uint32_t sign = (u >> 16) & 0x8000;
   u &= 0x7fffffff;
-  if (u >= 0x7f800000) return static_cast<uint16_t>(sign | 0x7c00 | (u > 0x7f800000 ? 0x200 : 0));
+  if (u > 0x7f800000) return static_cast<uint16_t>(sign | 0x7e00 | ((u >> 13) & 0x3ff));  // quiet NaN, payload kept as F16C does
+  if (u == 0x7f800000) return static_cast<uint16_t>(sign | 0x7c00);
   if (u >= 0x477ff000) return static_cast<uint16_t>(sign | 0x7c00);  // rounds past 65504
   if (u < 0x38800000) {  // subnormal half (or zero): scale so the half ulp is 1, round
     const float mag = float_of(u) * 16777216.0f;  // 2^24, exact

@@ -286,11 +286,13 @@ class Block {
     const float* ot = s_.ot.data();
     const float* m = s_.m.data();
     const float* l = s_.l.data();
+    float* row = s_.row.data();
+    const auto esize = static_cast<int64_t>(dtype_size(out.dtype));
     for (int64_t i = 0; i < nq_; ++i) {
       const float inv = l[i] > 0 ? 1.0f / l[i] : 0.0f;
-      const int64_t base = out.offset(b_, h_, i0_ + i, 0);
-      for (int64_t c = 0; c < p_.Dv; ++c)
-        store_from_float(out.data, out.dtype, base + c * out.strides[3], ot[c * L + i] * inv);
+      for (int64_t c = 0; c < p_.Dv; ++c) row[c] = ot[c * L + i] * inv;
+      kern_.from_float(row, out.dtype, out.strides[3], p_.Dv,
+                       static_cast<char*>(out.data) + out.offset(b_, h_, i0_ + i, 0) * esize);
       if (lse)
         static_cast<float*>(lse->data)[lse->offset(b_, h_, i0_ + i, 0)] =
             l[i] > 0 ? m[i] + std::log(l[i]) : -std::numeric_limits<float>::infinity();

@@ -34,6 +34,8 @@ struct TileKernels {
   void (*exp_rows)(float* x, int64_t n, const float* sub);
   // dst[c] = float(src[c * stride]) for c < n.
   void (*to_float)(const void* src, DType dtype, int64_t stride, int64_t n, float* dst);
+  // dst[c * stride] = src[c] rounded to `dtype` (nearest even) for c < n.
+  void (*from_float)(const float* src, DType dtype, int64_t stride, int64_t n, void* dst);
 };
 
 const TileKernels& kernels_for(Isa isa);

@@ -199,7 +199,20 @@ void to_float(const void* src, DType dtype, int64_t stride, int64_t n, float* ds
   for (int64_t c = 0; c < n; ++c) dst[c] = load_as_float(src, dtype, c * stride);
 }
 
+void from_float(const float* src, DType dtype, int64_t stride, int64_t n, void* dst) {
+  if (stride == 1) {
+    if (dtype == DType::f32) {
+      float* d = static_cast<float*>(dst);
+      for (int64_t c = 0; c < n; ++c) d[c] = src[c];
+    } else {
+      from_float_unit(src, dtype, n, dst);
+    }
+    return;
+  }
+  for (int64_t c = 0; c < n; ++c) store_from_float(dst, dtype, c * stride, src[c]);
+}
+
 inline const TileKernels& table(Isa isa) {
-  static const TileKernels t{isa, qk, softmax_update, pv, softcap, exp_rows, to_float};
+  static const TileKernels t{isa, qk, softmax_update, pv, softcap, exp_rows, to_float, from_float};
   return t;
 }

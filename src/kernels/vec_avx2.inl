@@ -49,3 +49,14 @@ inline void to_float_unit(const void* src, DType dtype, int64_t n, float* dst) {
   }
   for (; c < n; ++c) dst[c] = load_as_float(src, dtype, c);
 }
+
+inline void from_float_unit(const float* src, DType dtype, int64_t n, void* dst) {
+  int64_t c = 0;
+  uint16_t* d = static_cast<uint16_t*>(dst);
+  if (dtype == DType::f16) {
+    for (; c + 8 <= n; c += 8)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + c),
+                       _mm256_cvtps_ph(_mm256_loadu_ps(src + c), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  for (; c < n; ++c) store_from_float(dst, dtype, c, src[c]);  // bf16: scalar
+}

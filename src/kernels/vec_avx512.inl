@@ -49,3 +49,24 @@ inline void to_float_unit(const void* src, DType dtype, int64_t n, float* dst) {
   }
   for (; c < n; ++c) dst[c] = load_as_float(src, dtype, c);
 }
+
+inline void from_float_unit(const float* src, DType dtype, int64_t n, void* dst) {
+  int64_t c = 0;
+  uint16_t* d = static_cast<uint16_t*>(dst);
+  if (dtype == DType::f16) {
+    for (; c + 16 <= n; c += 16)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + c),
+                          _mm512_cvtps_ph(_mm512_loadu_ps(src + c), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  } else if (dtype == DType::bf16) {
+    for (; c + 16 <= n; c += 16) {  // round to nearest even; NaN stays a (quiet) NaN
+      const __m512 x = _mm512_loadu_ps(src + c);
+      const __m512i u = _mm512_castps_si512(x);
+      const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+      __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+      const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+      r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + c), _mm512_cvtepi32_epi16(r));
+    }
+  }
+  for (; c < n; ++c) store_from_float(dst, dtype, c, src[c]);
+}

@@ -25,3 +25,7 @@ inline Vec vtanh(Vec x) { return {std::tanh(x.v)}; }
 inline void to_float_unit(const void* src, DType dtype, int64_t n, float* dst) {
   for (int64_t c = 0; c < n; ++c) dst[c] = load_as_float(src, dtype, c);
 }
+
+inline void from_float_unit(const float* src, DType dtype, int64_t n, void* dst) {
+  for (int64_t c = 0; c < n; ++c) store_from_float(dst, dtype, c, src[c]);
+}

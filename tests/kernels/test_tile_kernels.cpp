@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "base/aligned_buffer.hpp"
@@ -95,6 +96,42 @@ TEST(TileKernels, SoftmaxUpdateMasksAndRescales) {
     EXPECT_NEAR(alpha.data()[1], std::exp(-1.0), 1e-6);
     EXPECT_NEAR(l.data()[1], 3 * std::exp(-1.0) + std::exp(-2.0) + 1, 1e-6);
   }
+}
+
+}  // namespace
+}  // namespace attn::kernels
+
+namespace attn::kernels {
+namespace {
+
+// Vector conversions round exactly like the scalar ones (nearest even, NaN stays NaN, inf, ties,
+// subnormals), both ways, with unit and non-unit strides.
+TEST(TileKernels, ConversionsMatchScalarRounding) {
+  std::vector<float> src;
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int i = 0; i < 4000; ++i) {
+    const uint32_t u = bits(rng);
+    float x;
+    std::memcpy(&x, &u, 4);
+    src.push_back(x);
+  }
+  for (float x : {0.0f, -0.0f, 1.0f + std::ldexp(1.0f, -8), 65504.0f, 65520.0f, 1e-7f, 6e-8f, INFINITY, -INFINITY, NAN})
+    src.push_back(x);
+  const auto n = static_cast<int64_t>(src.size());
+  for (Isa isa : supported_isas())
+    for (DType dt : {DType::bf16, DType::f16, DType::f32})
+      for (int64_t stride : {1, 3}) {
+        const TileKernels& k = kernels_for(isa);
+        std::vector<uint8_t> got(static_cast<size_t>(n * stride * 4)), want(got.size());
+        k.from_float(src.data(), dt, stride, n, got.data());
+        for (int64_t c = 0; c < n; ++c) store_from_float(want.data(), dt, c * stride, src[c]);
+        ASSERT_EQ(got, want) << isa_name(isa) << " " << dtype_name(dt) << " stride " << stride;
+        std::vector<float> back(static_cast<size_t>(n)), back_want(static_cast<size_t>(n));
+        k.to_float(got.data(), dt, stride, n, back.data());
+        for (int64_t c = 0; c < n; ++c) back_want[c] = load_as_float(got.data(), dt, c * stride);
+        ASSERT_EQ(std::memcmp(back.data(), back_want.data(), back.size() * 4), 0) << isa_name(isa);
+      }
 }
 
 }  // namespace
