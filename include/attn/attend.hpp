@@ -60,6 +60,8 @@ AttendResult attend(const TensorView& q, const TensorView& k, const TensorView& 
 
 // Same, writing into caller-provided views (out: (B,H,N,Dv) any dtype/strides;
 // lse: (B,H,N,1) f32; probs: (B,H,N,M) f32). Pass nullptr for outputs you do not want.
+// Outputs must not overlap k, v, masks or each other (out may be q itself: each block of
+// queries is read before its outputs are written).
 void attend_into(const TensorView& q, const TensorView& k, const TensorView& v,
                  const Mechanism& mechanism, const AttendOptions& options,
                  const TensorView& out, const TensorView* lse, const TensorView* probs);

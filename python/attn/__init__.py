@@ -19,7 +19,8 @@ returns zeros and its log-sum-exp is -inf.
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Tuple, Union
+import warnings
+from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -51,6 +52,13 @@ def _prepare(x: Any, name: str) -> Any:
     if _is_torch(x):
         if x.device.type != "cpu":
             raise ValueError(f"{name} must be on the CPU, got device {x.device}")
+        if x.requires_grad:
+            import torch
+
+            if torch.is_grad_enabled():
+                warnings.warn(f"attn: {name} requires grad, but attn has no backward pass yet: the result "
+                              "is detached (run under torch.no_grad() to silence this)", RuntimeWarning,
+                              stacklevel=4)
         return x.detach()
     if isinstance(x, np.ndarray):
         return x

@@ -55,3 +55,12 @@ def test_empty_inputs():
     q, k, v = qkv(M=0)
     out, lse = attn.attention(q, k, v, return_lse=True)
     assert (out == 0).all() and np.isneginf(lse).all()
+
+
+def test_requires_grad_warns_that_the_result_is_detached():
+    q = torch.randn(1, 4, 2, 8, requires_grad=True)
+    with pytest.warns(RuntimeWarning, match="no backward pass yet"):
+        out = attn.attention(q, q, q)
+    assert not out.requires_grad
+    with torch.no_grad():
+        attn.attention(q, q, q)  # no warning needed

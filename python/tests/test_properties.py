@@ -26,7 +26,8 @@ def problems(draw):
     use_torch = draw(st.booleans())
     pad = draw(st.booleans())
     seed = draw(st.integers(0, 2**31 - 1))
-    return dict(B=B, H=H, Hkv=Hkv, N=N, M=M, D=D, Dv=Dv, layout=layout, causal=causal, window=(left, right),
+    dtype = draw(st.sampled_from(["float32", "float32", "bfloat16", "float16"]))
+    return dict(dtype=dtype, B=B, H=H, Hkv=Hkv, N=N, M=M, D=D, Dv=Dv, layout=layout, causal=causal, window=(left, right),
                 strided=strided, use_mask=use_mask, use_torch=use_torch, pad=pad, seed=seed)
 
 
@@ -48,10 +49,17 @@ def test_random_problems_match_float64(p):
     v = tensor(rng, p["B"], p["Hkv"], p["M"], p["Dv"], p["layout"], p["strided"])
     mask = rng.random((p["B"], 1, p["N"], p["M"])) > 0.4 if p["use_mask"] else None
     kv_len = [int(x) for x in rng.integers(0, p["M"] + 1, p["B"])] if p["pad"] else None
+    tdtype = getattr(torch, p["dtype"])
+    if p["dtype"] == "bfloat16":  # numpy has no bfloat16: torch tensors
+        p["use_torch"] = True
+    if p["dtype"] != "float32":  # round the inputs to the storage dtype first
+        q, k, v = (torch.from_numpy(np.ascontiguousarray(x)).to(tdtype).float().numpy() for x in (q, k, v))
     args = (q, k, v)
     if p["use_torch"]:
-        args = tuple(torch.from_numpy(x) for x in args)
+        args = tuple(torch.from_numpy(x).to(tdtype) for x in args)
         mask = torch.from_numpy(mask) if mask is not None else None
+    elif p["dtype"] == "float16":
+        args = tuple(x.astype(np.float16) for x in args)
     out, lse = attn.attention(*args, causal=p["causal"], window_size=p["window"], attn_mask=mask,
                               key_padding_lengths=kv_len, layout=p["layout"], return_lse=True)
     to_bhnd = (lambda x: torch.as_tensor(np.ascontiguousarray(x)).transpose(1, 2)) if p["layout"] == "bnhd" \
@@ -60,8 +68,10 @@ def test_random_problems_match_float64(p):
     m = torch.as_tensor(np.asarray(mask)) if mask is not None else None
     kw = dict(causal=p["causal"], window=p["window"], mask=m, kv_len=kv_len)
     oracle, lse64 = literal_attention(qb, kb, vb, dtype=torch.float64, **kw)
-    plain, _ = literal_attention(qb, kb, vb, dtype=torch.float32, **kw)
-    assert_rule(to_bhnd(np.asarray(out)), oracle, plain, torch.float32)
+    plain, _ = literal_attention(qb, kb, vb, dtype=tdtype if tdtype == torch.bfloat16 else torch.float32, **kw)
+    plain = plain.to(tdtype)  # float16: float32 math rounded to the storage dtype
+    out = out.float() if isinstance(out, torch.Tensor) else out.astype(np.float32)
+    assert_rule(to_bhnd(np.asarray(out)), oracle, plain, tdtype)
     lse = torch.as_tensor(np.asarray(lse)).double()
     fin = torch.isfinite(lse64)
     assert torch.equal(torch.isfinite(lse), fin)

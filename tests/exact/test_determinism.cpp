@@ -1,7 +1,9 @@
 // Results are bitwise the same whatever the thread count, and hidden keys cannot leak NaN.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "exact/softmax_tiled.hpp"
 #include "support/random_inputs.hpp"
@@ -126,6 +128,34 @@ TEST(FullyMaskedRows, ZerosAndMinusInfFourWays) {
       for (int64_t c = 0; c < 8; ++c) EXPECT_EQ(r.out.at(b, 0, w.row, c), 0.0f) << w.mech;
       EXPECT_EQ(r.lse.at(b, 0, w.row, 0), -INFINITY) << w.mech << " " << isa_name(isa);
     }
+}
+
+// Bias entries at float's most negative finite value (how some models mask) and long runs of
+// them: outputs stay finite, and a row whose keys all carry it degrades to uniform weights over
+// those keys (as in torch), not NaN.
+TEST(LargeMagnitudes, LowestFiniteBiasStaysFinite) {
+  std::mt19937 rng(9);
+  const int64_t N = 70, M = 90, D = 16;
+  auto q = testing::random_tensor(rng, DType::f32, 1, 2, N, D, Layout::bhnd, 5.0f);
+  auto k = testing::random_tensor(rng, DType::f32, 1, 2, M, D, Layout::bhnd, 5.0f);
+  auto v = testing::random_tensor(rng, DType::f32, 1, 2, M, D);
+  std::vector<float> bias(static_cast<size_t>(N * M), 0.0f);
+  const float lowest = std::numeric_limits<float>::lowest();
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t j = 0; j < M; ++j)
+      if (i == 4 || j % 3 == 0) bias[i * M + j] = lowest;  // row 4: every key at lowest
+  AttendOptions o;
+  o.bias = make_view(bias.data(), DType::f32, 1, 1, N, M);
+  for (Isa isa : supported_isas()) {
+    o.isa = isa;
+    const auto r = attend(q.view, k.view, v.view, parse_mechanism("softmax:softcap=30"), o);
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t c = 0; c < D; ++c) ASSERT_TRUE(std::isfinite(r.out.at(0, h, i, c))) << isa_name(isa);
+    double mean = 0;  // row 4: the plain mean of v
+    for (int64_t j = 0; j < M; ++j) mean += v.view.at(0, 1, j, 3);
+    EXPECT_NEAR(r.out.at(0, 1, 4, 3), mean / M, 1e-5) << isa_name(isa);
+  }
 }
 
 }  // namespace
