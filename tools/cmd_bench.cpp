@@ -22,7 +22,7 @@ struct BenchArgs {
   std::vector<int64_t> sizes{1024, 4096}, dims{64, 128};
   std::vector<int> threads{1, 2};
   std::vector<std::string> dtypes{"f32", "bf16"};
-  std::vector<std::string> masks{"none", "causal"};
+  std::vector<std::string> mechanisms{"softmax", "softmax:causal"};
   int64_t heads = 8, kv_heads = 0;
   int reps = 2;
   std::string json;
@@ -66,23 +66,25 @@ int run(const BenchArgs& a) {
   fmt::print("read bandwidth {}T {:.1f} GB/s\n", a.threads.back(), bw);
   fmt::print("isa {}, OpenBLAS core {}\n\n", isa_name(active_isa()), openblas_get_corename());
 
-  struct Case { int64_t n, d; std::string dt, mask; int threads; };
+  struct Case { int64_t n, d; std::string dt; Mechanism mech; int threads; };
   std::vector<Case> cases;
   for (int64_t n : a.sizes)
     for (int64_t d : a.dims)
-      for (const auto& m : a.masks)
+      for (const auto& m : a.mechanisms)
         for (const auto& dt : a.dtypes)
-          for (int t : a.threads) cases.push_back({n, d, dt, m, t});
+          for (int t : a.threads) cases.push_back({n, d, dt, parse_mechanism(m), t});
 
-  fmt::print("{:>7} {:>6} {:>5} {:>4} {:>7} {:>3} {:>10} {:>9} {:>8}\n", "case", "N=M", "d", "", "dtype", "T",
-             "ms", "GFLOP/s", "ratio");
+  fmt::print("{:>7} {:>6} {:>5} {:<32} {:>5} {:>3} {:>10} {:>9} {:>8}\n", "case", "N=M", "d", "mechanism", "dtype",
+             "T", "ms", "GFLOP/s", "ratio");
   size_t idx = 0;
   for (const Case& c : cases) {
     ++idx;
     Workload w;
     w.H = a.heads, w.Hkv = a.kv_heads ? a.kv_heads : a.heads, w.N = w.M = c.n, w.D = c.d, w.dtype = dtype_of(c.dt);
     w.generate();
-    const Mechanism mech = parse_mechanism(c.mask == "causal" ? "softmax:causal" : "softmax");
+    const Mechanism& mech = c.mech;
+    const auto* softmax = std::get_if<Softmax>(&mech);
+    const bool causal = softmax && softmax->causal;
     AttendOptions opt;
     opt.threads = c.threads;
     Tensor out(w.dtype, {w.B, w.H, w.N, w.D});
@@ -92,13 +94,13 @@ int run(const BenchArgs& a) {
     const double flops = attention_flops(w.q.view(), w.k.view(), w.v.view(), mech);
     const double gflops = flops / secs / 1e9;
     const double ratio = gflops / roof[c.threads];
-    fmt::print("{:>3}/{:<3} {:>6} {:>5} {:>4} {:>7} {:>3} {:>10.2f} {:>9.1f} {:>8.3f}\n", idx, cases.size(), c.n, c.d,
-               c.mask == "causal" ? "C" : "", c.dt, c.threads, secs * 1e3, gflops, ratio);
+    fmt::print("{:>3}/{:<3} {:>6} {:>5} {:<32} {:>5} {:>3} {:>10.2f} {:>9.1f} {:>8.3f}\n", idx, cases.size(), c.n, c.d,
+               to_string(mech), c.dt, c.threads, secs * 1e3, gflops, ratio);
     std::fflush(stdout);
     if (json) {
       nlohmann::json j = {{"mechanism", to_string(mech)}, {"dtype", c.dt}, {"batch", w.B}, {"heads", w.H},
                           {"kv_heads", w.Hkv}, {"q_len", w.N}, {"kv_len", w.M}, {"head_dim", w.D},
-                          {"causal", c.mask == "causal"}, {"threads", c.threads}, {"seconds", secs},
+                          {"causal", causal}, {"threads", c.threads}, {"seconds", secs},
                           {"gflops", gflops}, {"roofline_gflops", roof[c.threads]}, {"ratio", ratio},
                           {"isa", isa_name(active_isa())}, {"bandwidth_gbs", bw}};
       json << j.dump() << "\n";
@@ -168,14 +170,16 @@ Runner add_bench(CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
   CLI::App* c = app.add_subcommand("bench", "Exact attention throughput vs this machine's sgemm roofline");
   c->footer(
-      "Reports GFLOP/s (4*N*M*d per head, only visible pairs when causal) and ratio = GFLOP/s divided by\n"
+      "Reports GFLOP/s (4*N*M*d per head, counting only the (query, key) pairs the mask lets through)\n"
+      "and ratio = GFLOP/s divided by\n"
       "OpenBLAS sgemm (n=2048) GFLOP/s on the same thread count, measured first in the same run.\n"
       "Example: attn bench --sizes 4096 --dims 128 --dtypes f32 --threads 2 --json out.jsonl");
   c->add_option("--sizes", args->sizes, "N = M values")->capture_default_str();
   c->add_option("--dims", args->dims, "Head dims")->capture_default_str();
   c->add_option("--threads", args->threads, "Thread counts")->capture_default_str();
   c->add_option("--dtypes", args->dtypes, "f32, bf16, f16")->capture_default_str();
-  c->add_option("--masks", args->masks, "none, causal")->capture_default_str();
+  c->add_option("--mechanisms", args->mechanisms, "Mechanism text forms to time (e.g. softmax:causal,window=256:0)")
+      ->capture_default_str();
   c->add_option("--heads", args->heads, "Query heads")->capture_default_str();
   c->add_option("--kv-heads", args->kv_heads, "Key/value heads (0 = same as heads)")->capture_default_str();
   c->add_option("--reps", args->reps, "Timed repetitions per case (best is reported)")->capture_default_str();
