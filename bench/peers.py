@@ -44,6 +44,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, nargs="+", default=[2])
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--window", type=int, default=0,
+                    help="also time causal sliding-window attention of this width (torch: SDPA with a band mask)")
     ap.add_argument("--json", help="write one JSON object per case to this file")
     args = ap.parse_args(argv)
     dtypes = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
@@ -53,20 +55,32 @@ def main(argv=None) -> int:
           + ", ".join(f"{t}T {g:.0f} GFLOP/s" for t, g in roof.items()))
     print(f"{'N=M':>6} {'d':>4} {'mask':>6} {'dtype':>5} {'T':>2} {'attn ms':>9} {'torch ms':>9} {'attn/sgemm':>10} "
           f"{'torch/sgemm':>11} {'speedup':>8}")
-    cases = [(n, d, c, dt, t) for n in args.sizes for d in args.dims for c in (False, True) for dt in args.dtypes
+    masks = ["full", "causal"] + (["window"] if args.window else [])
+    cases = [(n, d, m, dt, t) for n in args.sizes for d in args.dims for m in masks for dt in args.dtypes
              for t in args.threads]
-    for n, d, causal, dt, t in cases:
+    for n, d, mask, dt, t in cases:
+        causal = mask != "full"
+        window = args.window if mask == "window" else 0
         torch.set_num_threads(t)
         g = torch.Generator().manual_seed(0)
         q, k, v = (torch.randn(1, args.heads, n, d, generator=g).to(dtypes[dt]) for _ in range(3))
-        ours = best_time(lambda: attn.attention(q, k, v, causal=causal, layout="bhnd", threads=t), args.reps)
-        theirs = best_time(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), args.reps)
-        flops = 4.0 * args.heads * n * n * d * (0.5 + 0.5 / n if causal else 1.0)
-        row = dict(q_len=n, kv_len=n, head_dim=d, heads=args.heads, causal=causal, dtype=dt, threads=t,
+        if window:
+            band = torch.ones(n, n, dtype=torch.bool).tril().triu(-window)  # j in [i - window, i]
+            ours = best_time(lambda: attn.attention(q, k, v, causal=True, window_size=(window, 0), layout="bhnd",
+                                                    threads=t), args.reps)
+            theirs = best_time(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=band), args.reps)
+            pairs = float(band.sum())
+        else:
+            ours = best_time(lambda: attn.attention(q, k, v, causal=causal, layout="bhnd", threads=t), args.reps)
+            theirs = best_time(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), args.reps)
+            pairs = n * (n + 1) / 2 if causal else float(n * n)
+        flops = 4.0 * args.heads * pairs * d
+        label = f"win{window}" if window else ("causal" if causal else "-")
+        row = dict(q_len=n, kv_len=n, head_dim=d, heads=args.heads, causal=causal, window=window, dtype=dt, threads=t,
                    attn_seconds=ours, torch_seconds=theirs, speedup=theirs / ours,
                    attn_ratio=flops / ours / 1e9 / roof[t], torch_ratio=flops / theirs / 1e9 / roof[t],
                    torch_sgemm_gflops=roof[t])
-        print(f"{n:>6} {d:>4} {'causal' if causal else '-':>6} {dt:>5} {t:>2} {ours*1e3:>9.2f} {theirs*1e3:>9.2f} "
+        print(f"{n:>6} {d:>4} {label:>6} {dt:>5} {t:>2} {ours*1e3:>9.2f} {theirs*1e3:>9.2f} "
               f"{row['attn_ratio']:>10.3f} {row['torch_ratio']:>11.3f} {row['speedup']:>7.2f}x", flush=True)
         if out:
             out.write(json.dumps(row) + "\n")
