@@ -1,5 +1,7 @@
 """Property tests: random shapes, strides, layouts, masks and head counts against a float64
 oracle, with NumPy arrays and torch tensors."""
+import os
+
 import numpy as np
 import torch
 from hypothesis import given, settings, strategies as st
@@ -40,7 +42,7 @@ def tensor(rng, b, h, n, d, layout, strided):
     return rng.standard_normal(shape).astype(np.float32)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=int(os.environ.get("ATTN_HYPOTHESIS_EXAMPLES", "60")), deadline=None)
 @given(problems())
 def test_random_problems_match_float64(p):
     rng = np.random.default_rng(p["seed"])
