@@ -7,6 +7,7 @@
 #include "attn/error.hpp"
 #include "exact/problem.hpp"
 #include "exact/reference.hpp"
+#include "exact/softmax_rows.hpp"
 #include "exact/softmax_tiled.hpp"
 #include "kernels/kernel_table.hpp"
 
@@ -46,7 +47,10 @@ void attend_into(const TensorView& q, const TensorView& k, const TensorView& v,
             return;
           }
           const Isa isa = options.isa ? *options.isa : active_isa();
-          exact::softmax_tiled(p, kernels::kernels_for(isa), out, lse, probs, options.threads);
+          if (exact::softmax_rows_fits(p, probs))
+            exact::softmax_rows(p, kernels::kernels_for(isa), out, lse, options.threads);
+          else
+            exact::softmax_tiled(p, kernels::kernels_for(isa), out, lse, probs, options.threads);
         }
       },
       mechanism);

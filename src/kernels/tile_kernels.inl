@@ -212,7 +212,49 @@ void from_float(const float* src, DType dtype, int64_t stride, int64_t n, void* 
   for (int64_t c = 0; c < n; ++c) store_from_float(dst, dtype, c * stride, src[c]);
 }
 
+// ---- row primitives (few queries, many keys) --------------------------------------------------
+void dot_rows(const float* q, int64_t R, int64_t d, const float* k, float* out) {
+  for (int64_t r = 0; r < R; ++r) {
+    const float* qr = q + r * d;
+    Vec a0 = Vec::zero(), a1 = Vec::zero();
+    int64_t c = 0;
+    for (; c + 2 * Vec::W <= d; c += 2 * Vec::W) {
+      a0 = Vec::fma(Vec::loadu(qr + c), Vec::loadu(k + c), a0);
+      a1 = Vec::fma(Vec::loadu(qr + c + Vec::W), Vec::loadu(k + c + Vec::W), a1);
+    }
+    for (; c + Vec::W <= d; c += Vec::W) a0 = Vec::fma(Vec::loadu(qr + c), Vec::loadu(k + c), a0);
+    float s = (a0 + a1).reduce_add();
+    for (; c < d; ++c) s += qr[c] * k[c];
+    out[r] = s;
+  }
+}
+
+void axpy_rows(const float* p, int64_t R, const float* v, int64_t dv, float* acc) {
+  for (int64_t r = 0; r < R; ++r) {
+    const Vec pr = Vec::set1(p[r]);
+    float* ar = acc + r * dv;
+    int64_t c = 0;
+    for (; c + Vec::W <= dv; c += Vec::W) Vec::fma(pr, Vec::loadu(v + c), Vec::loadu(ar + c)).storeu(ar + c);
+    for (; c < dv; ++c) ar[c] += p[r] * v[c];
+  }
+}
+
+float exp_shift_sum(float* x, int64_t n, float sub) {
+  const Vec s = Vec::set1(sub);
+  Vec acc = Vec::zero();
+  int64_t i = 0;
+  for (; i + Vec::W <= n; i += Vec::W) {
+    const Vec e = vexp(Vec::loadu(x + i) - s);
+    e.storeu(x + i);
+    acc = acc + e;
+  }
+  float total = acc.reduce_add();
+  for (; i < n; ++i) total += (x[i] = expf(x[i] - sub));
+  return total;
+}
+
 inline const TileKernels& table(Isa isa) {
-  static const TileKernels t{isa, qk, softmax_update, pv, softcap, exp_rows, to_float, from_float};
+  static const TileKernels t{isa, qk, softmax_update, pv, softcap, exp_rows, to_float, dot_rows, axpy_rows, exp_shift_sum,
+                             from_float};
   return t;
 }

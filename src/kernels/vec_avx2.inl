@@ -5,6 +5,13 @@ struct Vec {
   static constexpr int NR = 6;  // 12 accumulators + 2 query loads + 1 broadcast
   __m256 v;
   static Vec load(const float* p) { return {_mm256_load_ps(p)}; }
+  static Vec loadu(const float* p) { return {_mm256_loadu_ps(p)}; }
+  void storeu(float* p) const { _mm256_storeu_ps(p, v); }
+  float reduce_add() const {
+    const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+  }
   static Vec set1(float x) { return {_mm256_set1_ps(x)}; }
   static Vec zero() { return {_mm256_setzero_ps()}; }
   void store(float* p) const { _mm256_store_ps(p, v); }

@@ -5,6 +5,9 @@ struct Vec {
   static constexpr int NR = 6;  // keys (QK) or value channels (PV) per micro-tile: 24 accumulators
   __m512 v;
   static Vec load(const float* p) { return {_mm512_load_ps(p)}; }
+  static Vec loadu(const float* p) { return {_mm512_loadu_ps(p)}; }
+  void storeu(float* p) const { _mm512_storeu_ps(p, v); }
+  float reduce_add() const { return _mm512_reduce_add_ps(v); }
   static Vec set1(float x) { return {_mm512_set1_ps(x)}; }
   static Vec zero() { return {_mm512_setzero_ps()}; }
   void store(float* p) const { _mm512_store_ps(p, v); }

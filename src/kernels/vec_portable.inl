@@ -6,6 +6,9 @@ struct Vec {
   static constexpr int NR = 4;
   float v;
   static Vec load(const float* p) { return {*p}; }
+  static Vec loadu(const float* p) { return {*p}; }
+  void storeu(float* p) const { *p = v; }
+  float reduce_add() const { return v; }
   static Vec set1(float x) { return {x}; }
   static Vec zero() { return {0.0f}; }
   void store(float* p) const { *p = v; }

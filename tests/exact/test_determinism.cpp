@@ -38,6 +38,39 @@ TEST(Determinism, BitwiseAcrossThreadCountsAndRepeats) {
     }
 }
 
+// Decode-shaped calls take the split-K row path: still bitwise equal for any thread count, and
+// keys hidden by padding (filled with NaN) do not leak.
+TEST(Determinism, RowPathBitwiseAcrossThreadsAndNanSafe) {
+  std::mt19937 rng(13);
+  const int64_t B = 2, H = 8, Hkv = 2, N = 1, M = 5000, D = 64;
+  auto q = testing::random_tensor(rng, DType::f32, B, H, N, D);
+  auto k = testing::random_tensor(rng, DType::f32, B, Hkv, M, D);
+  auto v = testing::random_tensor(rng, DType::f32, B, Hkv, M, D);
+  AttendOptions o;
+  o.key_padding_lengths = {M, 3333};
+  o.return_lse = true;
+  for (Isa isa : supported_isas()) {
+    o.isa = isa;
+    o.threads = 1;
+    const auto one = attend(q.view, k.view, v.view, parse_mechanism("softmax:softcap=30"), o);
+    for (int t : {2, 3, 5}) {
+      o.threads = t;
+      const auto many = attend(q.view, k.view, v.view, parse_mechanism("softmax:softcap=30"), o);
+      EXPECT_TRUE(bitwise_equal(one.out, many.out)) << isa_name(isa) << " threads " << t;
+      EXPECT_TRUE(bitwise_equal(one.lse, many.lse)) << isa_name(isa) << " threads " << t;
+    }
+    auto kp = k, vp = v;
+    kp.view.data = kp.bytes.data(), vp.view.data = vp.bytes.data();
+    for (int64_t h = 0; h < Hkv; ++h)
+      for (int64_t j = 3333; j < M; ++j) {
+        testing::fill_token(kp.view, 1, h, j, testing::nan_f());
+        testing::fill_token(vp.view, 1, h, j, testing::nan_f());
+      }
+    const auto poisoned = attend(q.view, kp.view, vp.view, parse_mechanism("softmax:softcap=30"), o);
+    EXPECT_TRUE(bitwise_equal(one.out, poisoned.out)) << isa_name(isa);
+  }
+}
+
 // bf16/fp16 K and V rows are converted once per head and kept (row cache) or converted per
 // tile when the cache would be too large: both give bitwise the same result.
 TEST(RowCache, CachedAndPerTileConversionAgreeBitwise) {

@@ -12,6 +12,7 @@
 
 #include "exact/problem.hpp"
 #include "exact/reference.hpp"
+#include "exact/softmax_rows.hpp"
 #include "support/random_inputs.hpp"
 
 namespace attn {
@@ -122,12 +123,18 @@ TEST_P(SoftmaxVsReference, WithinTwiceThePlainError) {
   for (size_t i = 0; i < ref.out.size(); ++i) plain_err = std::max(plain_err, std::abs(plain.out[i] - ref.out[i]));
   const double tol = 2 * plain_err + floor_for(c.dtype, ref);
 
-  for (Isa isa : supported_isas()) {
-    SCOPED_TRACE("isa " + isa_name(isa));
+  // Few-query problems run on the row (split-K) path unless probabilities are requested; check
+  // both that path and the tiled one on every ISA.
+  for (Isa isa : supported_isas())
+    for (bool row_path : {true, false}) {
+    SCOPED_TRACE("isa " + isa_name(isa) + (row_path ? "" : ", tiled path forced"));
+    if (!row_path && !exact::softmax_rows_fits(p, nullptr)) continue;
+    exact::set_row_path_enabled(row_path);
     AttendOptions opt = in.opt;
     opt.isa = isa;
-    opt.return_probs = c.N * c.M <= 20000;
+    opt.return_probs = c.N * c.M <= 20000 && !exact::softmax_rows_fits(p, nullptr);
     const AttendResult r = attend(in.q.view, in.k.view, in.v.view, mech, opt);
+    exact::set_row_path_enabled(true);
     double err = 0;
     for (int64_t b = 0; b < c.B; ++b)
       for (int64_t h = 0; h < c.H; ++h)
@@ -217,6 +224,22 @@ std::vector<Case> cases() {
     c.N = 20, c.M = 33, c.D = 8, c.Dv = 8, c.additive = true, c.mech = "softmax:score=additive";
     out.push_back(c);
     c.mech = "softmax:score=additive,causal,scale=0.5", c.dtype = DType::bf16;
+    out.push_back(c);
+  }
+  // Decode-shaped: a few new queries against a long cache (row path, split-K over key chunks).
+  for (int64_t n : {1, 2, 3})
+    for (int64_t m : {1, 255, 256, 257, 1000, 5000}) {
+      Case c;
+      c.B = 2, c.H = 8, c.Hkv = n == 1 ? 1 : 4, c.N = n, c.M = m, c.D = 64, c.Dv = 40, c.mech = "softmax:causal";
+      c.dtype = m % 2 ? DType::bf16 : DType::f32;
+      c.layout = n == 2 ? Layout::bnhd : Layout::bhnd;
+      out.push_back(c);
+    }
+  for (int flags = 1; flags < 16; flags += 2) {
+    Case c;  // decode with padding + masks/bias/alibi, softcap and windows
+    c.B = 3, c.H = 4, c.Hkv = 2, c.N = 2, c.M = 700, c.D = 32, c.Dv = 32;
+    c.padding = true, c.bool_mask = flags & 2, c.bias = flags & 4, c.alibi = flags & 8;
+    c.mech = flags == 1 ? "softmax:softcap=20" : (flags == 3 ? "softmax:causal,window=300:0" : "softmax:entropy_scale=64");
     out.push_back(c);
   }
   {

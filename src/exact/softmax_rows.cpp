@@ -1,0 +1,199 @@
+// Split-K attention for few query rows per kv head. Work item = (batch, kv head, chunk of
+// kKeyChunk keys); each computes, for its R = group * N query rows, the chunk's partial
+// (max m, sum l, unnormalised output acc). The merge combines the chunks of a (batch, kv head)
+// in chunk order:  m = max_c m_c,  l = sum_c l_c e^(m_c - m),  O = sum_c acc_c e^(m_c - m) / l.
+#include "exact/softmax_rows.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "base/aligned_buffer.hpp"
+#include "base/parallel.hpp"
+
+namespace attn::exact {
+namespace {
+
+std::atomic<bool> g_enabled{true};
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+struct Scratch {
+  std::vector<float> q, row, kbuf, vbuf;
+  AlignedFloats s;  // (R, kKeyChunk) scores, 64-byte aligned for the softcap kernel
+  void reserve(const Problem& p, int64_t R) {
+    q.resize(static_cast<size_t>(R * p.D));
+    s.resize(static_cast<size_t>(R * kKeyChunk));
+    row.resize(static_cast<size_t>(std::max(p.D, p.Dv)));
+    kbuf.resize(static_cast<size_t>(kKeyChunk * p.D));
+    vbuf.resize(static_cast<size_t>(kKeyChunk * p.Dv));
+  }
+};
+
+bool is_plain_f32(const TensorView& v) { return v.dtype == DType::f32 && v.strides[3] == 1; }
+
+const char* row_ptr(const TensorView& t, int64_t b, int64_t h, int64_t j) {
+  return static_cast<const char*>(t.data) + t.offset(b, h, j, 0) * static_cast<int64_t>(dtype_size(t.dtype));
+}
+
+// Rows [j0, j0+n) of K or V as float32 with unit inner stride: in place, or converted into buf.
+const float* rows_f32(const kernels::TileKernels& kern, const TensorView& t, int64_t b, int64_t h, int64_t j0,
+                      int64_t n, float* buf, int64_t& stride) {
+  if (is_plain_f32(t)) {
+    stride = t.strides[2];
+    return reinterpret_cast<const float*>(row_ptr(t, b, h, j0));
+  }
+  for (int64_t j = 0; j < n; ++j) kern.to_float(row_ptr(t, b, h, j0 + j), t.dtype, t.strides[3], t.dim(), buf + j * t.dim());
+  stride = t.dim();
+  return buf;
+}
+
+// Query row r of kv head hk is query i = r % N of head h = hk * group + r / N.
+struct RowIndex {
+  int64_t h, i;
+};
+
+class Chunk {
+ public:
+  Chunk(const Problem& p, const kernels::TileKernels& kern, Scratch& s, int64_t b, int64_t hk, int64_t j0, int64_t j1,
+        float* m, float* l, float* acc)
+      : p_(p), kern_(kern), s_(s), b_(b), hk_(hk), j0_(j0), j1_(j1), R_(p.group * p.N), m_(m), l_(l), acc_(acc) {}
+
+  // Online softmax over sub-blocks of kKeyChunk keys of [j0, j1).
+  void run() {
+    std::fill(acc_, acc_ + R_ * p_.Dv, 0.0f);
+    std::fill(m_, m_ + R_, kNegInf);
+    std::fill(l_, l_ + R_, 0.0f);
+    if (j1_ <= j0_) return;
+    pack_queries();
+    for (int64_t a = j0_; a < j1_; a += kKeyChunk) block(a, std::min(j1_, a + kKeyChunk));
+  }
+
+ private:
+  void block(int64_t a, int64_t e) {
+    const int64_t n = e - a;
+    int64_t ks, vs;
+    const float* k = rows_f32(kern_, p_.k, b_, hk_, a, n, s_.kbuf.data(), ks);
+    float* s = s_.s.data();  // s[r * n + j]
+    float* col = s_.row.data();
+    for (int64_t j = 0; j < n; ++j) {
+      kern_.dot_rows(s_.q.data(), R_, p_.D, k + j * ks, col);
+      for (int64_t r = 0; r < R_; ++r) s[r * n + j] = col[r];
+    }
+    if (p_.mech.softcap > 0) kern_.softcap(s, R_ * n, static_cast<float>(p_.mech.softcap));
+    for (int64_t r = 0; r < R_; ++r) {
+      const RowIndex q = index(r);
+      float* sr = s + r * n;
+      for (int64_t j = 0; j < n; ++j) {
+        if (!p_.visible(b_, q.h, q.i, a + j))
+          sr[j] = kNegInf;
+        else if (p_.has_bias())
+          sr[j] += p_.additive_bias(b_, q.h, q.i, a + j);
+      }
+      float mx = m_[r];
+      for (int64_t j = 0; j < n; ++j) mx = std::max(mx, sr[j]);
+      if (mx == kNegInf) {  // nothing visible yet: p = 0
+        std::fill(sr, sr + n, 0.0f);
+        continue;
+      }
+      const float alpha = std::exp(m_[r] - mx);  // 0 when m was -inf
+      if (alpha != 1.0f)
+        for (int64_t c = 0; c < p_.Dv; ++c) acc_[r * p_.Dv + c] *= alpha;
+      l_[r] = l_[r] * alpha + kern_.exp_shift_sum(sr, n, mx);
+      m_[r] = mx;
+    }
+    const float* v = rows_f32(kern_, p_.v, b_, hk_, a, n, s_.vbuf.data(), vs);
+    float* pcol = s_.row.data();
+    for (int64_t j = 0; j < n; ++j) {
+      bool any = false;
+      for (int64_t r = 0; r < R_; ++r) any |= (pcol[r] = s[r * n + j]) != 0.0f;
+      if (any) kern_.axpy_rows(pcol, R_, v + j * vs, p_.Dv, acc_);  // keys no row sees are skipped
+    }
+  }
+
+  RowIndex index(int64_t r) const { return {hk_ * p_.group + r / p_.N, r % p_.N}; }
+
+  void pack_queries() {
+    float* row = s_.row.data();
+    for (int64_t r = 0; r < R_; ++r) {
+      const RowIndex q = index(r);
+      kern_.to_float(row_ptr(p_.q, b_, q.h, q.i), p_.q.dtype, p_.q.strides[3], p_.D, row);
+      const auto scale = static_cast<float>(p_.row_scale(b_, q.h, q.i));
+      for (int64_t c = 0; c < p_.D; ++c) s_.q[r * p_.D + c] = row[c] * scale;
+    }
+  }
+
+  const Problem& p_;
+  const kernels::TileKernels& kern_;
+  Scratch& s_;
+  int64_t b_, hk_, j0_, j1_, R_;
+  float *m_, *l_, *acc_;
+};
+
+}  // namespace
+
+void set_row_path_enabled(bool enabled) { g_enabled = enabled; }
+
+bool softmax_rows_fits(const Problem& p, const TensorView* probs) {
+  return g_enabled && p.N > 0 && p.group * p.N <= kMaxRowsPerKvHead && !probs && p.mech.dropout == 0 &&
+         p.mech.score == ScoreKind::dot;
+}
+
+void softmax_rows(const Problem& p, const kernels::TileKernels& kern, const TensorView& out, const TensorView* lse,
+                  int threads) {
+  if (p.B == 0) return;
+  const int64_t R = p.group * p.N;
+  // Split-K: enough chunks for ~64 work items, whatever the thread count (the chunking fixes the
+  // summation order, so it must not depend on threads); partials stay ~64 x R x Dv floats.
+  const int64_t max_chunks = std::max<int64_t>(1, (p.M + kKeyChunk - 1) / kKeyChunk);
+  const int64_t chunks = std::min(max_chunks, std::max<int64_t>(1, (64 + p.B * p.Hkv - 1) / (p.B * p.Hkv)));
+  const int64_t chunk_len = (p.M + chunks - 1) / chunks;
+  const int64_t items = p.B * p.Hkv * chunks;
+  // partials: per item R maxima, R sums, R x Dv outputs (size ~ B*Hkv*M/256*R*Dv, not N x M)
+  std::vector<float> pm(static_cast<size_t>(items * R)), pl(pm.size()), pacc(static_cast<size_t>(items * R * p.Dv));
+  const int nthreads = threads > 0 ? threads : max_threads();
+  std::vector<Scratch> scratch(static_cast<size_t>(nthreads));
+  for (Scratch& s : scratch) s.reserve(p, R);
+  parallel_for(items, threads, [&](int64_t item, int tid) {
+    const int64_t c = item % chunks, bh = item / chunks;
+    const int64_t b = bh / p.Hkv, hk = bh % p.Hkv;
+    int64_t lo, hi;  // keys any query of this batch may see, within the chunk
+    p.key_range(b, 0, p.N - 1, lo, hi);
+    const int64_t j0 = std::max(lo, c * chunk_len), j1 = std::min(hi, (c + 1) * chunk_len);
+    Chunk(p, kern, scratch[static_cast<size_t>(tid)], b, hk, j0, j1, &pm[item * R], &pl[item * R],
+          &pacc[item * R * p.Dv])
+        .run();
+  });
+  // merge in chunk order
+  std::vector<float> row(static_cast<size_t>(p.Dv));
+  const auto esize = static_cast<int64_t>(dtype_size(out.dtype));
+  for (int64_t bh = 0; bh < p.B * p.Hkv; ++bh) {
+    const int64_t b = bh / p.Hkv, hk = bh % p.Hkv;
+    for (int64_t r = 0; r < R; ++r) {
+      float m = kNegInf;
+      for (int64_t c = 0; c < chunks; ++c) m = std::max(m, pm[(bh * chunks + c) * R + r]);
+      float l = 0.0f;
+      std::fill(row.begin(), row.end(), 0.0f);
+      if (m != kNegInf)
+        for (int64_t c = 0; c < chunks; ++c) {
+          const int64_t at = (bh * chunks + c) * R + r;
+          if (pl[at] == 0.0f) continue;
+          const float w = std::exp(pm[at] - m);
+          l += pl[at] * w;
+          const float* a = &pacc[at * p.Dv];
+          for (int64_t d = 0; d < p.Dv; ++d) row[d] += a[d] * w;
+        }
+      const float inv = l > 0 ? 1.0f / l : 0.0f;
+      for (float& x : row) x *= inv;
+      const int64_t h = hk * p.group + r / p.N, i = r % p.N;
+      kern.from_float(row.data(), out.dtype, out.strides[3], p.Dv,
+                      static_cast<char*>(out.data) + out.offset(b, h, i, 0) * esize);
+      if (lse)
+        static_cast<float*>(lse->data)[lse->offset(b, h, i, 0)] = l > 0 ? m + std::log(l) : kNegInf;
+    }
+  }
+}
+
+}  // namespace attn::exact
