@@ -27,6 +27,7 @@ struct BenchArgs {
   int reps = 2;
   std::string json;
   bool big = false, memory = false;
+  std::vector<int64_t> decode;  // cache lengths for decode-shaped cases (N = 1)
 };
 
 DType dtype_of(const std::string& s) {
@@ -62,8 +63,13 @@ int run(const BenchArgs& a) {
     roof[t] = sgemm_gflops(2048, t);
     fmt::print("sgemm n=2048 {}T {:.1f} GFLOP/s; ", t, roof[t]);
   }
-  const double bw = memory_bandwidth_gbs(a.threads.back());
-  fmt::print("read bandwidth {}T {:.1f} GB/s\n", a.threads.back(), bw);
+  std::map<int, double> bws;
+  for (int t : a.threads) {
+    bws[t] = memory_bandwidth_gbs(t);
+    fmt::print("{}read bandwidth {}T {:.1f} GB/s", t == a.threads.front() ? "" : "; ", t, bws[t]);
+  }
+  const double bw = bws[a.threads.back()];
+  fmt::print("\n");
   fmt::print("isa {}, OpenBLAS core {}\n\n", isa_name(active_isa()), openblas_get_corename());
 
   struct Case { int64_t n, d; std::string dt; Mechanism mech; int threads; };
@@ -107,6 +113,35 @@ int run(const BenchArgs& a) {
     }
   }
 
+  if (!a.decode.empty()) {  // memory-bound: one query per head against a cache of M keys
+    fmt::print("\ndecode (B=1, H={}, N=1): GB/s of K+V read, ratio to the same-run read bandwidth\n", a.heads);
+    fmt::print("{:>7} {:>4} {:>4} {:>5} {:>3} {:>10} {:>9} {:>8}\n", "M", "d", "Hkv", "dtype", "T", "ms", "GB/s", "ratio");
+    for (int64_t m : a.decode)
+      for (int64_t d : a.dims)
+        for (int64_t hkv : {a.heads, std::max<int64_t>(1, a.heads / 4)})
+          for (const auto& dt : a.dtypes)
+            for (int t : a.threads) {
+              Workload w;
+              w.H = a.heads, w.Hkv = hkv, w.N = 1, w.M = m, w.D = d, w.dtype = dtype_of(dt);
+              w.generate();
+              AttendOptions opt;
+              opt.threads = t;
+              Tensor out(w.dtype, {w.B, w.H, 1, w.D});
+              const double secs = best_seconds(a.reps * 5, [&] {
+                attend_into(w.q.view(), w.k.view(), w.v.view(), Softmax{}, opt, out.view(), nullptr, nullptr);
+              });
+              const double gbs = 2.0 * static_cast<double>(w.k.view().numel() * dtype_size(w.dtype)) / secs / 1e9;
+              fmt::print("{:>7} {:>4} {:>4} {:>5} {:>3} {:>10.3f} {:>9.1f} {:>8.3f}\n", m, d, hkv, dt, t, secs * 1e3, gbs,
+                         gbs / bws[t]);
+              if (json) {
+                nlohmann::json j = {{"mechanism", "softmax"}, {"dtype", dt}, {"batch", 1}, {"heads", w.H},
+                                    {"kv_heads", hkv}, {"q_len", 1}, {"kv_len", m}, {"head_dim", d}, {"causal", false},
+                                    {"threads", t}, {"seconds", secs}, {"gbs", gbs}, {"bandwidth_gbs", bws[t]},
+                                    {"ratio", gbs / bws[t]}, {"isa", isa_name(active_isa())}};
+                json << j.dump() << "\n";
+              }
+            }
+  }
   if (a.memory) {  // no N x M allocation: peak RSS at N = M = 32768, d = 64 stays near the inputs
     Workload w;
     w.H = 8, w.Hkv = 8, w.N = w.M = 32768, w.D = 64;
@@ -184,6 +219,8 @@ Runner add_bench(CLI::App& app) {
   c->add_option("--kv-heads", args->kv_heads, "Key/value heads (0 = same as heads)")->capture_default_str();
   c->add_option("--reps", args->reps, "Timed repetitions per case (best is reported)")->capture_default_str();
   c->add_option("--json", args->json, "Write one JSON object per case to this file");
+  c->add_option("--decode", args->decode, "Also time decode-shaped calls (N=1) against these cache lengths")
+      ->expected(0, -1);
   c->add_flag("--memory", args->memory, "Also report peak RSS at N=M=32768, d=64");
   c->add_flag("--big", args->big, "Also run N=M=65536 (N*M > 2^31, 64-bit indexing) and check its last row");
   return [args] { return run(*args); };

@@ -32,21 +32,22 @@ struct Scratch {
   }
 };
 
-bool is_plain_f32(const TensorView& v) { return v.dtype == DType::f32 && v.strides[3] == 1; }
-
 const char* row_ptr(const TensorView& t, int64_t b, int64_t h, int64_t j) {
   return static_cast<const char*>(t.data) + t.offset(b, h, j, 0) * static_cast<int64_t>(dtype_size(t.dtype));
 }
 
-// Rows [j0, j0+n) of K or V as float32 with unit inner stride: in place, or converted into buf.
-const float* rows_f32(const kernels::TileKernels& kern, const TensorView& t, int64_t b, int64_t h, int64_t j0,
-                      int64_t n, float* buf, int64_t& stride) {
-  if (is_plain_f32(t)) {
-    stride = t.strides[2];
-    return reinterpret_cast<const float*>(row_ptr(t, b, h, j0));
+// Rows [j0, j0+n) of K or V with unit inner stride, in their storage type: in place, or (for a
+// non-unit inner stride) converted to float32 into buf. `type` says which.
+const void* rows_of(const kernels::TileKernels& kern, const TensorView& t, int64_t b, int64_t h, int64_t j0, int64_t n,
+                    float* buf, int64_t& stride_bytes, DType& type) {
+  if (t.strides[3] == 1) {
+    stride_bytes = t.strides[2] * static_cast<int64_t>(dtype_size(t.dtype));
+    type = t.dtype;
+    return row_ptr(t, b, h, j0);
   }
   for (int64_t j = 0; j < n; ++j) kern.to_float(row_ptr(t, b, h, j0 + j), t.dtype, t.strides[3], t.dim(), buf + j * t.dim());
-  stride = t.dim();
+  stride_bytes = t.dim() * static_cast<int64_t>(sizeof(float));
+  type = DType::f32;
   return buf;
 }
 
@@ -75,23 +76,30 @@ class Chunk {
   void block(int64_t a, int64_t e) {
     const int64_t n = e - a;
     int64_t ks, vs;
-    const float* k = rows_f32(kern_, p_.k, b_, hk_, a, n, s_.kbuf.data(), ks);
+    DType kt, vt;
+    const auto* k = static_cast<const char*>(rows_of(kern_, p_.k, b_, hk_, a, n, s_.kbuf.data(), ks, kt));
     float* s = s_.s.data();  // s[r * n + j]
     float* col = s_.row.data();
     for (int64_t j = 0; j < n; ++j) {
-      kern_.dot_rows(s_.q.data(), R_, p_.D, k + j * ks, col);
+      kern_.dot_rows(s_.q.data(), R_, p_.D, k + j * ks, kt, col);
       for (int64_t r = 0; r < R_; ++r) s[r * n + j] = col[r];
     }
     if (p_.mech.softcap > 0) kern_.softcap(s, R_ * n, static_cast<float>(p_.mech.softcap));
     for (int64_t r = 0; r < R_; ++r) {
       const RowIndex q = index(r);
       float* sr = s + r * n;
-      for (int64_t j = 0; j < n; ++j) {
-        if (!p_.visible(b_, q.h, q.i, a + j))
-          sr[j] = kNegInf;
-        else if (p_.has_bias())
-          sr[j] += p_.additive_bias(b_, q.h, q.i, a + j);
-      }
+      if (p_.has_bias())
+        for (int64_t j = 0; j < n; ++j) sr[j] += p_.additive_bias(b_, q.h, q.i, a + j);
+      // the row's structural key range (padding, causal, window), then the boolean mask
+      int64_t lo, hi;
+      p_.key_range(b_, q.i, q.i, lo, hi);
+      lo = std::clamp<int64_t>(lo - a, 0, n), hi = std::clamp<int64_t>(hi - a, 0, n);
+      if (hi < lo) hi = lo;
+      std::fill(sr, sr + lo, kNegInf);
+      std::fill(sr + hi, sr + n, kNegInf);
+      if (p_.mask)
+        for (int64_t j = lo; j < hi; ++j)
+          if (!p_.visible(b_, q.h, q.i, a + j)) sr[j] = kNegInf;
       float mx = m_[r];
       for (int64_t j = 0; j < n; ++j) mx = std::max(mx, sr[j]);
       if (mx == kNegInf) {  // nothing visible yet: p = 0
@@ -104,12 +112,12 @@ class Chunk {
       l_[r] = l_[r] * alpha + kern_.exp_shift_sum(sr, n, mx);
       m_[r] = mx;
     }
-    const float* v = rows_f32(kern_, p_.v, b_, hk_, a, n, s_.vbuf.data(), vs);
+    const auto* v = static_cast<const char*>(rows_of(kern_, p_.v, b_, hk_, a, n, s_.vbuf.data(), vs, vt));
     float* pcol = s_.row.data();
     for (int64_t j = 0; j < n; ++j) {
       bool any = false;
       for (int64_t r = 0; r < R_; ++r) any |= (pcol[r] = s[r * n + j]) != 0.0f;
-      if (any) kern_.axpy_rows(pcol, R_, v + j * vs, p_.Dv, acc_);  // keys no row sees are skipped
+      if (any) kern_.axpy_rows(pcol, R_, v + j * vs, vt, p_.Dv, acc_);  // keys no row sees are skipped
     }
   }
 

@@ -35,10 +35,11 @@ struct TileKernels {
   // dst[c] = float(src[c * stride]) for c < n.
   void (*to_float)(const void* src, DType dtype, int64_t stride, int64_t n, float* dst);
   // Row primitives for few queries against many keys (decode-shaped calls), unaligned rows:
-  // out[r] = q[r] . k for r < R (q: R rows of d floats, contiguous).
-  void (*dot_rows)(const float* q, int64_t R, int64_t d, const float* k, float* out);
-  // acc[r][c] += p[r] * v[c] for r < R, c < dv (acc: R rows of dv floats, contiguous).
-  void (*axpy_rows)(const float* p, int64_t R, const float* v, int64_t dv, float* acc);
+  // out[r] = q[r] . k for r < R (q: R rows of d floats, contiguous; k: d values of `kt`,
+  // unit stride, converted on the fly).
+  void (*dot_rows)(const float* q, int64_t R, int64_t d, const void* k, DType kt, float* out);
+  // acc[r][c] += p[r] * v[c] for r < R, c < dv (acc: R rows of dv floats; v: dv values of `vt`).
+  void (*axpy_rows)(const float* p, int64_t R, const void* v, DType vt, int64_t dv, float* acc);
   // x[i] = exp(x[i] - sub) for i < n; returns the sum of the results.
   float (*exp_shift_sum)(float* x, int64_t n, float sub);
   // dst[c * stride] = src[c] rounded to `dtype` (nearest even) for c < n.

@@ -213,29 +213,73 @@ void from_float(const float* src, DType dtype, int64_t stride, int64_t n, void* 
 }
 
 // ---- row primitives (few queries, many keys) --------------------------------------------------
-void dot_rows(const float* q, int64_t R, int64_t d, const float* k, float* out) {
-  for (int64_t r = 0; r < R; ++r) {
-    const float* qr = q + r * d;
-    Vec a0 = Vec::zero(), a1 = Vec::zero();
-    int64_t c = 0;
-    for (; c + 2 * Vec::W <= d; c += 2 * Vec::W) {
-      a0 = Vec::fma(Vec::loadu(qr + c), Vec::loadu(k + c), a0);
-      a1 = Vec::fma(Vec::loadu(qr + c + Vec::W), Vec::loadu(k + c + Vec::W), a1);
-    }
-    for (; c + Vec::W <= d; c += Vec::W) a0 = Vec::fma(Vec::loadu(qr + c), Vec::loadu(k + c), a0);
-    float s = (a0 + a1).reduce_add();
-    for (; c < d; ++c) s += qr[c] * k[c];
+// K and V rows are read in their storage type and converted in registers.
+template <DType T>
+inline Vec load_elems(const void* p, int64_t c) {
+  if constexpr (T == DType::bf16) return Vec::loadu_bf16(static_cast<const uint16_t*>(p) + c);
+  else if constexpr (T == DType::f16) return Vec::loadu_f16(static_cast<const uint16_t*>(p) + c);
+  else return Vec::loadu(static_cast<const float*>(p) + c);
+}
+
+// Each chunk of K (V) is loaded and converted once per block of rows (GQA: the group's query
+// heads share it).
+// Dot products of up to 4 query rows with one key row, accumulators in registers.
+template <DType T, int NR>
+inline void dot_block(const float* q, int64_t d, const void* k, float* out) {
+  Vec acc[NR];
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r) acc[r] = Vec::zero();
+  int64_t c = 0;
+  for (; c + Vec::W <= d; c += Vec::W) {
+    const Vec kv = load_elems<T>(k, c);
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) acc[r] = Vec::fma(Vec::loadu(q + r * d + c), kv, acc[r]);
+  }
+  for (int r = 0; r < NR; ++r) {
+    float s = acc[r].reduce_add();
+    for (int64_t t = c; t < d; ++t) s += q[r * d + t] * load_as_float(k, T, t);
     out[r] = s;
   }
 }
 
-void axpy_rows(const float* p, int64_t R, const float* v, int64_t dv, float* acc) {
-  for (int64_t r = 0; r < R; ++r) {
-    const Vec pr = Vec::set1(p[r]);
-    float* ar = acc + r * dv;
-    int64_t c = 0;
-    for (; c + Vec::W <= dv; c += Vec::W) Vec::fma(pr, Vec::loadu(v + c), Vec::loadu(ar + c)).storeu(ar + c);
-    for (; c < dv; ++c) ar[c] += p[r] * v[c];
+template <DType T>
+void dot_rows_t(const float* q, int64_t R, int64_t d, const void* k, float* out) {
+  int64_t r = 0;
+  for (; r + 4 <= R; r += 4) dot_block<T, 4>(q + r * d, d, k, out + r);
+  switch (R - r) {
+    case 3: dot_block<T, 3>(q + r * d, d, k, out + r); break;
+    case 2: dot_block<T, 2>(q + r * d, d, k, out + r); break;
+    case 1: dot_block<T, 1>(q + r * d, d, k, out + r); break;
+    default: break;
+  }
+}
+
+template <DType T>
+void axpy_rows_t(const float* p, int64_t R, const void* v, int64_t dv, float* acc) {
+  int64_t c = 0;
+  for (; c + Vec::W <= dv; c += Vec::W) {
+    const Vec vv = load_elems<T>(v, c);
+    for (int64_t r = 0; r < R; ++r) Vec::fma(Vec::set1(p[r]), vv, Vec::loadu(acc + r * dv + c)).storeu(acc + r * dv + c);
+  }
+  for (; c < dv; ++c) {
+    const float x = load_as_float(v, T, c);
+    for (int64_t r = 0; r < R; ++r) acc[r * dv + c] += p[r] * x;
+  }
+}
+
+void dot_rows(const float* q, int64_t R, int64_t d, const void* k, DType kt, float* out) {
+  switch (kt) {
+    case DType::bf16: return dot_rows_t<DType::bf16>(q, R, d, k, out);
+    case DType::f16: return dot_rows_t<DType::f16>(q, R, d, k, out);
+    default: return dot_rows_t<DType::f32>(q, R, d, k, out);
+  }
+}
+
+void axpy_rows(const float* p, int64_t R, const void* v, DType vt, int64_t dv, float* acc) {
+  switch (vt) {
+    case DType::bf16: return axpy_rows_t<DType::bf16>(p, R, v, dv, acc);
+    case DType::f16: return axpy_rows_t<DType::f16>(p, R, v, dv, acc);
+    default: return axpy_rows_t<DType::f32>(p, R, v, dv, acc);
   }
 }
 

@@ -7,6 +7,10 @@ struct Vec {
   static Vec load(const float* p) { return {_mm256_load_ps(p)}; }
   static Vec loadu(const float* p) { return {_mm256_loadu_ps(p)}; }
   void storeu(float* p) const { _mm256_storeu_ps(p, v); }
+  static Vec loadu_bf16(const uint16_t* p) {
+    return {_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16))};
+  }
+  static Vec loadu_f16(const uint16_t* p) { return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))}; }
   float reduce_add() const {
     const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));

@@ -8,6 +8,10 @@ struct Vec {
   static Vec loadu(const float* p) { return {_mm512_loadu_ps(p)}; }
   void storeu(float* p) const { _mm512_storeu_ps(p, v); }
   float reduce_add() const { return _mm512_reduce_add_ps(v); }
+  static Vec loadu_bf16(const uint16_t* p) {
+    return {_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16))};
+  }
+  static Vec loadu_f16(const uint16_t* p) { return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))}; }
   static Vec set1(float x) { return {_mm512_set1_ps(x)}; }
   static Vec zero() { return {_mm512_setzero_ps()}; }
   void store(float* p) const { _mm512_store_ps(p, v); }

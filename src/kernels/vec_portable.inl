@@ -9,6 +9,8 @@ struct Vec {
   static Vec loadu(const float* p) { return {*p}; }
   void storeu(float* p) const { *p = v; }
   float reduce_add() const { return v; }
+  static Vec loadu_bf16(const uint16_t* p) { return {bf16_to_float(*p)}; }
+  static Vec loadu_f16(const uint16_t* p) { return {f16_to_float(*p)}; }
   static Vec set1(float x) { return {x}; }
   static Vec zero() { return {0.0f}; }
   void store(float* p) const { *p = v; }
