@@ -26,7 +26,7 @@ struct Scratch {
   void reserve(const Problem& p, int64_t R) {
     q.resize(static_cast<size_t>(R * p.D));
     s.resize(static_cast<size_t>(R * kKeyChunk));
-    row.resize(static_cast<size_t>(std::max(p.D, p.Dv)));
+    row.resize(static_cast<size_t>(std::max({p.D, p.Dv, R})));  // also holds R scores / weights
     kbuf.resize(static_cast<size_t>(kKeyChunk * p.D));
     vbuf.resize(static_cast<size_t>(kKeyChunk * p.Dv));
   }

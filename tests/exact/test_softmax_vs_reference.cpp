@@ -235,6 +235,13 @@ std::vector<Case> cases() {
       c.layout = n == 2 ? Layout::bnhd : Layout::bhnd;
       out.push_back(c);
     }
+  for (int64_t d : {1, 3}) {
+    // Regression: the row path kept R = group * N scores in a buffer sized by the head dim, and
+    // overflowed it when R > D (found by the Python property tests, D = 1 with 8 rows per kv head).
+    Case c;
+    c.B = 1, c.H = 8, c.Hkv = 1, c.N = 2, c.M = 300, c.D = d, c.Dv = d;
+    out.push_back(c);
+  }
   for (int flags = 1; flags < 16; flags += 2) {
     Case c;  // decode with padding + masks/bias/alibi, softcap and windows
     c.B = 3, c.H = 4, c.Hkv = 2, c.N = 2, c.M = 700, c.D = 32, c.Dv = 32;
