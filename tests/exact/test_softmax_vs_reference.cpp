@@ -110,8 +110,7 @@ double floor_for(DType dt, const exact::ReferenceResult& ref) {
 
 class SoftmaxVsReference : public ::testing::TestWithParam<Case> {};
 
-TEST_P(SoftmaxVsReference, WithinTwiceThePlainError) {
-  const Case c = GetParam();
+void check_case(const Case& c) {
   Inputs in = make_inputs(c);
   const Mechanism mech = parse_mechanism(c.mech);
   const auto& sm = std::get<Softmax>(mech);
@@ -255,6 +254,38 @@ std::vector<Case> cases() {
     out.push_back(c);
   }
   return out;
+}
+
+TEST_P(SoftmaxVsReference, WithinTwiceThePlainError) { check_case(GetParam()); }
+
+// Seeded random problems (the C++ twin of the Python property tests, so random shapes also run
+// under ASan/UBSan): small sizes, any head grouping, dtype, layout, mask and option.
+TEST(SoftmaxRandomProblems, WithinTwiceThePlainError) {
+  std::mt19937 rng(20261123);
+  auto pick = [&](auto... xs) {
+    const std::vector<int64_t> v{xs...};
+    return v[std::uniform_int_distribution<size_t>(0, v.size() - 1)(rng)];
+  };
+  const char* mechs[] = {"softmax", "softmax:causal", "softmax:window=5:2", "softmax:causal,softcap=15",
+                         "softmax:scale=0.3", "softmax:entropy_scale=32"};
+  for (int n = 0; n < 120; ++n) {
+    Case c;
+    c.B = pick(1, 2, 3);
+    c.Hkv = pick(1, 2, 3);
+    c.H = c.Hkv * pick(1, 2, 4, 8);
+    c.N = pick(1, 2, 3, 5, 17, 64, 65, 130);
+    c.M = pick(1, 2, 7, 63, 64, 65, 129, 300);
+    c.D = pick(1, 2, 3, 8, 17, 33);
+    c.Dv = pick(1, 4, 16, 33);
+    c.dtype = std::array{DType::f32, DType::bf16, DType::f16}[pick(0, 1, 2)];
+    c.layout = pick(0, 1) ? Layout::bnhd : Layout::bhnd;
+    c.mech = mechs[pick(0, 1, 2, 3, 4, 5)];
+    c.padding = pick(0, 1), c.bool_mask = pick(0, 0, 1), c.bias = pick(0, 0, 1), c.alibi = pick(0, 0, 1);
+    c.pad = pick(0, 0, 3);
+    SCOPED_TRACE(c.name());
+    check_case(c);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Exact, SoftmaxVsReference, ::testing::ValuesIn(cases()),
