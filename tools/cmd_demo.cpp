@@ -23,6 +23,7 @@ struct Variant {
   DType dtype = DType::f32;
   int64_t kv_heads = 0;  // 0: same as heads
   bool alibi = false;
+  bool decode = false;   // one query per head against the n keys
 };
 
 int run(const DemoArgs& a) {
@@ -38,6 +39,8 @@ int run(const DemoArgs& a) {
       {"entropy-invariant scale", "softmax:causal,entropy_scale=128"},
       {"bfloat16 storage", "softmax:causal", DType::bf16},
       {"float16 storage", "softmax:causal", DType::f16},
+      {"decode: 1 query, GQA", "softmax:causal", DType::f32, std::max<int64_t>(1, a.heads / 4), false, true},
+      {"decode: 1 query, bf16", "softmax:causal", DType::bf16, 0, false, true},
   };
   fmt::print("attn demo: B=1 H={} N=M={} d={}, isa {}, {} threads; error = max |fast - float64 reference|\n\n",
              a.heads, a.n, a.d, isa_name(active_isa()), a.threads > 0 ? a.threads : omp_get_max_threads());
@@ -45,6 +48,7 @@ int run(const DemoArgs& a) {
   for (const Variant& var : variants) {
     Workload w;
     w.H = a.heads, w.Hkv = var.kv_heads ? var.kv_heads : a.heads, w.N = w.M = a.n, w.D = a.d, w.dtype = var.dtype;
+    if (var.decode) w.N = 1;
     w.generate();
     const Mechanism mech = parse_mechanism(var.mechanism);
     AttendOptions opt;
