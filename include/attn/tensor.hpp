@@ -30,6 +30,10 @@ struct TensorView {
   float at(int64_t b, int64_t h, int64_t n, int64_t c) const {
     return load_as_float(data, dtype, offset(b, h, n, c));
   }
+  // Address of element (b, h, n, c).
+  char* ptr(int64_t b, int64_t h, int64_t n, int64_t c = 0) const {
+    return static_cast<char*>(data) + offset(b, h, n, c) * static_cast<int64_t>(dtype_size(dtype));
+  }
   bool empty() const { return data == nullptr; }
 };
 

@@ -32,10 +32,6 @@ struct Scratch {
   }
 };
 
-const char* row_ptr(const TensorView& t, int64_t b, int64_t h, int64_t j) {
-  return static_cast<const char*>(t.data) + t.offset(b, h, j, 0) * static_cast<int64_t>(dtype_size(t.dtype));
-}
-
 // Rows [j0, j0+n) of K or V with unit inner stride, in their storage type: in place, or (for a
 // non-unit inner stride) converted to float32 into buf. `type` says which.
 const void* rows_of(const kernels::TileKernels& kern, const TensorView& t, int64_t b, int64_t h, int64_t j0, int64_t n,
@@ -43,9 +39,9 @@ const void* rows_of(const kernels::TileKernels& kern, const TensorView& t, int64
   if (t.strides[3] == 1) {
     stride_bytes = t.strides[2] * static_cast<int64_t>(dtype_size(t.dtype));
     type = t.dtype;
-    return row_ptr(t, b, h, j0);
+    return t.ptr(b, h, j0);
   }
-  for (int64_t j = 0; j < n; ++j) kern.to_float(row_ptr(t, b, h, j0 + j), t.dtype, t.strides[3], t.dim(), buf + j * t.dim());
+  for (int64_t j = 0; j < n; ++j) kern.to_float(t.ptr(b, h, j0 + j), t.dtype, t.strides[3], t.dim(), buf + j * t.dim());
   stride_bytes = t.dim() * static_cast<int64_t>(sizeof(float));
   type = DType::f32;
   return buf;
@@ -127,7 +123,7 @@ class Chunk {
     float* row = s_.row.data();
     for (int64_t r = 0; r < R_; ++r) {
       const RowIndex q = index(r);
-      kern_.to_float(row_ptr(p_.q, b_, q.h, q.i), p_.q.dtype, p_.q.strides[3], p_.D, row);
+      kern_.to_float(p_.q.ptr(b_, q.h, q.i), p_.q.dtype, p_.q.strides[3], p_.D, row);
       const auto scale = static_cast<float>(p_.row_scale(b_, q.h, q.i));
       for (int64_t c = 0; c < p_.D; ++c) s_.q[r * p_.D + c] = row[c] * scale;
     }
@@ -176,7 +172,6 @@ void softmax_rows(const Problem& p, const kernels::TileKernels& kern, const Tens
   });
   // merge in chunk order
   std::vector<float> row(static_cast<size_t>(p.Dv));
-  const auto esize = static_cast<int64_t>(dtype_size(out.dtype));
   for (int64_t bh = 0; bh < p.B * p.Hkv; ++bh) {
     const int64_t b = bh / p.Hkv, hk = bh % p.Hkv;
     for (int64_t r = 0; r < R; ++r) {
@@ -196,8 +191,7 @@ void softmax_rows(const Problem& p, const kernels::TileKernels& kern, const Tens
       const float inv = l > 0 ? 1.0f / l : 0.0f;
       for (float& x : row) x *= inv;
       const int64_t h = hk * p.group + r / p.N, i = r % p.N;
-      kern.from_float(row.data(), out.dtype, out.strides[3], p.Dv,
-                      static_cast<char*>(out.data) + out.offset(b, h, i, 0) * esize);
+      kern.from_float(row.data(), out.dtype, out.strides[3], p.Dv, out.ptr(b, h, i));
       if (lse)
         static_cast<float*>(lse->data)[lse->offset(b, h, i, 0)] = l > 0 ? m + std::log(l) : kNegInf;
     }

@@ -47,11 +47,9 @@ struct RowCache {
       std::fill(done.begin(), done.end(), 0);
       this->b = b, this->h = h;
     }
-    const auto esize = static_cast<int64_t>(dtype_size(t.dtype));
     for (int64_t j = j0; j < j0 + n; ++j)
       if (!done[j]) {
-        kern.to_float(static_cast<const char*>(t.data) + t.offset(b, h, j, 0) * esize, t.dtype, t.strides[3], dim,
-                      rows.data() + j * dim);
+        kern.to_float(t.ptr(b, h, j), t.dtype, t.strides[3], dim, rows.data() + j * dim);
         done[j] = 1;
       }
     return rows.data() + j0 * dim;
@@ -118,8 +116,7 @@ class Block {
     float* row = s_.row.data();
     for (int64_t i = 0; i < nq_; ++i) {
       const int64_t qi = i0_ + i;
-      kern_.to_float(static_cast<const char*>(p_.q.data) + p_.q.offset(b_, h_, qi, 0) * dtype_size(p_.q.dtype),
-                     p_.q.dtype, p_.q.strides[3], p_.D, row);
+      kern_.to_float(p_.q.ptr(b_, h_, qi), p_.q.dtype, p_.q.strides[3], p_.D, row);
       double scale = p_.row_scale(b_, h_, qi);
       s_.row_scale[i] = static_cast<float>(scale);
       if (p_.mech.score == ScoreKind::additive) {
@@ -146,20 +143,16 @@ class Block {
     return s;
   }
 
-  const char* row_ptr(const TensorView& t, int64_t j) const {
-    return static_cast<const char*>(t.data) + t.offset(b_, hk_, j, 0) * static_cast<int64_t>(dtype_size(t.dtype));
-  }
-
   // Rows [j0, j0+bc) of K (or V) as float32 with unit inner stride: in place when the input
   // already is, else from the thread's row cache, else converted into `buf`.
   const float* rows_f32(const TensorView& t, RowCache& cache, int64_t j0, int64_t bc, float* buf, int64_t& stride) const {
     if (is_plain_f32(t)) {
       stride = t.strides[2];
-      return reinterpret_cast<const float*>(row_ptr(t, j0));
+      return reinterpret_cast<const float*>(t.ptr(b_, hk_, j0));
     }
     stride = t.dim();
     if (cache.enabled) return cache.get(kern_, t, b_, hk_, j0, bc);
-    for (int64_t j = 0; j < bc; ++j) kern_.to_float(row_ptr(t, j0 + j), t.dtype, t.strides[3], t.dim(), buf + j * t.dim());
+    for (int64_t j = 0; j < bc; ++j) kern_.to_float(t.ptr(b_, hk_, j0 + j), t.dtype, t.strides[3], t.dim(), buf + j * t.dim());
     return buf;
   }
 
@@ -274,7 +267,7 @@ class Block {
     if (all_live) return rows_f32(p_.v, s_.vcache, j0, bc, buf, vs);
     for (int64_t j = 0; j < bc; ++j) {
       if (s_.live[j])
-        kern_.to_float(row_ptr(p_.v, j0 + j), p_.v.dtype, p_.v.strides[3], p_.Dv, buf + j * p_.Dv);
+        kern_.to_float(p_.v.ptr(b_, hk_, j0 + j), p_.v.dtype, p_.v.strides[3], p_.Dv, buf + j * p_.Dv);
       else
         std::fill(buf + j * p_.Dv, buf + (j + 1) * p_.Dv, 0.0f);
     }
@@ -287,12 +280,10 @@ class Block {
     const float* m = s_.m.data();
     const float* l = s_.l.data();
     float* row = s_.row.data();
-    const auto esize = static_cast<int64_t>(dtype_size(out.dtype));
     for (int64_t i = 0; i < nq_; ++i) {
       const float inv = l[i] > 0 ? 1.0f / l[i] : 0.0f;
       for (int64_t c = 0; c < p_.Dv; ++c) row[c] = ot[c * L + i] * inv;
-      kern_.from_float(row, out.dtype, out.strides[3], p_.Dv,
-                       static_cast<char*>(out.data) + out.offset(b_, h_, i0_ + i, 0) * esize);
+      kern_.from_float(row, out.dtype, out.strides[3], p_.Dv, out.ptr(b_, h_, i0_ + i));
       if (lse)
         static_cast<float*>(lse->data)[lse->offset(b_, h_, i0_ + i, 0)] =
             l[i] > 0 ? m[i] + std::log(l[i]) : -std::numeric_limits<float>::infinity();
