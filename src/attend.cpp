@@ -62,7 +62,7 @@ AttendResult attend(const TensorView& q, const TensorView& k, const TensorView& 
   const std::array<int64_t, 4> oshape{q.shape[0], q.shape[1], q.shape[2], v.shape[3]};
   for (int64_t s : oshape)
     if (s < 0) fail("attend", "q and v shapes must be non-negative, got q " + describe(q));
-  r.out = Tensor(q.dtype == DType::boolean ? DType::f32 : q.dtype, oshape, layout_of(q));
+  r.out = Tensor(q.dtype, oshape, layout_of(q));  // a bad dtype is reported by validation
   if (options.return_lse) r.lse = Tensor(DType::f32, {q.shape[0], q.shape[1], q.shape[2], 1});
   if (options.return_probs) r.probs = Tensor(DType::f32, {q.shape[0], q.shape[1], q.shape[2], k.shape[2]});
   attend_into(q, k, v, mechanism, options, r.out.view(), options.return_lse ? &r.lse.view() : nullptr,

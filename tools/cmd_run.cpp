@@ -73,7 +73,6 @@ int run(const RunArgs& r) {
     for (Isa i : {Isa::portable, Isa::avx2, Isa::avx512})
       if (isa_name(i) == r.isa) opt.isa = i;
     if (!opt.isa) fail("--isa", "expected portable, avx2 or avx512, got '" + r.isa + "'");
-    set_isa(*opt.isa);
   }
   const AttendResult res = attend(q, k, v, mech, opt);
   const auto& o = res.out.view();

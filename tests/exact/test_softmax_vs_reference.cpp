@@ -124,36 +124,37 @@ void check_case(const Case& c) {
 
   // Few-query problems run on the row (split-K) path unless probabilities are requested; check
   // both that path and the tiled one on every ISA.
-  for (Isa isa : supported_isas())
+  for (Isa isa : supported_isas()) {
     for (bool row_path : {true, false}) {
-    SCOPED_TRACE("isa " + isa_name(isa) + (row_path ? "" : ", tiled path forced"));
-    if (!row_path && !exact::softmax_rows_fits(p, nullptr)) continue;
-    exact::set_row_path_enabled(row_path);
-    AttendOptions opt = in.opt;
-    opt.isa = isa;
-    opt.return_probs = c.N * c.M <= 20000 && !exact::softmax_rows_fits(p, nullptr);
-    const AttendResult r = attend(in.q.view, in.k.view, in.v.view, mech, opt);
-    exact::set_row_path_enabled(true);
-    double err = 0;
-    for (int64_t b = 0; b < c.B; ++b)
-      for (int64_t h = 0; h < c.H; ++h)
-        for (int64_t i = 0; i < c.N; ++i) {
-          for (int64_t d = 0; d < c.Dv; ++d) {
-            const double got = r.out.at(b, h, i, d);
-            ASSERT_TRUE(std::isfinite(got)) << "out(" << b << "," << h << "," << i << "," << d << ")";
-            err = std::max(err, std::abs(got - ref.o(b, h, i, d)));
+      SCOPED_TRACE("isa " + isa_name(isa) + (row_path ? "" : ", tiled path forced"));
+      if (!row_path && !exact::softmax_rows_fits(p, nullptr)) continue;
+      exact::set_row_path_enabled(row_path);
+      AttendOptions opt = in.opt;
+      opt.isa = isa;
+      opt.return_probs = c.N * c.M <= 20000 && !exact::softmax_rows_fits(p, nullptr);
+      const AttendResult r = attend(in.q.view, in.k.view, in.v.view, mech, opt);
+      exact::set_row_path_enabled(true);
+      double err = 0;
+      for (int64_t b = 0; b < c.B; ++b)
+        for (int64_t h = 0; h < c.H; ++h)
+          for (int64_t i = 0; i < c.N; ++i) {
+            for (int64_t d = 0; d < c.Dv; ++d) {
+              const double got = r.out.at(b, h, i, d);
+              ASSERT_TRUE(std::isfinite(got)) << "out(" << b << "," << h << "," << i << "," << d << ")";
+              err = std::max(err, std::abs(got - ref.o(b, h, i, d)));
+            }
+            const double want_lse = ref.l(b, h, i), got_lse = r.lse.at(b, h, i, 0);
+            if (std::isinf(want_lse))
+              ASSERT_EQ(got_lse, want_lse) << "lse row " << i << " sees no key";
+            else
+              ASSERT_NEAR(got_lse, want_lse, 1e-5 * (1 + std::abs(want_lse))) << "lse row " << i;
+            if (opt.return_probs)
+              for (int64_t j = 0; j < c.M; ++j)
+                ASSERT_NEAR(r.probs.at(b, h, i, j), ref.p(b, h, i, j), 2e-6 + 2 * std::abs(plain.p(b, h, i, j) - ref.p(b, h, i, j)))
+                    << "probs(" << i << "," << j << ")";
           }
-          const double want_lse = ref.l(b, h, i), got_lse = r.lse.at(b, h, i, 0);
-          if (std::isinf(want_lse))
-            ASSERT_EQ(got_lse, want_lse) << "lse row " << i << " sees no key";
-          else
-            ASSERT_NEAR(got_lse, want_lse, 1e-5 * (1 + std::abs(want_lse))) << "lse row " << i;
-          if (opt.return_probs)
-            for (int64_t j = 0; j < c.M; ++j)
-              ASSERT_NEAR(r.probs.at(b, h, i, j), ref.p(b, h, i, j), 2e-6 + 2 * std::abs(plain.p(b, h, i, j) - ref.p(b, h, i, j)))
-                  << "probs(" << i << "," << j << ")";
-        }
-    EXPECT_LE(err, tol) << "plain " << dtype_name(c.dtype) << " error " << plain_err;
+      EXPECT_LE(err, tol) << "plain " << dtype_name(c.dtype) << " error " << plain_err;
+    }
   }
 }
 
