@@ -1,15 +1,11 @@
-// The entry point: validate once, pick the kernel set for this CPU, run the mechanism.
+// The entry point: validate once, choose the form (walking the family's priority list), pick the
+// kernel set for this CPU, run. Family-independent: core/families.hpp maps a mechanism to its
+// family's validation, forms, FLOP count and reference.
 #include "attn/attend.hpp"
 
-#include <cmath>
-#include <limits>
-
 #include "attn/error.hpp"
-#include "exact/problem.hpp"
-#include "exact/reference.hpp"
-#include "exact/softmax_rows.hpp"
-#include "exact/softmax_tiled.hpp"
-#include "kernels/kernel_table.hpp"
+#include "core/families.hpp"
+#include "core/internal_api.hpp"
 
 namespace attn {
 namespace {
@@ -18,46 +14,27 @@ Layout layout_of(const TensorView& q) {
   return q.heads() > 1 && q.tokens() > 1 && q.strides[2] > q.strides[1] ? Layout::bnhd : Layout::bhnd;
 }
 
-void copy_reference(const exact::ReferenceResult& r, const TensorView& out, const TensorView* lse,
-                    const TensorView* probs) {
-  for (int64_t b = 0; b < r.B; ++b)
-    for (int64_t h = 0; h < r.H; ++h)
-      for (int64_t i = 0; i < r.N; ++i) {
-        for (int64_t c = 0; c < r.Dv; ++c)
-          store_from_float(out.data, out.dtype, out.offset(b, h, i, c), static_cast<float>(r.o(b, h, i, c)));
-        if (lse) static_cast<float*>(lse->data)[lse->offset(b, h, i, 0)] = static_cast<float>(r.l(b, h, i));
-        if (probs)
-          for (int64_t j = 0; j < r.M; ++j)
-            static_cast<float*>(probs->data)[probs->offset(b, h, i, j)] = static_cast<float>(r.p(b, h, i, j));
-      }
+core::Context context_of(const AttendOptions& options) {
+  const Isa isa = options.isa ? *options.isa : active_isa();
+  return {&kernels::kernels_for(isa), options.threads, options.row_cache_bytes};
 }
 
 }  // namespace
 
-void attend_into(const TensorView& q, const TensorView& k, const TensorView& v,
-                 const Mechanism& mechanism, const AttendOptions& options, const TensorView& out,
-                 const TensorView* lse, const TensorView* probs) {
-  std::visit(
-      [&](const auto& mech) {
-        using M = std::decay_t<decltype(mech)>;
-        if constexpr (std::is_same_v<M, Softmax>) {
-          const exact::Problem p = exact::validate_softmax(q, k, v, mech, options, out, lse, probs);
-          if (options.use_reference) {
-            copy_reference(exact::reference_softmax(p), out, lse, probs);
-            return;
-          }
-          const Isa isa = options.isa ? *options.isa : active_isa();
-          if (exact::softmax_rows_fits(p, probs))
-            exact::softmax_rows(p, kernels::kernels_for(isa), out, lse, options.threads);
-          else
-            exact::softmax_tiled(p, kernels::kernels_for(isa), out, lse, probs, options.threads);
-        }
-      },
-      mechanism);
+void attend_into(const TensorView& q, const TensorView& k, const TensorView& v, const Mechanism& mechanism,
+                 const AttendOptions& options, const TensorView& out, const TensorView* lse, const TensorView* probs) {
+  const core::Outputs outs{&out, lse, probs};
+  core::visit_family(mechanism, [&](const auto& mech, auto family) {
+    using Family = decltype(family);
+    const typename Family::Problem p = Family::validate(q, k, v, mech, options, outs);
+    const auto& form = core::choose(Family::forms(), p, outs, options.form, to_string(mechanism));
+    const core::Context ctx = context_of(options);
+    form.run(p, outs, ctx);
+  });
 }
 
-AttendResult attend(const TensorView& q, const TensorView& k, const TensorView& v,
-                    const Mechanism& mechanism, const AttendOptions& options) {
+AttendResult attend(const TensorView& q, const TensorView& k, const TensorView& v, const Mechanism& mechanism,
+                    const AttendOptions& options) {
   AttendResult r;
   const std::array<int64_t, 4> oshape{q.shape[0], q.shape[1], q.shape[2], v.shape[3]};
   for (int64_t s : oshape)
@@ -70,21 +47,68 @@ AttendResult attend(const TensorView& q, const TensorView& k, const TensorView& 
   return r;
 }
 
-double attention_flops(const TensorView& q, const TensorView& k, const TensorView& v,
-                       const Mechanism& mechanism) {
-  const double N = static_cast<double>(q.tokens()), M = static_cast<double>(k.tokens());
-  double pairs = N * M;
-  if (const auto* s = std::get_if<Softmax>(&mechanism)) {
-    const int64_t right = s->causal ? 0 : s->window_right;
-    pairs = 0;
-    for (int64_t i = 0; i < q.tokens(); ++i) {
-      const int64_t d = i + k.tokens() - q.tokens();
-      int64_t lo = s->window_left < 0 ? 0 : std::max<int64_t>(0, d - s->window_left);
-      int64_t hi = right < 0 ? k.tokens() : std::min<int64_t>(k.tokens(), d + right + 1);
-      if (hi > lo) pairs += static_cast<double>(hi - lo);
-    }
-  }
-  return 2.0 * pairs * static_cast<double>(q.batch() * q.heads()) * static_cast<double>(q.dim() + v.dim());
+double attention_flops(const TensorView& q, const TensorView& k, const TensorView& v, const Mechanism& mechanism,
+                       const AttendOptions& options) {
+  return core::visit_family(mechanism, [&](const auto& mech, auto family) {
+    using Family = decltype(family);
+    return Family::flops(Family::validate(q, k, v, mech, options, core::Outputs{}));
+  });
 }
 
+Explanation explain(const TensorView& q, const TensorView& k, const TensorView& v, const Mechanism& mechanism,
+                    const AttendOptions& options) {
+  // Outputs as attend() would allocate them; only their presence matters to the forms.
+  TensorView none;
+  const core::Outputs outs{nullptr, options.return_lse ? &none : nullptr, options.return_probs ? &none : nullptr};
+  core::Outputs checked{};  // validation sees no output views (they do not exist yet)
+  Explanation e;
+  e.mechanism = to_string(mechanism);
+  e.isa = isa_name(options.isa ? *options.isa : active_isa());
+  core::visit_family(mechanism, [&](const auto& mech, auto family) {
+    using Family = decltype(family);
+    const typename Family::Problem p = Family::validate(q, k, v, mech, options, checked);
+    e.forms = core::verdicts(Family::forms(), p, outs);
+    e.chosen = std::string(core::choose(Family::forms(), p, outs, options.form, e.mechanism).name);
+  });
+  return e;
+}
+
+std::string Explanation::text() const {
+  std::string o = mechanism + " (isa " + isa + "): runs form '" + chosen + "'\n";
+  bool after_chosen = false;
+  for (const auto& f : forms) {
+    o += "  " + f.form + std::string(f.form.size() < 10 ? 10 - f.form.size() : 1, ' ');
+    if (f.form == chosen) {
+      o += "chosen";
+      after_chosen = true;
+    } else if (f.reasons.empty()) {
+      o += after_chosen ? "supported (lower priority)" : "supported (passed over: another form was forced)";
+    } else {
+      o += "refused: ";
+      for (size_t i = 0; i < f.reasons.size(); ++i) o += (i ? "; " : "") + f.reasons[i];
+    }
+    o += "  [" + f.summary + "]\n";
+  }
+  return o;
+}
+
+namespace core {
+
+ReferenceResult reference_outputs(const TensorView& q, const TensorView& k, const TensorView& v,
+                                  const Mechanism& mechanism, const AttendOptions& options, RefPrecision precision) {
+  return visit_family(mechanism, [&](const auto& mech, auto family) {
+    using Family = decltype(family);
+    return Family::reference(Family::validate(q, k, v, mech, options, Outputs{}), precision);
+  });
+}
+
+std::vector<std::string> form_names(const Mechanism& mechanism) {
+  return visit_family(mechanism, [&](const auto&, auto family) {
+    std::vector<std::string> names;
+    for (const auto& f : decltype(family)::forms()) names.emplace_back(f.name);
+    return names;
+  });
+}
+
+}  // namespace core
 }  // namespace attn

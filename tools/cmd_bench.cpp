@@ -13,6 +13,7 @@
 #include "attn/attn.hpp"
 #include "commands.hpp"
 #include "roofline.hpp"
+#include "harness/inputs.hpp"
 #include "workload.hpp"
 
 namespace attn::cli {
@@ -26,8 +27,9 @@ struct BenchArgs {
   int64_t heads = 8, kv_heads = 0;
   int reps = 2;
   std::string json;
-  bool big = false, memory = false;
-  std::vector<int64_t> decode;  // cache lengths for decode-shaped cases (N = 1)
+  bool big = false, memory = false, grid_given = false, decode_given = false;
+  std::vector<int64_t> decode;  // cache lengths for decode-shaped cases (N = 1); none: the list's
+  harness::Filter filter;
 };
 
 DType dtype_of(const std::string& s) {
@@ -36,6 +38,8 @@ DType dtype_of(const std::string& s) {
   if (s == "f16") return DType::f16;
   fail("--dtypes", "expected f32, bf16 or f16, got '" + s + "'");
 }
+
+std::string short_name(DType t) { return t == DType::f32 ? "f32" : t == DType::bf16 ? "bf16" : "f16"; }
 
 // Peak resident memory (VmHWM) in MiB; reset_peak_rss() restarts it from the current RSS
 // (Linux >= 4.0), so earlier phases such as the bandwidth buffer do not count.
@@ -72,87 +76,96 @@ int run(const BenchArgs& a) {
   fmt::print("\n");
   fmt::print("isa {}, OpenBLAS core {}\n\n", isa_name(active_isa()), openblas_get_corename());
 
-  struct Case { int64_t n, d; std::string dt; Mechanism mech; int threads; };
-  std::vector<Case> cases;
-  for (int64_t n : a.sizes)
-    for (int64_t d : a.dims)
-      for (const auto& m : a.mechanisms)
-        for (const auto& dt : a.dtypes)
-          for (int t : a.threads) cases.push_back({n, d, dt, parse_mechanism(m), t});
+  // The cases: the list's bench suite, or the grid given on the command line.
+  std::vector<DType> dtypes;
+  for (const auto& d : a.dtypes) dtypes.push_back(dtype_of(d));
+  const std::vector<harness::Case> grid =
+      a.grid_given ? harness::bench_grid(a.sizes, a.dims, a.mechanisms, dtypes, a.heads, a.kv_heads)
+                   : std::vector<harness::Case>{};
+  const auto runs = harness::expand(a.grid_given ? grid : harness::case_list(), harness::kBench, a.filter);
 
-  fmt::print("{:>7} {:>6} {:>5} {:<32} {:>5} {:>3} {:>10} {:>9} {:>8}\n", "case", "N=M", "d", "mechanism", "dtype",
-             "T", "ms", "GFLOP/s", "ratio");
+  fmt::print("{:>7} {:>6} {:>5} {:<32} {:>5} {:<6} {:>3} {:>10} {:>9} {:>8}\n", "case", "N=M", "d", "mechanism",
+             "dtype", "form", "T", "ms", "GFLOP/s", "ratio");
+  const size_t total = runs.size() * a.threads.size();
   size_t idx = 0;
-  for (const Case& c : cases) {
-    ++idx;
-    Workload w;
-    w.H = a.heads, w.Hkv = a.kv_heads ? a.kv_heads : a.heads, w.N = w.M = c.n, w.D = c.d, w.dtype = dtype_of(c.dt);
-    w.generate();
-    const Mechanism& mech = c.mech;
-    const auto* softmax = std::get_if<Softmax>(&mech);
-    const bool causal = softmax && softmax->causal;
-    AttendOptions opt;
-    opt.threads = c.threads;
-    Tensor out(w.dtype, {w.B, w.H, w.N, w.D});
-    const double secs = best_seconds(a.reps, [&] {
-      attend_into(w.q.view(), w.k.view(), w.v.view(), mech, opt, out.view(), nullptr, nullptr);
-    });
-    const double flops = attention_flops(w.q.view(), w.k.view(), w.v.view(), mech);
-    const double gflops = flops / secs / 1e9;
-    const double ratio = gflops / roof[c.threads];
-    fmt::print("{:>3}/{:<3} {:>6} {:>5} {:<32} {:>5} {:>3} {:>10.2f} {:>9.1f} {:>8.3f}\n", idx, cases.size(), c.n, c.d,
-               to_string(mech), c.dt, c.threads, secs * 1e3, gflops, ratio);
-    std::fflush(stdout);
-    if (json) {
-      nlohmann::json j = {{"mechanism", to_string(mech)}, {"dtype", c.dt}, {"batch", w.B}, {"heads", w.H},
-                          {"kv_heads", w.Hkv}, {"q_len", w.N}, {"kv_len", w.M}, {"head_dim", w.D},
-                          {"causal", causal}, {"threads", c.threads}, {"seconds", secs},
-                          {"gflops", gflops}, {"roofline_gflops", roof[c.threads]}, {"ratio", ratio},
-                          {"isa", isa_name(active_isa())}, {"bandwidth_gbs", bw}};
-      json << j.dump() << "\n";
+  for (const harness::Run& r : runs) {
+    const harness::Case& c = *r.c;
+    harness::Inputs in;
+    harness::make_inputs(c, in);
+    in.options.return_lse = false;
+    in.options.form = r.form;
+    Tensor out(c.dtype, {c.B, c.H, c.N, c.Dv});
+    const double flops = c.flops();
+    const std::string form = explain(in.q.view, in.k.view, in.v.view, in.mechanism, in.options).chosen;
+    for (int t : a.threads) {
+      ++idx;
+      in.options.threads = t;
+      const double secs = best_seconds(a.reps, [&] {
+        attend_into(in.q.view, in.k.view, in.v.view, in.mechanism, in.options, out.view(), nullptr, nullptr);
+      });
+      const double gflops = flops / secs / 1e9;
+      const double ratio = gflops / roof[t];
+      fmt::print("{:>3}/{:<3} {:>6} {:>5} {:<32} {:>5} {:<6} {:>3} {:>10.2f} {:>9.1f} {:>8.3f}\n", idx, total, c.N, c.D,
+                 c.mechanism, short_name(c.dtype), form, t, secs * 1e3, gflops, ratio);
+      std::fflush(stdout);
+      if (json) {
+        const auto* softmax = std::get_if<Softmax>(&in.mechanism);
+        nlohmann::json j = {{"mechanism", to_string(in.mechanism)}, {"dtype", short_name(c.dtype)}, {"batch", c.B},
+                            {"heads", c.H}, {"kv_heads", c.Hkv}, {"q_len", c.N}, {"kv_len", c.M}, {"head_dim", c.D},
+                            {"causal", softmax && softmax->causal}, {"form", form}, {"threads", t},
+                            {"seconds", secs}, {"gflops", gflops}, {"roofline_gflops", roof[t]}, {"ratio", ratio},
+                            {"isa", isa_name(active_isa())}, {"bandwidth_gbs", bw}};
+        json << j.dump() << "\n";
+      }
     }
   }
 
-  if (!a.decode.empty()) {  // memory-bound: one query per head against a cache of M keys
-    fmt::print("\ndecode (B=1, H={}, N=1): GB/s of K+V read, ratio to the same-run read bandwidth\n", a.heads);
-    fmt::print("{:>7} {:>4} {:>4} {:>5} {:>3} {:>10} {:>9} {:>8}\n", "M", "d", "Hkv", "dtype", "T", "ms", "GB/s", "ratio");
-    for (int64_t m : a.decode)
-      for (int64_t d : a.dims)
-        for (int64_t hkv : {a.heads, std::max<int64_t>(1, a.heads / 4)})
-          for (const auto& dt : a.dtypes)
-            for (int t : a.threads) {
-              Workload w;
-              w.H = a.heads, w.Hkv = hkv, w.N = 1, w.M = m, w.D = d, w.dtype = dtype_of(dt);
-              w.generate();
-              AttendOptions opt;
-              opt.threads = t;
-              Tensor out(w.dtype, {w.B, w.H, 1, w.D});
-              const double secs = best_seconds(a.reps * 5, [&] {
-                attend_into(w.q.view(), w.k.view(), w.v.view(), Softmax{}, opt, out.view(), nullptr, nullptr);
-              });
-              const double gbs = 2.0 * static_cast<double>(w.k.view().numel() * dtype_size(w.dtype)) / secs / 1e9;
-              fmt::print("{:>7} {:>4} {:>4} {:>5} {:>3} {:>10.3f} {:>9.1f} {:>8.3f}\n", m, d, hkv, dt, t, secs * 1e3, gbs,
-                         gbs / bws[t]);
-              if (json) {
-                nlohmann::json j = {{"mechanism", "softmax"}, {"dtype", dt}, {"batch", 1}, {"heads", w.H},
-                                    {"kv_heads", hkv}, {"q_len", 1}, {"kv_len", m}, {"head_dim", d}, {"causal", false},
-                                    {"threads", t}, {"seconds", secs}, {"gbs", gbs}, {"bandwidth_gbs", bws[t]},
-                                    {"ratio", gbs / bws[t]}, {"isa", isa_name(active_isa())}};
-                json << j.dump() << "\n";
-              }
-            }
+  if (a.decode_given) {  // memory-bound: one query per head against a cache of M keys
+    const std::vector<harness::Case> dgrid =
+        a.decode.empty() ? std::vector<harness::Case>{} : harness::decode_grid(a.decode, a.dims, dtypes, a.heads);
+    const auto druns = harness::expand(a.decode.empty() ? harness::case_list() : dgrid, harness::kDecode, a.filter);
+    fmt::print("\ndecode (B=1, N=1): GB/s of K+V read, ratio to the same-run read bandwidth\n");
+    fmt::print("{:>7} {:>4} {:>4} {:>4} {:>5} {:<6} {:>3} {:>10} {:>9} {:>8}\n", "M", "d", "H", "Hkv", "dtype", "form",
+               "T", "ms", "GB/s", "ratio");
+    for (const harness::Run& r : druns) {
+      const harness::Case& c = *r.c;
+      harness::Inputs in;
+      harness::make_inputs(c, in);
+      in.options.return_lse = false;
+      in.options.form = r.form;
+      Tensor out(c.dtype, {c.B, c.H, c.N, c.Dv});
+      const std::string form = explain(in.q.view, in.k.view, in.v.view, in.mechanism, in.options).chosen;
+      for (int t : a.threads) {
+        in.options.threads = t;
+        const double secs = best_seconds(a.reps * 5, [&] {
+          attend_into(in.q.view, in.k.view, in.v.view, in.mechanism, in.options, out.view(), nullptr, nullptr);
+        });
+        const double gbs = c.kv_bytes() / secs / 1e9;
+        fmt::print("{:>7} {:>4} {:>4} {:>4} {:>5} {:<6} {:>3} {:>10.3f} {:>9.1f} {:>8.3f}\n", c.M, c.D, c.H, c.Hkv,
+                   short_name(c.dtype), form, t, secs * 1e3, gbs, gbs / bws[t]);
+        if (json) {
+          nlohmann::json j = {{"mechanism", to_string(in.mechanism)}, {"dtype", short_name(c.dtype)}, {"batch", c.B},
+                              {"heads", c.H}, {"kv_heads", c.Hkv}, {"q_len", c.N}, {"kv_len", c.M},
+                              {"head_dim", c.D}, {"causal", false}, {"form", form}, {"threads", t},
+                              {"seconds", secs}, {"gbs", gbs}, {"bandwidth_gbs", bws[t]}, {"ratio", gbs / bws[t]},
+                              {"isa", isa_name(active_isa())}};
+          json << j.dump() << "\n";
+        }
+      }
+    }
   }
   if (a.memory) {  // no N x M allocation: peak RSS at N = M = 32768, d = 64 stays near the inputs
-    Workload w;
-    w.H = 8, w.Hkv = 8, w.N = w.M = 32768, w.D = 64;
     reset_peak_rss();
     const double before = peak_rss_mib();
-    w.generate();
-    Tensor out(DType::f32, {w.B, w.H, w.N, w.D});
+    std::mt19937 rng(42);
+    const auto q = harness::random_tensor(rng, DType::f32, 1, 8, 32768, 64);
+    const auto k = harness::random_tensor(rng, DType::f32, 1, 8, 32768, 64);
+    const auto v = harness::random_tensor(rng, DType::f32, 1, 8, 32768, 64);
+    Tensor out(DType::f32, {1, 8, 32768, 64});
     const double inputs = peak_rss_mib();
     reset_peak_rss();
     const auto t0 = std::chrono::steady_clock::now();
-    attend_into(w.q.view(), w.k.view(), w.v.view(), Softmax{}, AttendOptions{}, out.view(), nullptr, nullptr);
+    attend_into(q.view, k.view, v.view, Softmax{}, AttendOptions{}, out.view(), nullptr, nullptr);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double scores_mib = 8.0 * 32768 * 32768 * 4 / (1 << 20);
     const double during = peak_rss_mib();
@@ -162,19 +175,20 @@ int run(const BenchArgs& a) {
                before, inputs, during, during - inputs, secs, scores_mib);
   }
   if (a.big) {  // 64-bit indexing: N*M = 2^32 scores per head, streamed
-    Workload w;
-    w.H = w.Hkv = 1, w.N = w.M = 65536, w.D = 16;
-    w.generate();
+    struct { int64_t N = 65536, M = 65536, D = 16; } w;
+    std::mt19937 rng(42);
+    const auto qb = harness::random_tensor(rng, DType::f32, 1, 1, w.N, w.D);
+    const auto kb = harness::random_tensor(rng, DType::f32, 1, 1, w.M, w.D);
+    const auto vb = harness::random_tensor(rng, DType::f32, 1, 1, w.M, w.D);
     Tensor out(DType::f32, {1, 1, w.N, w.D});
-    AttendOptions opt;
-    opt.return_lse = false;
     const auto t0 = std::chrono::steady_clock::now();
-    attend_into(w.q.view(), w.k.view(), w.v.view(), parse_mechanism("softmax:causal"), opt, out.view(), nullptr, nullptr);
+    attend_into(qb.view, kb.view, vb.view, parse_mechanism("softmax:causal"), AttendOptions{}, out.view(), nullptr,
+                nullptr);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     // Check the last row against a float64 computation of that row alone.
-    const auto& q = w.q.view();
-    const auto& k = w.k.view();
-    const auto& v = w.v.view();
+    const auto& q = qb.view;
+    const auto& k = kb.view;
+    const auto& v = vb.view;
     const int64_t i = w.N - 1;
     std::vector<double> s(static_cast<size_t>(w.M));
     double mx = -1e300, sum = 0;
@@ -203,27 +217,37 @@ int run(const BenchArgs& a) {
 
 Runner add_bench(CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
-  CLI::App* c = app.add_subcommand("bench", "Exact attention throughput vs this machine's sgemm roofline");
+  CLI::App* c = app.add_subcommand("bench", "Throughput of the case list's bench suite vs this machine's roofline");
   c->footer(
-      "Reports GFLOP/s (4*N*M*d per head, counting only the (query, key) pairs the mask lets through)\n"
-      "and ratio = GFLOP/s divided by\n"
-      "OpenBLAS sgemm (n=2048) GFLOP/s on the same thread count, measured first in the same run.\n"
+      "By default times the bench suite of the case list (harness/case_list.cpp): N = M = 1024, 4096;\n"
+      "d = 64, 128; softmax and softmax:causal; f32 and bf16; 8 heads; on 1 and 2 threads. --sizes,\n"
+      "--dims, --mechanisms, --dtypes, --heads, --kv-heads replace it with that grid.\n"
+      "Reports GFLOP/s (2 (D + Dv) per (query, key) pair the mask lets through) and ratio = GFLOP/s\n"
+      "divided by OpenBLAS sgemm (n=2048) GFLOP/s on the same thread count, measured first in the same run.\n"
+      "--decode times one query per head against a cache (GB/s of K+V read vs the same-run read bandwidth).\n"
       "Example: attn bench --sizes 4096 --dims 128 --dtypes f32 --threads 2 --json out.jsonl");
   c->add_option("--sizes", args->sizes, "N = M values")->capture_default_str();
   c->add_option("--dims", args->dims, "Head dims")->capture_default_str();
   c->add_option("--threads", args->threads, "Thread counts")->capture_default_str();
   c->add_option("--dtypes", args->dtypes, "f32, bf16, f16")->capture_default_str();
   c->add_option("--mechanisms", args->mechanisms, "Mechanism text forms to time (e.g. softmax:causal,window=256:0)")
-      ->capture_default_str();
+           ->capture_default_str();
   c->add_option("--heads", args->heads, "Query heads")->capture_default_str();
   c->add_option("--kv-heads", args->kv_heads, "Key/value heads (0 = same as heads)")->capture_default_str();
   c->add_option("--reps", args->reps, "Timed repetitions per case (best is reported)")->capture_default_str();
   c->add_option("--json", args->json, "Write one JSON object per case to this file");
-  c->add_option("--decode", args->decode, "Also time decode-shaped calls (N=1) against these cache lengths")
+  c->add_option("--decode", args->decode,
+                "Also time decode-shaped calls (N=1) against these cache lengths (none given: the list's 4096 16384 65536)")
       ->expected(0, -1);
   c->add_flag("--memory", args->memory, "Also report peak RSS at N=M=32768, d=64");
   c->add_flag("--big", args->big, "Also run N=M=65536 (N*M > 2^31, 64-bit indexing) and check its last row");
-  return [args] { return run(*args); };
+  add_filter_options(c, args->filter);
+  return [args, c] {
+    args->decode_given = c->count("--decode") > 0;
+    for (const char* o : {"--sizes", "--dims", "--dtypes", "--mechanisms", "--heads", "--kv-heads"})
+      args->grid_given = args->grid_given || c->count(o) > 0;
+    return run(*args);
+  };
 }
 
 }  // namespace attn::cli

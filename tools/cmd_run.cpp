@@ -1,6 +1,8 @@
 // attn run: attention on .npy inputs, writing .npy outputs.
 #include <fmt/core.h>
 
+#include <map>
+
 #include "attn/attn.hpp"
 #include "commands.hpp"
 
@@ -8,11 +10,12 @@ namespace attn::cli {
 namespace {
 
 struct RunArgs {
-  std::string mechanism = "softmax", q, k, v, out, lse, probs, layout = "bhnd", mask, bias, wq, wk, w, isa;
+  std::string mechanism = "softmax", q, k, v, out, lse, probs, layout = "bhnd", mask, bias, wq, wk, w, isa, form;
+  std::vector<std::string> params;  // NAME=file.npy
   std::vector<int64_t> kv_lengths;
   std::vector<float> alibi;
   int threads = 0;
-  bool reference = false;
+  bool reference = false, explain = false;
 };
 
 // q/k/v arrays: 4-D in the chosen layout, or 3-D (one batch).
@@ -35,12 +38,12 @@ TensorView mask_view(NpyArray& a, const std::string& name) {
   return make_view(a.bytes.data(), a.dtype, s[0], s[1], s[2], s[3]);
 }
 
-std::vector<float> floats_of(const std::string& path) {
-  NpyArray a = read_npy(path);
-  if (a.dtype != DType::f32) fail(path, "must be float32, got " + dtype_name(a.dtype));
-  std::vector<float> out(static_cast<size_t>(a.numel()));
-  std::memcpy(out.data(), a.bytes.data(), a.bytes.size());
-  return out;
+// --param NAME=file.npy (and the aliases --wq/--wk/--w): arrays kept alive in `store`.
+void add_param(const std::string& name, const std::string& path, std::map<std::string, NpyArray>& store, Params& params) {
+  if (name.empty()) fail("--param", "expected NAME=file.npy, got '=" + path + "'");
+  if (params.count(name)) fail("--param", "'" + name + "' is given twice");
+  NpyArray& a = store[name] = read_npy(path);
+  params[name] = make_array_view(a.bytes.data(), a.dtype, a.shape);
 }
 
 int run(const RunArgs& r) {
@@ -50,7 +53,11 @@ int run(const RunArgs& r) {
   const TensorView q = view_of(qa, r.q, layout), k = view_of(ka, r.k, layout), v = view_of(va, r.v, layout);
   AttendOptions opt;
   opt.threads = r.threads;
-  opt.use_reference = r.reference;
+  opt.form = r.form;
+  if (r.reference) {
+    if (!r.form.empty() && r.form != "reference") fail("--reference", "conflicts with --form " + r.form);
+    opt.form = "reference";
+  }
   opt.key_padding_lengths = r.kv_lengths;
   opt.alibi_slopes = r.alibi;
   opt.return_lse = !r.lse.empty();
@@ -65,15 +72,22 @@ int run(const RunArgs& r) {
     ba = read_npy(r.bias);
     opt.bias = mask_view(ba, r.bias);
   }
-  if (!r.wq.empty() || !r.wk.empty() || !r.w.empty()) {
-    if (r.wq.empty() || r.wk.empty() || r.w.empty()) fail("run", "--wq, --wk and --w go together (additive score weights)");
-    opt.additive = AdditiveWeights{floats_of(r.wq), floats_of(r.wk), floats_of(r.w)};
+  std::map<std::string, NpyArray> param_arrays;
+  for (const std::string& p : r.params) {
+    const size_t eq = p.find('=');
+    if (eq == std::string::npos) fail("--param", "expected NAME=file.npy, got '" + p + "'");
+    add_param(p.substr(0, eq), p.substr(eq + 1), param_arrays, opt.params);
   }
-  if (!r.isa.empty()) {
-    for (Isa i : {Isa::portable, Isa::avx2, Isa::avx512})
-      if (isa_name(i) == r.isa) opt.isa = i;
-    if (!opt.isa) fail("--isa", "expected portable, avx2 or avx512, got '" + r.isa + "'");
+  for (auto [name, path] : {std::pair{"wq", &r.wq}, {"wk", &r.wk}, {"w", &r.w}})
+    if (!path->empty()) add_param(name, *path, param_arrays, opt.params);
+  if (!r.isa.empty()) opt.isa = parse_isa(r.isa, "--isa");
+  if (r.explain) {
+    opt.return_lse = !r.lse.empty();
+    opt.return_probs = !r.probs.empty();
+    fmt::print("{}", explain(q, k, v, mech, opt).text());
+    return 0;
   }
+  if (r.out.empty()) fail("--out", "is required (except with --explain)");
   const AttendResult res = attend(q, k, v, mech, opt);
   const auto& o = res.out.view();
   std::vector<int64_t> oshape = layout == Layout::bhnd ? std::vector<int64_t>{o.shape[0], o.shape[1], o.shape[2], o.shape[3]}
@@ -99,6 +113,7 @@ Runner add_run(CLI::App& app) {
       "Arrays are float32 or float16, C order. With --layout bhnd (default) q is (B, H, N, D);\n"
       "with bnhd it is (B, N, H, D) (as in flash-attn and most model code). A 3-D array is one batch.\n"
       "k and v may have fewer heads than q (MQA/GQA) if that number divides q's.\n"
+      "  attn run -m softmax:causal --q q.npy --k k.npy --v v.npy --explain      (which form runs, and why)\n"
       "Mechanism text: softmax[:causal,scale=S,window=L:R,softcap=C,score=dot|cosine|additive,\n"
       "  entropy_scale=TRAIN_LEN,dropout=P,seed=N]. Causal is bottom-right aligned (query i sees\n"
       "  keys j <= i + M - N); rows that see no key give zeros and lse = -inf.");
@@ -106,7 +121,7 @@ Runner add_run(CLI::App& app) {
   c->add_option("--q", args->q, "Queries .npy")->required()->check(CLI::ExistingFile);
   c->add_option("--k", args->k, "Keys .npy")->required()->check(CLI::ExistingFile);
   c->add_option("--v", args->v, "Values .npy")->required()->check(CLI::ExistingFile);
-  c->add_option("--out", args->out, "Output .npy (same layout as q; float16 stays float16)")->required();
+  c->add_option("--out", args->out, "Output .npy (same layout as q; float16 stays float16); not needed with --explain");
   c->add_option("--lse", args->lse, "Also write the row log-sum-exp, (B, H, N) float32");
   c->add_option("--probs", args->probs, "Also write the weights (B, H, N, M) float32 (before dropout)");
   c->add_option("--layout", args->layout, "Memory layout of q, k, v, out")->check(CLI::IsMember({"bhnd", "bnhd"}))->capture_default_str();
@@ -114,12 +129,19 @@ Runner add_run(CLI::App& app) {
   c->add_option("--mask", args->mask, "Boolean mask .npy, (N, M) / (H, N, M) / (B, H, N, M); true = attend");
   c->add_option("--bias", args->bias, "Additive float bias .npy, same shapes as --mask");
   c->add_option("--alibi", args->alibi, "ALiBi slopes, one per query head");
-  c->add_option("--wq", args->wq, "Additive score: Wq (A, D) float32 .npy");
-  c->add_option("--wk", args->wk, "Additive score: Wk (A, D) float32 .npy");
-  c->add_option("--w", args->w, "Additive score: w (A) float32 .npy");
+  c->add_option("--param", args->params,
+                "A named parameter tensor the mechanism takes, NAME=file.npy (repeatable); e.g. for\n"
+                "score=additive: --param wq=wq.npy --param wk=wk.npy --param w=w.npy");
+  c->add_option("--wq", args->wq, "Same as --param wq=FILE (additive score: Wq (A, D))");
+  c->add_option("--wk", args->wk, "Same as --param wk=FILE (additive score: Wk (A, D))");
+  c->add_option("--w", args->w, "Same as --param w=FILE (additive score: w (A))");
   c->add_option("--threads", args->threads, "Threads (0 = all cores)")->capture_default_str();
-  c->add_option("--isa", args->isa, "Force a kernel set: portable, avx2, avx512");
-  c->add_flag("--reference", args->reference, "Use the float64 reference implementation (slow, exact)");
+  c->add_option("--isa", args->isa, "Force a kernel set: portable (or scalar), avx2, avx512");
+  c->add_option("--form", args->form,
+                "Force an implementation (softmax: rows, tiled, reference); default: the first that supports the call");
+  c->add_flag("--reference", args->reference, "Same as --form reference: the float64 reference (slow, exact)");
+  c->add_flag("--explain", args->explain,
+              "Print which form would run and why the others would not (validates the inputs; writes nothing)");
   return [args] { return run(*args); };
 }
 

@@ -4,6 +4,8 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 
+#include "harness/check.hpp"
+
 namespace attn::cli {
 
 using Runner = std::function<int()>;
@@ -11,5 +13,10 @@ using Runner = std::function<int()>;
 Runner add_run(CLI::App& app);
 Runner add_demo(CLI::App& app);
 Runner add_bench(CLI::App& app);
+Runner add_list(CLI::App& app);
+Runner add_check(CLI::App& app);
+
+// --op, --form, --isa, --case: the filters every mode of the case list takes.
+void add_filter_options(CLI::App* c, harness::Filter& f);
 
 }  // namespace attn::cli

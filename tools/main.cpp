@@ -34,6 +34,8 @@ int main(int argc, char** argv) {
       "  attn demo     built-in data, the mechanisms side by side (error vs reference, speed)\n"
       "  attn run      attention on .npy files\n"
       "  attn bench    throughput as a ratio to this machine's sgemm roofline\n"
+      "  attn list     the runs of the case list (mechanism x form x ISA), with filters\n"
+      "  attn check    every form on every ISA against the float64 reference\n"
       "Mechanisms are written as text, e.g. softmax:causal,window=128:0,softcap=30.\n"
       "ATTN_ISA=portable|avx2|avx512 forces a kernel set; OMP_NUM_THREADS sets the default threads."};
   app.require_subcommand(1);
@@ -45,6 +47,8 @@ int main(int argc, char** argv) {
   add(attn::cli::add_demo, "demo");
   add(attn::cli::add_run, "run");
   add(attn::cli::add_bench, "bench");
+  add(attn::cli::add_list, "list");
+  add(attn::cli::add_check, "check");
   CLI11_PARSE(app, argc, argv);
   try {
     for (auto& [cmd, run] : commands)

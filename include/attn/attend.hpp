@@ -2,7 +2,9 @@
 //
 // Shapes (views may use any strides, e.g. (B,H,N,D) or (B,N,H,D) memory):
 //   q (B, H, N, D)   k (B, Hkv, M, D)   v (B, Hkv, M, Dv)   H a multiple of Hkv
-//   out (B, H, N, Dv)                   lse (B, H, N) float32, natural log
+//   out (B, H, N, Dv)
+//   lse (B, H, N, 1) float32, natural log (a view with a trailing unit dim; Python and the CLI
+//       return it as (B, H, N))
 //   probs (B, H, N, M) float32, the softmax weights before dropout
 //
 // Causal masks are aligned bottom-right: query i sees key j iff j <= i + M - N (like
@@ -17,20 +19,15 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "attn/isa.hpp"
 #include "attn/mechanism.hpp"
+#include "attn/params.hpp"
 #include "attn/tensor.hpp"
 
 namespace attn {
-
-// User weights of the additive (Bahdanau) score  w^T tanh(Wq q + Wk k).
-struct AdditiveWeights {
-  std::vector<float> wq;  // (A, D) row-major
-  std::vector<float> wk;  // (A, D) row-major
-  std::vector<float> w;   // (A)
-};
 
 struct AttendOptions {
   // Keys j >= key_padding_lengths[b] are hidden from every query of batch b (length B).
@@ -41,12 +38,20 @@ struct AttendOptions {
   std::optional<TensorView> bias;
   // ALiBi: adds -slope_h * |i + M - N - j|; H slopes, or B*H (batch-major).
   std::vector<float> alibi_slopes;
-  std::optional<AdditiveWeights> additive;  // required by score=additive
-  bool return_lse = false;
-  bool return_probs = false;
-  int threads = 0;                    // 0: OpenMP default
-  std::optional<Isa> isa;             // force a kernel set (tests); default active_isa()
-  bool use_reference = false;         // run the float64 reference instead of the fast path
+  // Extra tensors the mechanism declares, by name (score=additive: wq (A, D), wk (A, D),
+  // w (A)). A missing or unexpected name is an Error.
+  Params params;
+  bool return_lse = false;    // attend(): allocate and fill AttendResult::lse
+  bool return_probs = false;  // attend(): allocate and fill AttendResult::probs
+  int threads = 0;            // 0: OpenMP default
+  std::optional<Isa> isa;     // kernel set; default active_isa()
+  // Force one implementation ("reference", "tiled", "rows" for softmax); empty: the first in
+  // priority order that supports the call. A forced form that cannot run it is an Error
+  // listing every form with its reasons (see explain()).
+  std::string form;
+  // Per-thread bound on float32 copies of K/V rows kept for bfloat16/float16/strided inputs
+  // (a tuning knob: 0 converts rows per tile instead; results are bitwise the same).
+  int64_t row_cache_bytes = int64_t{64} << 20;
 };
 
 struct AttendResult {
@@ -66,9 +71,27 @@ void attend_into(const TensorView& q, const TensorView& k, const TensorView& v,
                  const Mechanism& mechanism, const AttendOptions& options,
                  const TensorView& out, const TensorView* lse, const TensorView* probs);
 
-// Floating-point operations the mechanism needs for these shapes (counting only the
-// visible (query, key) pairs for causal/window masks): 2*pairs*(D + Dv).
-double attention_flops(const TensorView& q, const TensorView& k, const TensorView& v,
-                       const Mechanism& mechanism);
+// Floating-point operations of the call: 2 * (D + Dv) per (query, key) pair the mechanism
+// evaluates, counted from the same key ranges the kernels use (causal, window, padding).
+double attention_flops(const TensorView& q, const TensorView& k, const TensorView& v, const Mechanism& mechanism,
+                       const AttendOptions& options = {});
+
+// Which implementation ("form") attend() would run for this call, and why each other form
+// would or would not. Validates like attend() (bad input throws the same Error); outputs
+// are taken to be those attend() allocates (options.return_lse / return_probs).
+struct FormVerdict {
+  std::string form;
+  std::string summary;              // what the form is
+  std::vector<std::string> reasons;  // empty: the form supports this call
+};
+struct Explanation {
+  std::string mechanism;  // canonical text form
+  std::string chosen;     // the form attend() runs (the forced one when options.form is set)
+  std::string isa;
+  std::vector<FormVerdict> forms;  // every form of the family, in priority order
+  std::string text() const;        // human-readable, one line per form
+};
+Explanation explain(const TensorView& q, const TensorView& k, const TensorView& v, const Mechanism& mechanism,
+                    const AttendOptions& options = {});
 
 }  // namespace attn

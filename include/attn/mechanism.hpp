@@ -1,5 +1,6 @@
-// Mechanism descriptions: small value types that say which keys each query sees and how
-// scores become weights. Each has a text form shared by the CLI, benchmarks and Python:
+// Mechanism descriptions: small value types, one per family, that say which keys each query
+// sees and how scores become weights. Each family has a text form shared by the CLI, the
+// benchmarks and Python:  <kind>[:<option>(,<option>)*]
 //
 //   softmax                         exact attention, scale 1/sqrt(d)
 //   softmax:causal,window=128:0     causal, sliding window (left 128, right 0)
@@ -8,7 +9,10 @@
 //   softmax:entropy_scale=512       scale log_512(n)/sqrt(d), n = visible keys of the row
 //   softmax:dropout=0.1,seed=7      dropout on the weights
 //
-// Later mechanisms (sparse, linear, ...) join the std::variant below.
+// A family is a struct with `static constexpr std::string_view kind`, an alternative of the
+// Mechanism variant, and a text parser/printer beside its kernels (src/exact/softmax_text.cpp
+// for Softmax). Every visit over Mechanism is exhaustive (use `overloaded`), so a new family
+// that some place does not handle is a compile error, not a silent no-op.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -20,7 +24,9 @@ namespace attn {
 
 enum class ScoreKind { dot, cosine, additive };
 
+// Exact softmax attention and its score/mask options.
 struct Softmax {
+  static constexpr std::string_view kind = "softmax";
   bool causal = false;            // bottom-right aligned: query i sees keys j <= i + M - N
   ScoreKind score = ScoreKind::dot;
   std::optional<double> scale;    // none: 1/sqrt(d) for dot and cosine, 1 for additive
@@ -34,12 +40,26 @@ struct Softmax {
   bool operator==(const Softmax&) const = default;
 };
 
+// The families. The sparse, linear and model issues append theirs.
 using Mechanism = std::variant<Softmax>;
 
-// Parses the text form; throws Error naming the offending token.
+// For exhaustive visits: std::visit(overloaded{[](const Softmax&) {...}, ...}, mechanism).
+template <class... Fs>
+struct overloaded : Fs... {
+  using Fs::operator()...;
+};
+template <class... Fs>
+overloaded(Fs...) -> overloaded<Fs...>;
+
+// Parses the text form; throws Error naming the offending token. Strict: an option given twice,
+// an unknown option, or a number not in plain decimal is an error.
 Mechanism parse_mechanism(std::string_view text);
 // Canonical text form; parse_mechanism(to_string(m)) == m.
 std::string to_string(const Mechanism& m);
 std::string to_string(ScoreKind s);
+// The family's kind ("softmax").
+std::string_view kind_of(const Mechanism& m);
+// Every family's kind, in variant order ("softmax").
+std::string known_kinds();
 
 }  // namespace attn

@@ -51,11 +51,11 @@ std::vector<Isa> supported_isas() {
 
 static std::atomic<int> g_forced{-1};
 
-static Isa parse_isa(const std::string& s, const std::string& where) {
+Isa parse_isa(const std::string& s, const std::string& where) {
   if (s == "portable" || s == "scalar") return Isa::portable;
   if (s == "avx2") return Isa::avx2;
   if (s == "avx512") return Isa::avx512;
-  fail(where, "expected portable, avx2 or avx512, got '" + s + "'");
+  fail(where, "expected portable (or scalar), avx2 or avx512, got '" + s + "'");
 }
 
 void set_isa(Isa isa) {

@@ -1,30 +1,27 @@
-// A validated, normalised exact-attention problem: what the reference and the tiled kernel
-// both read. Built once by validate_softmax() at the entry point; kernels never re-check.
+// A validated, normalised exact-attention problem: what the reference and every fast form
+// read. Built once by validate_softmax() at the entry point; kernels never re-check.
 #pragma once
 #include <cstdint>
 #include <optional>
 #include <vector>
 
 #include "attn/attend.hpp"
+#include "core/io_checks.hpp"
 
 namespace attn::exact {
 
-struct Problem {
-  TensorView q, k, v;
-  int64_t B = 0, H = 0, Hkv = 0, N = 0, M = 0, D = 0, Dv = 0;
-  int64_t group = 1;        // query heads per kv head: kv head of h is h / group
-  Softmax mech;             // causal folded into window_right (see below)
+struct Problem : core::Dims {
+  Softmax mech;             // as given (causal is folded into `right` below, not into mech)
   double base_scale = 1.0;  // resolved user scale or default
   int64_t left = -1;        // structural window relative to the diagonal i + offset
-  int64_t right = -1;       // (-1 = unbounded); causal means right = 0
+  int64_t right = -1;       // (-1 = unbounded); causal means right = min(right, 0)
   int64_t offset = 0;       // M - N: bottom-right alignment
   std::vector<int64_t> kv_len;           // per batch, M when no padding is given
   std::optional<TensorView> mask, bias;  // broadcast dims carry stride 0
   std::vector<float> alibi;              // B*H slopes, empty when unused
-  const AdditiveWeights* additive = nullptr;
-  int64_t A = 0;                         // additive hidden size
-
-  int64_t kv_head(int64_t h) const { return h / group; }
+  // score=additive: w^T tanh(Wq q + Wk k), from params wq (A, D), wk (A, D), w (A)
+  std::vector<float> wq, wk, w;
+  int64_t A = 0;
 
   // Key range [lo, hi) that any of the queries i0..i1 (inclusive) may see structurally.
   void key_range(int64_t b, int64_t i0, int64_t i1, int64_t& lo, int64_t& hi) const;
@@ -40,11 +37,14 @@ struct Problem {
   // Scale of query row i: base_scale, times log(n)/log(train_len) for entropy-invariant scaling.
   double row_scale(int64_t b, int64_t h, int64_t i) const;
   int64_t visible_count(int64_t b, int64_t h, int64_t i) const;
+  // (query, key) pairs the structural masks let through (for FLOP counts).
+  double structural_pairs() const;
 };
 
-Problem validate_softmax(const TensorView& q, const TensorView& k, const TensorView& v,
-                         const Softmax& mech, const AttendOptions& options, const TensorView& out,
-                         const TensorView* lse, const TensorView* probs);
+// Validates everything softmax-specific on top of core::check_io. `outs` may hold no views
+// (explain()).
+Problem validate_softmax(const TensorView& q, const TensorView& k, const TensorView& v, const Softmax& mech,
+                         const AttendOptions& options, const core::Outputs& outs);
 
 // Dropout decision for weight (b, h, i, j): a counter-based hash of the seed and the position,
 // so the mask does not depend on how the work is split across threads.

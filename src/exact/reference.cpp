@@ -13,14 +13,13 @@ T score(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t j, DType roun
   auto rnd = [&](T x) { return plain ? static_cast<T>(round_to(round_dtype, static_cast<float>(x))) : x; };
   T s = 0;
   if (p.mech.score == ScoreKind::additive) {
-    const auto& w = *p.additive;
-    for (int64_t a = 0; a < p.A; ++a) {
+        for (int64_t a = 0; a < p.A; ++a) {
       T hq = 0, hk_ = 0;
       for (int64_t c = 0; c < p.D; ++c) {
-        hq += static_cast<T>(w.wq[a * p.D + c]) * p.q.at(b, h, i, c);
-        hk_ += static_cast<T>(w.wk[a * p.D + c]) * p.k.at(b, hk, j, c);
+        hq += static_cast<T>(p.wq[a * p.D + c]) * p.q.at(b, h, i, c);
+        hk_ += static_cast<T>(p.wk[a * p.D + c]) * p.k.at(b, hk, j, c);
       }
-      s += static_cast<T>(w.w[a]) * std::tanh(hq + hk_);
+      s += static_cast<T>(p.w[a]) * std::tanh(hq + hk_);
     }
   } else {
     T nq = 0, nk = 0;
@@ -45,8 +44,8 @@ T score(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t j, DType roun
 }
 
 template <class T>
-ReferenceResult run(const Problem& p, bool plain) {
-  ReferenceResult r;
+core::ReferenceResult run(const Problem& p, bool plain) {
+  core::ReferenceResult r;
   r.B = p.B, r.H = p.H, r.N = p.N, r.M = p.M, r.Dv = p.Dv;
   r.out.assign(static_cast<size_t>(p.B * p.H * p.N * p.Dv), 0.0);
   r.lse.assign(static_cast<size_t>(p.B * p.H * p.N), -std::numeric_limits<double>::infinity());
@@ -87,8 +86,22 @@ ReferenceResult run(const Problem& p, bool plain) {
 
 }  // namespace
 
-ReferenceResult reference_softmax(const Problem& p, RefPrecision precision) {
-  return precision == RefPrecision::f64 ? run<double>(p, false) : run<float>(p, true);
+core::ReferenceResult reference_softmax(const Problem& p, core::RefPrecision precision) {
+  return precision == core::RefPrecision::f64 ? run<double>(p, false) : run<float>(p, true);
+}
+
+void softmax_reference_form(const Problem& p, const core::Outputs& o, const core::Context&) {
+  const core::ReferenceResult r = reference_softmax(p);
+  for (int64_t b = 0; b < r.B; ++b)
+    for (int64_t h = 0; h < r.H; ++h)
+      for (int64_t i = 0; i < r.N; ++i) {
+        for (int64_t c = 0; c < r.Dv; ++c)
+          store_from_float(o.out->data, o.out->dtype, o.out->offset(b, h, i, c), static_cast<float>(r.o(b, h, i, c)));
+        if (o.lse) static_cast<float*>(o.lse->data)[o.lse->offset(b, h, i, 0)] = static_cast<float>(r.l(b, h, i));
+        if (o.probs)
+          for (int64_t j = 0; j < r.M; ++j)
+            static_cast<float*>(o.probs->data)[o.probs->offset(b, h, i, j)] = static_cast<float>(r.p(b, h, i, j));
+      }
 }
 
 }  // namespace attn::exact

@@ -5,18 +5,17 @@
 #include "exact/softmax_rows.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "base/aligned_buffer.hpp"
 #include "base/parallel.hpp"
+#include "core/kv_rows.hpp"
+#include "core/partial_merge.hpp"
 
 namespace attn::exact {
 namespace {
-
-std::atomic<bool> g_enabled{true};
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
@@ -34,14 +33,14 @@ struct Scratch {
 
 // Rows [j0, j0+n) of K or V with unit inner stride, in their storage type: in place, or (for a
 // non-unit inner stride) converted to float32 into buf. `type` says which.
-const void* rows_of(const kernels::TileKernels& kern, const TensorView& t, int64_t b, int64_t h, int64_t j0, int64_t n,
-                    float* buf, int64_t& stride_bytes, DType& type) {
-  if (t.strides[3] == 1) {
-    stride_bytes = t.strides[2] * static_cast<int64_t>(dtype_size(t.dtype));
-    type = t.dtype;
-    return t.ptr(b, h, j0);
+const void* rows_of(const kernels::TileKernels& kern, const core::KvRows& t, int64_t j0, int64_t n, float* buf,
+                    int64_t& stride_bytes, DType& type) {
+  if (t.elem_stride() == 1) {
+    stride_bytes = t.row_stride_bytes();
+    type = t.dtype();
+    return t.row(j0);
   }
-  for (int64_t j = 0; j < n; ++j) kern.to_float(t.ptr(b, h, j0 + j), t.dtype, t.strides[3], t.dim(), buf + j * t.dim());
+  for (int64_t j = 0; j < n; ++j) kern.to_float(t.row(j0 + j), t.dtype(), t.elem_stride(), t.dim(), buf + j * t.dim());
   stride_bytes = t.dim() * static_cast<int64_t>(sizeof(float));
   type = DType::f32;
   return buf;
@@ -56,16 +55,22 @@ class Chunk {
  public:
   Chunk(const Problem& p, const kernels::TileKernels& kern, Scratch& s, int64_t b, int64_t hk, int64_t j0, int64_t j1,
         float* m, float* l, float* acc)
-      : p_(p), kern_(kern), s_(s), b_(b), hk_(hk), j0_(j0), j1_(j1), R_(p.group * p.N), m_(m), l_(l), acc_(acc) {}
+      : p_(p), kern_(kern), s_(s), b_(b), hk_(hk), j0_(j0), j1_(j1), R_(p.group * p.N), m_(m), l_(l), acc_(acc),
+        krows_(p.k, b, hk), vrows_(p.v, b, hk) {}
 
-  // Online softmax over sub-blocks of kKeyChunk keys of [j0, j1).
+  // Online softmax over sub-blocks of at most kKeyChunk keys of [j0, j1), each within one run of
+  // evenly spaced K and V rows.
   void run() {
     std::fill(acc_, acc_ + R_ * p_.Dv, 0.0f);
     std::fill(m_, m_ + R_, kNegInf);
     std::fill(l_, l_ + R_, 0.0f);
     if (j1_ <= j0_) return;
     pack_queries();
-    for (int64_t a = j0_; a < j1_; a += kKeyChunk) block(a, std::min(j1_, a + kKeyChunk));
+    for (int64_t a = j0_; a < j1_;) {
+      const int64_t e = std::min({j1_, a + kKeyChunk, krows_.run_end(a), vrows_.run_end(a)});
+      block(a, e);
+      a = e;
+    }
   }
 
  private:
@@ -73,7 +78,7 @@ class Chunk {
     const int64_t n = e - a;
     int64_t ks, vs;
     DType kt, vt;
-    const auto* k = static_cast<const char*>(rows_of(kern_, p_.k, b_, hk_, a, n, s_.kbuf.data(), ks, kt));
+    const auto* k = static_cast<const char*>(rows_of(kern_, krows_, a, n, s_.kbuf.data(), ks, kt));
     float* s = s_.s.data();  // s[r * n + j]
     float* col = s_.row.data();
     for (int64_t j = 0; j < n; ++j) {
@@ -108,7 +113,7 @@ class Chunk {
       l_[r] = l_[r] * alpha + kern_.exp_shift_sum(sr, n, mx);
       m_[r] = mx;
     }
-    const auto* v = static_cast<const char*>(rows_of(kern_, p_.v, b_, hk_, a, n, s_.vbuf.data(), vs, vt));
+    const auto* v = static_cast<const char*>(rows_of(kern_, vrows_, a, n, s_.vbuf.data(), vs, vt));
     float* pcol = s_.row.data();
     for (int64_t j = 0; j < n; ++j) {
       bool any = false;
@@ -134,20 +139,25 @@ class Chunk {
   Scratch& s_;
   int64_t b_, hk_, j0_, j1_, R_;
   float *m_, *l_, *acc_;
+  core::KvRows krows_, vrows_;
 };
 
 }  // namespace
 
-void set_row_path_enabled(bool enabled) { g_enabled = enabled; }
-
-bool softmax_rows_fits(const Problem& p, const TensorView* probs) {
-  return g_enabled && p.N > 0 && p.group * p.N <= kMaxRowsPerKvHead && !probs && p.mech.dropout == 0 &&
-         p.mech.score == ScoreKind::dot;
+void refuse_rows(const Problem& p, const core::Outputs& o, core::Reasons& why) {
+  if (p.N == 0) why.push_back("no queries (N = 0)");
+  if (p.group * p.N > kMaxRowsPerKvHead)
+    why.push_back(std::to_string(p.group * p.N) + " query rows per kv head (group " + std::to_string(p.group) +
+                  " x N " + std::to_string(p.N) + ") > " + std::to_string(kMaxRowsPerKvHead));
+  if (o.wants_probs()) why.push_back("probabilities requested");
+  if (p.mech.dropout != 0) why.push_back("dropout");
+  if (p.mech.score != ScoreKind::dot) why.push_back("score=" + to_string(p.mech.score) + " (dot only)");
 }
 
-void softmax_rows(const Problem& p, const kernels::TileKernels& kern, const TensorView& out, const TensorView* lse,
-                  int threads) {
+void softmax_rows(const Problem& p, const core::Outputs& o, const core::Context& ctx) {
   if (p.B == 0) return;
+  const kernels::TileKernels& kern = *ctx.kern;
+  const TensorView& out = *o.out;
   const int64_t R = p.group * p.N;
   // Split-K: enough chunks for ~64 work items, whatever the thread count (the chunking fixes the
   // summation order, so it must not depend on threads); partials stay ~64 x R x Dv floats.
@@ -157,10 +167,10 @@ void softmax_rows(const Problem& p, const kernels::TileKernels& kern, const Tens
   const int64_t items = p.B * p.Hkv * chunks;
   // partials: per item R maxima, R sums, R x Dv outputs (size ~ B*Hkv*M/256*R*Dv, not N x M)
   std::vector<float> pm(static_cast<size_t>(items * R)), pl(pm.size()), pacc(static_cast<size_t>(items * R * p.Dv));
-  const int nthreads = threads > 0 ? threads : max_threads();
+  const int nthreads = ctx.threads > 0 ? ctx.threads : max_threads();
   std::vector<Scratch> scratch(static_cast<size_t>(nthreads));
   for (Scratch& s : scratch) s.reserve(p, R);
-  parallel_for(items, threads, [&](int64_t item, int tid) {
+  parallel_for(items, ctx.threads, [&](int64_t item, int tid) {
     const int64_t c = item % chunks, bh = item / chunks;
     const int64_t b = bh / p.Hkv, hk = bh % p.Hkv;
     int64_t lo, hi;  // keys any query of this batch may see, within the chunk
@@ -170,30 +180,17 @@ void softmax_rows(const Problem& p, const kernels::TileKernels& kern, const Tens
           &pacc[item * R * p.Dv])
         .run();
   });
-  // merge in chunk order
+  // merge each row's chunk partials in chunk order
   std::vector<float> row(static_cast<size_t>(p.Dv));
   for (int64_t bh = 0; bh < p.B * p.Hkv; ++bh) {
     const int64_t b = bh / p.Hkv, hk = bh % p.Hkv;
     for (int64_t r = 0; r < R; ++r) {
-      float m = kNegInf;
-      for (int64_t c = 0; c < chunks; ++c) m = std::max(m, pm[(bh * chunks + c) * R + r]);
-      float l = 0.0f;
-      std::fill(row.begin(), row.end(), 0.0f);
-      if (m != kNegInf)
-        for (int64_t c = 0; c < chunks; ++c) {
-          const int64_t at = (bh * chunks + c) * R + r;
-          if (pl[at] == 0.0f) continue;
-          const float w = std::exp(pm[at] - m);
-          l += pl[at] * w;
-          const float* a = &pacc[at * p.Dv];
-          for (int64_t d = 0; d < p.Dv; ++d) row[d] += a[d] * w;
-        }
-      const float inv = l > 0 ? 1.0f / l : 0.0f;
-      for (float& x : row) x *= inv;
+      const int64_t first = bh * chunks * R + r;
+      const float lse = core::merge_partials(chunks, &pm[first], &pl[first], R, &pacc[first * p.Dv], R * p.Dv, p.Dv,
+                                             row.data());
       const int64_t h = hk * p.group + r / p.N, i = r % p.N;
       kern.from_float(row.data(), out.dtype, out.strides[3], p.Dv, out.ptr(b, h, i));
-      if (lse)
-        static_cast<float*>(lse->data)[lse->offset(b, h, i, 0)] = l > 0 ? m + std::log(l) : kNegInf;
+      if (o.lse) static_cast<float*>(o.lse->data)[o.lse->offset(b, h, i, 0)] = lse;
     }
   }
 }

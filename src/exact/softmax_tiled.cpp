@@ -9,13 +9,13 @@
 #include "exact/softmax_tiled.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "base/aligned_buffer.hpp"
 #include "base/parallel.hpp"
+#include "core/kv_rows.hpp"
 
 namespace attn::exact {
 namespace {
@@ -26,22 +26,22 @@ bool is_plain_f32(const TensorView& v) { return v.dtype == DType::f32 && v.strid
 
 // Inputs that are not float32 with unit inner stride (bf16, fp16, strided) are converted to
 // float32 rows. Converted rows of the kv head a thread is working on are kept, so the query
-// blocks of that head convert each row once instead of once per block. Bounded per thread.
-std::atomic<int64_t> g_row_cache_bytes{int64_t{64} << 20};
+// blocks of that head convert each row once instead of once per block. Bounded per thread
+// (AttendOptions::row_cache_bytes).
 
 struct RowCache {
   int64_t b = -1, h = -1;
   AlignedFloats rows;          // (M, dim) float32
   std::vector<uint8_t> done;   // row j converted?
   bool enabled = false;
-  void reserve(int64_t m, int64_t dim) {
-    enabled = m * dim * static_cast<int64_t>(sizeof(float)) <= g_row_cache_bytes.load();
+  void reserve(int64_t m, int64_t dim, int64_t limit_bytes) {
+    enabled = m * dim * static_cast<int64_t>(sizeof(float)) <= limit_bytes;
     if (!enabled) return;
     rows.resize(static_cast<size_t>(m * dim));
     done.resize(static_cast<size_t>(m));
   }
   // Rows [j0, j0 + n) of head (b, h) as float32, converting those not yet converted.
-  const float* get(const kernels::TileKernels& kern, const TensorView& t, int64_t b, int64_t h, int64_t j0, int64_t n) {
+  const float* get(const kernels::TileKernels& kern, const core::KvRows& t, int64_t b, int64_t h, int64_t j0, int64_t n) {
     const int64_t dim = t.dim();
     if (b != this->b || h != this->h) {
       std::fill(done.begin(), done.end(), 0);
@@ -49,7 +49,7 @@ struct RowCache {
     }
     for (int64_t j = j0; j < j0 + n; ++j)
       if (!done[j]) {
-        kern.to_float(t.ptr(b, h, j), t.dtype, t.strides[3], dim, rows.data() + j * dim);
+        kern.to_float(t.row(j), t.dtype(), t.elem_stride(), dim, rows.data() + j * dim);
         done[j] = 1;
       }
     return rows.data() + j0 * dim;
@@ -63,9 +63,9 @@ struct Scratch {
   std::vector<float> row;
   std::vector<uint8_t> live;
   RowCache kcache, vcache;
-  void reserve(const Problem& p) {
-    if (!is_plain_f32(p.k)) kcache.reserve(p.M, p.D);
-    if (!is_plain_f32(p.v)) vcache.reserve(p.M, p.Dv);
+  void reserve(const Problem& p, int64_t row_cache_bytes) {
+    if (!is_plain_f32(p.k)) kcache.reserve(p.M, p.D, row_cache_bytes);
+    if (!is_plain_f32(p.v)) vcache.reserve(p.M, p.Dv, row_cache_bytes);
     qt.resize(static_cast<size_t>(p.D * L));
     st.resize(static_cast<size_t>(kKeyTile * L));
     ot.resize(static_cast<size_t>(p.Dv * L));
@@ -84,7 +84,7 @@ class Block {
  public:
   Block(const Problem& p, const kernels::TileKernels& kern, Scratch& s, int64_t b, int64_t h, int64_t i0)
       : p_(p), kern_(kern), s_(s), b_(b), h_(h), hk_(p.kv_head(h)), i0_(i0),
-        nq_(std::min<int64_t>(L, p.N - i0)) {}
+        nq_(std::min<int64_t>(L, p.N - i0)), krows_(p.k, b, hk_), vrows_(p.v, b, hk_) {}
 
   void run(const TensorView& out, const TensorView* lse, const TensorView* probs) {
     pack_queries();
@@ -95,14 +95,15 @@ class Block {
     std::fill(s_.ot.data(), s_.ot.data() + p_.Dv * L, 0.0f);
     int64_t lo, hi;
     p_.key_range(b_, i0_, i0_ + nq_ - 1, lo, hi);
-    for (int64_t j0 = lo; j0 < hi; j0 += kKeyTile) {
-      const int64_t bc = std::min(kKeyTile, hi - j0);
+    for (int64_t j0 = lo; j0 < hi;) {
+      const int64_t bc = tile_size(j0, hi);
       const bool all_live = scores(j0, bc);
       kern_.softmax_update(s_.st.data(), bc, m, l, s_.alpha.data());
       if (p_.mech.dropout > 0) apply_dropout(j0, bc);
       int64_t vs;
       const float* v = values(j0, bc, all_live, vs);
       kern_.pv(s_.st.data(), bc, v, vs, p_.Dv, s_.ot.data(), s_.alpha.data());
+      j0 += bc;
     }
     write_outputs(out, lse);
     if (probs) write_probs(*probs, lo, hi);
@@ -121,7 +122,7 @@ class Block {
       s_.row_scale[i] = static_cast<float>(scale);
       if (p_.mech.score == ScoreKind::additive) {
         float* qp = s_.qp.data() + i * p_.A;
-        project(row, p_.additive->wq.data(), qp);
+        project(row, p_.wq.data(), qp);
         continue;
       }
       if (p_.mech.score == ScoreKind::cosine) scale /= std::sqrt(std::max(sum_sq(row, p_.D), 1e-30));
@@ -143,16 +144,22 @@ class Block {
     return s;
   }
 
+  // Keys of the tile starting at j0: at most kKeyTile, within [j0, hi) and within one run of
+  // evenly spaced K and V rows (a page of a paged cache).
+  int64_t tile_size(int64_t j0, int64_t hi) const {
+    return std::min({kKeyTile, hi - j0, krows_.run_end(j0) - j0, vrows_.run_end(j0) - j0});
+  }
+
   // Rows [j0, j0+bc) of K (or V) as float32 with unit inner stride: in place when the input
   // already is, else from the thread's row cache, else converted into `buf`.
-  const float* rows_f32(const TensorView& t, RowCache& cache, int64_t j0, int64_t bc, float* buf, int64_t& stride) const {
-    if (is_plain_f32(t)) {
-      stride = t.strides[2];
-      return reinterpret_cast<const float*>(t.ptr(b_, hk_, j0));
+  const float* rows_f32(const core::KvRows& t, RowCache& cache, int64_t j0, int64_t bc, float* buf, int64_t& stride) const {
+    if (t.plain_f32()) {
+      stride = t.row_stride_bytes() / static_cast<int64_t>(sizeof(float));
+      return reinterpret_cast<const float*>(t.row(j0));
     }
     stride = t.dim();
     if (cache.enabled) return cache.get(kern_, t, b_, hk_, j0, bc);
-    for (int64_t j = 0; j < bc; ++j) kern_.to_float(t.ptr(b_, hk_, j0 + j), t.dtype, t.strides[3], t.dim(), buf + j * t.dim());
+    for (int64_t j = 0; j < bc; ++j) kern_.to_float(t.row(j0 + j), t.dtype(), t.elem_stride(), t.dim(), buf + j * t.dim());
     return buf;
   }
 
@@ -161,7 +168,7 @@ class Block {
   bool scores(int64_t j0, int64_t bc) {
     float* st = s_.st.data();
     int64_t ks;
-    const float* k = rows_f32(p_.k, s_.kcache, j0, bc, s_.kbuf.data(), ks);
+    const float* k = rows_f32(krows_, s_.kcache, j0, bc, s_.kbuf.data(), ks);
     if (p_.mech.score == ScoreKind::additive) {
       additive_scores(k, ks, bc);
     } else {
@@ -235,8 +242,8 @@ class Block {
 
   void additive_scores(const float* k, int64_t ks, int64_t bc) {
     float* kp = s_.kp.data();
-    for (int64_t j = 0; j < bc; ++j) project(k + j * ks, p_.additive->wk.data(), kp + j * p_.A);
-    const float* w = p_.additive->w.data();
+    for (int64_t j = 0; j < bc; ++j) project(k + j * ks, p_.wk.data(), kp + j * p_.A);
+    const float* w = p_.w.data();
     float* st = s_.st.data();
     for (int64_t j = 0; j < bc; ++j)
       for (int64_t i = 0; i < L; ++i) {
@@ -264,10 +271,10 @@ class Block {
   // V rows of the tile; rows no query may see are zeroed (0 * NaN would leak otherwise).
   const float* values(int64_t j0, int64_t bc, bool all_live, int64_t& vs) {
     float* buf = s_.vbuf.data();
-    if (all_live) return rows_f32(p_.v, s_.vcache, j0, bc, buf, vs);
+    if (all_live) return rows_f32(vrows_, s_.vcache, j0, bc, buf, vs);
     for (int64_t j = 0; j < bc; ++j) {
       if (s_.live[j])
-        kern_.to_float(p_.v.ptr(b_, hk_, j0 + j), p_.v.dtype, p_.v.strides[3], p_.Dv, buf + j * p_.Dv);
+        kern_.to_float(vrows_.row(j0 + j), vrows_.dtype(), vrows_.elem_stride(), p_.Dv, buf + j * p_.Dv);
       else
         std::fill(buf + j * p_.Dv, buf + (j + 1) * p_.Dv, 0.0f);
     }
@@ -301,8 +308,8 @@ class Block {
       inv_l[i] = s_.l.data()[i] > 0 ? 1.0f / s_.l.data()[i] : 0.0f;
       if (!(s_.l.data()[i] > 0)) m[i] = 0.0f;
     }
-    for (int64_t j0 = lo; j0 < hi; j0 += kKeyTile) {
-      const int64_t bc = std::min(kKeyTile, hi - j0);
+    for (int64_t j0 = lo; j0 < hi; j0 += tile_size(j0, hi)) {
+      const int64_t bc = tile_size(j0, hi);
       scores(j0, bc);
       float* st = s_.st.data();
       kern_.exp_rows(st, bc * L, m);
@@ -315,26 +322,24 @@ class Block {
   const kernels::TileKernels& kern_;
   Scratch& s_;
   int64_t b_, h_, hk_, i0_, nq_;
+  core::KvRows krows_, vrows_;
 };
 
 }  // namespace
 
-void set_row_cache_limit(int64_t bytes) { g_row_cache_bytes = bytes; }
-
-void softmax_tiled(const Problem& p, const kernels::TileKernels& kern, const TensorView& out,
-                   const TensorView* lse, const TensorView* probs, int threads) {
+void softmax_tiled(const Problem& p, const core::Outputs& o, const core::Context& ctx) {
   if (p.B == 0 || p.N == 0) return;
   const int64_t q_blocks = (p.N + L - 1) / L;
   const int64_t items = p.B * p.H * q_blocks;
-  const int nthreads = threads > 0 ? threads : max_threads();
+  const int nthreads = ctx.threads > 0 ? ctx.threads : max_threads();
   // Scratch is allocated here, before the parallel region, so no allocation (and no
   // exception) can happen inside it.
   std::vector<Scratch> scratch(static_cast<size_t>(nthreads));
-  for (Scratch& s : scratch) s.reserve(p);
-  parallel_for(items, threads, [&](int64_t item, int tid) {
+  for (Scratch& s : scratch) s.reserve(p, ctx.row_cache_bytes);
+  parallel_for(items, ctx.threads, [&](int64_t item, int tid) {
     Scratch& s = scratch[static_cast<size_t>(tid)];
     const int64_t qb = item % q_blocks, bh = item / q_blocks;
-    Block(p, kern, s, bh / p.H, bh % p.H, qb * L).run(out, lse, probs);
+    Block(p, *ctx.kern, s, bh / p.H, bh % p.H, qb * L).run(*o.out, o.lse, o.probs);
   });
 }
 

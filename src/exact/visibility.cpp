@@ -61,6 +61,17 @@ int64_t Problem::visible_count(int64_t b, int64_t h, int64_t i) const {
   return n;
 }
 
+double Problem::structural_pairs() const {
+  double pairs = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < N; ++i) {
+      int64_t lo, hi;
+      key_range(b, i, i, lo, hi);
+      pairs += static_cast<double>(hi - lo);
+    }
+  return pairs * static_cast<double>(H);
+}
+
 double Problem::row_scale(int64_t b, int64_t h, int64_t i) const {
   if (mech.entropy_train_len <= 1) return base_scale;
   const int64_t n = visible_count(b, h, i);

@@ -46,11 +46,7 @@ struct TileKernels {
   void (*from_float)(const float* src, DType dtype, int64_t stride, int64_t n, void* dst);
 };
 
+// The kernel set for `isa` (throws Error if this CPU cannot run it).
 const TileKernels& kernels_for(Isa isa);
-
-// Per-ISA tables (defined in tile_kernels_<isa>.cpp).
-const TileKernels& portable_kernels();
-const TileKernels& avx2_kernels();
-const TileKernels& avx512_kernels();
 
 }  // namespace attn::kernels

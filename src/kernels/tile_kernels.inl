@@ -298,7 +298,16 @@ float exp_shift_sum(float* x, int64_t n, float sub) {
 }
 
 inline const TileKernels& table(Isa isa) {
-  static const TileKernels t{isa, qk, softmax_update, pv, softcap, exp_rows, to_float, dot_rows, axpy_rows, exp_shift_sum,
-                             from_float};
+  static const TileKernels t{.isa = isa,
+                             .qk = qk,
+                             .softmax_update = softmax_update,
+                             .pv = pv,
+                             .softcap = softcap,
+                             .exp_rows = exp_rows,
+                             .to_float = to_float,
+                             .dot_rows = dot_rows,
+                             .axpy_rows = axpy_rows,
+                             .exp_shift_sum = exp_shift_sum,
+                             .from_float = from_float};
   return t;
 }

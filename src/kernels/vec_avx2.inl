@@ -1,4 +1,4 @@
-// 8 float lanes on AVX2+FMA. Included inside an ISA namespace by tile_kernels_avx2.cpp.
+// 8 float lanes on AVX2+FMA. Included inside an ISA namespace by tile_kernels_isa.cpp.
 struct Vec {
   static constexpr int W = 8;
   static constexpr int MR = 2;  // 16 query lanes per micro-tile (16 ymm registers in all)

@@ -1,4 +1,4 @@
-// 16 float lanes on AVX-512F. Included inside an ISA namespace by tile_kernels_avx512.cpp.
+// 16 float lanes on AVX-512F. Included inside an ISA namespace by tile_kernels_isa.cpp.
 struct Vec {
   static constexpr int W = 16;
   static constexpr int MR = 4;  // query vectors per micro-tile: 64 lanes = the whole query tile

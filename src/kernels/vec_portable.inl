@@ -1,5 +1,5 @@
 // One float "lane": plain C++ that any compiler and CPU runs. Included inside an ISA
-// namespace by tile_kernels_portable.cpp. exp and tanh come from <cmath> (accurate).
+// namespace by tile_kernels_isa.cpp. exp and tanh come from <cmath> (accurate).
 struct Vec {
   static constexpr int W = 1;
   static constexpr int MR = 4;

@@ -5,7 +5,6 @@
 #include <cstring>
 #include <limits>
 
-#include "exact/softmax_tiled.hpp"
 #include "support/random_inputs.hpp"
 
 namespace attn {
@@ -82,9 +81,8 @@ TEST(RowCache, CachedAndPerTileConversionAgreeBitwise) {
     AttendOptions o;
     o.threads = 2;
     const auto cached = attend(q.view, k.view, v.view, parse_mechanism("softmax:window=40:7"), o);
-    exact::set_row_cache_limit(0);
+    o.row_cache_bytes = 0;
     const auto per_tile = attend(q.view, k.view, v.view, parse_mechanism("softmax:window=40:7"), o);
-    exact::set_row_cache_limit(int64_t{64} << 20);
     EXPECT_TRUE(bitwise_equal(cached.out, per_tile.out)) << dtype_name(dt);
   }
 }

@@ -10,7 +10,7 @@
 namespace attn {
 namespace {
 
-exact::ReferenceResult run_ref(const std::vector<float>& q, const std::vector<float>& k,
+core::ReferenceResult run_ref(const std::vector<float>& q, const std::vector<float>& k,
                                const std::vector<float>& v, int64_t N, int64_t M, int64_t D,
                                const std::string& mech, AttendOptions opt = {}) {
   auto qv = make_view(const_cast<float*>(q.data()), DType::f32, 1, 1, N, D);
@@ -18,7 +18,7 @@ exact::ReferenceResult run_ref(const std::vector<float>& q, const std::vector<fl
   auto vv = make_view(const_cast<float*>(v.data()), DType::f32, 1, 1, M, D);
   Tensor out(DType::f32, {1, 1, N, D});
   const auto p = exact::validate_softmax(qv, kv, vv, std::get<Softmax>(parse_mechanism(mech)), opt,
-                                         out.view(), nullptr, nullptr);
+                                         core::Outputs{&out.view()});
   return exact::reference_softmax(p);
 }
 

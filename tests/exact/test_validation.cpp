@@ -92,7 +92,76 @@ TEST(Validation, MechanismParameters) {
   expect_error([&] { attend(s.q.view, s.k.view, s.v.view, m); }, "entropy_scale training length");
   m = Softmax{};
   m.score = ScoreKind::additive;
-  expect_error([&] { attend(s.q.view, s.k.view, s.v.view, m); }, "needs additive weights");
+  expect_error([&] { attend(s.q.view, s.k.view, s.v.view, m); },
+               "softmax:score=additive needs params['wq'] of shape (A, D)");
+}
+
+TEST(Validation, NamedParams) {
+  Inputs3 s;
+  std::vector<float> wq(3 * 8, 0.1f), wk(3 * 8, 0.2f), w(3, 1.0f), bad(3 * 7, 0.0f);
+  AttendOptions o;
+  o.params["wq"] = make_array_view(wq.data(), DType::f32, {3, 8});
+  o.params["wk"] = make_array_view(wk.data(), DType::f32, {3, 8});
+  o.params["w"] = make_array_view(w.data(), DType::f32, {3});
+  const Mechanism additive = parse_mechanism("softmax:score=additive");
+  EXPECT_NO_THROW(attend(s.q.view, s.k.view, s.v.view, additive, o));
+  // a parameter the mechanism does not take
+  expect_error([&] { attend(s.q.view, s.k.view, s.v.view, Softmax{}, o); },
+               "params has 'w', which softmax does not take (it takes: none)");
+  o.params["wx"] = o.params["w"];
+  expect_error([&] { attend(s.q.view, s.k.view, s.v.view, additive, o); },
+               "params has 'wx', which softmax:score=additive does not take (it takes: wq, wk, w)");
+  o.params.erase("wx");
+  // wrong shapes: D fixed by q, A bound by wq's first dimension
+  o.params["wk"] = make_array_view(bad.data(), DType::f32, {3, 7});
+  expect_error([&] { attend(s.q.view, s.k.view, s.v.view, additive, o); },
+               "params['wk'] must have shape (A, D) with D = 8, got (3, 7)");
+  o.params["wk"] = make_array_view(wk.data(), DType::f32, {3, 8});
+  o.params["w"] = make_array_view(w.data(), DType::f32, {2});
+  expect_error([&] { attend(s.q.view, s.k.view, s.v.view, additive, o); },
+               "params['w'] must have shape (A,) with A = 3, got (2,)");
+  o.params["w"] = make_array_view(w.data(), DType::f32, {3, 1});
+  expect_error([&] { attend(s.q.view, s.k.view, s.v.view, additive, o); }, "params['w'] must have shape (A,), got (3, 1)");
+  std::vector<uint8_t> flags(3, 1);
+  o.params["w"] = make_array_view(flags.data(), DType::boolean, {3});
+  expect_error([&] { attend(s.q.view, s.k.view, s.v.view, additive, o); }, "params['w'] must be float32");
+  w[1] = NAN;
+  o.params["w"] = make_array_view(w.data(), DType::f32, {3});
+  expect_error([&] { attend(s.q.view, s.k.view, s.v.view, additive, o); }, "params['w'] must be finite");
+}
+
+TEST(Forms, ForcedFormThatRefusesListsEveryReason) {
+  Inputs3 s;  // 2 query heads per kv head, N = 5: 10 rows per kv head fit the rows form
+  AttendOptions o;
+  o.form = "rows";
+  o.return_probs = true;
+  expect_error([&] { attend(s.q.view, s.k.view, s.v.view, parse_mechanism("softmax:dropout=0.1"), o); },
+               "form 'rows' cannot run softmax:dropout=0.1 for these inputs; forms: rows: probabilities requested, "
+               "dropout; tiled: supported; reference: supported");
+  o.form = "fast";
+  expect_error([&] { attend(s.q.view, s.k.view, s.v.view, Softmax{}, o); },
+               "form must be one of rows, tiled, reference for softmax, got 'fast'");
+}
+
+TEST(Forms, ExplainSaysWhichFormRunsAndWhy) {
+  Inputs3 s;
+  AttendOptions o;
+  Explanation e = explain(s.q.view, s.k.view, s.v.view, Softmax{}, o);
+  EXPECT_EQ(e.chosen, "rows");
+  ASSERT_EQ(e.forms.size(), 3u);
+  EXPECT_TRUE(e.forms[0].reasons.empty());
+  o.return_probs = true;
+  e = explain(s.q.view, s.k.view, s.v.view, Softmax{}, o);
+  EXPECT_EQ(e.chosen, "tiled");
+  EXPECT_EQ(e.forms[0].reasons, std::vector<std::string>{"probabilities requested"});
+  EXPECT_NE(e.text().find("rows      refused: probabilities requested"), std::string::npos) << e.text();
+  EXPECT_NE(e.text().find("tiled     chosen"), std::string::npos) << e.text();
+  o.form = "reference";
+  EXPECT_EQ(explain(s.q.view, s.k.view, s.v.view, Softmax{}, o).chosen, "reference");
+  // explain validates like attend
+  auto k = s.k.view;
+  k.shape[3] = 7;
+  expect_error([&] { explain(s.q.view, k, s.v.view, Softmax{}, {}); }, "k has head_dim 7, q has 8");
 }
 
 TEST(Validation, MasksPaddingAlibi) {

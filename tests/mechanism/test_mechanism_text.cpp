@@ -21,6 +21,21 @@ TEST(MechanismText, ParsesEveryOption) {
   EXPECT_EQ(std::get<Softmax>(parse_mechanism("softmax")), Softmax{});
 }
 
+TEST(MechanismText, UnknownOptionListsTheKnownOnes) {
+  try {
+    parse_mechanism("softmax:causal,windw=3:0");
+    ADD_FAILURE() << "parsed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("(known: causal, score=dot|cosine|additive, scale=X"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(MechanismText, KindsComeFromTheVariant) {
+  EXPECT_EQ(known_kinds(), "softmax");
+  EXPECT_EQ(kind_of(parse_mechanism("softmax:causal")), "softmax");
+}
+
 TEST(MechanismText, RoundTrips) {
   for (const char* text : {"softmax", "softmax:causal", "softmax:causal,scale=0.125,window=-1:0,softcap=30",
                            "softmax:score=additive", "softmax:dropout=0.5,seed=3"}) {
@@ -40,7 +55,7 @@ TEST(MechanismText, ErrorsNameTheBadToken) {
     }
   };
   expect("softmax:casual", "unknown softmax option 'casual'");
-  expect("softmax:scale=abc", "in 'scale=abc': expected a number, got 'abc'");
+  expect("softmax:scale=abc", "in 'scale=abc': expected a number (plain decimal), got 'abc'");
   expect("softmax:scale", "option 'scale' needs a value");
   expect("softmax:window=5", "expected window=LEFT:RIGHT");
   expect("softmax:causal,,scale=1", "empty option");
@@ -48,7 +63,17 @@ TEST(MechanismText, ErrorsNameTheBadToken) {
   expect("softmax:score=dot2", "score must be dot, cosine or additive");
   expect("sofmax", "unknown mechanism 'sofmax'");
   expect("softmax:", "nothing after ':'");
-  expect("softmax:scale=inf", "must be finite");
+  expect("softmax:scale=inf", "expected a number");
+  // Strict parsing (hardening issue, class 7): duplicates, hex, spaces, stray signs.
+  expect("softmax:scale=1,scale=2", "option 'scale' is given twice");
+  expect("softmax:causal,causal", "option 'causal' is given twice");
+  expect("softmax:scale=0x10", "in 'scale=0x10': expected a number");
+  expect("softmax:scale= 1", "expected a number");
+  expect("softmax:scale=1 ", "expected a number");
+  expect("softmax:window=1.5:0", "expected an integer");
+  expect("softmax:seed=-1", "expected a non-negative integer");
+  expect("softmax:entropy_scale=99999999999999999999", "out of range");
+  expect("softmax:=3", "has no name");
 }
 
 }  // namespace

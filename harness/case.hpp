@@ -1,0 +1,76 @@
+// The one case list's vocabulary. A case is a mechanism (text form) on one problem: shape,
+// dtype, layout and the extra inputs it needs; it declares its tolerance rule, its FLOP and
+// byte count, and which modes use it. One list (case_list.cpp) drives
+//   check  - ctest (tests/harness/test_case_list.cpp) and `attn check`: every form that supports
+//            the case, on every ISA, against the float64 reference;
+//   bench  - `attn bench`: speed as a ratio to the same-run roofline (sgemm or bandwidth);
+//   demo   - `attn demo`: error against the reference, time, speed;
+//   list   - `attn list`: what would run, with filters --op, --form, --isa, --case.
+// A new mechanism adds cases to case_list.cpp, not a new test program.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attn/attn.hpp"
+
+namespace attn::harness {
+
+enum Suite : unsigned { kCheck = 1, kBench = 2, kDecode = 4, kDemo = 8 };
+
+// How close a form must come to the float64 reference.
+//   twice_plain: max|fast - ref64| <= 2 * max|plain - ref64| + floor, where `plain` is the
+//     reference algorithm in the storage dtype and floor = 1e-6 * max(1, max|ref|) plus, for
+//     bf16/fp16, the dtype's rounding floor 2 * max|(ref + 0.3 - 0.3) - ref| in that dtype.
+//     LSE within 1e-5 (1 + |ref|); probabilities within 2e-6 + 2 |plain - ref|.
+struct Tolerance {
+  enum Kind { twice_plain } kind = twice_plain;
+  std::string describe() const;
+};
+
+// Extra inputs of a case.
+struct Extras {
+  bool padding = false;   // random key_padding_lengths (batch 0 keeps all keys)
+  bool mask = false;      // random boolean mask (1, H, N, M), 70 % visible
+  bool bias = false;      // random float bias (B, 1, N, M) with 5 % -inf
+  bool alibi = false;     // slopes 2^(-8 (h+1) / H)
+  bool additive = false;  // params wq, wk (5, D), w (5) for score=additive
+  float magnitude = 1.0f;  // q and k drawn from N(0, magnitude^2)
+  int64_t pad = 0;         // extra elements per token row (non-packed strides)
+};
+
+struct Case {
+  std::string mechanism = "softmax";
+  int64_t B = 1, H = 2, Hkv = 2, N = 17, M = 17, D = 32, Dv = 32;
+  DType dtype = DType::f32;
+  Layout layout = Layout::bhnd;
+  Extras extras;
+  unsigned suites = kCheck;
+  std::string label;       // demo: what the row shows
+  std::string form;        // "" = every form that supports the case (check) or the walk's choice
+  std::string agree_with;  // check: a second form whose outputs must agree with `form`'s
+  Tolerance tolerance;
+  uint32_t seed = 1234;
+
+  std::string op() const;    // the family kind ("softmax")
+  std::string name() const;  // unique, identifier-safe
+  // 2 (D + Dv) per visible (query, key) pair, from the library's own count.
+  double flops() const;
+  // Bytes of K and V a memory-bound call reads once.
+  double kv_bytes() const;
+};
+
+// The one list (case_list.cpp): every case of every mechanism, for every suite.
+const std::vector<Case>& case_list();
+
+// The bench suite's grid for the given values (the list holds it for the defaults).
+std::vector<Case> bench_grid(const std::vector<int64_t>& sizes, const std::vector<int64_t>& dims,
+                             const std::vector<std::string>& mechanisms, const std::vector<DType>& dtypes,
+                             int64_t heads, int64_t kv_heads);
+// Decode-shaped bench cases (N = 1) against caches of the given lengths.
+std::vector<Case> decode_grid(const std::vector<int64_t>& cache_lengths, const std::vector<int64_t>& dims,
+                              const std::vector<DType>& dtypes, int64_t heads);
+// The demo suite at size n x n, head dim d, `heads` query heads.
+std::vector<Case> demo_cases(int64_t n, int64_t d, int64_t heads);
+
+}  // namespace attn::harness

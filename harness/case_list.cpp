@@ -1,0 +1,245 @@
+// THE case list: every mechanism's cases for check, bench and demo. A new mechanism adds its
+// cases here (a block per family), nothing else.
+#include <algorithm>
+#include <cctype>
+#include <set>
+#include <sstream>
+
+#include "harness/case.hpp"
+#include "harness/inputs.hpp"
+
+namespace attn::harness {
+
+std::string Tolerance::describe() const { return "2x plain + floor"; }
+
+std::string Case::op() const { return std::string(kind_of(parse_mechanism(mechanism))); }
+
+std::string Case::name() const {
+  std::ostringstream s;
+  s << mechanism << "__B" << B << "H" << H << "kv" << Hkv << "N" << N << "M" << M << "D" << D << "Dv" << Dv << "_"
+    << dtype_name(dtype) << (layout == Layout::bnhd ? "_bnhd" : "") << (extras.padding ? "_pad" : "")
+    << (extras.mask ? "_mask" : "") << (extras.bias ? "_bias" : "") << (extras.alibi ? "_alibi" : "")
+    << (extras.additive ? "_params" : "") << (extras.magnitude != 1.0f ? "_x" + std::to_string(int(extras.magnitude)) : "")
+    << (extras.pad ? "_strided" : "") << (agree_with.empty() ? "" : "_vs_" + agree_with)
+    << (seed != 1234 ? "_seed" + std::to_string(seed) : "");
+  std::string r = s.str();
+  for (char& ch : r)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return r;
+}
+
+double Case::flops() const {
+  Inputs in;
+  make_inputs(*this, in, /*shapes_only=*/true);
+  return attention_flops(in.q.view, in.k.view, in.v.view, in.mechanism, in.options);
+}
+
+double Case::kv_bytes() const {
+  return static_cast<double>(B * Hkv * M * (D + Dv)) * static_cast<double>(dtype_size(dtype));
+}
+
+std::vector<Case> bench_grid(const std::vector<int64_t>& sizes, const std::vector<int64_t>& dims,
+                             const std::vector<std::string>& mechanisms, const std::vector<DType>& dtypes,
+                             int64_t heads, int64_t kv_heads) {
+  std::vector<Case> out;
+  for (int64_t n : sizes)
+    for (int64_t d : dims)
+      for (const auto& m : mechanisms)
+        for (DType dt : dtypes) {
+          Case c;
+          c.mechanism = m;
+          c.B = 1, c.H = heads, c.Hkv = kv_heads ? kv_heads : heads, c.N = c.M = n, c.D = c.Dv = d, c.dtype = dt;
+          c.suites = kBench;
+          c.seed = 42;
+          out.push_back(c);
+        }
+  return out;
+}
+
+std::vector<Case> decode_grid(const std::vector<int64_t>& cache_lengths, const std::vector<int64_t>& dims,
+                              const std::vector<DType>& dtypes, int64_t heads) {
+  std::vector<Case> out;
+  for (int64_t m : cache_lengths)
+    for (int64_t d : dims)
+      for (int64_t hkv : {heads, std::max<int64_t>(1, heads / 4)})
+        for (DType dt : dtypes) {
+          Case c;
+          c.B = 1, c.H = heads, c.Hkv = hkv, c.N = 1, c.M = m, c.D = c.Dv = d, c.dtype = dt;
+          c.suites = kDecode;
+          c.seed = 42;
+          out.push_back(c);
+        }
+  return out;
+}
+
+std::vector<Case> demo_cases(int64_t n, int64_t d, int64_t heads) {
+  struct Row {
+    const char* label;
+    const char* mechanism;
+    DType dtype = DType::f32;
+    int64_t kv_heads = 0;  // 0: same as heads
+    bool alibi = false;
+    bool decode = false;  // one query per head against the n keys
+  };
+  const int64_t gqa = std::max<int64_t>(1, heads / 4);
+  const Row rows[] = {
+      {"MHA", "softmax"},
+      {"causal", "softmax:causal"},
+      {"sliding window 128", "softmax:causal,window=128:0"},
+      {"softcap 30", "softmax:causal,softcap=30"},
+      {"ALiBi (slopes 2^(-8h/H))", "softmax:causal", DType::f32, 0, true},
+      {"GQA (kv heads = H/4)", "softmax:causal", DType::f32, gqa},
+      {"MQA (1 kv head)", "softmax:causal", DType::f32, 1},
+      {"cosine score", "softmax:score=cosine,scale=10"},
+      {"entropy-invariant scale", "softmax:causal,entropy_scale=128"},
+      {"bfloat16 storage", "softmax:causal", DType::bf16},
+      {"float16 storage", "softmax:causal", DType::f16},
+      {"decode: 1 query, GQA", "softmax:causal", DType::f32, gqa, false, true},
+      {"decode: 1 query, bf16", "softmax:causal", DType::bf16, 0, false, true},
+  };
+  std::vector<Case> out;
+  for (const Row& r : rows) {
+    Case c;
+    c.label = r.label, c.mechanism = r.mechanism, c.dtype = r.dtype;
+    c.B = 1, c.H = heads, c.Hkv = r.kv_heads ? r.kv_heads : heads, c.N = r.decode ? 1 : n, c.M = n, c.D = c.Dv = d;
+    c.extras.alibi = r.alibi;
+    c.suites = kDemo;
+    c.seed = 42;
+    out.push_back(c);
+  }
+  return out;
+}
+
+namespace {
+
+// ---- softmax: the exact family -------------------------------------------------------------
+void softmax_check_cases(std::vector<Case>& out) {
+  // Lengths and head dims that straddle the 64-query and 64-key tiles and the micro-tiles.
+  for (int64_t n : {1, 7, 63, 64, 65, 127, 129})
+    for (int64_t m : {int64_t{1}, int64_t{65}, n}) {
+      Case c;
+      c.N = n, c.M = m;
+      c.D = c.Dv = (n * 7 + m) % 3 == 0 ? 64 : 32;
+      out.push_back(c);
+      c.mechanism = "softmax:causal";
+      out.push_back(c);
+    }
+  for (int64_t d : {1, 7, 32, 64, 80, 128, 256}) {
+    Case c;
+    c.N = 33, c.M = 70, c.D = d, c.Dv = d == 80 ? 48 : d;
+    out.push_back(c);
+  }
+  for (DType dt : {DType::f32, DType::bf16, DType::f16})
+    for (Layout lay : {Layout::bhnd, Layout::bnhd})
+      for (const char* mech : {"softmax", "softmax:causal", "softmax:window=20:5", "softmax:causal,window=16:0"}) {
+        Case c;
+        c.B = 2, c.H = 4, c.Hkv = 2, c.N = 77, c.M = 131, c.D = 40, c.Dv = 24;
+        c.dtype = dt, c.layout = lay, c.mechanism = mech;
+        out.push_back(c);
+      }
+  for (int64_t hkv : {1, 2, 6}) {  // MQA, GQA, MHA
+    Case c;
+    c.H = 6, c.Hkv = hkv, c.N = 65, c.M = 65, c.D = 16, c.Dv = 16, c.mechanism = "softmax:causal";
+    out.push_back(c);
+  }
+  for (const char* mech : {"softmax:scale=0.05", "softmax:softcap=10", "softmax:softcap=30,scale=1",
+                           "softmax:score=cosine,scale=4", "softmax:entropy_scale=32", "softmax:causal,entropy_scale=16",
+                           "softmax:window=0:0", "softmax:window=-1:3", "softmax:dropout=0.25,seed=9",
+                           "softmax:causal,dropout=0.5,seed=3"})
+    for (DType dt : {DType::f32, DType::bf16}) {
+      Case c;
+      c.B = 2, c.H = 2, c.Hkv = 1, c.N = 70, c.M = 90, c.D = 24, c.Dv = 20, c.mechanism = mech, c.dtype = dt;
+      out.push_back(c);
+    }
+  for (int flags = 1; flags < 16; ++flags) {  // padding, boolean mask, bias, alibi combinations
+    Case c;
+    c.B = 3, c.H = 2, c.Hkv = 2, c.N = 66, c.M = 100, c.D = 16, c.Dv = 8;
+    c.extras.padding = flags & 1, c.extras.mask = flags & 2, c.extras.bias = flags & 4, c.extras.alibi = flags & 8;
+    c.mechanism = flags % 3 == 0 ? "softmax:causal" : "softmax";
+    out.push_back(c);
+  }
+  for (float mag : {3.0f, 5.0f, 100.0f})
+    for (const char* mech : {"softmax", "softmax:softcap=50"}) {
+      Case c;
+      c.N = 40, c.M = 129, c.D = 32, c.Dv = 32, c.extras.magnitude = mag, c.mechanism = mech;
+      out.push_back(c);
+    }
+  {
+    Case c;  // non-packed token stride, both layouts
+    c.N = 65, c.M = 63, c.D = 24, c.Dv = 24, c.extras.pad = 5;
+    out.push_back(c);
+    c.layout = Layout::bnhd, c.dtype = DType::f16;
+    out.push_back(c);
+  }
+  {
+    Case c;  // additive (Bahdanau) scores, weights through the named params
+    c.N = 20, c.M = 33, c.D = 8, c.Dv = 8, c.extras.additive = true, c.mechanism = "softmax:score=additive";
+    out.push_back(c);
+    c.mechanism = "softmax:score=additive,causal,scale=0.5", c.dtype = DType::bf16;
+    out.push_back(c);
+  }
+  // Decode-shaped: a few new queries against a long cache (rows form: split-K over key chunks).
+  for (int64_t n : {1, 2, 3})
+    for (int64_t m : {1, 255, 256, 257, 1000, 5000}) {
+      Case c;
+      c.B = 2, c.H = 8, c.Hkv = n == 1 ? 1 : 4, c.N = n, c.M = m, c.D = 64, c.Dv = 40, c.mechanism = "softmax:causal";
+      c.dtype = m % 2 ? DType::bf16 : DType::f32;
+      c.layout = n == 2 ? Layout::bnhd : Layout::bhnd;
+      out.push_back(c);
+    }
+  for (int64_t d : {1, 3}) {
+    // Regression: the rows form kept R = group * N scores in a buffer sized by the head dim, and
+    // overflowed it when R > D (found by the Python property tests, D = 1 with 8 rows per kv head).
+    Case c;
+    c.B = 1, c.H = 8, c.Hkv = 1, c.N = 2, c.M = 300, c.D = d, c.Dv = d;
+    out.push_back(c);
+  }
+  for (int flags = 1; flags < 16; flags += 2) {
+    Case c;  // decode with padding + masks/bias/alibi, softcap and windows
+    c.B = 3, c.H = 4, c.Hkv = 2, c.N = 2, c.M = 700, c.D = 32, c.Dv = 32;
+    c.extras.padding = true, c.extras.mask = flags & 2, c.extras.bias = flags & 4, c.extras.alibi = flags & 8;
+    c.mechanism = flags == 1 ? "softmax:softcap=20"
+                             : (flags == 3 ? "softmax:causal,window=300:0" : "softmax:entropy_scale=64");
+    out.push_back(c);
+  }
+  {
+    Case c;  // more queries than keys: causal rows before the diagonal see nothing
+    c.N = 100, c.M = 30, c.D = 16, c.Dv = 16, c.mechanism = "softmax:causal";
+    out.push_back(c);
+  }
+  // Pairs of forms that must agree: rows and tiled on decode shapes.
+  for (DType dt : {DType::f32, DType::bf16})
+    for (const char* mech : {"softmax:causal", "softmax:softcap=30", "softmax:window=100:0"}) {
+      Case c;
+      c.B = 2, c.H = 8, c.Hkv = 2, c.N = 2, c.M = 777, c.D = 48, c.Dv = 48, c.mechanism = mech, c.dtype = dt;
+      c.form = "rows", c.agree_with = "tiled";
+      c.extras.padding = true;
+      out.push_back(c);
+    }
+}
+
+std::vector<Case> build() {
+  std::vector<Case> all;
+  softmax_check_cases(all);
+  // Bench suite: the foundation's grid (N = M = 1024, 4096; d = 64, 128; softmax and causal;
+  // f32 and bf16; 8 heads) and decode against 4096 / 16384 / 65536 cached keys.
+  for (Case& c : bench_grid({1024, 4096}, {64, 128}, {"softmax", "softmax:causal"}, {DType::f32, DType::bf16}, 8, 0))
+    all.push_back(c);
+  for (Case& c : decode_grid({4096, 16384, 65536}, {128}, {DType::f32, DType::bf16}, 8)) all.push_back(c);
+  for (Case& c : demo_cases(512, 64, 8)) all.push_back(c);
+  // Identical cases appear once (the loops above produce a few twice).
+  std::vector<Case> unique;
+  std::set<std::string> seen;
+  for (Case& c : all)
+    if (seen.insert(c.name() + "#" + std::to_string(c.suites) + c.form).second) unique.push_back(std::move(c));
+  return unique;
+}
+
+}  // namespace
+
+const std::vector<Case>& case_list() {
+  static const std::vector<Case> list = build();
+  return list;
+}
+
+}  // namespace attn::harness

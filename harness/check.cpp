@@ -1,0 +1,184 @@
+#include "harness/check.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "core/internal_api.hpp"
+
+namespace attn::harness {
+namespace {
+
+// 1e-6 * max(1, max|ref|), plus for bf16/fp16 the dtype's rounding floor.
+double floor_for(DType dt, const core::ReferenceResult& ref) {
+  double max_ref = 0, noise = 0;
+  for (double x : ref.out) {
+    max_ref = std::max(max_ref, std::abs(x));
+    const float r = round_to(dt, static_cast<float>(x));
+    noise = std::max(noise, std::abs(static_cast<double>(round_to(dt, round_to(dt, r + 0.3f) - 0.3f)) - x));
+  }
+  return 1e-6 * std::max(1.0, max_ref) + (dt == DType::f32 ? 0.0 : 2 * noise);
+}
+
+std::string at(int64_t b, int64_t h, int64_t i, int64_t j = -1) {
+  return "(" + std::to_string(b) + ", " + std::to_string(h) + ", " + std::to_string(i) +
+         (j >= 0 ? ", " + std::to_string(j) : "") + ")";
+}
+
+std::string number(double x) {
+  std::ostringstream s;
+  s.precision(4);
+  s << x;
+  return s.str();
+}
+
+bool supports_probs(const Inputs& in, const std::string& form) {
+  AttendOptions o = in.options;
+  o.return_probs = true;
+  o.form.clear();
+  for (const auto& v : explain(in.q.view, in.k.view, in.v.view, in.mechanism, o).forms)
+    if (v.form == form) return v.reasons.empty();
+  return false;
+}
+
+struct Result {
+  AttendResult r;
+  std::string form;
+};
+
+Result run_form(const Run& run, const Inputs& in, const std::string& form, bool probs) {
+  AttendOptions o = in.options;
+  o.isa = run.isa;
+  o.form = form;
+  o.return_probs = probs;
+  Result res;
+  res.form = explain(in.q.view, in.k.view, in.v.view, in.mechanism, o).chosen;
+  res.r = attend(in.q.view, in.k.view, in.v.view, in.mechanism, o);
+  return res;
+}
+
+void fail_with(Outcome& o, const std::string& what) {
+  if (o.pass) o.failure = what;
+  o.pass = false;
+}
+
+void compare(const Run& run, const Inputs& in, const References& ref, const std::string& form, Outcome& o) {
+  const Case& c = *run.c;
+  const bool probs = c.N * c.M <= 20000 && supports_probs(in, form.empty() ? "tiled" : form) &&
+                     !ref.f64.probs.empty() && !form.empty();
+  const Result res = run_form(run, in, form, probs);
+  o.form = res.form;
+  const AttendResult& r = res.r;
+  double err = 0;
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t h = 0; h < c.H; ++h)
+      for (int64_t i = 0; i < c.N; ++i) {
+        for (int64_t d = 0; d < c.Dv; ++d) {
+          const double got = r.out.at(b, h, i, d);
+          if (!std::isfinite(got)) {
+            fail_with(o, res.form + ": out" + at(b, h, i, d) + " is not finite");
+            continue;
+          }
+          err = std::max(err, std::abs(got - ref.f64.o(b, h, i, d)));
+        }
+        const double want_lse = ref.f64.l(b, h, i), got_lse = r.lse.at(b, h, i, 0);
+        if (std::isinf(want_lse) ? got_lse != want_lse
+                                 : !(std::abs(got_lse - want_lse) <= 1e-5 * (1 + std::abs(want_lse))))
+          fail_with(o, res.form + ": lse" + at(b, h, i) + " = " + number(got_lse) + ", reference " + number(want_lse));
+        if (probs)
+          for (int64_t j = 0; j < c.M; ++j) {
+            const double got_p = r.probs.at(b, h, i, j), want_p = ref.f64.p(b, h, i, j);
+            if (!(std::abs(got_p - want_p) <= 2e-6 + 2 * std::abs(ref.plain.p(b, h, i, j) - want_p)))
+              fail_with(o, res.form + ": probs" + at(b, h, i, j) + " = " + number(got_p) + ", reference " +
+                               number(want_p));
+          }
+      }
+  o.err = std::max(o.err, err);
+  if (err > ref.tol)
+    fail_with(o, res.form + ": max |out - reference| = " + number(err) + " > tolerance " + number(ref.tol) +
+                     " (plain " + dtype_name(c.dtype) + " error " + number(ref.plain_err) + ")");
+}
+
+}  // namespace
+
+bool Filter::matches(const Case& c) const {
+  if (!op.empty() && c.op() != op) return false;
+  if (!case_substring.empty() && c.name().find(case_substring) == std::string::npos &&
+      c.mechanism.find(case_substring) == std::string::npos && c.label.find(case_substring) == std::string::npos)
+    return false;
+  return true;
+}
+
+std::string Run::name() const { return c->name() + "__" + (form.empty() ? "auto" : form) + "__" + isa_name(isa); }
+
+std::vector<Run> expand(const std::vector<Case>& cases, Suite suite, const Filter& f) {
+  std::vector<Run> runs;
+  std::vector<Isa> isas;
+  for (Isa i : supported_isas())
+    if (f.isa.empty() || isa_name(i) == f.isa || (f.isa == "scalar" && i == Isa::portable)) isas.push_back(i);
+  for (const Case& c : cases) {
+    if (!(c.suites & suite) || !f.matches(c)) continue;
+    if (suite != kCheck) {
+      if (!f.form.empty() && !c.form.empty() && f.form != c.form) continue;
+      const Isa active = active_isa();
+      if (!f.isa.empty() && std::find(isas.begin(), isas.end(), active) == isas.end()) continue;
+      runs.push_back({&c, f.form.empty() ? c.form : f.form, active});
+      continue;
+    }
+    std::vector<std::string> forms;
+    if (!c.form.empty()) {
+      forms.push_back(c.form);
+    } else {
+      Inputs in;
+      make_inputs(c, in, /*shapes_only=*/true);
+      for (const auto& v : explain(in.q.view, in.k.view, in.v.view, in.mechanism, in.options).forms)
+        if (v.reasons.empty() && v.form != "reference") forms.push_back(v.form);
+      if (f.form == "reference") forms.push_back("reference");
+    }
+    for (const std::string& form : forms) {
+      if (!f.form.empty() && form != f.form && c.agree_with != f.form) continue;
+      for (Isa isa : isas) runs.push_back({&c, form, isa});
+    }
+  }
+  return runs;
+}
+
+References references_for(const Case& c, const Inputs& in) {
+  References r;
+  r.f64 = core::reference_outputs(in.q.view, in.k.view, in.v.view, in.mechanism, in.options, core::RefPrecision::f64);
+  r.plain =
+      core::reference_outputs(in.q.view, in.k.view, in.v.view, in.mechanism, in.options, core::RefPrecision::plain);
+  for (size_t i = 0; i < r.f64.out.size(); ++i) r.plain_err = std::max(r.plain_err, std::abs(r.plain.out[i] - r.f64.out[i]));
+  r.tol = 2 * r.plain_err + floor_for(c.dtype, r.f64);
+  return r;
+}
+
+Outcome check_run(const Run& r, const Inputs& in, const References& ref) {
+  Outcome o;
+  o.tol = ref.tol;
+  compare(r, in, ref, r.form, o);
+  if (!r.c->agree_with.empty()) {
+    Outcome other;
+    compare(r, in, ref, r.c->agree_with, other);
+    if (!other.pass) fail_with(o, other.failure);
+    const std::string chosen = o.form;
+    AttendOptions a = in.options, b = in.options;
+    a.isa = b.isa = r.isa;
+    a.form = r.form, b.form = r.c->agree_with;
+    const AttendResult ra = attend(in.q.view, in.k.view, in.v.view, in.mechanism, a);
+    const AttendResult rb = attend(in.q.view, in.k.view, in.v.view, in.mechanism, b);
+    double diff = 0;
+    const TensorView& va = ra.out.view();
+    for (int64_t bb = 0; bb < va.shape[0]; ++bb)
+      for (int64_t h = 0; h < va.shape[1]; ++h)
+        for (int64_t i = 0; i < va.shape[2]; ++i)
+          for (int64_t d = 0; d < va.shape[3]; ++d)
+            diff = std::max(diff, static_cast<double>(std::abs(ra.out.at(bb, h, i, d) - rb.out.at(bb, h, i, d))));
+    if (!(diff <= ref.tol))
+      fail_with(o, r.form + " and " + r.c->agree_with + " disagree by " + number(diff) + " > tolerance " +
+                       number(ref.tol));
+  }
+  return o;
+}
+
+}  // namespace attn::harness

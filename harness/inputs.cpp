@@ -1,0 +1,79 @@
+#include "harness/inputs.hpp"
+
+#include <cmath>
+#include <tuple>
+
+namespace attn::harness {
+
+Buffer random_tensor(std::mt19937& rng, DType dtype, int64_t B, int64_t H, int64_t N, int64_t D, Layout layout,
+                     float magnitude, int64_t pad) {
+  Buffer buf;
+  const int64_t row = D + pad;
+  const int64_t total = B * H * N * row;
+  buf.bytes.assign(static_cast<size_t>(std::max<int64_t>(total, 1) * static_cast<int64_t>(dtype_size(dtype))), 0);
+  TensorView v;
+  v.data = buf.bytes.data();
+  v.dtype = dtype;
+  v.shape = {B, H, N, D};
+  if (layout == Layout::bhnd)
+    v.strides = {H * N * row, N * row, row, 1};
+  else
+    v.strides = {N * H * row, row, H * row, 1};
+  std::normal_distribution<float> dist(0.0f, magnitude);
+  for (int64_t i = 0; i < total; ++i) store_from_float(v.data, dtype, i, dist(rng));
+  buf.view = v;
+  return buf;
+}
+
+void make_inputs(const Case& c, Inputs& in, bool shapes_only) {
+  std::mt19937 rng(c.seed);
+  const Extras& x = c.extras;
+  in.mechanism = parse_mechanism(c.mechanism);
+  if (shapes_only) {
+    static const uint64_t zero = 0;
+    for (auto [buf, h, n, d] : {std::tuple{&in.q, c.H, c.N, c.D}, {&in.k, c.Hkv, c.M, c.D}, {&in.v, c.Hkv, c.M, c.Dv}}) {
+      buf->view = make_view(const_cast<uint64_t*>(&zero), c.dtype, c.B, h, n, d);
+      buf->view.strides = {0, 0, 0, 0};
+    }
+  } else {
+    in.q = random_tensor(rng, c.dtype, c.B, c.H, c.N, c.D, c.layout, x.magnitude, x.pad);
+    in.k = random_tensor(rng, c.dtype, c.B, c.Hkv, c.M, c.D, c.layout, x.magnitude, x.pad);
+    in.v = random_tensor(rng, c.dtype, c.B, c.Hkv, c.M, c.Dv, c.layout, 1.0f, x.pad);
+  }
+  AttendOptions& opt = in.options;
+  std::mt19937 extras_rng(c.seed ^ 0x5bd1e995u);  // apart from q/k/v, so shapes_only draws the same extras
+  rng = extras_rng;
+  if (x.padding) {
+    std::uniform_int_distribution<int64_t> len(0, c.M);
+    for (int64_t b = 0; b < c.B; ++b) opt.key_padding_lengths.push_back(b == 0 ? c.M : len(rng));
+  }
+  if (x.mask) {  // (1, H, N, M): broadcast over batch
+    in.mask.resize(static_cast<size_t>(c.H * c.N * c.M));
+    std::bernoulli_distribution keep(0.7);
+    for (auto& m : in.mask) m = keep(rng);
+    opt.mask = make_view(in.mask.data(), DType::boolean, 1, c.H, c.N, c.M);
+    opt.mask->strides[0] = 0;
+  }
+  if (x.bias) {  // (B, 1, N, M) float, with a few -inf entries
+    in.bias.resize(static_cast<size_t>(c.B * c.N * c.M));
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    std::bernoulli_distribution hide(0.05);
+    for (auto& b : in.bias) b = hide(rng) ? -INFINITY : d(rng);
+    opt.bias = make_view(in.bias.data(), DType::f32, c.B, 1, c.N, c.M);
+    opt.bias->strides[1] = 0;
+  }
+  if (x.alibi)
+    for (int64_t h = 0; h < c.H; ++h) opt.alibi_slopes.push_back(std::pow(2.0f, -8.0f * (h + 1) / c.H));
+  if (x.additive) {
+    const int64_t A = 5;
+    std::normal_distribution<float> d(0.0f, 0.3f);
+    for (int64_t i = 0; i < A * c.D; ++i) in.wq.push_back(d(rng)), in.wk.push_back(d(rng));
+    for (int64_t i = 0; i < A; ++i) in.w.push_back(d(rng) * 3);
+    opt.params["wq"] = make_array_view(in.wq.data(), DType::f32, {A, c.D});
+    opt.params["wk"] = make_array_view(in.wk.data(), DType::f32, {A, c.D});
+    opt.params["w"] = make_array_view(in.w.data(), DType::f32, {A});
+  }
+  opt.return_lse = true;
+}
+
+}  // namespace attn::harness

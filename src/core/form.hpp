@@ -1,0 +1,81 @@
+// Forms: the implementations of one mechanism family (reference, tiled, rows, later chunked,
+// recurrent, decode ...). Each form says whether it supports a validated problem and, if not,
+// why; selection walks the family's list in priority order, and a refusal lists every reason
+// (the shape of xformers' fmha dispatch and PyTorch's sdp_utils). No global switches: a caller
+// forces a form through AttendOptions::form.
+#pragma once
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "attn/attend.hpp"
+#include "attn/error.hpp"
+#include "kernels/kernel_table.hpp"
+
+namespace attn::core {
+
+// The caller's outputs; out is null when only explaining.
+struct Outputs {
+  const TensorView* out = nullptr;
+  const TensorView* lse = nullptr;
+  const TensorView* probs = nullptr;
+  bool wants_lse() const { return lse != nullptr; }
+  bool wants_probs() const { return probs != nullptr; }
+};
+
+// How to run: kernels of the chosen ISA, thread count, tuning knobs.
+struct Context {
+  const kernels::TileKernels* kern = nullptr;
+  int threads = 0;
+  int64_t row_cache_bytes = 0;
+};
+
+using Reasons = std::vector<std::string>;
+
+template <class Problem>
+struct Form {
+  std::string_view name;
+  std::string_view summary;
+  // Appends every reason this form cannot run the problem (none: it can).
+  void (*refuse)(const Problem&, const Outputs&, Reasons&);
+  void (*run)(const Problem&, const Outputs&, const Context&);
+};
+
+// Every form with its reasons, in priority order.
+template <class Problem>
+std::vector<FormVerdict> verdicts(const std::vector<Form<Problem>>& forms, const Problem& p, const Outputs& o) {
+  std::vector<FormVerdict> out;
+  for (const auto& f : forms) {
+    FormVerdict v{std::string(f.name), std::string(f.summary), {}};
+    f.refuse(p, o, v.reasons);
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+std::string describe_verdicts(const std::vector<FormVerdict>& v);
+
+// The form to run: the forced one (which must support the problem) or the first that does.
+// Throws Error listing every form and its reasons when none can run it.
+template <class Problem>
+const Form<Problem>& choose(const std::vector<Form<Problem>>& forms, const Problem& p, const Outputs& o,
+                            std::string_view forced, std::string_view mechanism) {
+  const auto all = verdicts(forms, p, o);
+  if (!forced.empty()) {
+    for (size_t i = 0; i < forms.size(); ++i) {
+      if (forms[i].name != forced) continue;
+      if (all[i].reasons.empty()) return forms[i];
+      fail("attend", "form '" + std::string(forced) + "' cannot run " + std::string(mechanism) +
+                         " for these inputs; forms: " + describe_verdicts(all));
+    }
+    std::string names;
+    for (const auto& f : forms) names += (names.empty() ? "" : ", ") + std::string(f.name);
+    fail("attend", "form must be one of " + names + " for " + std::string(mechanism) + ", got '" +
+                       std::string(forced) + "'");
+  }
+  for (size_t i = 0; i < forms.size(); ++i)
+    if (all[i].reasons.empty()) return forms[i];
+  fail("attend", "no form can run " + std::string(mechanism) + " for these inputs; forms: " + describe_verdicts(all));
+}
+
+}  // namespace attn::core

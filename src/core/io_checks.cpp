@@ -1,0 +1,115 @@
+// Every check on q, k, v and the outputs, once, at the entry point. Messages name the argument,
+// the expected and the actual value.
+#include "core/io_checks.hpp"
+
+#include <cmath>
+
+#include "attn/error.hpp"
+#include "base/checked_math.hpp"
+
+namespace attn::core {
+namespace {
+
+const char* kWhere = "attend";
+
+void check_shape(const TensorView& v, const std::string& name, std::array<int64_t, 4> want, const std::string& meaning) {
+  if (v.shape != want)
+    fail(kWhere, name + " must have shape " + meaning + " = (" + std::to_string(want[0]) + ", " +
+                     std::to_string(want[1]) + ", " + std::to_string(want[2]) + ", " + std::to_string(want[3]) +
+                     "), got " + dims_text(v));
+}
+
+}  // namespace
+
+std::string dims_text(const TensorView& v) {
+  return "(" + std::to_string(v.shape[0]) + ", " + std::to_string(v.shape[1]) + ", " + std::to_string(v.shape[2]) +
+         ", " + std::to_string(v.shape[3]) + ")";
+}
+
+bool is_float(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; }
+
+// Shape non-negative, data present when non-empty, largest offset representable.
+void check_view(const TensorView& v, const std::string& name) {
+  int64_t n = 1;
+  for (int i = 0; i < 4; ++i) {
+    if (v.shape[i] < 0) fail(kWhere, name + " has negative dimension " + std::to_string(i) + " in shape " + dims_text(v));
+    n = checked_mul(n, v.shape[i], std::string(kWhere) + ": " + name + " element count");
+  }
+  checked_mul(n, static_cast<int64_t>(dtype_size(v.dtype)), std::string(kWhere) + ": " + name + " bytes");
+  int64_t span = 0;
+  for (int i = 0; i < 4; ++i) {
+    if (v.shape[i] == 0) continue;
+    const int64_t s = v.strides[i] < 0 ? -v.strides[i] : v.strides[i];
+    span = checked_add(span, checked_mul(v.shape[i] - 1, s, std::string(kWhere) + ": " + name + " extent"),
+                       std::string(kWhere) + ": " + name + " extent");
+  }
+  if (n > 0 && v.data == nullptr) fail(kWhere, name + " has " + std::to_string(n) + " elements but no data");
+}
+
+void check_finite(double x, const std::string& name) {
+  if (!std::isfinite(x)) fail(kWhere, name + " must be finite, got " + std::to_string(x));
+}
+
+Dims check_io(const TensorView& q, const TensorView& k, const TensorView& v, const Outputs& outs,
+              const AttendOptions& opt) {
+  check_view(q, "q");
+  check_view(k, "k");
+  check_view(v, "v");
+  for (auto [t, name] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}})
+    if (!is_float(t->dtype))
+      fail(kWhere, std::string(name) + " must be float32, bfloat16 or float16, got " + dtype_name(t->dtype));
+  if (k.dtype != q.dtype || v.dtype != q.dtype)
+    fail(kWhere, "q, k and v must share a dtype, got q " + dtype_name(q.dtype) + ", k " + dtype_name(k.dtype) +
+                     ", v " + dtype_name(v.dtype));
+
+  Dims d;
+  d.q = q, d.k = k, d.v = v;
+  d.B = q.shape[0], d.H = q.shape[1], d.N = q.shape[2], d.D = q.shape[3];
+  d.Hkv = k.shape[1], d.M = k.shape[2], d.Dv = v.shape[3];
+  if (d.H < 1) fail(kWhere, "q must have at least one head, got shape " + dims_text(q));
+  if (d.Hkv < 1) fail(kWhere, "k must have at least one head, got shape " + dims_text(k));
+  if (d.D < 1) fail(kWhere, "head_dim of q must be at least 1, got shape " + dims_text(q));
+  if (d.Dv < 1) fail(kWhere, "head_dim of v must be at least 1, got shape " + dims_text(v));
+  if (k.shape[0] != d.B) fail(kWhere, "k has batch " + std::to_string(k.shape[0]) + ", q has " + std::to_string(d.B));
+  if (k.shape[3] != d.D) fail(kWhere, "k has head_dim " + std::to_string(k.shape[3]) + ", q has " + std::to_string(d.D));
+  check_shape(v, "v", {d.B, d.Hkv, d.M, d.Dv}, "(batch of q, heads of k, tokens of k, Dv)");
+  if (d.H % d.Hkv != 0)
+    fail(kWhere, "k has " + std::to_string(d.Hkv) + " heads, which does not divide q's " + std::to_string(d.H));
+  d.group = d.H / d.Hkv;
+
+  if (outs.out) {
+    const TensorView& out = *outs.out;
+    check_view(out, "out");
+    if (!is_float(out.dtype)) fail(kWhere, "out must be a float dtype, got " + dtype_name(out.dtype));
+    check_shape(out, "out", {d.B, d.H, d.N, d.Dv}, "(B, H, N, Dv)");
+  }
+  if (outs.lse) {
+    check_view(*outs.lse, "lse");
+    if (outs.lse->dtype != DType::f32) fail(kWhere, "lse must be float32, got " + dtype_name(outs.lse->dtype));
+    check_shape(*outs.lse, "lse", {d.B, d.H, d.N, 1}, "(B, H, N, 1)");
+  }
+  if (outs.probs) {
+    check_view(*outs.probs, "probs");
+    if (outs.probs->dtype != DType::f32) fail(kWhere, "probs must be float32, got " + dtype_name(outs.probs->dtype));
+    check_shape(*outs.probs, "probs", {d.B, d.H, d.N, d.M}, "(B, H, N, M)");
+  }
+  if (opt.threads < 0) fail(kWhere, "threads must be >= 0 (0 = default), got " + std::to_string(opt.threads));
+  if (opt.row_cache_bytes < 0)
+    fail(kWhere, "row_cache_bytes must be >= 0, got " + std::to_string(opt.row_cache_bytes));
+  return d;
+}
+
+std::string describe_verdicts(const std::vector<FormVerdict>& v) {
+  std::string o;
+  for (const auto& f : v) {
+    o += (o.empty() ? "" : "; ") + f.form + ": ";
+    if (f.reasons.empty()) {
+      o += "supported";
+      continue;
+    }
+    for (size_t i = 0; i < f.reasons.size(); ++i) o += (i ? ", " : "") + f.reasons[i];
+  }
+  return o;
+}
+
+}  // namespace attn::core

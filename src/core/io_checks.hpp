@@ -1,0 +1,31 @@
+// The checks every mechanism shares: q, k, v and the output views (dtypes, shapes, head
+// grouping, sizes that fit 64-bit offsets) and the run options (threads). Families add their
+// own checks on top (src/exact/validate.cpp).
+#pragma once
+#include <array>
+#include <string>
+
+#include "attn/attend.hpp"
+#include "core/form.hpp"
+
+namespace attn::core {
+
+// Sizes of a validated call: q (B, H, N, D), k (B, Hkv, M, D), v (B, Hkv, M, Dv).
+struct Dims {
+  TensorView q, k, v;
+  int64_t B = 0, H = 0, Hkv = 0, N = 0, M = 0, D = 0, Dv = 0;
+  int64_t group = 1;   // query heads per kv head: kv head of h is h / group
+  int64_t kv_head(int64_t h) const { return h / group; }
+};
+
+// Validates q, k, v, the outputs that are given (none when explaining) and the run options.
+Dims check_io(const TensorView& q, const TensorView& k, const TensorView& v, const Outputs& outs,
+              const AttendOptions& options);
+
+// Shared helpers for family checks.
+std::string dims_text(const TensorView& v);
+void check_view(const TensorView& v, const std::string& name);
+void check_finite(double x, const std::string& name);
+bool is_float(DType t);
+
+}  // namespace attn::core

@@ -1,0 +1,31 @@
+// Validation of the named parameter map (attn/params.hpp) against what a mechanism declares.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "attn/params.hpp"
+
+namespace attn::core {
+
+// One declared parameter: its name, its shape as symbols or numbers ("A", "D", "3"), and a
+// short description for messages. Symbols already bound (e.g. D = head dim) must match; an
+// unbound symbol is bound by its first use (A from wq's first dimension).
+struct ParamSpec {
+  std::string name;
+  std::vector<std::string> dims;
+  std::string meaning;
+};
+
+using Symbols = std::map<std::string, int64_t, std::less<>>;
+
+// Checks that `given` holds exactly the names of `specs` (none missing, none extra), each a
+// float array of the declared shape with finite values. `mechanism` is the text form, for
+// messages. Binds new symbols into `symbols`.
+void check_params(const Params& given, const std::vector<ParamSpec>& specs, const std::string& mechanism,
+                  Symbols& symbols);
+
+// A contiguous float32 copy of a validated parameter (C order).
+std::vector<float> to_floats(const ArrayView& a);
+
+}  // namespace attn::core

@@ -1,0 +1,23 @@
+// What every family's reference returns: dense float64 results of a whole call, the oracle the
+// fast forms are checked against (harness/check.cpp).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace attn::core {
+
+// f64: float64 throughout (the oracle). plain: the same algorithm in float with intermediates
+// rounded to the storage dtype (the baseline whose error sets the tolerance).
+enum class RefPrecision { f64, plain };
+
+struct ReferenceResult {
+  int64_t B = 0, H = 0, N = 0, M = 0, Dv = 0;
+  std::vector<double> out;    // (B, H, N, Dv)
+  std::vector<double> lse;    // (B, H, N); -inf for rows that see no key
+  std::vector<double> probs;  // (B, H, N, M); weights before dropout (empty if the family has none)
+  double o(int64_t b, int64_t h, int64_t i, int64_t c) const { return out[((b * H + h) * N + i) * Dv + c]; }
+  double l(int64_t b, int64_t h, int64_t i) const { return lse[(b * H + h) * N + i]; }
+  double p(int64_t b, int64_t h, int64_t i, int64_t j) const { return probs[((b * H + h) * N + i) * M + j]; }
+};
+
+}  // namespace attn::core

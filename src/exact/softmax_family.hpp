@@ -1,0 +1,26 @@
+// The softmax family as the entry point sees it: validation, its forms in priority order, its
+// FLOP count and its reference. Every family has such a struct (core/families.hpp lists them).
+#pragma once
+#include <vector>
+
+#include "core/form.hpp"
+#include "core/reference_result.hpp"
+#include "exact/problem.hpp"
+
+namespace attn::exact {
+
+struct SoftmaxFamily {
+  using Mechanism = Softmax;
+  using Problem = exact::Problem;
+  static Problem validate(const TensorView& q, const TensorView& k, const TensorView& v, const Softmax& m,
+                          const AttendOptions& options, const core::Outputs& outs) {
+    return validate_softmax(q, k, v, m, options, outs);
+  }
+  // rows (few queries per kv head), tiled (everything), reference (float64).
+  static const std::vector<core::Form<Problem>>& forms();
+  // 2 (D + Dv) per (query, key) pair inside the structural masks.
+  static double flops(const Problem& p);
+  static core::ReferenceResult reference(const Problem& p, core::RefPrecision precision);
+};
+
+}  // namespace attn::exact

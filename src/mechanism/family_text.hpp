@@ -1,0 +1,15 @@
+// The text form of each family, defined beside the family (src/exact/softmax_text.cpp, ...).
+// mechanism_text.cpp walks the Mechanism variant and calls these overloads, so a family
+// without them does not compile.
+#pragma once
+#include "attn/mechanism.hpp"
+#include "mechanism/options.hpp"
+
+namespace attn::mechanism {
+
+// Reads the family's options (the reader checks leftovers afterwards).
+void read_options(OptionReader& r, Softmax& m);
+// Writes the canonical options (defaults omitted).
+void write_options(OptionWriter& w, const Softmax& m);
+
+}  // namespace attn::mechanism

@@ -1,0 +1,109 @@
+// The check suite: every run of the one case list (case x form x ISA, harness/case_list.cpp)
+// against the family's float64 reference under the case's tolerance rule (harness/check.cpp).
+// Test names are the run names, so --gtest_filter='*rows*avx2*' picks a form and an ISA.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+
+#include "harness/check.hpp"
+
+namespace attn::harness {
+namespace {
+
+// The references of the last case checked: runs of one case are consecutive.
+struct Cached {
+  const Case* c = nullptr;
+  std::unique_ptr<Inputs> in;
+  References ref;
+};
+
+const Cached& prepared(const Case& c) {
+  static Cached cache;
+  if (cache.c != &c) {
+    cache.in = std::make_unique<Inputs>();
+    make_inputs(c, *cache.in);
+    cache.ref = references_for(c, *cache.in);
+    cache.c = &c;
+  }
+  return cache;
+}
+
+class CaseList : public ::testing::TestWithParam<harness::Run> {};
+
+TEST_P(CaseList, WithinTolerance) {
+  const harness::Run& r = GetParam();
+  const Cached& p = prepared(*r.c);
+  const Outcome o = check_run(r, *p.in, p.ref);
+  EXPECT_TRUE(o.pass) << o.failure;
+  EXPECT_EQ(o.form, r.form) << "the forced form did not run";
+}
+
+INSTANTIATE_TEST_SUITE_P(Check, CaseList, ::testing::ValuesIn(expand(case_list(), kCheck, {})),
+                         [](const auto& info) { return info.param.name(); });
+
+TEST(CaseListShape, NamesAreUniqueAndEveryFastFormIsCovered) {
+  std::set<std::string> names, forms;
+  for (const harness::Run& r : expand(case_list(), kCheck, {})) {
+    EXPECT_TRUE(names.insert(r.name()).second) << "duplicate run " << r.name();
+    forms.insert(r.form);
+  }
+  EXPECT_EQ(forms, (std::set<std::string>{"rows", "tiled"}));
+  EXPECT_GE(names.size(), 450u);  // 150 cases before the list existed, each on 3 ISAs at least once
+}
+
+TEST(CaseListShape, FiltersSelectRuns) {
+  Filter f;
+  f.form = "rows";
+  f.isa = "portable";
+  const auto runs = expand(case_list(), kCheck, f);
+  ASSERT_FALSE(runs.empty());
+  for (const harness::Run& r : runs) {
+    EXPECT_EQ(r.form, "rows");
+    EXPECT_EQ(r.isa, Isa::portable);
+  }
+  f = {};
+  f.case_substring = "score_additive";
+  EXPECT_EQ(expand(case_list(), kCheck, f).size(), 2 * supported_isas().size());
+}
+
+// Seeded random problems (the C++ twin of the Python property tests, so random shapes also run
+// under ASan/UBSan): small sizes, any head grouping, dtype, layout, mask and option, every form.
+TEST(RandomProblems, WithinTolerance) {
+  std::mt19937 rng(20261123);
+  auto pick = [&](auto... xs) {
+    const std::vector<int64_t> v{xs...};
+    return v[std::uniform_int_distribution<size_t>(0, v.size() - 1)(rng)];
+  };
+  const char* mechs[] = {"softmax", "softmax:causal", "softmax:window=5:2", "softmax:causal,softcap=15",
+                         "softmax:scale=0.3", "softmax:entropy_scale=32"};
+  std::vector<Case> cases;
+  for (int n = 0; n < 120; ++n) {
+    Case c;
+    c.Hkv = pick(1, 2, 3);
+    c.B = pick(1, 2, 3);
+    c.H = c.Hkv * pick(1, 2, 4, 8);
+    c.N = pick(1, 2, 3, 5, 17, 64, 65, 130);
+    c.M = pick(1, 2, 7, 63, 64, 65, 129, 300);
+    c.D = pick(1, 2, 3, 8, 17, 33);
+    c.Dv = pick(1, 4, 16, 33);
+    c.dtype = std::array{DType::f32, DType::bf16, DType::f16}[pick(0, 1, 2)];
+    c.layout = pick(0, 1) ? Layout::bnhd : Layout::bhnd;
+    c.mechanism = mechs[pick(0, 1, 2, 3, 4, 5)];
+    c.extras.padding = pick(0, 1), c.extras.mask = pick(0, 0, 1), c.extras.bias = pick(0, 0, 1);
+    c.extras.alibi = pick(0, 0, 1), c.extras.pad = pick(0, 0, 3);
+    c.seed = static_cast<uint32_t>(n);
+    cases.push_back(c);
+  }
+  for (const harness::Run& r : expand(cases, kCheck, {})) {
+    SCOPED_TRACE(r.name());
+    const Cached& p = prepared(*r.c);
+    const Outcome o = check_run(r, *p.in, p.ref);
+    ASSERT_TRUE(o.pass) << o.failure;
+  }
+}
+
+}  // namespace
+}  // namespace attn::harness

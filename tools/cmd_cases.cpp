@@ -1,0 +1,86 @@
+// attn list / attn check: the one case list (harness/case_list.cpp) from the command line.
+//   attn list  [--suite check|bench|decode|demo] [filters]   what would run, with tolerance and FLOPs
+//   attn check [filters]                                     every check run against the float64 reference
+#include <fmt/core.h>
+
+#include <map>
+
+#include "attn/attn.hpp"
+#include "commands.hpp"
+
+namespace attn::cli {
+namespace {
+
+const std::map<std::string, harness::Suite> kSuites = {
+    {"check", harness::kCheck}, {"bench", harness::kBench}, {"decode", harness::kDecode}, {"demo", harness::kDemo}};
+
+struct ListArgs {
+  std::string suite = "check";
+  harness::Filter filter;
+};
+
+int list(const ListArgs& a) {
+  const auto runs = harness::expand(harness::case_list(), kSuites.at(a.suite), a.filter);
+  fmt::print("{:<4} {:<90} {:<8} {:<9} {:<8} {:>10}  {}\n", "#", "run (case__form__isa)", "op", "form", "isa",
+             "MFLOP", "tolerance");
+  size_t i = 0;
+  for (const auto& r : runs)
+    fmt::print("{:<4} {:<90} {:<8} {:<9} {:<8} {:>10.3f}  {}\n", ++i, r.name(), r.c->op(),
+               r.form.empty() ? "auto" : r.form, isa_name(r.isa), r.c->flops() / 1e6, r.c->tolerance.describe());
+  fmt::print("{} runs in suite '{}'\n", runs.size(), a.suite);
+  return 0;
+}
+
+int check(const harness::Filter& f) {
+  const auto runs = harness::expand(harness::case_list(), harness::kCheck, f);
+  size_t failed = 0, i = 0;
+  const harness::Case* last = nullptr;
+  std::unique_ptr<harness::Inputs> in;
+  harness::References ref;
+  for (const auto& r : runs) {
+    if (r.c != last) {
+      in = std::make_unique<harness::Inputs>();
+      harness::make_inputs(*r.c, *in);
+      ref = harness::references_for(*r.c, *in);
+      last = r.c;
+    }
+    const harness::Outcome o = harness::check_run(r, *in, ref);
+    ++i;
+    if (!o.pass) ++failed;
+    fmt::print("[{:>4}/{}] {} {}  err {:.2e} <= tol {:.2e}{}\n", i, runs.size(), o.pass ? "ok  " : "FAIL", r.name(),
+               o.err, o.tol, o.pass ? "" : "\n        " + o.failure);
+    std::fflush(stdout);
+  }
+  fmt::print("{} of {} runs passed\n", runs.size() - failed, runs.size());
+  return failed ? 1 : 0;
+}
+
+}  // namespace
+
+void add_filter_options(CLI::App* c, harness::Filter& f) {
+  c->add_option("--op", f.op, "Only this mechanism family (e.g. softmax)");
+  c->add_option("--form", f.form, "Only this form (e.g. tiled, rows, reference)");
+  c->add_option("--isa", f.isa, "Only this ISA (portable, avx2, avx512)");
+  c->add_option("--case", f.case_substring, "Only cases whose name, mechanism or label contains this text");
+}
+
+Runner add_list(CLI::App& app) {
+  auto args = std::make_shared<ListArgs>();
+  CLI::App* c = app.add_subcommand("list", "List the runs of the case list (case x form x ISA) with tolerance and FLOPs");
+  c->add_option("--suite", args->suite, "Which suite")->check(CLI::IsMember({"check", "bench", "decode", "demo"}))
+      ->capture_default_str();
+  add_filter_options(c, args->filter);
+  c->footer("Example: attn list --form rows --isa avx2 --case causal");
+  return [args] { return list(*args); };
+}
+
+Runner add_check(CLI::App& app) {
+  auto f = std::make_shared<harness::Filter>();
+  CLI::App* c = app.add_subcommand("check", "Run the check suite: every form on every ISA against the float64 reference");
+  add_filter_options(c, *f);
+  c->footer("The same runs as the ctest suite (tests/harness/test_case_list.cpp). Exit status 1 if any fails.\n"
+            "Example: attn check --form tiled --isa portable");
+  return [f] { return check(*f); };
+}
+
+}  // namespace attn::cli
