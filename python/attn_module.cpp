@@ -3,6 +3,7 @@
 // framework as the inputs. The GIL is released while kernels run.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -69,28 +70,55 @@ std::vector<float> floats(const std::optional<Array>& a, const char* name) {
   return out;
 }
 
+// A named parameter of any rank as an ArrayView (no copy; validated by the mechanism).
+attn::ArrayView array_view(const Array& a, const std::string& name) {
+  attn::ArrayView v;
+  v.data = a.data();
+  v.dtype = dtype_of(a, ("params['" + name + "']").c_str());
+  for (size_t i = 0; i < a.ndim(); ++i) {
+    v.shape.push_back(static_cast<int64_t>(a.shape(i)));
+    v.strides.push_back(a.stride(i));
+  }
+  return v;
+}
+
+// Everything but the outputs: the views and options one call needs.
+struct Call {
+  attn::TensorView q, k, v;
+  attn::Mechanism mech;
+  attn::AttendOptions opt;
+  bool bnhd = true;
+};
+
+Call make_call(const Array& q, const Array& k, const Array& v, const std::string& mechanism, const std::string& layout,
+               std::vector<int64_t> key_padding_lengths, std::optional<Array> mask, std::optional<Array> bias,
+               std::optional<Array> alibi_slopes, const std::map<std::string, Array>& params, int threads,
+               const std::string& form, const std::string& isa) {
+  if (layout != "bnhd" && layout != "bhnd")
+    throw nb::value_error(("layout must be 'bnhd' or 'bhnd', got '" + layout + "'").c_str());
+  Call c;
+  c.bnhd = layout == "bnhd";
+  c.mech = attn::parse_mechanism(mechanism);
+  c.opt.threads = threads;
+  c.opt.form = form;
+  if (!isa.empty()) c.opt.isa = attn::parse_isa(isa, "isa");
+  c.opt.key_padding_lengths = std::move(key_padding_lengths);
+  if (mask) c.opt.mask = mask_view(*mask, "attn_mask", true);
+  if (bias) c.opt.bias = mask_view(*bias, "bias", false);
+  c.opt.alibi_slopes = floats(alibi_slopes, "alibi_slopes");
+  for (const auto& [name, a] : params) c.opt.params[name] = array_view(a, name);
+  c.q = view_of(q, "q", c.bnhd), c.k = view_of(k, "k", c.bnhd), c.v = view_of(v, "v", c.bnhd);
+  return c;
+}
+
 void attend_into(const Array& q, const Array& k, const Array& v, const std::string& mechanism, const OutArray& out,
                  std::optional<OutArray> lse, std::optional<OutArray> probs, const std::string& layout,
                  std::vector<int64_t> key_padding_lengths, std::optional<Array> mask, std::optional<Array> bias,
-                 std::optional<Array> alibi_slopes, std::optional<Array> wq, std::optional<Array> wk,
-                 std::optional<Array> w, int threads, bool use_reference) {
-  if (layout != "bnhd" && layout != "bhnd")
-    throw nb::value_error(("layout must be 'bnhd' or 'bhnd', got '" + layout + "'").c_str());
-  const bool bnhd = layout == "bnhd";
-  const attn::Mechanism mech = attn::parse_mechanism(mechanism);
-  attn::AttendOptions opt;
-  opt.threads = threads;
-  opt.use_reference = use_reference;
-  opt.key_padding_lengths = std::move(key_padding_lengths);
-  if (mask) opt.mask = mask_view(*mask, "attn_mask", true);
-  if (bias) opt.bias = mask_view(*bias, "bias", false);
-  opt.alibi_slopes = floats(alibi_slopes, "alibi_slopes");
-  if (wq || wk || w) {
-    if (!wq || !wk || !w) throw nb::value_error("additive weights need wq, wk and w together");
-    opt.additive = attn::AdditiveWeights{floats(wq, "wq"), floats(wk, "wk"), floats(w, "w")};
-  }
-  const attn::TensorView qv = view_of(q, "q", bnhd), kv = view_of(k, "k", bnhd), vv = view_of(v, "v", bnhd);
-  const attn::TensorView ov = view_of(out, "out", bnhd);
+                 std::optional<Array> alibi_slopes, const std::map<std::string, Array>& params, int threads,
+                 const std::string& form, const std::string& isa) {
+  const Call c = make_call(q, k, v, mechanism, layout, std::move(key_padding_lengths), mask, bias, alibi_slopes, params,
+                           threads, form, isa);
+  const attn::TensorView ov = view_of(out, "out", c.bnhd);
   std::optional<attn::TensorView> lv, pv;
   if (lse) {  // (B, H, N) float32
     if (lse->ndim() != 3) throw nb::value_error("lse must have 3 dimensions (B, H, N)");
@@ -104,7 +132,19 @@ void attend_into(const Array& q, const Array& k, const Array& v, const std::stri
   }
   if (probs) pv = view_of(*probs, "probs", false);
   nb::gil_scoped_release release;
-  attn::attend_into(qv, kv, vv, mech, opt, ov, lv ? &*lv : nullptr, pv ? &*pv : nullptr);
+  attn::attend_into(c.q, c.k, c.v, c.mech, c.opt, ov, lv ? &*lv : nullptr, pv ? &*pv : nullptr);
+}
+
+std::string explain(const Array& q, const Array& k, const Array& v, const std::string& mechanism,
+                    const std::string& layout, std::vector<int64_t> key_padding_lengths, std::optional<Array> mask,
+                    std::optional<Array> bias, std::optional<Array> alibi_slopes,
+                    const std::map<std::string, Array>& params, int threads, const std::string& form,
+                    const std::string& isa, bool return_lse, bool return_probs) {
+  Call c = make_call(q, k, v, mechanism, layout, std::move(key_padding_lengths), mask, bias, alibi_slopes, params,
+                     threads, form, isa);
+  c.opt.return_lse = return_lse;
+  c.opt.return_probs = return_probs;
+  return attn::explain(c.q, c.k, c.v, c.mech, c.opt).text();
 }
 
 }  // namespace
@@ -112,9 +152,11 @@ void attend_into(const Array& q, const Array& k, const Array& v, const std::stri
 NB_MODULE(_attn, m) {
   m.doc() = "Low-level bindings of the attn C++ library; use the functions of the attn package.";
   m.def("attend_into", &attend_into, "q"_a, "k"_a, "v"_a, "mechanism"_a, "out"_a, "lse"_a.none(), "probs"_a.none(),
-        "layout"_a, "key_padding_lengths"_a, "mask"_a.none(), "bias"_a.none(), "alibi_slopes"_a.none(),
-        "wq"_a.none(), "wk"_a.none(), "w"_a.none(), "threads"_a, "use_reference"_a,
-        "Runs attn::attend_into on caller-allocated outputs (no copies of inputs).");
+        "layout"_a, "key_padding_lengths"_a, "mask"_a.none(), "bias"_a.none(), "alibi_slopes"_a.none(), "params"_a,
+        "threads"_a, "form"_a, "isa"_a, "Runs attn::attend_into on caller-allocated outputs (no copies of inputs).");
+  m.def("explain", &explain, "q"_a, "k"_a, "v"_a, "mechanism"_a, "layout"_a, "key_padding_lengths"_a, "mask"_a.none(),
+        "bias"_a.none(), "alibi_slopes"_a.none(), "params"_a, "threads"_a, "form"_a, "isa"_a, "return_lse"_a,
+        "return_probs"_a, "Which form attn::attend would run for this call, and why the others would not.");
   m.def("data_pointer", [](const Array& a) { return reinterpret_cast<uintptr_t>(a.data()); }, "a"_a,
         "Address of the array's first element as the C++ side sees it (zero-copy checks).");
   m.def("canonical_mechanism", [](const std::string& s) { return attn::to_string(attn::parse_mechanism(s)); },
@@ -125,9 +167,7 @@ NB_MODULE(_attn, m) {
     for (auto i : attn::supported_isas()) out.push_back(attn::isa_name(i));
     return out;
   });
-  m.def("set_isa", [](const std::string& name) {
-    for (auto i : {attn::Isa::portable, attn::Isa::avx2, attn::Isa::avx512})
-      if (attn::isa_name(i) == name) return attn::set_isa(i);
-    throw nb::value_error(("isa must be portable, avx2 or avx512, got '" + name + "'").c_str());
-  }, "name"_a, "Forces a kernel set for this process (tests); raises if the CPU cannot run it.");
+  m.def("set_isa", [](const std::string& name) { attn::set_isa(attn::parse_isa(name, "set_isa")); }, "name"_a,
+        "Sets the process-wide default kernel set (portable/scalar, avx2, avx512); raises if the CPU cannot run it.\n"
+        "Prefer the isa= argument of attend(), which applies to one call.");
 }

@@ -7,7 +7,11 @@ returning the same kind of array they were given:
   torch SDPA (``causal``, ``softmax_scale``, ``window_size``, ``softcap``, ``alibi_slopes``,
   ``attn_mask``, ``dropout_p``, ``return_lse``).
 * :func:`attend` -- any mechanism by its text form, e.g. ``"softmax:causal,window=128:0"``;
-  mechanisms added to the C++ library are reachable here without new bindings.
+  mechanisms added to the C++ library are reachable here without new bindings. Extra tensors
+  a mechanism takes (e.g. the additive score's ``wq``, ``wk``, ``w``) go in ``params={...}``
+  or as keyword arguments.
+* :func:`explain` -- which implementation ("form") :func:`attend` would run, and why the
+  others would not.
 
 Layout: ``layout="bnhd"`` (default) means q is (batch, tokens, heads, head_dim) as in
 flash-attn and most model code; ``layout="bhnd"`` means (batch, heads, tokens, head_dim) as
@@ -20,13 +24,13 @@ returns zeros and its log-sum-exp is -inf.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from . import _attn
 
-__all__ = ["attention", "attend", "active_isa", "supported_isas", "set_isa", "canonical_mechanism"]
+__all__ = ["attention", "attend", "explain", "active_isa", "supported_isas", "set_isa", "canonical_mechanism"]
 __version__ = "0.1.0"
 
 active_isa = _attn.active_isa
@@ -104,11 +108,46 @@ def _as_float32_1d(x: Any, name: str) -> Optional[np.ndarray]:
     return np.ascontiguousarray(np.asarray(x, dtype=np.float32).reshape(-1))
 
 
+def _call_args(q: Any, k: Any, v: Any, layout: str, attn_mask: Any, key_padding_lengths: Any,
+               alibi_slopes: Any, params: Optional[Mapping[str, Any]], additive_weights: Any,
+               form: Optional[str], use_reference: bool, isa: Optional[str]):
+    """Validated, zero-copy arguments shared by attend() and explain()."""
+    if layout not in ("bnhd", "bhnd"):
+        raise ValueError(f"layout must be 'bnhd' or 'bhnd', got {layout!r}")
+    q, k, v = _prepare(q, "q"), _prepare(k, "k"), _prepare(v, "v")
+    if _is_torch(q) != _is_torch(k) or _is_torch(q) != _is_torch(v):
+        raise TypeError("q, k and v must all be numpy arrays or all torch tensors")
+    b, h, n, _ = _dims(q, layout)
+    m = _dims(k, layout)[2]
+    mask = bias = None
+    if attn_mask is not None:
+        full = _expand_mask(attn_mask, b, h, n, m, "attn_mask")
+        is_bool = (full.dtype == np.bool_) if not _is_torch(full) else (str(full.dtype) == "torch.bool")
+        mask, bias = (full, None) if is_bool else (None, full)
+    named = {}
+    for name, x in (params or {}).items():
+        named[str(name)] = _prepare(x, f"params[{name!r}]")
+    if additive_weights is not None:
+        if len(additive_weights) != 3:
+            raise ValueError("additive_weights must be (wq, wk, w)")
+        for name, x in zip(("wq", "wk", "w"), additive_weights):
+            if name in named:
+                raise ValueError(f"{name} is given both in additive_weights and in params")
+            named[name] = _prepare(x, name)
+    if use_reference:
+        if form not in (None, "reference"):
+            raise ValueError(f"use_reference=True conflicts with form={form!r}")
+        form = "reference"
+    lengths = [int(x) for x in key_padding_lengths] if key_padding_lengths is not None else []
+    return (q, k, v, (b, h, n, m), mask, bias, lengths, _as_float32_1d(alibi_slopes, "alibi_slopes"), named,
+            form or "", isa or "")
+
+
 def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any = None,
            key_padding_lengths: Optional[Sequence[int]] = None, alibi_slopes: Any = None,
-           additive_weights: Optional[Tuple[Any, Any, Any]] = None, layout: str = "bnhd",
-           return_lse: bool = False, return_probs: bool = False, threads: int = 0,
-           use_reference: bool = False):
+           params: Optional[Mapping[str, Any]] = None, additive_weights: Optional[Tuple[Any, Any, Any]] = None,
+           layout: str = "bnhd", return_lse: bool = False, return_probs: bool = False, threads: int = 0,
+           form: Optional[str] = None, isa: Optional[str] = None, use_reference: bool = False, **named_params: Any):
     """Attention by mechanism text form.
 
     Args:
@@ -121,46 +160,64 @@ def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any
         attn_mask: bool (True = may attend) or float (added to the scores) array broadcastable
             to (B, H, N, M), as in torch SDPA; always in (B, H, N, M) order whatever the layout.
         key_padding_lengths: valid keys per batch entry; keys at or past it are hidden.
-        alibi_slopes: H or (B, H) slopes; adds -slope * |i + M - N - j| to the scores.
-        additive_weights: (Wq (A, D), Wk (A, D), w (A,)) for score=additive.
+        alibi_slopes: H or (B, H) slopes; adds -slope * |i + M - N - j|.
+        params: named parameter tensors the mechanism takes, e.g. for "softmax:score=additive"
+            {"wq": (A, D), "wk": (A, D), "w": (A,)}. A missing or unexpected name, or a wrong
+            shape, raises ValueError naming it. Also accepted as keyword arguments
+            (``attend(q, k, v, "softmax:score=additive", wq=wq, wk=wk, w=w)``).
+        additive_weights: (wq, wk, w), the same as params for score=additive.
         layout: "bnhd" (default) or "bhnd".
         return_lse: also return the row log-sum-exp, (B, H, N) float32 (natural log).
         return_probs: also return the weights (B, H, N, M) float32, before dropout.
         threads: 0 = all cores (OMP_NUM_THREADS).
-        use_reference: run the float64 reference implementation (slow, for checking).
+        form: force an implementation ("rows", "tiled", "reference" for softmax); None = the
+            first that supports the call. See :func:`explain`.
+        isa: kernel set for this call ("portable", "avx2", "avx512"); None = the active one.
+        use_reference: same as form="reference": the float64 reference (slow, for checking).
+        **named_params: named parameter tensors given as keyword arguments (merged into params).
 
     Returns:
         out in the layout and dtype of q (same kind: NumPy or torch), or a tuple
         (out, lse[, probs]) / (out, probs) when those are requested.
     """
-    if layout not in ("bnhd", "bhnd"):
-        raise ValueError(f"layout must be 'bnhd' or 'bhnd', got {layout!r}")
-    q, k, v = _prepare(q, "q"), _prepare(k, "k"), _prepare(v, "v")
-    if _is_torch(q) != _is_torch(k) or _is_torch(q) != _is_torch(v):
-        raise TypeError("q, k and v must all be numpy arrays or all torch tensors")
-    b, h, n, _ = _dims(q, layout)
-    m = _dims(k, layout)[2]
+    q, k, v, (b, h, n, m), mask, bias, lengths, slopes, named, form_, isa_ = _call_args(
+        q, k, v, layout, attn_mask, key_padding_lengths, alibi_slopes, {**(params or {}), **named_params},
+        additive_weights, form, use_reference, isa)
     dv = _dims(v, layout)[3]
     out = _empty_like_kind(q, (b, n, h, dv) if layout == "bnhd" else (b, h, n, dv))
     f32 = _float32_of(q)
     lse = _empty_like_kind(q, (b, h, n), f32) if return_lse else None
     probs = _empty_like_kind(q, (b, h, n, m), f32) if return_probs else None
-    mask = bias = None
-    if attn_mask is not None:
-        full = _expand_mask(attn_mask, b, h, n, m, "attn_mask")
-        is_bool = (full.dtype == np.bool_) if not _is_torch(full) else (str(full.dtype) == "torch.bool")
-        mask, bias = (full, None) if is_bool else (None, full)
-    wq = wk = w = None
-    if additive_weights is not None:
-        if len(additive_weights) != 3:
-            raise ValueError("additive_weights must be (Wq, Wk, w)")
-        wq, wk, w = (_as_float32_1d(x, nm) for x, nm in zip(additive_weights, ("wq", "wk", "w")))
-    _attn.attend_into(q, k, v, mechanism, out, lse, probs, layout,
-                      [int(x) for x in key_padding_lengths] if key_padding_lengths is not None else [],
-                      mask, bias, _as_float32_1d(alibi_slopes, "alibi_slopes"), wq, wk, w, int(threads),
-                      bool(use_reference))
+    _attn.attend_into(q, k, v, mechanism, out, lse, probs, layout, lengths, mask, bias, slopes, named, int(threads),
+                      form_, isa_)
     extra = tuple(x for x in (lse, probs) if x is not None)
     return (out,) + extra if extra else out
+
+
+def explain(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any = None,
+            key_padding_lengths: Optional[Sequence[int]] = None, alibi_slopes: Any = None,
+            params: Optional[Mapping[str, Any]] = None, additive_weights: Optional[Tuple[Any, Any, Any]] = None,
+            layout: str = "bnhd", return_lse: bool = False, return_probs: bool = False, threads: int = 0,
+            form: Optional[str] = None, isa: Optional[str] = None, use_reference: bool = False,
+            **named_params: Any) -> str:
+    """Which form :func:`attend` would run for these arguments, and why each other form would not.
+
+    Takes exactly :func:`attend`'s arguments (q, k, v, mechanism, attn_mask, key_padding_lengths,
+    alibi_slopes, params, additive_weights, layout, return_lse, return_probs, threads, form, isa,
+    use_reference, **named_params) and validates them the same way (bad input raises the same
+    error), but computes nothing. Example::
+
+        >>> print(attn.explain(q, k, v, "softmax:causal", return_probs=True))
+        softmax:causal (isa avx512): runs form 'tiled'
+          rows      refused: probabilities requested  [...]
+          tiled     chosen  [...]
+          reference supported (lower priority)  [...]
+    """
+    q, k, v, _, mask, bias, lengths, slopes, named, form_, isa_ = _call_args(
+        q, k, v, layout, attn_mask, key_padding_lengths, alibi_slopes, {**(params or {}), **named_params},
+        additive_weights, form, use_reference, isa)
+    return _attn.explain(q, k, v, mechanism, layout, lengths, mask, bias, slopes, named, int(threads), form_, isa_,
+                         bool(return_lse), bool(return_probs))
 
 
 def attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_scale: Optional[float] = None,

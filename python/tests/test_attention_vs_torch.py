@@ -118,6 +118,35 @@ def test_additive_bahdanau_score():
     p = torch.softmax(s, -1)
     assert torch.allclose(probs.double(), p, atol=1e-6)
     assert torch.allclose(out.double(), p @ v.double(), atol=1e-5)
+    # the same weights as named params, as keyword arguments, and in numpy
+    by_params = attn.attend(q, k, v, "softmax:score=additive", params={"wq": wq, "wk": wk, "w": w}, layout="bhnd")
+    by_kwargs = attn.attend(q, k, v, "softmax:score=additive", wq=wq, wk=wk, w=w, layout="bhnd")
+    assert torch.equal(by_params, out) and torch.equal(by_kwargs, out)
+    by_numpy = attn.attend(q.numpy(), k.numpy(), v.numpy(), "softmax:score=additive", wq=wq.numpy(), wk=wk.numpy(),
+                           w=w.numpy(), layout="bhnd")
+    assert np.array_equal(by_numpy, out.numpy())
+
+
+def test_forced_forms_agree_with_the_walk():
+    q, k, v = make(1, 8, 2, 2, 300, 32, 32, torch.float32, "bnhd", seed=3)
+    walk = attn.attend(q, k, v, "softmax:causal")
+    assert "runs form 'rows'" in attn.explain(q, k, v, "softmax:causal")
+    for form in ("rows", "tiled", "reference"):
+        forced = attn.attend(q, k, v, "softmax:causal", form=form)
+        assert torch.allclose(forced, walk, atol=2e-6), form
+    assert torch.equal(attn.attend(q, k, v, "softmax:causal", form="rows"), walk)
+    text = attn.explain(q, k, v, "softmax:causal", return_probs=True)
+    assert "runs form 'tiled'" in text and "rows      refused: probabilities requested" in text
+
+
+def test_isa_argument_applies_to_one_call():
+    q, k, v = make(1, 2, 2, 70, 90, 24, 24, torch.float32, "bnhd", seed=6)
+    before = attn.active_isa()
+    for isa in attn.supported_isas():
+        out = attn.attend(q, k, v, "softmax:causal", isa=isa)
+        assert torch.allclose(out, attn.attend(q, k, v, "softmax:causal", isa="scalar"), atol=2e-6), isa
+        assert f"(isa {isa})" in attn.explain(q, k, v, isa=isa)
+    assert attn.active_isa() == before
 
 
 def test_probs_match_sdpa_weights():

@@ -32,7 +32,20 @@ def qkv(B=2, N=5, M=6, H=4, Hkv=2, D=8):
     (lambda q, k, v: attn.attention(q, k, v, alibi_slopes=np.array([1, 1, 1, np.inf], np.float32)), ValueError, "must be finite"),
     (lambda q, k, v: attn.attend(q, k, v, "softmax:casual"), ValueError, "unknown softmax option 'casual'"),
     (lambda q, k, v: attn.attend(q, k, v, "linear"), ValueError, "unknown mechanism 'linear'"),
-    (lambda q, k, v: attn.attend(q, k, v, "softmax:score=additive"), ValueError, "needs additive weights"),
+    (lambda q, k, v: attn.attend(q, k, v, "softmax:score=additive"), ValueError,
+     "softmax:score=additive needs params['wq'] of shape (A, D)"),
+    (lambda q, k, v: attn.attend(q, k, v, "softmax", wq=np.ones((3, 8), np.float32)), ValueError,
+     "params has 'wq', which softmax does not take"),
+    (lambda q, k, v: attn.attend(q, k, v, "softmax:score=additive", params={"wq": np.ones((3, 8), np.float32),
+                                 "wk": np.ones((3, 7), np.float32), "w": np.ones(3, np.float32)}), ValueError,
+     "params['wk'] must have shape (A, D) with D = 8, got (3, 7)"),
+    (lambda q, k, v: attn.attend(q, k, v, form="fast"), ValueError, "form must be one of rows, tiled, reference"),
+    (lambda q, k, v: attn.attend(q, k, v, "softmax:dropout=0.5", form="rows"), ValueError,
+     "form 'rows' cannot run softmax:dropout=0.5 for these inputs; forms: rows: dropout; tiled: supported"),
+    (lambda q, k, v: attn.attend(q, k, v, isa="sse9"), ValueError, "isa: expected portable (or scalar), avx2 or avx512"),
+    (lambda q, k, v: attn.attend(q, k, v, use_reference=True, form="tiled"), ValueError, "conflicts with form='tiled'"),
+    (lambda q, k, v: attn.explain(q, k[..., :7], v), ValueError, "k has head_dim 7, q has 8"),
+    (lambda q, k, v: attn.attend(q, k, v, "softmax:scale=1,scale=2"), ValueError, "option 'scale' is given twice"),
     (lambda q, k, v: attn.attend(q, k, v, layout="nhd"), ValueError, "layout must be 'bnhd' or 'bhnd'"),
     (lambda q, k, v: attn.attention(q, torch.from_numpy(k), v), TypeError, "must all be numpy arrays or all torch tensors"),
     (lambda q, k, v: attn.attention([1.0], k, v), TypeError, "q must be a numpy.ndarray or torch.Tensor"),
@@ -45,7 +58,7 @@ def test_bad_input_raises_with_message(make, exc, fragment):
 
 
 def test_set_isa_rejects_unknown():
-    with pytest.raises(ValueError, match="isa must be portable, avx2 or avx512"):
+    with pytest.raises(ValueError, match=r"set_isa: expected portable \(or scalar\), avx2 or avx512, got 'sse9'"):
         attn.set_isa("sse9")
 
 
