@@ -11,14 +11,8 @@ Buffer random_tensor(std::mt19937& rng, DType dtype, int64_t B, int64_t H, int64
   const int64_t row = D + pad;
   const int64_t total = B * H * N * row;
   buf.bytes.assign(static_cast<size_t>(std::max<int64_t>(total, 1) * static_cast<int64_t>(dtype_size(dtype))), 0);
-  TensorView v;
-  v.data = buf.bytes.data();
-  v.dtype = dtype;
-  v.shape = {B, H, N, D};
-  if (layout == Layout::bhnd)
-    v.strides = {H * N * row, N * row, row, 1};
-  else
-    v.strides = {N * H * row, row, H * row, 1};
+  TensorView v = make_view(buf.bytes.data(), dtype, B, H, N, row, layout);
+  v.shape[3] = D;  // the last `pad` elements of each row are outside the view
   std::normal_distribution<float> dist(0.0f, magnitude);
   for (int64_t i = 0; i < total; ++i) store_from_float(v.data, dtype, i, dist(rng));
   buf.view = v;

@@ -41,6 +41,28 @@ DType dtype_of(const std::string& s) {
 
 std::string short_name(DType t) { return t == DType::f32 ? "f32" : t == DType::bf16 ? "bf16" : "f16"; }
 
+// A run's inputs, output and chosen form, ready to time.
+struct Timed {
+  harness::Inputs in;
+  Tensor out;
+  std::string form;
+  explicit Timed(const harness::Run& r) {
+    const harness::Case& c = *r.c;
+    harness::make_inputs(c, in);
+    in.options.return_lse = false;
+    in.options.form = r.form;
+    out = Tensor(c.dtype, {c.B, c.H, c.N, c.Dv});
+    form = explain(in.q.view, in.k.view, in.v.view, in.mechanism, in.options).chosen;
+  }
+  // Best of `reps` calls on `threads` threads (after warm-up).
+  double seconds(int threads, int reps) {
+    in.options.threads = threads;
+    return best_seconds(reps, [&] {
+      attend_into(in.q.view, in.k.view, in.v.view, in.mechanism, in.options, out.view(), nullptr, nullptr);
+    });
+  }
+};
+
 // Peak resident memory (VmHWM) in MiB; reset_peak_rss() restarts it from the current RSS
 // (Linux >= 4.0), so earlier phases such as the bandwidth buffer do not count.
 double peak_rss_mib() {
@@ -90,19 +112,13 @@ int run(const BenchArgs& a) {
   size_t idx = 0;
   for (const harness::Run& r : runs) {
     const harness::Case& c = *r.c;
-    harness::Inputs in;
-    harness::make_inputs(c, in);
-    in.options.return_lse = false;
-    in.options.form = r.form;
-    Tensor out(c.dtype, {c.B, c.H, c.N, c.Dv});
+    Timed run(r);
+    const harness::Inputs& in = run.in;
+    const std::string& form = run.form;
     const double flops = c.flops();
-    const std::string form = explain(in.q.view, in.k.view, in.v.view, in.mechanism, in.options).chosen;
     for (int t : a.threads) {
       ++idx;
-      in.options.threads = t;
-      const double secs = best_seconds(a.reps, [&] {
-        attend_into(in.q.view, in.k.view, in.v.view, in.mechanism, in.options, out.view(), nullptr, nullptr);
-      });
+      const double secs = run.seconds(t, a.reps);
       const double gflops = flops / secs / 1e9;
       const double ratio = gflops / roof[t];
       fmt::print("{:>3}/{:<3} {:>6} {:>5} {:<32} {:>5} {:<6} {:>3} {:>10.2f} {:>9.1f} {:>8.3f}\n", idx, total, c.N, c.D,
@@ -129,17 +145,11 @@ int run(const BenchArgs& a) {
                "T", "ms", "GB/s", "ratio");
     for (const harness::Run& r : druns) {
       const harness::Case& c = *r.c;
-      harness::Inputs in;
-      harness::make_inputs(c, in);
-      in.options.return_lse = false;
-      in.options.form = r.form;
-      Tensor out(c.dtype, {c.B, c.H, c.N, c.Dv});
-      const std::string form = explain(in.q.view, in.k.view, in.v.view, in.mechanism, in.options).chosen;
+      Timed run(r);
+      const harness::Inputs& in = run.in;
+      const std::string& form = run.form;
       for (int t : a.threads) {
-        in.options.threads = t;
-        const double secs = best_seconds(a.reps * 5, [&] {
-          attend_into(in.q.view, in.k.view, in.v.view, in.mechanism, in.options, out.view(), nullptr, nullptr);
-        });
+        const double secs = run.seconds(t, a.reps * 5);
         const double gbs = c.kv_bytes() / secs / 1e9;
         fmt::print("{:>7} {:>4} {:>4} {:>4} {:>5} {:<6} {:>3} {:>10.3f} {:>9.1f} {:>8.3f}\n", c.M, c.D, c.H, c.Hkv,
                    short_name(c.dtype), form, t, secs * 1e3, gbs, gbs / bws[t]);
