@@ -1,19 +1,40 @@
 #include "base/parallel.hpp"
 
 #include <omp.h>
+#include <pthread.h>
+
+#include <algorithm>
+#include <atomic>
 
 namespace attn {
+namespace {
 
-int max_threads() { return omp_get_max_threads(); }
+std::atomic<bool> g_forked{false};
+
+void mark_child() { g_forked = true; }
+
+// Registered when the library loads: a forked child runs attn single-threaded.
+const int g_atfork = pthread_atfork(nullptr, nullptr, mark_child);
+
+}  // namespace
+
+bool in_forked_child() { return g_forked.load(); }
+
+int resolve_threads(int requested, int64_t items) {
+  (void)g_atfork;
+  if (in_forked_child()) return 1;
+  int t = requested > 0 ? std::min(requested, kMaxThreads) : std::min(omp_get_max_threads(), omp_get_num_procs());
+  t = std::max(t, 1);
+  return static_cast<int>(std::min<int64_t>(t, std::max<int64_t>(items, 1)));
+}
 
 void parallel_for(int64_t n, int threads, const std::function<void(int64_t, int)>& fn) {
   if (n <= 0) return;
-  const int t = threads > 0 ? threads : omp_get_max_threads();
-  if (t == 1 || n == 1) {
+  if (threads <= 1 || n == 1) {
     for (int64_t i = 0; i < n; ++i) fn(i, 0);
     return;
   }
-#pragma omp parallel for schedule(dynamic, 1) num_threads(t)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int64_t i = 0; i < n; ++i) fn(i, omp_get_thread_num());
 }
 

@@ -7,9 +7,21 @@
 
 namespace attn {
 
-// Calls fn(item, thread_index) for item in [0, n). threads <= 0: OpenMP default.
-// fn must not throw.
+// Largest thread count a caller may ask for (AttendOptions::threads, --threads, threads=);
+// more is an Error. Oversubscribing the CPUs up to this is allowed (and still deterministic).
+constexpr int kMaxThreads = 256;
+
+// The one place a thread count is decided: `requested` (0 = OpenMP's default, capped at the
+// CPU count, so OMP_NUM_THREADS=100000 means "all CPUs"), never more than `items` (no idle
+// threads, no scratch for them), 1 in a child process after fork() (OpenMP's pool does not
+// survive fork; results are the same for any thread count).
+int resolve_threads(int requested, int64_t items);
+
+// Calls fn(item, thread_index) for item in [0, n) on exactly `threads` threads (a count from
+// resolve_threads); thread_index < threads. fn must not throw.
 void parallel_for(int64_t n, int threads, const std::function<void(int64_t, int)>& fn);
-int max_threads();
+
+// True in a child process created by fork() after this library was loaded.
+bool in_forked_child();
 
 }  // namespace attn

@@ -6,6 +6,7 @@
 
 #include "attn/error.hpp"
 #include "base/checked_math.hpp"
+#include "base/parallel.hpp"
 
 namespace attn::core {
 namespace {
@@ -93,7 +94,9 @@ Dims check_io(const TensorView& q, const TensorView& k, const TensorView& v, con
     if (outs.probs->dtype != DType::f32) fail(kWhere, "probs must be float32, got " + dtype_name(outs.probs->dtype));
     check_shape(*outs.probs, "probs", {d.B, d.H, d.N, d.M}, "(B, H, N, M)");
   }
-  if (opt.threads < 0) fail(kWhere, "threads must be >= 0 (0 = default), got " + std::to_string(opt.threads));
+  if (opt.threads < 0 || opt.threads > kMaxThreads)
+    fail(kWhere, "threads must be in [0, " + std::to_string(kMaxThreads) + "] (0 = all CPUs), got " +
+                     std::to_string(opt.threads));
   if (opt.row_cache_bytes < 0)
     fail(kWhere, "row_cache_bytes must be >= 0, got " + std::to_string(opt.row_cache_bytes));
   return d;

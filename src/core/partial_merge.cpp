@@ -10,7 +10,12 @@ float merge_partials(int64_t count, const float* m, const float* l, int64_t stri
                      int64_t acc_stride, int64_t dv, float* out) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   float mx = kNegInf;
-  for (int64_t p = 0; p < count; ++p) mx = std::max(mx, m[p * stride]);
+  bool nan = false;
+  for (int64_t p = 0; p < count; ++p) mx = std::max(mx, m[p * stride]), nan |= std::isnan(l[p * stride]);
+  if (nan) {  // a partial poisoned by a non-finite input poisons the row
+    std::fill(out, out + dv, std::numeric_limits<float>::quiet_NaN());
+    return std::numeric_limits<float>::quiet_NaN();
+  }
   std::fill(out, out + dv, 0.0f);
   float sum = 0.0f;
   if (mx != kNegInf)

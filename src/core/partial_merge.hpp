@@ -7,7 +7,8 @@
 //   M = max_p m_p,   L = sum_p l_p e^(m_p - M),   out[c] = sum_p acc_p[c] e^(m_p - M) / L,
 //   lse = M + log L,
 // in the order given, so a fixed order gives bitwise-reproducible results whatever the thread
-// count. A row no partial saw (L = 0) gives zeros and lse = -inf.
+// count. A row no partial saw (L = 0) gives zeros and lse = -inf; a partial whose l is NaN (a
+// non-finite input reached a visible score) makes the row NaN, output and lse.
 #pragma once
 #include <cstdint>
 

@@ -58,14 +58,23 @@ core::ReferenceResult run(const Problem& p, bool plain) {
     for (int64_t h = 0; h < p.H; ++h)
       for (int64_t i = 0; i < p.N; ++i) {
         T mx = neg_inf;
+        bool nan = false;
         for (int64_t j = 0; j < p.M; ++j) {
           s[j] = p.visible(b, h, i, j) ? score<T>(p, b, h, i, j, dt, plain) : neg_inf;
           mx = std::max(mx, s[j]);
+          nan |= std::isnan(s[j]);
+        }
+        const size_t row = static_cast<size_t>((b * p.H + h) * p.N + i);
+        if (nan) {  // a NaN score (NaN in q, k or bias) poisons its row: output, LSE and weights NaN
+          const double q_nan = std::numeric_limits<double>::quiet_NaN();
+          r.lse[row] = q_nan;
+          std::fill(r.out.begin() + static_cast<int64_t>(row) * p.Dv, r.out.begin() + static_cast<int64_t>(row + 1) * p.Dv, q_nan);
+          std::fill(r.probs.begin() + static_cast<int64_t>(row) * p.M, r.probs.begin() + static_cast<int64_t>(row + 1) * p.M, q_nan);
+          continue;
         }
         if (mx == neg_inf) continue;  // no visible key: zeros, lse = -inf
         T sum = 0;
         for (int64_t j = 0; j < p.M; ++j) sum += (w[j] = std::exp(s[j] - mx));
-        const size_t row = static_cast<size_t>((b * p.H + h) * p.N + i);
         r.lse[row] = static_cast<double>(mx + std::log(sum));
         const int64_t hk = p.kv_head(h);
         std::fill(acc.begin(), acc.end(), T(0));

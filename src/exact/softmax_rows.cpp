@@ -102,7 +102,13 @@ class Chunk {
         for (int64_t j = lo; j < hi; ++j)
           if (!p_.visible(b_, q.h, q.i, a + j)) sr[j] = kNegInf;
       float mx = m_[r];
-      for (int64_t j = 0; j < n; ++j) mx = std::max(mx, sr[j]);
+      bool nan = false;
+      for (int64_t j = 0; j < n; ++j) mx = std::max(mx, sr[j]), nan |= std::isnan(sr[j]);
+      if (nan) {  // a NaN score poisons the row: its partial sum is NaN (merge_partials passes it on)
+        l_[r] = std::numeric_limits<float>::quiet_NaN();
+        std::fill(sr, sr + n, 0.0f);
+        continue;
+      }
       if (mx == kNegInf) {  // nothing visible yet: p = 0
         std::fill(sr, sr + n, 0.0f);
         continue;
@@ -167,10 +173,10 @@ void softmax_rows(const Problem& p, const core::Outputs& o, const core::Context&
   const int64_t items = p.B * p.Hkv * chunks;
   // partials: per item R maxima, R sums, R x Dv outputs (size ~ B*Hkv*M/256*R*Dv, not N x M)
   std::vector<float> pm(static_cast<size_t>(items * R)), pl(pm.size()), pacc(static_cast<size_t>(items * R * p.Dv));
-  const int nthreads = ctx.threads > 0 ? ctx.threads : max_threads();
+  const int nthreads = resolve_threads(ctx.threads, items);
   std::vector<Scratch> scratch(static_cast<size_t>(nthreads));
   for (Scratch& s : scratch) s.reserve(p, R);
-  parallel_for(items, ctx.threads, [&](int64_t item, int tid) {
+  parallel_for(items, nthreads, [&](int64_t item, int tid) {
     const int64_t c = item % chunks, bh = item / chunks;
     const int64_t b = bh / p.Hkv, hk = bh % p.Hkv;
     int64_t lo, hi;  // keys any query of this batch may see, within the chunk

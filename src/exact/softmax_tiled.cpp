@@ -24,6 +24,9 @@ constexpr int64_t L = kernels::kQueryTile;
 
 bool is_plain_f32(const TensorView& v) { return v.dtype == DType::f32 && v.strides[3] == 1; }
 
+// 1/l for a row's softmax sum: 0 when it saw no key (l = 0), NaN when l is NaN.
+float inverse_sum(float l) { return l > 0 ? 1.0f / l : l == 0 ? 0.0f : std::numeric_limits<float>::quiet_NaN(); }
+
 // Inputs that are not float32 with unit inner stride (bf16, fp16, strided) are converted to
 // float32 rows. Converted rows of the kv head a thread is working on are kept, so the query
 // blocks of that head convert each row once instead of once per block. Bounded per thread
@@ -288,12 +291,14 @@ class Block {
     const float* l = s_.l.data();
     float* row = s_.row.data();
     for (int64_t i = 0; i < nq_; ++i) {
-      const float inv = l[i] > 0 ? 1.0f / l[i] : 0.0f;
+      // l = 0: the row saw no key (zeros, LSE -inf); l NaN: a non-finite input reached a visible
+      // score (NaN, or +inf minus +inf), and the row is NaN, output and LSE.
+      const float inv = inverse_sum(l[i]);
       for (int64_t c = 0; c < p_.Dv; ++c) row[c] = ot[c * L + i] * inv;
       kern_.from_float(row, out.dtype, out.strides[3], p_.Dv, out.ptr(b_, h_, i0_ + i));
       if (lse)
         static_cast<float*>(lse->data)[lse->offset(b_, h_, i0_ + i, 0)] =
-            l[i] > 0 ? m[i] + std::log(l[i]) : -std::numeric_limits<float>::infinity();
+            l[i] > 0 ? m[i] + std::log(l[i]) : l[i] == 0 ? -std::numeric_limits<float>::infinity() : l[i];
     }
   }
 
@@ -305,7 +310,7 @@ class Block {
     float* m = s_.m.data();
     float* inv_l = s_.alpha.data();
     for (int64_t i = 0; i < L; ++i) {
-      inv_l[i] = s_.l.data()[i] > 0 ? 1.0f / s_.l.data()[i] : 0.0f;
+      inv_l[i] = inverse_sum(s_.l.data()[i]);
       if (!(s_.l.data()[i] > 0)) m[i] = 0.0f;
     }
     for (int64_t j0 = lo; j0 < hi; j0 += tile_size(j0, hi)) {
@@ -331,12 +336,12 @@ void softmax_tiled(const Problem& p, const core::Outputs& o, const core::Context
   if (p.B == 0 || p.N == 0) return;
   const int64_t q_blocks = (p.N + L - 1) / L;
   const int64_t items = p.B * p.H * q_blocks;
-  const int nthreads = ctx.threads > 0 ? ctx.threads : max_threads();
+  const int nthreads = resolve_threads(ctx.threads, items);
   // Scratch is allocated here, before the parallel region, so no allocation (and no
   // exception) can happen inside it.
   std::vector<Scratch> scratch(static_cast<size_t>(nthreads));
   for (Scratch& s : scratch) s.reserve(p, ctx.row_cache_bytes);
-  parallel_for(items, ctx.threads, [&](int64_t item, int tid) {
+  parallel_for(items, nthreads, [&](int64_t item, int tid) {
     Scratch& s = scratch[static_cast<size_t>(tid)];
     const int64_t qb = item % q_blocks, bh = item / q_blocks;
     Block(p, *ctx.kern, s, bh / p.H, bh % p.H, qb * L).run(*o.out, o.lse, o.probs);

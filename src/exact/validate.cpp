@@ -1,6 +1,8 @@
 // Softmax-specific checks, once, at the entry point (q/k/v/outputs: core/io_checks.cpp).
 // Messages name the argument, the expected and the actual value.
 #include <cmath>
+#include <cstdio>
+#include <limits>
 #include <string>
 
 #include "attn/error.hpp"
@@ -30,6 +32,18 @@ TensorView broadcast_mask(TensorView m, const std::string& name, int64_t B, int6
   return m;
 }
 
+// True when x converts to a finite, normal, positive float32.
+bool as_float_positive(double x) {
+  const float f = static_cast<float>(x);
+  return std::isfinite(f) && f >= std::numeric_limits<float>::min();
+}
+
+std::string number(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", x);
+  return buf;
+}
+
 // The parameters each softmax variant takes.
 std::vector<core::ParamSpec> param_specs(const Softmax& m) {
   if (m.score != ScoreKind::additive) return {};
@@ -51,12 +65,18 @@ Problem validate_softmax(const TensorView& q, const TensorView& k, const TensorV
   if (mech.scale) {
     check_finite(*mech.scale, "scale");
     if (*mech.scale <= 0) fail(kWhere, "scale must be > 0, got " + std::to_string(*mech.scale));
+    // kernels compute in float32: the scale must survive the conversion (1e39 would become inf)
+    if (!as_float_positive(*mech.scale))
+      fail(kWhere, "scale must be a positive finite float32 (between 1.2e-38 and 3.4e38), got " + number(*mech.scale));
     p.base_scale = *mech.scale;
   } else {
     p.base_scale = mech.score == ScoreKind::additive ? 1.0 : 1.0 / std::sqrt(static_cast<double>(p.D));
   }
   check_finite(mech.softcap, "softcap");
   if (mech.softcap < 0) fail(kWhere, "softcap must be >= 0 (0 = off), got " + std::to_string(mech.softcap));
+  if (mech.softcap > 0 && !as_float_positive(mech.softcap))
+    fail(kWhere, "softcap must be 0 or a positive finite float32 (between 1.2e-38 and 3.4e38), got " +
+                     number(mech.softcap));
   check_finite(mech.dropout, "dropout");
   if (mech.dropout < 0 || mech.dropout >= 1)
     fail(kWhere, "dropout must be in [0, 1), got " + std::to_string(mech.dropout));
@@ -66,8 +86,11 @@ Problem validate_softmax(const TensorView& q, const TensorView& k, const TensorV
   if (mech.window_left < -1 || mech.window_right < -1)
     fail(kWhere, "window must be (left, right) with each >= 0 or -1 for unbounded, got (" +
                      std::to_string(mech.window_left) + ", " + std::to_string(mech.window_right) + ")");
-  p.left = mech.window_left;
-  p.right = mech.window_right;
+  // Normalised once: a bound reaching past every key (> N + M) is unbounded (-1), so no index
+  // arithmetic ever sees values near 2^63; causal is right = min(right, 0).
+  auto bound = [&](int64_t w) { return w > p.N + p.M ? int64_t{-1} : w; };
+  p.left = bound(mech.window_left);
+  p.right = bound(mech.window_right);
   if (mech.causal) p.right = p.right < 0 ? 0 : std::min<int64_t>(p.right, 0);
 
   // key padding

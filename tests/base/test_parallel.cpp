@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <thread>
 #include <vector>
 
 #include "base/parallel.hpp"
@@ -18,6 +20,21 @@ TEST(Parallel, EveryItemExactlyOnce) {
     for (auto& h : hits) ASSERT_EQ(h.load(), 1);
   }
   parallel_for(0, 2, [](int64_t, int) { FAIL() << "no items expected"; });
+}
+
+}  // namespace
+}  // namespace attn
+
+namespace attn {
+namespace {
+
+// Hardening, class 1: thread counts are decided in one place and never exceed what can be honoured.
+TEST(Parallel, ResolveThreadsCapsAtItemsCpusAndTheLimit) {
+  EXPECT_EQ(resolve_threads(100000, 1 << 20), kMaxThreads);
+  EXPECT_EQ(resolve_threads(8, 3), 3);   // no thread (or scratch) without an item
+  EXPECT_EQ(resolve_threads(5, 0), 1);
+  EXPECT_GE(resolve_threads(0, 1 << 20), 1);
+  EXPECT_LE(resolve_threads(0, 1 << 20), std::max(1, static_cast<int>(std::thread::hardware_concurrency())));
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // Every bad input gets an Error whose message names the problem.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "support/random_inputs.hpp"
 
 namespace attn {
@@ -94,6 +96,23 @@ TEST(Validation, MechanismParameters) {
   m.score = ScoreKind::additive;
   expect_error([&] { attend(s.q.view, s.k.view, s.v.view, m); },
                "softmax:score=additive needs params['wq'] of shape (A, D)");
+}
+
+// Hardening, class 1: a thread count that cannot be honoured is an Error, not a crash.
+TEST(Validation, ThreadCountBeyondTheLimit) {
+  Inputs3 s;
+  AttendOptions o;
+  o.threads = 100000;
+  expect_error([&] { attend(s.q.view, s.k.view, s.v.view, Softmax{}, o); },
+               "threads must be in [0, 256] (0 = all CPUs), got 100000");
+  o.threads = -1;
+  expect_error([&] { attend(s.q.view, s.k.view, s.v.view, Softmax{}, o); }, "threads must be in [0, 256]");
+  o.threads = 256;  // allowed: oversubscribed, same result
+  o.return_lse = true;
+  const auto many = attend(s.q.view, s.k.view, s.v.view, Softmax{}, o);
+  o.threads = 1;
+  const auto one = attend(s.q.view, s.k.view, s.v.view, Softmax{}, o);
+  EXPECT_EQ(0, std::memcmp(many.out.view().data, one.out.view().data, 2 * 4 * 5 * 8 * sizeof(float)));
 }
 
 TEST(Validation, NamedParams) {
