@@ -43,10 +43,12 @@ def _is_torch(x: Any) -> bool:
     return type(x).__module__.startswith("torch")
 
 
-def _dims(x: Any, layout: str) -> Tuple[int, int, int, int]:
+def _dims(x: Any, layout: str, name: str) -> Tuple[int, int, int, int]:
     """(B, H, N, D) of a 4-D q/k/v array in the given layout."""
     if getattr(x, "ndim", None) != 4:
-        raise ValueError(f"attention inputs must have 4 dimensions, got shape {tuple(getattr(x, 'shape', ()))}")
+        order = "(B, N, H, D)" if layout == "bnhd" else "(B, H, N, D)"
+        raise ValueError(f"{name} must have 4 dimensions {order} for layout={layout!r}, got shape "
+                         f"{tuple(getattr(x, 'shape', ()))}")
     b, a1, a2, d = (int(s) for s in x.shape)
     return (b, a2, a1, d) if layout == "bnhd" else (b, a1, a2, d)
 
@@ -65,6 +67,14 @@ def _prepare(x: Any, name: str) -> Any:
                               stacklevel=4)
         return x.detach()
     if isinstance(x, np.ndarray):
+        if x.dtype.kind not in "fb":
+            raise TypeError(f"{name} must be float32, float16 or bfloat16 (bool for masks), got {x.dtype}")
+        if not x.dtype.isnative:
+            raise TypeError(f"{name} must be in native (little-endian) byte order, got {x.dtype.str}; "
+                            f"use {name}.astype({name}.dtype.newbyteorder('='))")
+        if any(st % x.itemsize for st in x.strides):
+            raise ValueError(f"{name} has byte strides {x.strides} that are not multiples of its element size "
+                             f"{x.itemsize}; pass np.ascontiguousarray({name})")
         return x
     raise TypeError(f"{name} must be a numpy.ndarray or torch.Tensor, got {type(x).__name__}")
 
@@ -100,6 +110,31 @@ def _expand_mask(mask: Any, b: int, h: int, n: int, m: int, name: str) -> Any:
                          f"got shape {tuple(mask.shape)}") from None
 
 
+def _integer(x: Any, name: str, lo: int, hi: int) -> int:
+    """A true integer (int or NumPy integer, not bool or float) in [lo, hi]."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {x!r} ({type(x).__name__})")
+    if not lo <= int(x) <= hi:
+        raise ValueError(f"{name} must be in [{lo}, {hi}], got {int(x)}")
+    return int(x)
+
+
+def _flag(x: Any, name: str) -> bool:
+    if not isinstance(x, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {x!r} ({type(x).__name__})")
+    return bool(x)
+
+
+def _real(x: Any, name: str) -> float:
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number, got {x!r} ({type(x).__name__})")
+    return float(x)
+
+
+_INT64_MAX = 2**63 - 1
+_MAX_THREADS = 256
+
+
 def _as_float32_1d(x: Any, name: str) -> Optional[np.ndarray]:
     if x is None:
         return None
@@ -112,17 +147,22 @@ def _call_args(q: Any, k: Any, v: Any, layout: str, attn_mask: Any, key_padding_
                alibi_slopes: Any, params: Optional[Mapping[str, Any]], additive_weights: Any,
                form: Optional[str], use_reference: bool, isa: Optional[str]):
     """Validated, zero-copy arguments shared by attend() and explain()."""
-    if layout not in ("bnhd", "bhnd"):
+    if not isinstance(layout, str) or layout not in ("bnhd", "bhnd"):
         raise ValueError(f"layout must be 'bnhd' or 'bhnd', got {layout!r}")
     q, k, v = _prepare(q, "q"), _prepare(k, "k"), _prepare(v, "v")
     if _is_torch(q) != _is_torch(k) or _is_torch(q) != _is_torch(v):
         raise TypeError("q, k and v must all be numpy arrays or all torch tensors")
-    b, h, n, _ = _dims(q, layout)
-    m = _dims(k, layout)[2]
+    b, h, n, _ = _dims(q, layout, "q")
+    m = _dims(k, layout, "k")[2]
+    _dims(v, layout, "v")
     mask = bias = None
     if attn_mask is not None:
         full = _expand_mask(attn_mask, b, h, n, m, "attn_mask")
         is_bool = (full.dtype == np.bool_) if not _is_torch(full) else (str(full.dtype) == "torch.bool")
+        is_float = (full.dtype.kind == "f") if not _is_torch(full) else full.dtype.is_floating_point
+        if not is_bool and not is_float:
+            raise TypeError(f"attn_mask must be bool (True = may attend) or float (added to the scores), "
+                            f"got {full.dtype}")
         mask, bias = (full, None) if is_bool else (None, full)
     named = {}
     for name, x in (params or {}).items():
@@ -138,9 +178,22 @@ def _call_args(q: Any, k: Any, v: Any, layout: str, attn_mask: Any, key_padding_
         if form not in (None, "reference"):
             raise ValueError(f"use_reference=True conflicts with form={form!r}")
         form = "reference"
-    lengths = [int(x) for x in key_padding_lengths] if key_padding_lengths is not None else []
+    lengths = ([_integer(x, f"key_padding_lengths[{i}]", 0, _INT64_MAX) for i, x in enumerate(key_padding_lengths)]
+               if key_padding_lengths is not None else [])
+    if form is not None and not isinstance(form, str):
+        raise TypeError(f"form must be a str such as 'tiled', got {type(form).__name__}")
+    if isa is not None and not isinstance(isa, str):
+        raise TypeError(f"isa must be a str such as 'avx2', got {type(isa).__name__}")
     return (q, k, v, (b, h, n, m), mask, bias, lengths, _as_float32_1d(alibi_slopes, "alibi_slopes"), named,
             form or "", isa or "")
+
+
+def _check_scalars(mechanism: Any, threads: Any, **flags: Any) -> None:
+    if not isinstance(mechanism, str):
+        raise TypeError(f"mechanism must be a str such as 'softmax:causal', got {type(mechanism).__name__}")
+    _integer(threads, "threads", 0, _MAX_THREADS)
+    for name, x in flags.items():
+        _flag(x, name)
 
 
 def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any = None,
@@ -180,10 +233,11 @@ def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any
         out in the layout and dtype of q (same kind: NumPy or torch), or a tuple
         (out, lse[, probs]) / (out, probs) when those are requested.
     """
+    _check_scalars(mechanism, threads, return_lse=return_lse, return_probs=return_probs, use_reference=use_reference)
     q, k, v, (b, h, n, m), mask, bias, lengths, slopes, named, form_, isa_ = _call_args(
         q, k, v, layout, attn_mask, key_padding_lengths, alibi_slopes, {**(params or {}), **named_params},
         additive_weights, form, use_reference, isa)
-    dv = _dims(v, layout)[3]
+    dv = _dims(v, layout, "v")[3]
     out = _empty_like_kind(q, (b, n, h, dv) if layout == "bnhd" else (b, h, n, dv))
     f32 = _float32_of(q)
     lse = _empty_like_kind(q, (b, h, n), f32) if return_lse else None
@@ -213,6 +267,7 @@ def explain(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: An
           tiled     chosen  [...]
           reference supported (lower priority)  [...]
     """
+    _check_scalars(mechanism, threads, return_lse=return_lse, return_probs=return_probs, use_reference=use_reference)
     q, k, v, _, mask, bias, lengths, slopes, named, form_, isa_ = _call_args(
         q, k, v, layout, attn_mask, key_padding_lengths, alibi_slopes, {**(params or {}), **named_params},
         additive_weights, form, use_reference, isa)
@@ -260,18 +315,20 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_scale: Op
         (1, 128, 8, 64)
     """
     opts = []
-    if causal:
+    if _flag(causal, "causal"):
         opts.append("causal")
     if softmax_scale is not None:
-        opts.append(f"scale={float(softmax_scale)!r}")
-    left, right = (int(x) for x in window_size)
+        opts.append(f"scale={_real(softmax_scale, 'softmax_scale')!r}")
+    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
+        raise TypeError(f"window_size must be a pair (left, right), got {window_size!r}")
+    left, right = (_integer(x, f"window_size[{i}]", -2**63, _INT64_MAX) for i, x in enumerate(window_size))
     if (left, right) != (-1, -1):
         opts.append(f"window={left}:{right}")
-    if softcap:
+    if _real(softcap, "softcap"):
         opts.append(f"softcap={float(softcap)!r}")
-    if dropout_p:
+    if _real(dropout_p, "dropout_p"):
         opts.append(f"dropout={float(dropout_p)!r}")
-        opts.append(f"seed={int(seed)}")
+        opts.append(f"seed={_integer(seed, 'seed', 0, 2**64 - 1)}")
     mechanism = "softmax" + (":" + ",".join(opts) if opts else "")
     return attend(q, k, v, mechanism, attn_mask=attn_mask, key_padding_lengths=key_padding_lengths,
                   alibi_slopes=alibi_slopes, layout=layout, return_lse=return_lse,

@@ -12,6 +12,13 @@ def qkv(B=2, N=5, M=6, H=4, Hkv=2, D=8):
             r.standard_normal((B, M, Hkv, D)).astype(np.float32))
 
 
+def _odd_strides(q):
+    """A float32 array shaped like q whose byte strides (5 per element) are not multiples of 4."""
+    strides = tuple(st // 4 * 5 for st in q.strides)
+    raw = np.zeros(sum((n - 1) * st for n, st in zip(q.shape, strides)) + 4, np.uint8)
+    return np.ndarray(q.shape, np.float32, raw.data, 0, strides)
+
+
 @pytest.mark.parametrize("make,exc,fragment", [
     (lambda q, k, v: attn.attention(q, k[:, :, :1].repeat(3, 2), v[:, :, :1].repeat(3, 2)), ValueError,
      "k has 3 heads, which does not divide q's 4"),
@@ -46,6 +53,27 @@ def qkv(B=2, N=5, M=6, H=4, Hkv=2, D=8):
     (lambda q, k, v: attn.attend(q, k, v, use_reference=True, form="tiled"), ValueError, "conflicts with form='tiled'"),
     (lambda q, k, v: attn.explain(q, k[..., :7], v), ValueError, "k has head_dim 7, q has 8"),
     (lambda q, k, v: attn.attend(q, k, v, "softmax:scale=1,scale=2"), ValueError, "option 'scale' is given twice"),
+    # hardening, class 6: the message names the argument the user passed
+    (lambda q, k, v: attn.attention(q, k, v, attn_mask=np.ones((5, 6), np.int32)), TypeError,
+     "attn_mask must be float32, float16 or bfloat16 (bool for masks), got int32"),
+    (lambda q, k, v: attn.attention(q, k[0], v), ValueError, "k must have 4 dimensions (B, N, H, D)"),
+    (lambda q, k, v: attn.attention(q, k, v[0]), ValueError, "v must have 4 dimensions"),
+    (lambda q, k, v: attn.attention(q.astype(">f4"), k, v), TypeError, "q must be in native (little-endian) byte order"),
+    (lambda q, k, v: attn.attention(q.astype(object), k, v), TypeError, "q must be float32, float16 or bfloat16"),
+    (lambda q, k, v: attn.attention(_odd_strides(q), k, v), ValueError,
+     "not multiples of its element size 4"),
+    (lambda q, k, v: attn.attention(q, k, v, threads=2**70), ValueError, "threads must be in [0, 256], got"),
+    (lambda q, k, v: attn.attention(q, k, v, threads=100000), ValueError, "threads must be in [0, 256]"),
+    (lambda q, k, v: attn.attention(q, k, v, key_padding_lengths=[2**64, 3]), ValueError,
+     "key_padding_lengths[0] must be in [0, 9223372036854775807]"),
+    (lambda q, k, v: attn.attend(q, k, v, None), TypeError, "mechanism must be a str such as 'softmax:causal', got NoneType"),
+    # class 7: no silent coercion
+    (lambda q, k, v: attn.attention(q, k, v, window_size=(1.7, 0)), TypeError, "window_size[0] must be an integer, got 1.7"),
+    (lambda q, k, v: attn.attention(q, k, v, causal="no"), TypeError, "causal must be True or False, got 'no'"),
+    (lambda q, k, v: attn.attention(q, k, v, softmax_scale="0.5"), TypeError, "softmax_scale must be a number"),
+    (lambda q, k, v: attn.attention(q, k, v, return_lse=1), TypeError, "return_lse must be True or False"),
+    # class 3: finite as a double, infinite as float32
+    (lambda q, k, v: attn.attention(q, k, v, softmax_scale=1e39), ValueError, "scale must be a positive finite float32"),
     (lambda q, k, v: attn.attend(q, k, v, layout="nhd"), ValueError, "layout must be 'bnhd' or 'bhnd'"),
     (lambda q, k, v: attn.attention(q, torch.from_numpy(k), v), TypeError, "must all be numpy arrays or all torch tensors"),
     (lambda q, k, v: attn.attention([1.0], k, v), TypeError, "q must be a numpy.ndarray or torch.Tensor"),
@@ -77,3 +105,17 @@ def test_requires_grad_warns_that_the_result_is_detached():
     assert not out.requires_grad
     with torch.no_grad():
         attn.attention(q, q, q)  # no warning needed
+
+
+def _child_attention(q):
+    return attn.attention(q, q, q, causal=True)
+
+
+def test_works_in_a_forked_child():
+    """Hardening, class 8: OpenMP's pool does not survive fork(); attn runs single-threaded in the child."""
+    import multiprocessing
+    q = np.random.default_rng(1).standard_normal((1, 300, 4, 32)).astype(np.float32)
+    want = attn.attention(q, q, q, causal=True, threads=2)  # the parent's pool exists
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        got = pool.apply_async(_child_attention, (q,)).get(timeout=120)
+    assert np.array_equal(got, want)

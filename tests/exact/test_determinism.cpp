@@ -5,6 +5,9 @@
 #include <cstring>
 #include <limits>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "support/random_inputs.hpp"
 
 namespace attn {
@@ -187,6 +190,34 @@ TEST(LargeMagnitudes, LowestFiniteBiasStaysFinite) {
     for (int64_t j = 0; j < M; ++j) mean += v.view.at(0, 1, j, 3);
     EXPECT_NEAR(r.out.at(0, 1, 4, 3), mean / M, 1e-5) << isa_name(isa);
   }
+}
+
+}  // namespace
+}  // namespace attn
+
+namespace attn {
+namespace {
+
+// Hardening, class 8: a process that used attn (and so OpenMP's thread pool) and then forks
+// must be able to call attn in the child. The child runs single-threaded (the pool does not
+// survive fork) and gets the same bits. alarm() turns a hang into a failure.
+TEST(Fork, ChildComputesTheSameResult) {
+  std::mt19937 rng(3);
+  auto q = testing::random_tensor(rng, DType::f32, 1, 4, 300, 32);
+  AttendOptions o;
+  o.threads = 2;
+  const auto parent = attend(q.view, q.view, q.view, parse_mechanism("softmax:causal"), o);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    alarm(60);
+    const auto child = attend(q.view, q.view, q.view, parse_mechanism("softmax:causal"), o);
+    _exit(bitwise_equal(parent.out, child.out) ? 0 : 3);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "child did not exit normally (signal " << WTERMSIG(status) << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "child result differs";
 }
 
 }  // namespace
