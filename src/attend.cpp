@@ -36,10 +36,12 @@ void attend_into(const TensorView& q, const TensorView& k, const TensorView& v, 
 AttendResult attend(const TensorView& q, const TensorView& k, const TensorView& v, const Mechanism& mechanism,
                     const AttendOptions& options) {
   AttendResult r;
+  // Validate before allocating anything (a head dim of 0 with 2^40 tokens must not allocate).
+  core::visit_family(mechanism, [&](const auto& mech, auto family) {
+    decltype(family)::validate(q, k, v, mech, options, core::Outputs{});
+  });
   const std::array<int64_t, 4> oshape{q.shape[0], q.shape[1], q.shape[2], v.shape[3]};
-  for (int64_t s : oshape)
-    if (s < 0) fail("attend", "q and v shapes must be non-negative, got q " + describe(q));
-  r.out = Tensor(q.dtype, oshape, layout_of(q));  // a bad dtype is reported by validation
+  r.out = Tensor(q.dtype, oshape, layout_of(q));
   if (options.return_lse) r.lse = Tensor(DType::f32, {q.shape[0], q.shape[1], q.shape[2], 1});
   if (options.return_probs) r.probs = Tensor(DType::f32, {q.shape[0], q.shape[1], q.shape[2], k.shape[2]});
   attend_into(q, k, v, mechanism, options, r.out.view(), options.return_lse ? &r.lse.view() : nullptr,

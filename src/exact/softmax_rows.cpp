@@ -22,12 +22,15 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 struct Scratch {
   std::vector<float> q, row, kbuf, vbuf;
   AlignedFloats s;  // (R, kKeyChunk) scores, 64-byte aligned for the softcap kernel
+  // Sized by the problem: the float32 copies of K/V rows exist only for a non-unit inner stride,
+  // and hold at most min(M, kKeyChunk) rows (memory in proportion to the inputs).
   void reserve(const Problem& p, int64_t R) {
+    const int64_t rows = std::min(p.M, kKeyChunk);
     q.resize(static_cast<size_t>(R * p.D));
-    s.resize(static_cast<size_t>(R * kKeyChunk));
+    s.resize(static_cast<size_t>(R * rows));
     row.resize(static_cast<size_t>(std::max({p.D, p.Dv, R})));  // also holds R scores / weights
-    kbuf.resize(static_cast<size_t>(kKeyChunk * p.D));
-    vbuf.resize(static_cast<size_t>(kKeyChunk * p.Dv));
+    if (p.k.strides[3] != 1) kbuf.resize(static_cast<size_t>(rows * p.D));
+    if (p.v.strides[3] != 1) vbuf.resize(static_cast<size_t>(rows * p.Dv));
   }
 };
 

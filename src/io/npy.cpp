@@ -1,7 +1,9 @@
 // A small .npy reader/writer (owned, fuzzed): header dict with descr, fortran_order, shape.
 #include "attn/npy.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -49,26 +51,44 @@ int64_t NpyArray::numel() const {
   return n;
 }
 
-NpyArray parse_npy(const uint8_t* data, size_t size, const std::string& name) {
+namespace {
+
+// numpy writes headers of a few hundred bytes; anything near this is not a real header.
+constexpr size_t kMaxHeaderBytes = size_t{1} << 20;
+
+// Bytes before the header dict (magic, version, header length) and the dict's length; reads
+// only `size` bytes of `data` (at least 12 are needed for versions 2 and 3).
+struct Preamble {
+  size_t start = 0, header_len = 0;
+};
+
+Preamble parse_preamble(const uint8_t* data, size_t size, const std::string& name) {
   static const char magic[] = "\x93NUMPY";
   if (size < 10 || std::memcmp(data, magic, 6) != 0) fail(name, "not a .npy file (bad magic)");
   const int major = data[6];
-  size_t header_len, start;
+  Preamble p;
   if (major == 1) {
-    header_len = data[8] | (data[9] << 8);
-    start = 10;
+    p.header_len = data[8] | (data[9] << 8);
+    p.start = 10;
   } else if (major == 2 || major == 3) {
     if (size < 12) fail(name, "truncated .npy header");
-    header_len = static_cast<size_t>(data[8]) | (static_cast<size_t>(data[9]) << 8) |
-                 (static_cast<size_t>(data[10]) << 16) | (static_cast<size_t>(data[11]) << 24);
-    start = 12;
+    p.header_len = static_cast<size_t>(data[8]) | (static_cast<size_t>(data[9]) << 8) |
+                   (static_cast<size_t>(data[10]) << 16) | (static_cast<size_t>(data[11]) << 24);
+    p.start = 12;
   } else {
     fail(name, ".npy format version " + std::to_string(major) + " is not supported (1, 2 or 3)");
   }
-  if (header_len > size - start) fail(name, "truncated .npy header");
-  const std::string_view header(reinterpret_cast<const char*>(data + start), header_len);
+  if (p.header_len > kMaxHeaderBytes)
+    fail(name, "npy header length " + std::to_string(p.header_len) + " is larger than any real header (at most " +
+                   std::to_string(kMaxHeaderBytes) + " bytes)");
+  return p;
+}
 
-  NpyArray a;
+// The header dict: dtype and shape; sets a.bytes' expected size in `payload_bytes`.
+void parse_header(std::string_view header, const std::string& name, NpyArray& a, int64_t& payload_bytes) {
+  if (header.empty() || header.back() != '\n')
+    fail(name, "npy header length (" + std::to_string(header.size()) +
+                   " bytes) does not match the header (a header ends with a newline)");
   const std::string_view descr = dict_value(header, "descr", name);
   if (descr == "'<f4'") a.dtype = DType::f32;
   else if (descr == "'<f2'") a.dtype = DType::f16;
@@ -95,19 +115,61 @@ NpyArray parse_npy(const uint8_t* data, size_t size, const std::string& name) {
     if (comma == std::string_view::npos) break;
     shape = shape.substr(comma + 1);
   }
-  const int64_t bytes = checked_mul(numel, static_cast<int64_t>(dtype_size(a.dtype)), name + ": payload bytes");
-  const size_t payload = size - start - header_len;
-  if (static_cast<uint64_t>(bytes) != payload)
-    fail(name, "payload has " + std::to_string(payload) + " bytes, shape and dtype need " + std::to_string(bytes));
-  a.bytes.assign(data + start + header_len, data + size);
+  payload_bytes = checked_mul(numel, static_cast<int64_t>(dtype_size(a.dtype)), name + ": payload bytes");
+}
+
+std::string payload_mismatch(uint64_t have, int64_t need) {
+  return "payload has " + std::to_string(have) + " bytes, shape and dtype need " + std::to_string(need);
+}
+
+}  // namespace
+
+NpyArray parse_npy(const uint8_t* data, size_t size, const std::string& name) {
+  const Preamble p = parse_preamble(data, size, name);
+  if (p.header_len > size - p.start) fail(name, "truncated .npy header");
+  NpyArray a;
+  int64_t bytes = 0;
+  parse_header(std::string_view(reinterpret_cast<const char*>(data + p.start), p.header_len), name, a, bytes);
+  const size_t payload = size - p.start - p.header_len;
+  if (static_cast<uint64_t>(bytes) != payload) fail(name, payload_mismatch(payload, bytes));
+  a.bytes.assign(data + p.start + p.header_len, data + size);
   return a;
 }
 
+// Reads the header first and then exactly the payload it promises, in bounded chunks, so a
+// hostile file (/dev/zero, a lying header) costs no more memory or time than the data it has.
 NpyArray read_npy(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) fail(path, "cannot open file for reading");
-  std::vector<uint8_t> buf((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  return parse_npy(buf.data(), buf.size(), path);
+  auto read_some = [&](uint8_t* dst, size_t n) {
+    f.read(reinterpret_cast<char*>(dst), static_cast<std::streamsize>(n));
+    return static_cast<size_t>(f.gcount());
+  };
+  uint8_t pre[12] = {};
+  size_t got = read_some(pre, 10);
+  if (got == 10 && (pre[6] == 2 || pre[6] == 3)) got += read_some(pre + 10, 2);  // 4-byte header length
+  const Preamble p = parse_preamble(pre, got, path);
+  std::string header(p.header_len, '\0');
+  if (read_some(reinterpret_cast<uint8_t*>(header.data()), p.header_len) != p.header_len)
+    fail(path, "truncated .npy header");
+  NpyArray a;
+  int64_t bytes = 0;
+  parse_header(header, path, a, bytes);
+  std::error_code ec;
+  const auto file_size = std::filesystem::file_size(path, ec);  // regular files: check before allocating
+  if (!ec && file_size != p.start + p.header_len + static_cast<uint64_t>(bytes))
+    fail(path, payload_mismatch(file_size - p.start - p.header_len, bytes));
+  constexpr size_t kChunk = size_t{1} << 24;
+  while (a.bytes.size() < static_cast<size_t>(bytes)) {
+    const size_t want = std::min(kChunk, static_cast<size_t>(bytes) - a.bytes.size());
+    const size_t at = a.bytes.size();
+    a.bytes.resize(at + want);
+    const size_t n = read_some(a.bytes.data() + at, want);
+    if (n < want) fail(path, payload_mismatch(at + n, bytes));
+  }
+  uint8_t extra;
+  if (read_some(&extra, 1) != 0) fail(path, "payload is longer than shape and dtype need (" + std::to_string(bytes) + " bytes)");
+  return a;
 }
 
 void write_npy(const std::string& path, DType dtype, const std::vector<int64_t>& shape, const void* data) {

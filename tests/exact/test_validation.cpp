@@ -55,7 +55,7 @@ TEST(Validation, ShapesAndDtypes) {
   expect_error([&] { attend(q0, s.k.view, s.v.view, Softmax{}); }, "head_dim of q must be at least 1");
   auto qn = s.q.view;
   qn.shape[2] = -1;
-  expect_error([&] { attend(qn, s.k.view, s.v.view, Softmax{}); }, "non-negative");
+  expect_error([&] { attend(qn, s.k.view, s.v.view, Softmax{}); }, "q has negative dimension 2 in shape (2, 4, -1, 8)");
 }
 
 TEST(Validation, OverflowingSizes) {
@@ -113,6 +113,37 @@ TEST(Validation, ThreadCountBeyondTheLimit) {
   o.threads = 1;
   const auto one = attend(s.q.view, s.k.view, s.v.view, Softmax{}, o);
   EXPECT_EQ(0, std::memcmp(many.out.view().data, one.out.view().data, 2 * 4 * 5 * 8 * sizeof(float)));
+}
+
+// Hardening, class 5: validation before any allocation, scratch in proportion to the inputs.
+TEST(Validation, NothingIsAllocatedBeforeTheShapesAreChecked) {
+  Inputs3 s;
+  auto q = s.q.view;
+  q.shape = {1, 1, int64_t{1} << 40, 0};  // head dim 0: zero elements, but 2^40 output rows
+  q.strides = {0, 0, 0, 1};
+  auto k = s.k.view, v = s.v.view;
+  k.shape[0] = v.shape[0] = 1;
+  k.shape[1] = v.shape[1] = 1;
+  k.shape[3] = 0;
+  expect_error([&] { attend(q, k, v, Softmax{}); }, "head_dim of q must be at least 1");
+}
+
+TEST(Validation, HugeHeadDimKeepsScratchSmall) {
+  const int64_t D = int64_t{1} << 20;  // N = M = 1: 4 MiB per input
+  std::mt19937 rng(1);
+  auto q = testing::random_tensor(rng, DType::f32, 1, 1, 1, D, Layout::bhnd, 0.001f);
+  auto k = testing::random_tensor(rng, DType::f32, 1, 1, 1, D, Layout::bhnd, 0.001f);
+  auto v = testing::random_tensor(rng, DType::f32, 1, 1, 1, D);
+  AttendOptions o;
+  o.return_probs = true;  // rows refuses (probabilities), tiled refuses (scratch): the reference runs
+  const Explanation e = explain(q.view, k.view, v.view, Softmax{}, o);
+  EXPECT_EQ(e.chosen, "reference");
+  ASSERT_EQ(e.forms[1].reasons.size(), 1u);
+  EXPECT_NE(e.forms[1].reasons[0].find("MiB of scratch per thread, more than 4x the inputs"), std::string::npos);
+  o.return_probs = false;
+  EXPECT_EQ(explain(q.view, k.view, v.view, Softmax{}, o).chosen, "rows");
+  const auto r = attend(q.view, k.view, v.view, Softmax{}, o);  // one key: the output is v
+  for (int64_t c = 0; c < D; c += 4099) EXPECT_EQ(r.out.at(0, 0, 0, c), v.view.at(0, 0, 0, c));
 }
 
 TEST(Validation, NamedParams) {

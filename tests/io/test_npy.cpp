@@ -57,5 +57,40 @@ TEST(Npy, RejectsWithClearMessages) {
   EXPECT_THROW(read_npy("/nonexistent/file.npy"), Error);
 }
 
+// Hardening, class 5: headers are validated first, reads are bounded by what the header promises.
+TEST(Npy, HostileFilesFailBeforeReadingMuch) {
+  auto message = [](const std::string& path) {
+    try {
+      read_npy(path);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("parsed");
+  };
+  EXPECT_NE(message("/dev/zero").find("not a .npy file (bad magic)"), std::string::npos);  // would read forever
+  const std::string path = ::testing::TempDir() + "/attn_npy_hostile.npy";
+  auto write = [&](const std::vector<uint8_t>& b) {
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+  };
+  // a payload shorter than the header promises (2^40 floats): refused before allocating
+  write(npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776,), }", 16));
+  EXPECT_NE(message(path).find("payload has 16 bytes, shape and dtype need 4398046511104"), std::string::npos)
+      << message(path);
+  // a header length that lies (shorter than the dict): named as such, not as "dtype ''"
+  auto lying = npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", 8);
+  lying[8] = 12;
+  write(lying);
+  EXPECT_NE(message(path).find("npy header length (12 bytes) does not match the header"), std::string::npos)
+      << message(path);
+  // a version-2 header length of 4 GB
+  std::vector<uint8_t> huge = {0x93, 'N', 'U', 'M', 'P', 'Y', 2, 0, 0xff, 0xff, 0xff, 0xff};
+  write(huge);
+  EXPECT_NE(message(path).find("is larger than any real header"), std::string::npos) << message(path);
+  // trailing bytes after the payload
+  write(npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", 12));
+  EXPECT_NE(message(path).find("payload has 12 bytes, shape and dtype need 8"), std::string::npos) << message(path);
+  std::remove(path.c_str());
+}
+
 }  // namespace
 }  // namespace attn
