@@ -236,19 +236,22 @@ Runner add_bench(CLI::App& app) {
       "divided by OpenBLAS sgemm (n=2048) GFLOP/s on the same thread count, measured first in the same run.\n"
       "--decode times one query per head against a cache (GB/s of K+V read vs the same-run read bandwidth).\n"
       "Example: attn bench --sizes 4096 --dims 128 --dtypes f32 --threads 2 --json out.jsonl");
-  c->add_option("--sizes", args->sizes, "N = M values")->capture_default_str();
-  c->add_option("--dims", args->dims, "Head dims")->capture_default_str();
-  c->add_option("--threads", args->threads, "Thread counts")->capture_default_str();
+  c->add_option("--sizes", args->sizes, "N = M values")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  c->add_option("--dims", args->dims, "Head dims")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  c->add_option("--threads", args->threads, "Thread counts (1 to 256)")->capture_default_str()->check(CLI::Range(1, 256));
   c->add_option("--dtypes", args->dtypes, "f32, bf16, f16")->capture_default_str();
   c->add_option("--mechanisms", args->mechanisms, "Mechanism text forms to time (e.g. softmax:causal,window=256:0)")
            ->capture_default_str();
-  c->add_option("--heads", args->heads, "Query heads")->capture_default_str();
-  c->add_option("--kv-heads", args->kv_heads, "Key/value heads (0 = same as heads)")->capture_default_str();
-  c->add_option("--reps", args->reps, "Timed repetitions per case (best is reported)")->capture_default_str();
+  c->add_option("--heads", args->heads, "Query heads")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1024}));
+  c->add_option("--kv-heads", args->kv_heads, "Key/value heads (0 = same as heads)")->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1024}));
+  c->add_option("--reps", args->reps, "Timed repetitions per case (best is reported)")->capture_default_str()
+      ->check(CLI::Range(1, 1000));
   c->add_option("--json", args->json, "Write one JSON object per case to this file");
   c->add_option("--decode", args->decode,
                 "Also time decode-shaped calls (N=1) against these cache lengths (none given: the list's 4096 16384 65536)")
-      ->expected(0, -1);
+      ->expected(0, -1)
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   c->add_flag("--memory", args->memory, "Also report peak RSS at N=M=32768, d=64");
   c->add_flag("--big", args->big, "Also run N=M=65536 (N*M > 2^31, 64-bit indexing) and check its last row");
   add_filter_options(c, args->filter);

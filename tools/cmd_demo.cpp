@@ -60,7 +60,7 @@ Runner add_demo(CLI::App& app) {
   c->add_option("-n,--tokens", args->n, "Query and key length")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   c->add_option("-d,--head-dim", args->d, "Head dimension")->capture_default_str()->check(CLI::Range(1, 1024));
   c->add_option("--heads", args->heads, "Query heads")->capture_default_str()->check(CLI::Range(1, 256));
-  c->add_option("--threads", args->threads, "Threads (0 = all cores)")->capture_default_str()->check(CLI::Range(0, 1 << 10));
+  c->add_option("--threads", args->threads, "Threads (0 = all cores)")->capture_default_str()->check(CLI::Range(0, 256));
   add_filter_options(c, args->filter);
   return [args] { return run(*args); };
 }

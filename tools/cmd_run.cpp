@@ -1,6 +1,13 @@
 // attn run: attention on .npy inputs, writing .npy outputs.
 #include <fmt/core.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <map>
 
 #include "attn/attn.hpp"
@@ -46,9 +53,65 @@ void add_param(const std::string& name, const std::string& path, std::map<std::s
   params[name] = make_array_view(a.bytes.data(), a.dtype, a.shape);
 }
 
+// The output files of one run, all or nothing: each is written to a temporary file in its own
+// directory and renamed over its path only when every one was written; on failure the
+// temporaries are removed and existing files are left as they were. Paths that name an input
+// or each other are refused before anything is computed.
+class OutputFiles {
+ public:
+  OutputFiles(const std::vector<std::pair<std::string, std::string>>& inputs,
+              const std::vector<std::pair<std::string, std::string>>& outputs) {
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const auto& [flag, path] = outputs[i];
+      if (path.empty()) continue;
+      for (const auto& [iflag, ipath] : inputs)
+        if (!ipath.empty() && same_file(path, ipath))
+          fail(flag, "'" + path + "' is the input " + iflag + "; refusing to overwrite an input");
+      for (size_t j = 0; j < i; ++j)
+        if (!outputs[j].second.empty() && same_file(path, outputs[j].second))
+          fail(flag, "'" + path + "' is also " + outputs[j].first + "; each output needs its own file");
+    }
+  }
+  ~OutputFiles() {
+    for (const auto& [tmp, final_path] : pending_) std::remove(tmp.c_str());
+  }
+  // Writes the array to a temporary file beside `path`.
+  void write(const std::string& path, DType dtype, const std::vector<int64_t>& shape, const void* data) {
+    std::string tmp = path + ".attn-tmp-XXXXXX";
+    const int fd = mkstemp(tmp.data());
+    if (fd < 0) fail(path, std::string("cannot create a file beside it: ") + std::strerror(errno));
+    const mode_t mask = umask(0);  // mkstemp makes 0600 files; give the usual 0666 & ~umask
+    umask(mask);
+    fchmod(fd, 0666 & ~mask);
+    close(fd);
+    pending_.emplace_back(tmp, path);
+    write_npy(tmp, dtype, shape, data);
+  }
+  // Renames every temporary over its path.
+  void commit() {
+    for (const auto& [tmp, final_path] : pending_)
+      if (std::rename(tmp.c_str(), final_path.c_str()) != 0)
+        fail(final_path, std::string("cannot replace it: ") + std::strerror(errno));
+    pending_.clear();
+  }
+
+ private:
+  static bool same_file(const std::string& a, const std::string& b) {
+    std::error_code ec;
+    if (std::filesystem::equivalent(a, b, ec)) return true;  // existing files, links included
+    return std::filesystem::weakly_canonical(a, ec) == std::filesystem::weakly_canonical(b, ec);
+  }
+  std::vector<std::pair<std::string, std::string>> pending_;  // (temporary, final path)
+};
+
 int run(const RunArgs& r) {
   const Layout layout = r.layout == "bnhd" ? Layout::bnhd : Layout::bhnd;
   const Mechanism mech = parse_mechanism(r.mechanism);
+  std::vector<std::pair<std::string, std::string>> inputs = {
+      {"--q", r.q}, {"--k", r.k}, {"--v", r.v}, {"--mask", r.mask}, {"--bias", r.bias},
+      {"--wq", r.wq}, {"--wk", r.wk}, {"--w", r.w}};
+  for (const std::string& p : r.params) inputs.emplace_back("--param", p.substr(p.find('=') + 1));
+  OutputFiles files(inputs, {{"--out", r.out}, {"--lse", r.lse}, {"--probs", r.probs}});
   NpyArray qa = read_npy(r.q), ka = read_npy(r.k), va = read_npy(r.v);
   const TensorView q = view_of(qa, r.q, layout), k = view_of(ka, r.k, layout), v = view_of(va, r.v, layout);
   AttendOptions opt;
@@ -95,10 +158,11 @@ int run(const RunArgs& r) {
   if (qa.shape.size() == 3) oshape.erase(oshape.begin());
   // attend() allocates the output contiguous in q's layout and dtype (float32 or float16 here),
   // which is exactly the .npy order of `oshape`.
-  write_npy(r.out, o.dtype, oshape, o.data);
+  files.write(r.out, o.dtype, oshape, o.data);
   const auto& s = q.shape;
-  if (!r.lse.empty()) write_npy(r.lse, DType::f32, {s[0], s[1], s[2]}, res.lse.view().data);
-  if (!r.probs.empty()) write_npy(r.probs, DType::f32, {s[0], s[1], s[2], k.shape[2]}, res.probs.view().data);
+  if (!r.lse.empty()) files.write(r.lse, DType::f32, {s[0], s[1], s[2]}, res.lse.view().data);
+  if (!r.probs.empty()) files.write(r.probs, DType::f32, {s[0], s[1], s[2], k.shape[2]}, res.probs.view().data);
+  files.commit();
   fmt::print("{}: q {} -> {}\n", to_string(mech), describe(q), r.out);
   return 0;
 }
@@ -135,7 +199,8 @@ Runner add_run(CLI::App& app) {
   c->add_option("--wq", args->wq, "Same as --param wq=FILE (additive score: Wq (A, D))");
   c->add_option("--wk", args->wk, "Same as --param wk=FILE (additive score: Wk (A, D))");
   c->add_option("--w", args->w, "Same as --param w=FILE (additive score: w (A))");
-  c->add_option("--threads", args->threads, "Threads (0 = all cores)")->capture_default_str();
+  c->add_option("--threads", args->threads, "Threads (0 = all cores, at most 256)")->capture_default_str()
+      ->check(CLI::Range(0, 256));
   c->add_option("--isa", args->isa, "Force a kernel set: portable (or scalar), avx2, avx512");
   c->add_option("--form", args->form,
                 "Force an implementation (softmax: rows, tiled, reference); default: the first that supports the call");

@@ -46,3 +46,63 @@ def test_cli_run_bnhd_float16(tmp_path):
     out = np.load(tmp_path / "o.npy")
     assert out.dtype == np.float16 and out.shape == (2, 9, 4, 8)
     assert np.array_equal(out, attn.attention(q, k, k, causal=True))
+
+
+def _qkv_files(tmp_path):
+    r = np.random.default_rng(5)
+    x = r.standard_normal((1, 2, 5, 8)).astype(np.float32)
+    for name in ("q", "k", "v"):
+        np.save(tmp_path / f"{name}.npy", x)
+    return x
+
+
+def _run(tmp_path, *args):
+    base = [str(cli_path()), "run", "--q", str(tmp_path / "q.npy"), "--k", str(tmp_path / "k.npy"),
+            "--v", str(tmp_path / "v.npy")]
+    return subprocess.run(base + [str(a) for a in args], capture_output=True, text=True)
+
+
+def test_cli_refuses_outputs_that_alias_inputs_or_each_other(tmp_path):
+    """Hardening, class 4: an output path naming an input or another output is refused; nothing is written."""
+    x = _qkv_files(tmp_path)
+    p = _run(tmp_path, "--out", tmp_path / "q.npy")
+    assert p.returncode == 2 and "--out: '" in p.stderr and "is the input --q" in p.stderr
+    assert np.array_equal(np.load(tmp_path / "q.npy"), x)
+    (tmp_path / "link.npy").symlink_to(tmp_path / "k.npy")
+    p = _run(tmp_path, "--out", tmp_path / "link.npy")
+    assert "is the input --k" in p.stderr
+    p = _run(tmp_path, "--out", tmp_path / "o.npy", "--lse", tmp_path / "o.npy")
+    assert "--lse: '" in p.stderr and "is also --out" in p.stderr
+    assert not (tmp_path / "o.npy").exists()
+
+
+def test_cli_writes_all_outputs_or_none(tmp_path):
+    """Hardening, class 4: a failing --lse leaves an existing --out as it was, and no temporary files."""
+    _qkv_files(tmp_path)
+    np.save(tmp_path / "o.npy", np.arange(3, dtype=np.float32))
+    p = _run(tmp_path, "--out", tmp_path / "o.npy", "--lse", tmp_path / "missing_dir" / "l.npy")
+    assert p.returncode == 2 and "cannot create a file beside it" in p.stderr
+    assert np.array_equal(np.load(tmp_path / "o.npy"), np.arange(3, dtype=np.float32))
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["k.npy", "o.npy", "q.npy", "v.npy"]
+    p = _run(tmp_path, "--out", tmp_path / "o.npy", "--lse", tmp_path / "l.npy")
+    assert p.returncode == 0 and np.load(tmp_path / "o.npy").shape == (1, 2, 5, 8)
+    assert (tmp_path / "o.npy").stat().st_mode & 0o044  # usual permissions, not mkstemp's 0600
+
+
+def test_cli_bounded_reads_and_explain(tmp_path):
+    """Hardening, class 5: /dev/zero is rejected at its magic; --explain computes and writes nothing."""
+    _qkv_files(tmp_path)
+    p = subprocess.run([str(cli_path()), "run", "--q", "/dev/zero", "--k", str(tmp_path / "k.npy"), "--v",
+                        str(tmp_path / "v.npy"), "--out", str(tmp_path / "o.npy")], capture_output=True, text=True,
+                       timeout=30)
+    assert p.returncode == 2 and "not a .npy file (bad magic)" in p.stderr
+    p = _run(tmp_path, "--explain", "--form", "tiled")
+    assert p.returncode == 0 and "runs form 'tiled'" in p.stdout and not (tmp_path / "o.npy").exists()
+
+
+def test_cli_resource_arguments_are_bounded():
+    """Hardening, class 1 and 6: thread counts and sizes that cannot be honoured are refused by name."""
+    for args, fragment in ((["bench", "--threads", "-1"], "--threads"), (["bench", "--threads", "100000"], "--threads"),
+                           (["bench", "--sizes", "-5"], "--sizes"), (["demo", "--threads", "100000"], "--threads")):
+        p = subprocess.run([str(cli_path())] + args, capture_output=True, text=True, timeout=60)
+        assert p.returncode != 0 and fragment in p.stderr, (args, p.stderr)

@@ -200,7 +200,8 @@ void write_npy(const std::string& path, DType dtype, const std::vector<int64_t>&
   f.put(static_cast<char>(len >> 8));
   f.write(header.data(), static_cast<std::streamsize>(header.size()));
   f.write(static_cast<const char*>(data), static_cast<std::streamsize>(n * dtype_size(dtype)));
-  if (!f) fail(path, "write failed");
+  f.close();  // buffered bytes reach the disk here: a full disk shows up now
+  if (!f) fail(path, "write failed (disk full?)");
 }
 
 }  // namespace attn
