@@ -63,6 +63,17 @@ struct Case {
 // The one list (case_list.cpp): every case of every mechanism, for every suite.
 const std::vector<Case>& case_list();
 
+struct Inputs;
+// A bad-input case: the valid inputs of `base`, broken by `breaks`, must make attend() and
+// explain() throw attn::Error whose message contains `message` (the check suite runs them).
+struct BadCase {
+  std::string name;
+  Case base;
+  void (*breaks)(Inputs&);
+  std::string message;
+};
+const std::vector<BadCase>& bad_case_list();
+
 // The bench suite's grid for the given values (the list holds it for the defaults).
 std::vector<Case> bench_grid(const std::vector<int64_t>& sizes, const std::vector<int64_t>& dims,
                              const std::vector<std::string>& mechanisms, const std::vector<DType>& dtypes,

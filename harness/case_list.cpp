@@ -218,6 +218,35 @@ void softmax_check_cases(std::vector<Case>& out) {
     }
 }
 
+// Bad input, per family: each promise of docs/reliability.md that validation keeps.
+void softmax_bad_cases(std::vector<BadCase>& out) {
+  Case c;
+  c.B = 2, c.H = 4, c.Hkv = 2, c.N = 5, c.M = 6, c.D = 8, c.Dv = 8;
+  auto add = [&](const char* name, const char* mech, void (*breaks)(Inputs&), const char* message) {
+    Case b = c;
+    b.mechanism = mech;
+    out.push_back({name, b, breaks, message});
+  };
+  add("heads_do_not_divide", "softmax", [](Inputs& in) { in.k.view.shape[1] = in.v.view.shape[1] = 3; },
+      "k has 3 heads, which does not divide q's 4");
+  add("head_dims_differ", "softmax", [](Inputs& in) { in.k.view.shape[3] = 7; }, "k has head_dim 7, q has 8");
+  add("negative_length", "softmax", [](Inputs& in) { in.q.view.shape[2] = -1; }, "q has negative dimension 2");
+  add("threads_beyond_limit", "softmax", [](Inputs& in) { in.options.threads = 100000; },
+      "threads must be in [0, 256]");
+  add("scale_infinite_as_float32", "softmax:scale=1e39", [](Inputs&) {}, "scale must be a positive finite float32");
+  add("softcap_infinite_as_float32", "softmax:softcap=1e39", [](Inputs&) {}, "softcap must be 0 or a positive finite float32");
+  add("padding_beyond_keys", "softmax", [](Inputs& in) { in.options.key_padding_lengths = {6, 7}; },
+      "key_padding_lengths[1] must be in [0, 6], got 7");
+  add("param_not_taken", "softmax", [](Inputs& in) { in.options.params["w"] = make_array_view(&in.q.bytes[0], DType::f32, {1}); },
+      "params has 'w', which softmax does not take");
+  add("param_missing", "softmax:score=additive", [](Inputs&) {}, "softmax:score=additive needs params['wq']");
+  add("forced_form_refuses", "softmax:dropout=0.5", [](Inputs& in) { in.options.form = "rows"; },
+      "form 'rows' cannot run softmax:dropout=0.5 for these inputs; forms: rows: dropout");
+  add("unknown_form", "softmax", [](Inputs& in) { in.options.form = "fast"; }, "form must be one of rows, tiled, reference");
+  add("alibi_count", "softmax", [](Inputs& in) { in.options.alibi_slopes = {1, 2, 3}; },
+      "alibi_slopes must have H (4) or B*H (8) values, got 3");
+}
+
 std::vector<Case> build() {
   std::vector<Case> all;
   softmax_check_cases(all);
@@ -239,6 +268,15 @@ std::vector<Case> build() {
 
 const std::vector<Case>& case_list() {
   static const std::vector<Case> list = build();
+  return list;
+}
+
+const std::vector<BadCase>& bad_case_list() {
+  static const std::vector<BadCase> list = [] {
+    std::vector<BadCase> out;
+    softmax_bad_cases(out);
+    return out;
+  }();
   return list;
 }
 

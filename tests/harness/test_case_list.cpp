@@ -44,6 +44,31 @@ TEST_P(CaseList, WithinTolerance) {
 INSTANTIATE_TEST_SUITE_P(Check, CaseList, ::testing::ValuesIn(expand(case_list(), kCheck, {})),
                          [](const auto& info) { return info.param.name(); });
 
+// Bad input, per family: the list's BadCases must fail with their message, in attend() and in
+// explain(), before anything is computed.
+class BadInput : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(BadInput, FailsWithItsMessage) {
+  const BadCase& bc = GetParam();
+  for (int via_explain : {0, 1}) {
+    Inputs in;
+    make_inputs(bc.base, in);
+    bc.breaks(in);
+    try {
+      if (via_explain)
+        explain(in.q.view, in.k.view, in.v.view, in.mechanism, in.options);
+      else
+        attend(in.q.view, in.k.view, in.v.view, in.mechanism, in.options);
+      ADD_FAILURE() << (via_explain ? "explain" : "attend") << " accepted it";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(bc.message), std::string::npos) << e.what();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Check, BadInput, ::testing::ValuesIn(bad_case_list()),
+                         [](const auto& info) { return info.param.base.op() + "_" + info.param.name; });
+
 TEST(CaseListShape, NamesAreUniqueAndEveryFastFormIsCovered) {
   std::set<std::string> names, forms;
   for (const harness::Run& r : expand(case_list(), kCheck, {})) {
