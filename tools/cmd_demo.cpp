@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include "attn/attn.hpp"
+#include "base/parallel.hpp"
 #include "commands.hpp"
 #include "workload.hpp"
 
@@ -22,7 +23,7 @@ int run(const DemoArgs& a) {
   const auto runs = harness::expand(cases, harness::kDemo, a.filter);
   fmt::print("attn demo: B=1 H={} N=M={} d={}, isa {}, {} threads; error = max |attn - float64 reference|,\n"
              "tolerance = 2 x the error of a plain same-dtype implementation + a rounding floor\n\n",
-             a.heads, a.n, a.d, isa_name(active_isa()), a.threads > 0 ? a.threads : omp_get_max_threads());
+             a.heads, a.n, a.d, isa_name(active_isa()), resolve_threads(a.threads, int64_t{1} << 30));
   fmt::print("{:<26} {:<34} {:>8} {:<6} {:>10} {:>10} {:>4} {:>9} {:>8}\n", "variant", "mechanism", "dtype", "form",
              "max error", "tolerance", "", "time ms", "GFLOP/s");
   int failed = 0;
