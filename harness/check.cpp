@@ -62,11 +62,13 @@ void fail_with(Outcome& o, const std::string& what) {
   o.pass = false;
 }
 
-void compare(const Run& run, const Inputs& in, const References& ref, const std::string& form, Outcome& o) {
+// Runs `form` and checks it against the reference; returns its result.
+Result compare(const Run& run, const Inputs& in, const References& ref, const std::string& form, Outcome& o) {
   const Case& c = *run.c;
-  const bool probs = c.N * c.M <= 20000 && supports_probs(in, form.empty() ? "tiled" : form) &&
-                     !ref.f64.probs.empty() && !form.empty();
-  const Result res = run_form(run, in, form, probs);
+  // probabilities too when the case is small and the form returns them (a forced form only:
+  // asking for them would change the walk's choice)
+  const bool probs = !form.empty() && c.N * c.M <= 20000 && !ref.f64.probs.empty() && supports_probs(in, form);
+  Result res = run_form(run, in, form, probs);
   o.form = res.form;
   const AttendResult& r = res.r;
   double err = 0;
@@ -97,6 +99,7 @@ void compare(const Run& run, const Inputs& in, const References& ref, const std:
   if (err > ref.tol)
     fail_with(o, res.form + ": max |out - reference| = " + number(err) + " > tolerance " + number(ref.tol) +
                      " (plain " + dtype_name(c.dtype) + " error " + number(ref.plain_err) + ")");
+  return res;
 }
 
 }  // namespace
@@ -156,24 +159,18 @@ References references_for(const Case& c, const Inputs& in) {
 Outcome check_run(const Run& r, const Inputs& in, const References& ref) {
   Outcome o;
   o.tol = ref.tol;
-  compare(r, in, ref, r.form, o);
-  if (!r.c->agree_with.empty()) {
+  const Result a = compare(r, in, ref, r.form, o);
+  if (!r.c->agree_with.empty()) {  // a pair of forms: each against the reference, then against each other
     Outcome other;
-    compare(r, in, ref, r.c->agree_with, other);
+    const Result b = compare(r, in, ref, r.c->agree_with, other);
     if (!other.pass) fail_with(o, other.failure);
-    const std::string chosen = o.form;
-    AttendOptions a = in.options, b = in.options;
-    a.isa = b.isa = r.isa;
-    a.form = r.form, b.form = r.c->agree_with;
-    const AttendResult ra = attend(in.q.view, in.k.view, in.v.view, in.mechanism, a);
-    const AttendResult rb = attend(in.q.view, in.k.view, in.v.view, in.mechanism, b);
     double diff = 0;
-    const TensorView& va = ra.out.view();
+    const TensorView& va = a.r.out.view();
     for (int64_t bb = 0; bb < va.shape[0]; ++bb)
       for (int64_t h = 0; h < va.shape[1]; ++h)
         for (int64_t i = 0; i < va.shape[2]; ++i)
           for (int64_t d = 0; d < va.shape[3]; ++d)
-            diff = std::max(diff, static_cast<double>(std::abs(ra.out.at(bb, h, i, d) - rb.out.at(bb, h, i, d))));
+            diff = std::max(diff, static_cast<double>(std::abs(a.r.out.at(bb, h, i, d) - b.r.out.at(bb, h, i, d))));
     if (!(diff <= ref.tol))
       fail_with(o, r.form + " and " + r.c->agree_with + " disagree by " + number(diff) + " > tolerance " +
                        number(ref.tol));
