@@ -147,6 +147,20 @@ std::string explain(const Array& q, const Array& k, const Array& v, const std::s
   return attn::explain(c.q, c.k, c.v, c.mech, c.opt).text();
 }
 
+void rope_inplace(const OutArray& x, const std::string& layout, int64_t offset, double theta, const std::string& style,
+                  int64_t rotary_dim, std::vector<int64_t> batch_offsets) {
+  if (layout != "bnhd" && layout != "bhnd")
+    throw nb::value_error(("layout must be 'bnhd' or 'bhnd', got '" + layout + "'").c_str());
+  if (style != "half" && style != "interleaved")
+    throw nb::value_error(("style must be 'half' or 'interleaved', got '" + style + "'").c_str());
+  const attn::TensorView v = view_of(x, "x", layout == "bnhd");
+  attn::Rope r;
+  r.offset = offset, r.theta = theta, r.rotary_dim = rotary_dim;
+  r.style = style == "half" ? attn::RopeStyle::half : attn::RopeStyle::interleaved;
+  nb::gil_scoped_release release;
+  attn::apply_rope(v, r, batch_offsets);
+}
+
 }  // namespace
 
 NB_MODULE(_attn, m) {
@@ -157,6 +171,8 @@ NB_MODULE(_attn, m) {
   m.def("explain", &explain, "q"_a, "k"_a, "v"_a, "mechanism"_a, "layout"_a, "key_padding_lengths"_a, "mask"_a.none(),
         "bias"_a.none(), "alibi_slopes"_a.none(), "params"_a, "threads"_a, "form"_a, "isa"_a, "return_lse"_a,
         "return_probs"_a, "Which form attn::attend would run for this call, and why the others would not.");
+  m.def("rope_inplace", &rope_inplace, "x"_a, "layout"_a, "offset"_a, "theta"_a, "style"_a, "rotary_dim"_a,
+        "batch_offsets"_a, "Rotates x in place with RoPE (attn::apply_rope).");
   m.def("data_pointer", [](const Array& a) { return reinterpret_cast<uintptr_t>(a.data()); }, "a"_a,
         "Address of the array's first element as the C++ side sees it (zero-copy checks).");
   m.def("canonical_mechanism", [](const std::string& s) { return attn::to_string(attn::parse_mechanism(s)); },

@@ -6,4 +6,5 @@
 #include "attn/isa.hpp"
 #include "attn/mechanism.hpp"
 #include "attn/npy.hpp"
+#include "attn/rope.hpp"
 #include "attn/tensor.hpp"

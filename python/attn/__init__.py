@@ -30,7 +30,7 @@ import numpy as np
 
 from . import _attn
 
-__all__ = ["attention", "attend", "explain", "active_isa", "supported_isas", "set_isa", "canonical_mechanism"]
+__all__ = ["attention", "attend", "explain", "rope", "active_isa", "supported_isas", "set_isa", "canonical_mechanism"]
 __version__ = "0.1.0"
 
 active_isa = _attn.active_isa
@@ -333,3 +333,42 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_scale: Op
     return attend(q, k, v, mechanism, attn_mask=attn_mask, key_padding_lengths=key_padding_lengths,
                   alibi_slopes=alibi_slopes, layout=layout, return_lse=return_lse,
                   return_probs=return_probs, threads=threads)
+
+
+def rope(x: Any, *, offset: int = 0, theta: float = 10000.0, style: str = "half", rotary_dim: Optional[int] = None,
+         batch_offsets: Optional[Sequence[int]] = None, layout: str = "bnhd", inplace: bool = False):
+    """Rotary position embedding (RoPE) of q or k.
+
+    Pair c of the first ``rotary_dim`` channels of the token at position p is rotated by the
+    angle p * theta^(-2c / rotary_dim), so that q_i . k_j depends on i - j only.
+
+    Args:
+        x: (B, N, H, D) for layout "bnhd" (default) or (B, H, N, D) for "bhnd"; float32,
+            float16 or bfloat16 (torch only); NumPy array or CPU torch tensor, any strides.
+        offset: position of the first token (e.g. the number of cached tokens).
+        theta: the base (10000 for llama 2, 500000 for llama 3, 100000 for SmolLM2).
+        style: "half" (rotate-half: pairs (c, c + R/2), as Hugging Face llama) or
+            "interleaved" (pairs (2c, 2c + 1), as GPT-J and flash-attn's rotary_interleaved=True).
+        rotary_dim: rotate only the first rotary_dim channels (even); None = all.
+        batch_offsets: per-batch positions added to offset (e.g. each sequence's cache length).
+        layout: "bnhd" or "bhnd".
+        inplace: rotate x itself (it must be writable) instead of a copy.
+
+    Returns:
+        The rotated array, of x's kind, dtype and shape (x itself when inplace).
+
+    Example:
+        >>> q = attn.rope(q, offset=cache_len, theta=1e5)
+    """
+    given = x
+    x = _prepare(x, "x")
+    _dims(x, layout, "x")
+    if not _flag(inplace, "inplace"):
+        x = given = x.clone() if _is_torch(x) else np.array(x, copy=True)
+    offs = ([_integer(o, f"batch_offsets[{i}]", -2**63, _INT64_MAX) for i, o in enumerate(batch_offsets)]
+            if batch_offsets is not None else [])
+    if not isinstance(style, str):
+        raise TypeError(f"style must be 'half' or 'interleaved', got {style!r}")
+    _attn.rope_inplace(x, layout, _integer(offset, "offset", -2**63, _INT64_MAX), _real(theta, "theta"), style,
+                       0 if rotary_dim is None else _integer(rotary_dim, "rotary_dim", 0, _INT64_MAX), offs)
+    return given

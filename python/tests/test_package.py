@@ -6,7 +6,7 @@ import attn
 
 
 def test_docstrings_cover_every_argument():
-    for fn in (attn.attention, attn.attend, attn.explain):
+    for fn in (attn.attention, attn.attend, attn.explain, attn.rope):
         doc = inspect.getdoc(fn)
         for name in inspect.signature(fn).parameters:
             assert f"{name}" in doc, f"{fn.__name__}: argument {name} is not documented"

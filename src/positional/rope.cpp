@@ -1,0 +1,113 @@
+// RoPE: angles per (position, pair) in float64, shared by every head of a token; the rotation in
+// float32. Parallel over (batch, token): each token's heads are rotated by one thread.
+#include "attn/rope.hpp"
+
+#include <cmath>
+#include <string>
+
+#include "attn/error.hpp"
+#include "base/checked_math.hpp"
+#include "base/parallel.hpp"
+#include "core/io_checks.hpp"
+
+namespace attn {
+namespace {
+
+const char* kWhere = "rope";
+
+struct Plan {
+  int64_t R = 0, half = 0;
+  std::vector<double> inv_freq;  // theta^(-2c/R), c < R/2
+};
+
+Plan validate(const TensorView& x, const Rope& r, const std::vector<int64_t>& batch_offsets) {
+  core::check_view(x, "x");
+  if (!core::is_float(x.dtype)) fail(kWhere, "x must be float32, bfloat16 or float16, got " + dtype_name(x.dtype));
+  if (!std::isfinite(r.theta) || r.theta <= 1.0)
+    fail(kWhere, "theta must be a finite number > 1, got " + std::to_string(r.theta));
+  const int64_t D = x.dim();
+  Plan p;
+  p.R = r.rotary_dim == 0 ? D : r.rotary_dim;
+  if (p.R < 0 || p.R > D || p.R % 2 != 0)
+    fail(kWhere, "rotary_dim must be even and in [0, D = " + std::to_string(D) + "] (0 = all), got " +
+                     std::to_string(r.rotary_dim));
+  if (!batch_offsets.empty() && static_cast<int64_t>(batch_offsets.size()) != x.batch())
+    fail(kWhere, "batch_offsets must have one value per batch (" + std::to_string(x.batch()) + "), got " +
+                     std::to_string(batch_offsets.size()));
+  constexpr int64_t kMaxPosition = int64_t{1} << 40;  // float64 angles stay exact to ~1e-4 rad here
+  auto check_pos = [&](int64_t base, const std::string& what) {
+    if (base < 0 || base > kMaxPosition || x.tokens() > kMaxPosition - base)
+      fail(kWhere, what + " gives positions outside [0, 2^40]: " + std::to_string(base) + " + " +
+                       std::to_string(x.tokens()) + " tokens");
+  };
+  check_pos(r.offset, "offset");
+  for (size_t b = 0; b < batch_offsets.size(); ++b)
+    check_pos(checked_add(r.offset, batch_offsets[b], kWhere), "offset + batch_offsets[" + std::to_string(b) + "]");
+  p.half = p.R / 2;
+  for (int64_t c = 0; c < p.half; ++c)
+    p.inv_freq.push_back(std::pow(r.theta, -2.0 * static_cast<double>(c) / static_cast<double>(p.R)));
+  return p;
+}
+
+int64_t position(const Rope& r, const std::vector<int64_t>& batch_offsets, int64_t b, int64_t n) {
+  return r.offset + (batch_offsets.empty() ? 0 : batch_offsets[static_cast<size_t>(b)]) + n;
+}
+
+// Channel indices of pair c.
+void pair(RopeStyle s, int64_t half, int64_t c, int64_t& a, int64_t& b) {
+  if (s == RopeStyle::half) a = c, b = c + half;
+  else a = 2 * c, b = 2 * c + 1;
+}
+
+}  // namespace
+
+std::string to_string(RopeStyle s) { return s == RopeStyle::half ? "half" : "interleaved"; }
+
+void apply_rope(const TensorView& x, const Rope& r, const std::vector<int64_t>& batch_offsets) {
+  const Plan p = validate(x, r, batch_offsets);
+  if (p.half == 0 || x.numel() == 0) return;
+  const int64_t tokens = x.batch() * x.tokens();
+  const int threads = resolve_threads(0, tokens / 64 + 1);
+  parallel_for(tokens, threads, [&](int64_t item, int) {
+    const int64_t b = item / x.tokens(), n = item % x.tokens();
+    const double pos = static_cast<double>(position(r, batch_offsets, b, n));
+    float cs[2];
+    for (int64_t c = 0; c < p.half; ++c) {
+      const double angle = pos * p.inv_freq[static_cast<size_t>(c)];
+      cs[0] = static_cast<float>(std::cos(angle));
+      cs[1] = static_cast<float>(std::sin(angle));
+      int64_t ia, ib;
+      pair(r.style, p.half, c, ia, ib);
+      for (int64_t h = 0; h < x.heads(); ++h) {
+        const int64_t oa = x.offset(b, h, n, ia), ob = x.offset(b, h, n, ib);
+        const float xa = load_as_float(x.data, x.dtype, oa), xb = load_as_float(x.data, x.dtype, ob);
+        store_from_float(x.data, x.dtype, oa, xa * cs[0] - xb * cs[1]);
+        store_from_float(x.data, x.dtype, ob, xa * cs[1] + xb * cs[0]);
+      }
+    }
+  });
+}
+
+std::vector<double> rope_reference(const TensorView& x, const Rope& r, const std::vector<int64_t>& batch_offsets) {
+  const Plan p = validate(x, r, batch_offsets);
+  const int64_t B = x.batch(), H = x.heads(), N = x.tokens(), D = x.dim();
+  std::vector<double> out(static_cast<size_t>(B * H * N * D));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t n = 0; n < N; ++n) {
+        double* o = &out[static_cast<size_t>(((b * H + h) * N + n) * D)];
+        for (int64_t c = 0; c < D; ++c) o[c] = x.at(b, h, n, c);
+        const double pos = static_cast<double>(position(r, batch_offsets, b, n));
+        for (int64_t c = 0; c < p.half; ++c) {
+          const double angle = pos * std::pow(r.theta, -2.0 * static_cast<double>(c) / static_cast<double>(p.R));
+          int64_t ia, ib;
+          pair(r.style, p.half, c, ia, ib);
+          const double xa = x.at(b, h, n, ia), xb = x.at(b, h, n, ib);
+          o[ia] = xa * std::cos(angle) - xb * std::sin(angle);
+          o[ib] = xa * std::sin(angle) + xb * std::cos(angle);
+        }
+      }
+  return out;
+}
+
+}  // namespace attn
