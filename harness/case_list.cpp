@@ -96,6 +96,7 @@ std::vector<Case> demo_cases(int64_t n, int64_t d, int64_t heads) {
       {"float16 storage", "softmax:causal", DType::f16},
       {"decode: 1 query, GQA", "softmax:causal", DType::f32, gqa, false, true},
       {"decode: 1 query, bf16", "softmax:causal", DType::bf16, 0, false, true},
+      {"Linformer k=64 (low rank)", "linformer:k=64,seed=1"},
   };
   std::vector<Case> out;
   for (const Row& r : rows) {
@@ -247,9 +248,41 @@ void softmax_bad_cases(std::vector<BadCase>& out) {
       "alibi_slopes must have H (4) or B*H (8) values, got 3");
 }
 
+// ---- linformer: low-rank projections along the sequence ------------------------------------
+void linformer_check_cases(std::vector<Case>& out) {
+  for (DType dt : {DType::f32, DType::bf16})
+    for (Layout lay : {Layout::bhnd, Layout::bnhd}) {
+      Case c;
+      c.B = 2, c.H = 4, c.Hkv = 2, c.N = 33, c.M = 70, c.D = 16, c.Dv = 8, c.dtype = dt, c.layout = lay;
+      c.mechanism = "linformer:k=16,seed=3";
+      out.push_back(c);
+    }
+  Case c;
+  c.B = 3, c.H = 2, c.Hkv = 1, c.N = 65, c.M = 129, c.D = 24, c.Dv = 24;
+  c.mechanism = "linformer:k=100,seed=1,scale=0.2";  // k close to M
+  c.extras.padding = true;
+  out.push_back(c);
+  c.N = 1, c.mechanism = "linformer:k=64";  // one query: the softmax rows form on the projections
+  out.push_back(c);
+  c.N = 7, c.M = 5, c.mechanism = "linformer:k=9,seed=2";  // k > M
+  out.push_back(c);
+}
+
+void linformer_bad_cases(std::vector<BadCase>& out) {
+  Case c;
+  c.B = 1, c.H = 2, c.Hkv = 2, c.N = 5, c.M = 6, c.D = 8, c.Dv = 8, c.mechanism = "linformer:k=4";
+  out.push_back({"probabilities", c, [](Inputs& in) { in.options.return_probs = true; },
+                 "linformer returns no probabilities"});
+  out.push_back({"alibi", c, [](Inputs& in) {
+                   in.options.alibi_slopes = {1, 1}; }, "linformer does not take ALiBi slopes"});
+  out.push_back({"unknown_form", c, [](Inputs& in) { in.options.form = "tiled"; },
+                 "form must be one of projected, reference for linformer:k=4, got 'tiled'"});
+}
+
 std::vector<Case> build() {
   std::vector<Case> all;
   softmax_check_cases(all);
+  linformer_check_cases(all);
   // Bench suite: the foundation's grid (N = M = 1024, 4096; d = 64, 128; softmax and causal;
   // f32 and bf16; 8 heads) and decode against 4096 / 16384 / 65536 cached keys.
   for (Case& c : bench_grid({1024, 4096}, {64, 128}, {"softmax", "softmax:causal"}, {DType::f32, DType::bf16}, 8, 0))
@@ -275,6 +308,7 @@ const std::vector<BadCase>& bad_case_list() {
   static const std::vector<BadCase> list = [] {
     std::vector<BadCase> out;
     softmax_bad_cases(out);
+    linformer_bad_cases(out);
     return out;
   }();
   return list;

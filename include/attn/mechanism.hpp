@@ -8,6 +8,7 @@
 //   softmax:score=cosine            cosine-similarity scores
 //   softmax:entropy_scale=512       scale log_512(n)/sqrt(d), n = visible keys of the row
 //   softmax:dropout=0.1,seed=7      dropout on the weights
+//   linformer:k=256,seed=1          keys and values projected to 256 rows (low rank)
 //
 // A family is a struct with `static constexpr std::string_view kind`, an alternative of the
 // Mechanism variant, and a text parser/printer beside its kernels (src/exact/softmax_text.cpp
@@ -40,8 +41,21 @@ struct Softmax {
   bool operator==(const Softmax&) const = default;
 };
 
+// Linformer (Wang et al. 2020): keys and values projected along the sequence, K' = E K and
+// V' = F V with E, F of shape (k, M), then exact softmax attention against the k rows. E and F
+// come from the named params "E" and "F", or are drawn N(0, 1/k) from `seed` (the same for
+// every batch and head). Key padding zeroes the projection's columns of padded keys.
+struct Linformer {
+  static constexpr std::string_view kind = "linformer";
+  int64_t k = 256;                // projected length
+  uint64_t seed = 0;              // for E and F when they are not given
+  std::optional<double> scale;    // none: 1/sqrt(d)
+
+  bool operator==(const Linformer&) const = default;
+};
+
 // The families. The sparse, linear and model issues append theirs.
-using Mechanism = std::variant<Softmax>;
+using Mechanism = std::variant<Softmax, Linformer>;
 
 // For exhaustive visits: std::visit(overloaded{[](const Softmax&) {...}, ...}, mechanism).
 template <class... Fs>

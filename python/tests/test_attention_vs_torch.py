@@ -190,3 +190,17 @@ def test_every_isa_agrees():
     attn.set_isa(before)
     for isa, o in outs.items():
         assert torch.allclose(o, outs["portable"], atol=2e-6), isa
+
+
+def test_linformer_matches_a_literal_projection():
+    """linformer: K' = E K, V' = F V along the sequence, then softmax attention over the k rows."""
+    q, k, v = make(2, 4, 2, 9, 30, 16, 8, torch.float32, "bhnd", seed=12)
+    g = torch.Generator().manual_seed(3)
+    E, F = torch.randn(6, 30, generator=g) / 6**0.5, torch.randn(6, 30, generator=g) / 6**0.5
+    out, lse = attn.attend(q, k, v, "linformer:k=6", E=E, F=F, layout="bhnd", return_lse=True)
+    kp = (E.double() @ k.double()).repeat_interleave(2, dim=1)  # (B, H, k, D): GQA groups of 2
+    vp = (F.double() @ v.double()).repeat_interleave(2, dim=1)
+    s = q.double() @ kp.transpose(-1, -2) / 4.0
+    assert torch.allclose(out.double(), torch.softmax(s, -1) @ vp, atol=1e-5)
+    assert torch.allclose(lse.double(), torch.logsumexp(s, -1), atol=1e-5)
+    assert "runs form 'projected'" in attn.explain(q, k, v, "linformer:k=6", E=E, F=F, layout="bhnd")

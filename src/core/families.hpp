@@ -3,6 +3,7 @@
 #pragma once
 #include "attn/mechanism.hpp"
 #include "exact/softmax_family.hpp"
+#include "lowrank/linformer.hpp"
 
 namespace attn::core {
 
@@ -11,6 +12,7 @@ template <class F>
 decltype(auto) visit_family(const Mechanism& m, F&& f) {
   return std::visit(overloaded{
                         [&](const Softmax& s) { return f(s, exact::SoftmaxFamily{}); },
+                        [&](const Linformer& l) { return f(l, lowrank::LinformerFamily{}); },
                     },
                     m);
 }

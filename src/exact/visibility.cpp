@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include "base/counter_random.hpp"
 #include "exact/problem.hpp"
 
 namespace attn::exact {
@@ -80,22 +81,13 @@ double Problem::row_scale(int64_t b, int64_t h, int64_t i) const {
          std::log(static_cast<double>(mech.entropy_train_len));
 }
 
-static uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 bool dropout_keep(uint64_t seed, double p, int64_t b, int64_t h, int64_t i, int64_t j) {
   uint64_t x = splitmix64(seed);
   x = splitmix64(x ^ static_cast<uint64_t>(b));
   x = splitmix64(x ^ static_cast<uint64_t>(h));
   x = splitmix64(x ^ static_cast<uint64_t>(i));
   x = splitmix64(x ^ static_cast<uint64_t>(j));
-  // top 53 bits as a uniform double in [0, 1)
-  const double u = static_cast<double>(x >> 11) * (1.0 / 9007199254740992.0);
-  return u >= p;
+  return unit_uniform(x) >= p;
 }
 
 }  // namespace attn::exact

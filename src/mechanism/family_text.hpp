@@ -12,4 +12,7 @@ void read_options(OptionReader& r, Softmax& m);
 // Writes the canonical options (defaults omitted).
 void write_options(OptionWriter& w, const Softmax& m);
 
+void read_options(OptionReader& r, Linformer& m);
+void write_options(OptionWriter& w, const Linformer& m);
+
 }  // namespace attn::mechanism

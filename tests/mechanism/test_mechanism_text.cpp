@@ -32,13 +32,15 @@ TEST(MechanismText, UnknownOptionListsTheKnownOnes) {
 }
 
 TEST(MechanismText, KindsComeFromTheVariant) {
-  EXPECT_EQ(known_kinds(), "softmax");
+  EXPECT_EQ(known_kinds(), "softmax, linformer");
   EXPECT_EQ(kind_of(parse_mechanism("softmax:causal")), "softmax");
+  EXPECT_EQ(kind_of(parse_mechanism("linformer:k=64")), "linformer");
 }
 
 TEST(MechanismText, RoundTrips) {
   for (const char* text : {"softmax", "softmax:causal", "softmax:causal,scale=0.125,window=-1:0,softcap=30",
-                           "softmax:score=additive", "softmax:dropout=0.5,seed=3"}) {
+                           "softmax:score=additive", "softmax:dropout=0.5,seed=3", "linformer",
+                           "linformer:k=64,seed=9,scale=0.25"}) {
     const Mechanism m = parse_mechanism(text);
     EXPECT_EQ(parse_mechanism(to_string(m)), m) << text;
   }

@@ -1,0 +1,211 @@
+#include "lowrank/linformer.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "attn/error.hpp"
+#include "base/counter_random.hpp"
+#include "base/parallel.hpp"
+#include "core/params.hpp"
+
+namespace attn::lowrank {
+namespace {
+
+const char* kWhere = "attend";
+
+// ---- validation ------------------------------------------------------------------------------
+
+void refuse_option(bool given, const std::string& what) {
+  if (given)
+    fail(kWhere, "linformer does not take " + what + " (it attends to k projected rows, not to the keys)");
+}
+
+}  // namespace
+
+LinformerProblem LinformerFamily::validate(const TensorView& q, const TensorView& k, const TensorView& v,
+                                           const Linformer& m, const AttendOptions& opt, const core::Outputs& outs) {
+  if (outs.probs || opt.return_probs)
+    fail(kWhere, "linformer returns no probabilities over the keys (its weights are over k projected rows)");
+  LinformerProblem p;
+  static_cast<core::Dims&>(p) = core::check_io(q, k, v, outs, opt);
+  p.mech = m;
+  refuse_option(opt.mask.has_value(), "a boolean mask");
+  refuse_option(opt.bias.has_value(), "an additive bias");
+  refuse_option(!opt.alibi_slopes.empty(), "ALiBi slopes");
+  if (m.k < 1 || m.k > (int64_t{1} << 20))
+    fail(kWhere, "linformer k must be in [1, 2^20], got " + std::to_string(m.k));
+  p.K = m.k;
+  if (m.scale) {
+    const float s = static_cast<float>(*m.scale);
+    if (!(std::isfinite(s) && s >= std::numeric_limits<float>::min()))
+      fail(kWhere, "scale must be a positive finite float32, got " + std::to_string(*m.scale));
+    p.scale = *m.scale;
+  } else {
+    p.scale = 1.0 / std::sqrt(static_cast<double>(p.D));
+  }
+  p.kv_len.assign(static_cast<size_t>(p.B), p.M);
+  if (!opt.key_padding_lengths.empty()) {
+    if (static_cast<int64_t>(opt.key_padding_lengths.size()) != p.B)
+      fail(kWhere, "key_padding_lengths must have one length per batch (" + std::to_string(p.B) + "), got " +
+                       std::to_string(opt.key_padding_lengths.size()));
+    for (size_t b = 0; b < p.kv_len.size(); ++b) {
+      const int64_t len = opt.key_padding_lengths[b];
+      if (len < 0 || len > p.M)
+        fail(kWhere, "key_padding_lengths[" + std::to_string(b) + "] must be in [0, " + std::to_string(p.M) +
+                         "], got " + std::to_string(len));
+      p.kv_len[b] = len;
+    }
+  }
+  // E and F: both given (named params, shape (k, M)) or both drawn from the seed.
+  const std::string text = to_string(Mechanism{m});
+  if (!opt.params.empty()) {
+    core::Symbols symbols{{"k", p.K}, {"M", p.M}};
+    core::check_params(opt.params, {{"E", {"k", "M"}, "key projection along the sequence, K' = E K"},
+                                    {"F", {"k", "M"}, "value projection along the sequence, V' = F V"}},
+                       text, symbols);
+    p.E = core::to_floats(opt.params.at("E"));
+    p.F = core::to_floats(opt.params.at("F"));
+  } else {
+    const double sd = 1.0 / std::sqrt(static_cast<double>(p.K));
+    p.E.resize(static_cast<size_t>(p.K * p.M));
+    p.F.resize(p.E.size());
+    for (int64_t r = 0; r < p.K; ++r)
+      for (int64_t j = 0; j < p.M; ++j) {
+        p.E[static_cast<size_t>(r * p.M + j)] = static_cast<float>(sd * counter_normal(m.seed, 0, r, j));
+        p.F[static_cast<size_t>(r * p.M + j)] = static_cast<float>(sd * counter_normal(m.seed, 1, r, j));
+      }
+  }
+  p.inner.threads = opt.threads;
+  p.inner.isa = opt.isa;
+  p.inner.row_cache_bytes = opt.row_cache_bytes;
+  return p;
+}
+
+namespace {
+
+// ---- the projected form: float32 projections, then the softmax family on K', V' --------------
+
+// Y (K, d) = P (K, M) X (M, d) over the keys j < len, X the rows of one kv head.
+void project(const float* P, int64_t K, int64_t M, int64_t len, const TensorView& x, int64_t b, int64_t h,
+             float* y) {
+  const int64_t d = x.dim();
+  std::fill(y, y + K * d, 0.0f);
+  std::vector<float> row(static_cast<size_t>(d));
+  for (int64_t j = 0; j < len; ++j) {
+    for (int64_t c = 0; c < d; ++c) row[static_cast<size_t>(c)] = x.at(b, h, j, c);
+    for (int64_t r = 0; r < K; ++r) {
+      const float e = P[r * M + j];
+      float* yr = y + r * d;
+      for (int64_t c = 0; c < d; ++c) yr[c] += e * row[static_cast<size_t>(c)];
+    }
+  }
+}
+
+void run_projected(const LinformerProblem& p, const core::Outputs& o, const core::Context&) {
+  Tensor kp(DType::f32, {p.B, p.Hkv, p.K, p.D}), vp(DType::f32, {p.B, p.Hkv, p.K, p.Dv});
+  const int64_t items = p.B * p.Hkv;
+  parallel_for(items, resolve_threads(p.inner.threads, items), [&](int64_t item, int) {
+    const int64_t b = item / p.Hkv, h = item % p.Hkv;
+    project(p.E.data(), p.K, p.M, p.kv_len[b], p.k, b, h, reinterpret_cast<float*>(kp.view().ptr(b, h, 0)));
+    project(p.F.data(), p.K, p.M, p.kv_len[b], p.v, b, h, reinterpret_cast<float*>(vp.view().ptr(b, h, 0)));
+  });
+  Softmax exact;
+  exact.scale = p.scale;
+  // q keeps its dtype; the projected rows are float32: convert q's dtype to match.
+  if (p.q.dtype == DType::f32) {
+    attend_into(p.q, kp.view(), vp.view(), exact, p.inner, *o.out, o.lse, nullptr);
+    return;
+  }
+  Tensor q32(DType::f32, {p.B, p.H, p.N, p.D});
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.H; ++h)
+      for (int64_t i = 0; i < p.N; ++i)
+        for (int64_t c = 0; c < p.D; ++c)
+          static_cast<float*>(q32.view().data)[q32.view().offset(b, h, i, c)] = p.q.at(b, h, i, c);
+  attend_into(q32.view(), kp.view(), vp.view(), exact, p.inner, *o.out, o.lse, nullptr);
+}
+
+// ---- the reference: float64 (or the plain same-dtype baseline) --------------------------------
+
+template <class T>
+core::ReferenceResult reference_impl(const LinformerProblem& p, bool plain) {
+  const DType dt = p.q.dtype;
+  auto rnd = [&](T x) { return plain ? static_cast<T>(round_to(dt, static_cast<float>(x))) : x; };
+  core::ReferenceResult r;
+  r.B = p.B, r.H = p.H, r.N = p.N, r.M = p.M, r.Dv = p.Dv;
+  r.out.assign(static_cast<size_t>(p.B * p.H * p.N * p.Dv), 0.0);
+  r.lse.assign(static_cast<size_t>(p.B * p.H * p.N), 0.0);
+  std::vector<T> kp(static_cast<size_t>(p.K * p.D)), vp(static_cast<size_t>(p.K * p.Dv)), s(static_cast<size_t>(p.K));
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t hk = 0; hk < p.Hkv; ++hk) {
+      for (int64_t row = 0; row < p.K; ++row) {
+        for (int64_t c = 0; c < p.D; ++c) {
+          T acc = 0;
+          for (int64_t j = 0; j < p.kv_len[b]; ++j) acc += static_cast<T>(p.E[row * p.M + j]) * p.k.at(b, hk, j, c);
+          kp[static_cast<size_t>(row * p.D + c)] = rnd(acc);
+        }
+        for (int64_t c = 0; c < p.Dv; ++c) {
+          T acc = 0;
+          for (int64_t j = 0; j < p.kv_len[b]; ++j) acc += static_cast<T>(p.F[row * p.M + j]) * p.v.at(b, hk, j, c);
+          vp[static_cast<size_t>(row * p.Dv + c)] = rnd(acc);
+        }
+      }
+      for (int64_t h = hk * p.group; h < (hk + 1) * p.group; ++h)
+        for (int64_t i = 0; i < p.N; ++i) {
+          T mx = -std::numeric_limits<T>::infinity();
+          for (int64_t row = 0; row < p.K; ++row) {
+            T dot = 0;
+            for (int64_t c = 0; c < p.D; ++c) dot += static_cast<T>(p.q.at(b, h, i, c)) * kp[static_cast<size_t>(row * p.D + c)];
+            s[static_cast<size_t>(row)] = rnd(dot * static_cast<T>(p.scale));
+            mx = std::max(mx, s[static_cast<size_t>(row)]);
+          }
+          T sum = 0;
+          for (T& x : s) sum += (x = std::exp(x - mx));
+          const size_t at = static_cast<size_t>((b * p.H + h) * p.N + i);
+          r.lse[at] = static_cast<double>(mx + std::log(sum));
+          for (int64_t c = 0; c < p.Dv; ++c) {
+            T acc = 0;
+            for (int64_t row = 0; row < p.K; ++row)
+              acc += rnd(s[static_cast<size_t>(row)] / sum) * vp[static_cast<size_t>(row * p.Dv + c)];
+            r.out[at * p.Dv + c] = static_cast<double>(rnd(acc));
+          }
+        }
+    }
+  return r;
+}
+
+void run_reference(const LinformerProblem& p, const core::Outputs& o, const core::Context&) {
+  const core::ReferenceResult r = reference_impl<double>(p, false);
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.H; ++h)
+      for (int64_t i = 0; i < p.N; ++i) {
+        for (int64_t c = 0; c < p.Dv; ++c)
+          store_from_float(o.out->data, o.out->dtype, o.out->offset(b, h, i, c), static_cast<float>(r.o(b, h, i, c)));
+        if (o.lse) static_cast<float*>(o.lse->data)[o.lse->offset(b, h, i, 0)] = static_cast<float>(r.l(b, h, i));
+      }
+}
+
+void refuse_nothing(const LinformerProblem&, const core::Outputs&, core::Reasons&) {}
+
+}  // namespace
+
+const std::vector<core::Form<LinformerProblem>>& LinformerFamily::forms() {
+  static const std::vector<core::Form<LinformerProblem>> list = {
+      {"projected", "K' = E K, V' = F V in float32, then the softmax forms on the k rows", refuse_nothing,
+       run_projected},
+      {"reference", "float64 projections and softmax (slow, exact)", refuse_nothing, run_reference},
+  };
+  return list;
+}
+
+double LinformerFamily::flops(const LinformerProblem& p) {
+  const double dims = static_cast<double>(p.D + p.Dv);
+  return 2.0 * static_cast<double>(p.B * p.Hkv) * static_cast<double>(p.K * p.M) * dims +
+         2.0 * static_cast<double>(p.B * p.H) * static_cast<double>(p.N * p.K) * dims;
+}
+
+core::ReferenceResult LinformerFamily::reference(const LinformerProblem& p, core::RefPrecision precision) {
+  return precision == core::RefPrecision::f64 ? reference_impl<double>(p, false) : reference_impl<float>(p, true);
+}
+
+}  // namespace attn::lowrank
