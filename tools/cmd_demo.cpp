@@ -24,7 +24,7 @@ int run(const DemoArgs& a) {
   fmt::print("attn demo: B=1 H={} N=M={} d={}, isa {}, {} threads; error = max |attn - float64 reference|,\n"
              "tolerance = 2 x the error of a plain same-dtype implementation + a rounding floor\n\n",
              a.heads, a.n, a.d, isa_name(active_isa()), resolve_threads(a.threads, int64_t{1} << 30));
-  fmt::print("{:<26} {:<34} {:>8} {:<6} {:>10} {:>10} {:>4} {:>9} {:>8}\n", "variant", "mechanism", "dtype", "form",
+  fmt::print("{:<26} {:<34} {:>8} {:<9} {:>10} {:>10} {:>4} {:>9} {:>8}\n", "variant", "mechanism", "dtype", "form",
              "max error", "tolerance", "", "time ms", "GFLOP/s");
   int failed = 0;
   for (const harness::Run& r : runs) {
@@ -41,7 +41,7 @@ int run(const DemoArgs& a) {
     const harness::Outcome o = harness::check_run(r, in, ref);
     failed += !o.pass;
     const double gflops = c.flops() / secs / 1e9;
-    fmt::print("{:<26} {:<34} {:>8} {:<6} {:>10.2e} {:>10.2e} {:>4} {:>9.3f} {:>8.1f}\n", c.label,
+    fmt::print("{:<26} {:<34} {:>8} {:<9} {:>10.2e} {:>10.2e} {:>4} {:>9.3f} {:>8.1f}\n", c.label,
                c.mechanism + (c.extras.alibi ? " +alibi" : ""), dtype_name(c.dtype), o.form, o.err, o.tol,
                o.pass ? "ok" : "FAIL", secs * 1e3, gflops);
     if (!o.pass) fmt::print("    {}\n", o.failure);
