@@ -235,7 +235,7 @@ void softmax_bad_cases(std::vector<BadCase>& out) {
   add("threads_beyond_limit", "softmax", [](Inputs& in) { in.options.threads = 100000; },
       "threads must be in [0, 256]");
   add("scale_infinite_as_float32", "softmax:scale=1e39", [](Inputs&) {}, "scale must be a positive finite float32");
-  add("softcap_infinite_as_float32", "softmax:softcap=1e39", [](Inputs&) {}, "softcap must be 0 or a positive finite float32");
+  add("softcap_infinite_as_float32", "softmax:softcap=1e39", [](Inputs&) {}, "softcap (when not 0) must be a positive finite float32");
   add("padding_beyond_keys", "softmax", [](Inputs& in) { in.options.key_padding_lengths = {6, 7}; },
       "key_padding_lengths[1] must be in [0, 6], got 7");
   add("param_not_taken", "softmax", [](Inputs& in) { in.options.params["w"] = make_array_view(&in.q.bytes[0], DType::f32, {1}); },

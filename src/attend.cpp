@@ -19,6 +19,14 @@ core::Context context_of(const AttendOptions& options) {
   return {&kernels::kernels_for(isa), options.threads, options.row_cache_bytes};
 }
 
+// Walks the family's forms for a validated problem and runs the chosen one.
+template <class Family>
+void run(const typename Family::Problem& p, const Mechanism& mechanism, const AttendOptions& options,
+         const core::Outputs& outs) {
+  const auto& form = core::choose(Family::forms(), p, outs, options.form, to_string(mechanism));
+  form.run(p, outs, context_of(options));
+}
+
 }  // namespace
 
 void attend_into(const TensorView& q, const TensorView& k, const TensorView& v, const Mechanism& mechanism,
@@ -26,26 +34,25 @@ void attend_into(const TensorView& q, const TensorView& k, const TensorView& v, 
   const core::Outputs outs{&out, lse, probs};
   core::visit_family(mechanism, [&](const auto& mech, auto family) {
     using Family = decltype(family);
-    const typename Family::Problem p = Family::validate(q, k, v, mech, options, outs);
-    const auto& form = core::choose(Family::forms(), p, outs, options.form, to_string(mechanism));
-    const core::Context ctx = context_of(options);
-    form.run(p, outs, ctx);
+    run<Family>(Family::validate(q, k, v, mech, options, outs), mechanism, options, outs);
   });
 }
 
 AttendResult attend(const TensorView& q, const TensorView& k, const TensorView& v, const Mechanism& mechanism,
                     const AttendOptions& options) {
   AttendResult r;
-  // Validate before allocating anything (a head dim of 0 with 2^40 tokens must not allocate).
   core::visit_family(mechanism, [&](const auto& mech, auto family) {
-    decltype(family)::validate(q, k, v, mech, options, core::Outputs{});
+    using Family = decltype(family);
+    // Validated once, before anything is allocated (a head dim of 0 with 2^40 tokens must not
+    // allocate); the outputs allocated below have the shapes validation implies.
+    const typename Family::Problem p = Family::validate(q, k, v, mech, options, core::Outputs{});
+    r.out = Tensor(q.dtype, {p.B, p.H, p.N, p.Dv}, layout_of(q));
+    if (options.return_lse) r.lse = Tensor(DType::f32, {p.B, p.H, p.N, 1});
+    if (options.return_probs) r.probs = Tensor(DType::f32, {p.B, p.H, p.N, p.M});
+    run<Family>(p, mechanism, options,
+                {&r.out.view(), options.return_lse ? &r.lse.view() : nullptr,
+                 options.return_probs ? &r.probs.view() : nullptr});
   });
-  const std::array<int64_t, 4> oshape{q.shape[0], q.shape[1], q.shape[2], v.shape[3]};
-  r.out = Tensor(q.dtype, oshape, layout_of(q));
-  if (options.return_lse) r.lse = Tensor(DType::f32, {q.shape[0], q.shape[1], q.shape[2], 1});
-  if (options.return_probs) r.probs = Tensor(DType::f32, {q.shape[0], q.shape[1], q.shape[2], k.shape[2]});
-  attend_into(q, k, v, mechanism, options, r.out.view(), options.return_lse ? &r.lse.view() : nullptr,
-              options.return_probs ? &r.probs.view() : nullptr);
   return r;
 }
 

@@ -41,6 +41,10 @@ struct Form {
   void (*run)(const Problem&, const Outputs&, const Context&);
 };
 
+// For forms that run every problem of their family.
+template <class Problem>
+void refuse_nothing(const Problem&, const Outputs&, Reasons&) {}
+
 // Every form with its reasons, in priority order.
 template <class Problem>
 std::vector<FormVerdict> verdicts(const std::vector<Form<Problem>>& forms, const Problem& p, const Outputs& o) {

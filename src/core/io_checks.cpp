@@ -3,6 +3,8 @@
 #include "core/io_checks.hpp"
 
 #include <cmath>
+#include <cstdio>
+#include <limits>
 
 #include "attn/error.hpp"
 #include "base/checked_math.hpp"
@@ -51,6 +53,17 @@ void check_finite(double x, const std::string& name) {
   if (!std::isfinite(x)) fail(kWhere, name + " must be finite, got " + std::to_string(x));
 }
 
+void check_positive_float32(double x, const std::string& name) {
+  check_finite(x, name);
+  if (x <= 0) fail(kWhere, name + " must be > 0, got " + std::to_string(x));
+  const float f = static_cast<float>(x);
+  if (!(std::isfinite(f) && f >= std::numeric_limits<float>::min())) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.6g", x);
+    fail(kWhere, name + " must be a positive finite float32 (between 1.2e-38 and 3.4e38), got " + buf);
+  }
+}
+
 Dims check_io(const TensorView& q, const TensorView& k, const TensorView& v, const Outputs& outs,
               const AttendOptions& opt) {
   check_view(q, "q");
@@ -93,6 +106,19 @@ Dims check_io(const TensorView& q, const TensorView& k, const TensorView& v, con
     check_view(*outs.probs, "probs");
     if (outs.probs->dtype != DType::f32) fail(kWhere, "probs must be float32, got " + dtype_name(outs.probs->dtype));
     check_shape(*outs.probs, "probs", {d.B, d.H, d.N, d.M}, "(B, H, N, M)");
+  }
+  d.kv_len.assign(static_cast<size_t>(d.B), d.M);
+  if (!opt.key_padding_lengths.empty()) {
+    if (static_cast<int64_t>(opt.key_padding_lengths.size()) != d.B)
+      fail(kWhere, "key_padding_lengths must have one length per batch (" + std::to_string(d.B) + "), got " +
+                       std::to_string(opt.key_padding_lengths.size()));
+    for (size_t b = 0; b < d.kv_len.size(); ++b) {
+      const int64_t len = opt.key_padding_lengths[b];
+      if (len < 0 || len > d.M)
+        fail(kWhere, "key_padding_lengths[" + std::to_string(b) + "] must be in [0, " + std::to_string(d.M) +
+                         "], got " + std::to_string(len));
+      d.kv_len[b] = len;
+    }
   }
   if (opt.threads < 0 || opt.threads > kMaxThreads)
     fail(kWhere, "threads must be in [0, " + std::to_string(kMaxThreads) + "] (0 = all CPUs), got " +

@@ -20,4 +20,9 @@ struct ReferenceResult {
   double p(int64_t b, int64_t h, int64_t i, int64_t j) const { return probs[((b * H + h) * N + i) * M + j]; }
 };
 
+struct Outputs;
+// The reference as a form: writes out (rounded to its dtype), and lse and probs when the caller
+// asked for them.
+void write_reference(const ReferenceResult& r, const Outputs& o);
+
 }  // namespace attn::core

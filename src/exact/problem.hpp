@@ -16,7 +16,6 @@ struct Problem : core::Dims {
   int64_t left = -1;        // structural window relative to the diagonal i + offset
   int64_t right = -1;       // (-1 = unbounded); causal means right = min(right, 0)
   int64_t offset = 0;       // M - N: bottom-right alignment
-  std::vector<int64_t> kv_len;           // per batch, M when no padding is given
   std::optional<TensorView> mask, bias;  // broadcast dims carry stride 0
   std::vector<float> alibi;              // B*H slopes, empty when unused
   // score=additive: w^T tanh(Wq q + Wk k), from params wq (A, D), wk (A, D), w (A)

@@ -100,17 +100,7 @@ core::ReferenceResult reference_softmax(const Problem& p, core::RefPrecision pre
 }
 
 void softmax_reference_form(const Problem& p, const core::Outputs& o, const core::Context&) {
-  const core::ReferenceResult r = reference_softmax(p);
-  for (int64_t b = 0; b < r.B; ++b)
-    for (int64_t h = 0; h < r.H; ++h)
-      for (int64_t i = 0; i < r.N; ++i) {
-        for (int64_t c = 0; c < r.Dv; ++c)
-          store_from_float(o.out->data, o.out->dtype, o.out->offset(b, h, i, c), static_cast<float>(r.o(b, h, i, c)));
-        if (o.lse) static_cast<float*>(o.lse->data)[o.lse->offset(b, h, i, 0)] = static_cast<float>(r.l(b, h, i));
-        if (o.probs)
-          for (int64_t j = 0; j < r.M; ++j)
-            static_cast<float*>(o.probs->data)[o.probs->offset(b, h, i, j)] = static_cast<float>(r.p(b, h, i, j));
-      }
+  core::write_reference(reference_softmax(p), o);
 }
 
 }  // namespace attn::exact

@@ -7,8 +7,6 @@
 namespace attn::exact {
 namespace {
 
-void refuse_nothing(const Problem&, const core::Outputs&, core::Reasons&) {}
-
 // The tiled form keeps 64 query lanes per thread whatever N is: (2 D + 2 Dv) x 64 floats of
 // scratch. Refuse when that is large and far beyond the inputs (e.g. D = 2^20 with N = M = 1),
 // so memory stays in proportion to the inputs; the reference form runs such calls.
@@ -29,7 +27,7 @@ const std::vector<core::Form<Problem>>& SoftmaxFamily::forms() {
        softmax_rows},
       {"tiled", "tiled online softmax, 64 queries x 64 keys per tile, no N x M buffer", refuse_tiled,
        softmax_tiled},
-      {"reference", "float64 full score rows (slow, exact)", refuse_nothing, softmax_reference_form},
+      {"reference", "float64 full score rows (slow, exact)", core::refuse_nothing<Problem>, softmax_reference_form},
   };
   return list;
 }

@@ -1,8 +1,6 @@
 // Softmax-specific checks, once, at the entry point (q/k/v/outputs: core/io_checks.cpp).
 // Messages name the argument, the expected and the actual value.
 #include <cmath>
-#include <cstdio>
-#include <limits>
 #include <string>
 
 #include "attn/error.hpp"
@@ -32,18 +30,6 @@ TensorView broadcast_mask(TensorView m, const std::string& name, int64_t B, int6
   return m;
 }
 
-// True when x converts to a finite, normal, positive float32.
-bool as_float_positive(double x) {
-  const float f = static_cast<float>(x);
-  return std::isfinite(f) && f >= std::numeric_limits<float>::min();
-}
-
-std::string number(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", x);
-  return buf;
-}
-
 // The parameters each softmax variant takes.
 std::vector<core::ParamSpec> param_specs(const Softmax& m) {
   if (m.score != ScoreKind::additive) return {};
@@ -63,20 +49,14 @@ Problem validate_softmax(const TensorView& q, const TensorView& k, const TensorV
   // mechanism parameters
   p.mech = mech;
   if (mech.scale) {
-    check_finite(*mech.scale, "scale");
-    if (*mech.scale <= 0) fail(kWhere, "scale must be > 0, got " + std::to_string(*mech.scale));
-    // kernels compute in float32: the scale must survive the conversion (1e39 would become inf)
-    if (!as_float_positive(*mech.scale))
-      fail(kWhere, "scale must be a positive finite float32 (between 1.2e-38 and 3.4e38), got " + number(*mech.scale));
+    core::check_positive_float32(*mech.scale, "scale");
     p.base_scale = *mech.scale;
   } else {
     p.base_scale = mech.score == ScoreKind::additive ? 1.0 : 1.0 / std::sqrt(static_cast<double>(p.D));
   }
   check_finite(mech.softcap, "softcap");
   if (mech.softcap < 0) fail(kWhere, "softcap must be >= 0 (0 = off), got " + std::to_string(mech.softcap));
-  if (mech.softcap > 0 && !as_float_positive(mech.softcap))
-    fail(kWhere, "softcap must be 0 or a positive finite float32 (between 1.2e-38 and 3.4e38), got " +
-                     number(mech.softcap));
+  if (mech.softcap > 0) core::check_positive_float32(mech.softcap, "softcap (when not 0)");
   check_finite(mech.dropout, "dropout");
   if (mech.dropout < 0 || mech.dropout >= 1)
     fail(kWhere, "dropout must be in [0, 1), got " + std::to_string(mech.dropout));
@@ -93,21 +73,6 @@ Problem validate_softmax(const TensorView& q, const TensorView& k, const TensorV
   p.right = bound(mech.window_right);
   if (mech.causal) p.right = p.right < 0 ? 0 : std::min<int64_t>(p.right, 0);
 
-  // key padding
-  if (!opt.key_padding_lengths.empty()) {
-    if (static_cast<int64_t>(opt.key_padding_lengths.size()) != p.B)
-      fail(kWhere, "key_padding_lengths must have one length per batch (" + std::to_string(p.B) +
-                       "), got " + std::to_string(opt.key_padding_lengths.size()));
-    for (size_t b = 0; b < opt.key_padding_lengths.size(); ++b) {
-      const int64_t len = opt.key_padding_lengths[b];
-      if (len < 0 || len > p.M)
-        fail(kWhere, "key_padding_lengths[" + std::to_string(b) + "] must be in [0, " +
-                         std::to_string(p.M) + "], got " + std::to_string(len));
-    }
-    p.kv_len = opt.key_padding_lengths;
-  } else {
-    p.kv_len.assign(static_cast<size_t>(p.B), p.M);
-  }
 
   if (opt.mask) {
     if (opt.mask->dtype != DType::boolean)

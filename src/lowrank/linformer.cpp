@@ -35,27 +35,8 @@ LinformerProblem LinformerFamily::validate(const TensorView& q, const TensorView
   if (m.k < 1 || m.k > (int64_t{1} << 20))
     fail(kWhere, "linformer k must be in [1, 2^20], got " + std::to_string(m.k));
   p.K = m.k;
-  if (m.scale) {
-    const float s = static_cast<float>(*m.scale);
-    if (!(std::isfinite(s) && s >= std::numeric_limits<float>::min()))
-      fail(kWhere, "scale must be a positive finite float32, got " + std::to_string(*m.scale));
-    p.scale = *m.scale;
-  } else {
-    p.scale = 1.0 / std::sqrt(static_cast<double>(p.D));
-  }
-  p.kv_len.assign(static_cast<size_t>(p.B), p.M);
-  if (!opt.key_padding_lengths.empty()) {
-    if (static_cast<int64_t>(opt.key_padding_lengths.size()) != p.B)
-      fail(kWhere, "key_padding_lengths must have one length per batch (" + std::to_string(p.B) + "), got " +
-                       std::to_string(opt.key_padding_lengths.size()));
-    for (size_t b = 0; b < p.kv_len.size(); ++b) {
-      const int64_t len = opt.key_padding_lengths[b];
-      if (len < 0 || len > p.M)
-        fail(kWhere, "key_padding_lengths[" + std::to_string(b) + "] must be in [0, " + std::to_string(p.M) +
-                         "], got " + std::to_string(len));
-      p.kv_len[b] = len;
-    }
-  }
+  if (m.scale) core::check_positive_float32(*m.scale, "scale");
+  p.scale = m.scale ? *m.scale : 1.0 / std::sqrt(static_cast<double>(p.D));
   // E and F: both given (named params, shape (k, M)) or both drawn from the seed.
   const std::string text = to_string(Mechanism{m});
   if (!opt.params.empty()) {
@@ -75,9 +56,6 @@ LinformerProblem LinformerFamily::validate(const TensorView& q, const TensorView
         p.F[static_cast<size_t>(r * p.M + j)] = static_cast<float>(sd * counter_normal(m.seed, 1, r, j));
       }
   }
-  p.inner.threads = opt.threads;
-  p.inner.isa = opt.isa;
-  p.inner.row_cache_bytes = opt.row_cache_bytes;
   return p;
 }
 
@@ -101,10 +79,14 @@ void project(const float* P, int64_t K, int64_t M, int64_t len, const TensorView
   }
 }
 
-void run_projected(const LinformerProblem& p, const core::Outputs& o, const core::Context&) {
+void run_projected(const LinformerProblem& p, const core::Outputs& o, const core::Context& ctx) {
+  AttendOptions inner;  // the softmax run on the projected rows: this call's threads and kernels
+  inner.threads = ctx.threads;
+  inner.isa = ctx.kern->isa;
+  inner.row_cache_bytes = ctx.row_cache_bytes;
   Tensor kp(DType::f32, {p.B, p.Hkv, p.K, p.D}), vp(DType::f32, {p.B, p.Hkv, p.K, p.Dv});
   const int64_t items = p.B * p.Hkv;
-  parallel_for(items, resolve_threads(p.inner.threads, items), [&](int64_t item, int) {
+  parallel_for(items, resolve_threads(ctx.threads, items), [&](int64_t item, int) {
     const int64_t b = item / p.Hkv, h = item % p.Hkv;
     project(p.E.data(), p.K, p.M, p.kv_len[b], p.k, b, h, reinterpret_cast<float*>(kp.view().ptr(b, h, 0)));
     project(p.F.data(), p.K, p.M, p.kv_len[b], p.v, b, h, reinterpret_cast<float*>(vp.view().ptr(b, h, 0)));
@@ -113,7 +95,7 @@ void run_projected(const LinformerProblem& p, const core::Outputs& o, const core
   exact.scale = p.scale;
   // q keeps its dtype; the projected rows are float32: convert q's dtype to match.
   if (p.q.dtype == DType::f32) {
-    attend_into(p.q, kp.view(), vp.view(), exact, p.inner, *o.out, o.lse, nullptr);
+    attend_into(p.q, kp.view(), vp.view(), exact, inner, *o.out, o.lse, nullptr);
     return;
   }
   Tensor q32(DType::f32, {p.B, p.H, p.N, p.D});
@@ -122,7 +104,7 @@ void run_projected(const LinformerProblem& p, const core::Outputs& o, const core
       for (int64_t i = 0; i < p.N; ++i)
         for (int64_t c = 0; c < p.D; ++c)
           static_cast<float*>(q32.view().data)[q32.view().offset(b, h, i, c)] = p.q.at(b, h, i, c);
-  attend_into(q32.view(), kp.view(), vp.view(), exact, p.inner, *o.out, o.lse, nullptr);
+  attend_into(q32.view(), kp.view(), vp.view(), exact, inner, *o.out, o.lse, nullptr);
 }
 
 // ---- the reference: float64 (or the plain same-dtype baseline) --------------------------------
@@ -175,25 +157,17 @@ core::ReferenceResult reference_impl(const LinformerProblem& p, bool plain) {
 }
 
 void run_reference(const LinformerProblem& p, const core::Outputs& o, const core::Context&) {
-  const core::ReferenceResult r = reference_impl<double>(p, false);
-  for (int64_t b = 0; b < p.B; ++b)
-    for (int64_t h = 0; h < p.H; ++h)
-      for (int64_t i = 0; i < p.N; ++i) {
-        for (int64_t c = 0; c < p.Dv; ++c)
-          store_from_float(o.out->data, o.out->dtype, o.out->offset(b, h, i, c), static_cast<float>(r.o(b, h, i, c)));
-        if (o.lse) static_cast<float*>(o.lse->data)[o.lse->offset(b, h, i, 0)] = static_cast<float>(r.l(b, h, i));
-      }
+  core::write_reference(reference_impl<double>(p, false), o);
 }
-
-void refuse_nothing(const LinformerProblem&, const core::Outputs&, core::Reasons&) {}
 
 }  // namespace
 
 const std::vector<core::Form<LinformerProblem>>& LinformerFamily::forms() {
   static const std::vector<core::Form<LinformerProblem>> list = {
-      {"projected", "K' = E K, V' = F V in float32, then the softmax forms on the k rows", refuse_nothing,
+      {"projected", "K' = E K, V' = F V in float32, then the softmax forms on the k rows", core::refuse_nothing<LinformerProblem>,
        run_projected},
-      {"reference", "float64 projections and softmax (slow, exact)", refuse_nothing, run_reference},
+      {"reference", "float64 projections and softmax (slow, exact)", core::refuse_nothing<LinformerProblem>,
+       run_reference},
   };
   return list;
 }

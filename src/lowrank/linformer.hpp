@@ -14,10 +14,7 @@ struct LinformerProblem : core::Dims {
   Linformer mech;
   int64_t K = 0;                 // projected rows
   double scale = 1.0;
-  std::vector<float> E, F;       // (K, M) row-major
-  std::vector<int64_t> kv_len;   // keys j >= kv_len[b] are left out of the projection
-  // Threads and ISA of the call, for the softmax run on the projected rows.
-  AttendOptions inner;
+  std::vector<float> E, F;       // (K, M) row-major; keys j >= kv_len[b] are left out
 };
 
 struct LinformerFamily {
