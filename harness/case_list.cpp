@@ -86,6 +86,12 @@ std::vector<Case> demo_cases(int64_t n, int64_t d, int64_t heads) {
       {"MHA", "softmax"},
       {"causal", "softmax:causal"},
       {"sliding window 128", "softmax:causal,window=128:0"},
+      {"window 128 + 4 sinks (StreamingLLM)", "softmax:causal,window=128:0,sinks=4"},
+      {"dilated 4 (atrous)", "softmax:causal,dilation=4"},
+      {"strided 32 (Sparse Transformer)", "softmax:causal,strided=32"},
+      {"chunked 128 (block-diagonal)", "softmax:chunk=128"},
+      {"Longformer window 64, 3 globals", "longformer:window=64:64,global=0;17;33"},
+      {"BigBird block 32", "bigbird:block=32,window=3,global=2,random=3,seed=7"},
       {"softcap 30", "softmax:causal,softcap=30"},
       {"ALiBi (slopes 2^(-8h/H))", "softmax:causal", DType::f32, 0, true},
       {"GQA (kv heads = H/4)", "softmax:causal", DType::f32, gqa},
@@ -248,6 +254,64 @@ void softmax_bad_cases(std::vector<BadCase>& out) {
       "alibi_slopes must have H (4) or B*H (8) values, got 3");
 }
 
+// ---- sparse patterns: exact softmax over a block mask (src/sparse/) -------------------------
+// Against the dense-mask reference (Problem::visible, the pattern's definition), on odd sizes,
+// N < M, N > M, every dtype and layout, padding and the boolean mask on top, decode shapes
+// (the rows form walks the same block mask), and rows vs tiled.
+void sparse_check_cases(std::vector<Case>& out) {
+  const char* patterns[] = {
+      "softmax:causal,window=20:0,sinks=4", "softmax:causal,dilation=4",     "softmax:causal,window=40:0,dilation=2",
+      "softmax:causal,strided=16",          "softmax:strided=9",             "softmax:chunk=32",
+      "softmax:causal,chunk=48",            "softmax:dilation=3,window=30:30", "longformer:window=8:8,global=0;17;33",
+      "longformer:window=12:0,dilation=2,global=5;70,causal", "bigbird:block=16,window=3,global=1,random=2,seed=7",
+      "bigbird:block=8,window=1,global=0,random=3,seed=2,causal",
+  };
+  int k = 0;
+  for (const char* mech : patterns) {
+    ++k;
+    Case c;
+    c.mechanism = mech;
+    c.B = 2, c.H = 4, c.Hkv = 2, c.N = 131, c.M = 131, c.D = 32, c.Dv = 24;
+    c.dtype = k % 3 == 0 ? DType::bf16 : k % 3 == 1 ? DType::f32 : DType::f16;
+    c.layout = k % 2 ? Layout::bhnd : Layout::bnhd;
+    out.push_back(c);
+    Case odd = c;  // more keys than queries, padding and a boolean mask on top
+    odd.B = 3, odd.H = 2, odd.Hkv = 1, odd.N = 70, odd.M = 200, odd.D = 16, odd.Dv = 16, odd.dtype = DType::f32;
+    odd.extras.padding = true, odd.extras.mask = k % 2 == 0;
+    out.push_back(odd);
+    Case tall = c;  // more queries than keys
+    tall.B = 1, tall.N = 97, tall.M = 60, tall.dtype = DType::f32, tall.layout = Layout::bhnd;
+    out.push_back(tall);
+    Case decode = c;  // a few queries against a longer cache: the rows form
+    decode.B = 2, decode.H = 8, decode.Hkv = 2, decode.N = k % 2 ? 1 : 2, decode.M = 700, decode.D = 48, decode.Dv = 48;
+    decode.extras.padding = true;
+    out.push_back(decode);
+    decode.form = "rows", decode.agree_with = "tiled";
+    out.push_back(decode);
+  }
+  for (const char* mech : {"softmax:causal,window=64:0,sinks=4", "softmax:causal,window=130:0"}) {
+    Case c;  // many tiles: full runs, partial edges, skipped middles
+    c.mechanism = mech, c.B = 1, c.H = 2, c.Hkv = 2, c.N = 600, c.M = 600, c.D = 64, c.Dv = 64;
+    out.push_back(c);
+  }
+}
+
+void sparse_bad_cases(std::vector<BadCase>& out) {
+  Case c;
+  c.B = 1, c.H = 2, c.Hkv = 2, c.N = 5, c.M = 6, c.D = 8, c.Dv = 8;
+  auto add = [&](const char* name, const char* mech, const char* message) {
+    Case b = c;
+    b.mechanism = mech;
+    out.push_back({name, b, [](Inputs&) {}, message});
+  };
+  add("dilation_zero", "softmax:causal,dilation=0", "dilation must be >= 1 (1 = every key), got 0");
+  add("strided_with_dilation", "softmax:strided=4,dilation=2", "strided and dilation cannot be combined");
+  add("negative_sinks", "softmax:sinks=-2", "sinks must be >= 0 (0 = none), got -2");
+  add("longformer_negative_global", "longformer:window=2:2,global=1;-3",
+      "longformer global position must be >= 0 (positions count from 0), got -3");
+  add("bigbird_even_window", "bigbird:window=4", "bigbird window must be an odd number of blocks >= 1");
+}
+
 // ---- linformer: low-rank projections along the sequence ------------------------------------
 void linformer_check_cases(std::vector<Case>& out) {
   for (DType dt : {DType::f32, DType::bf16})
@@ -282,6 +346,7 @@ void linformer_bad_cases(std::vector<BadCase>& out) {
 std::vector<Case> build() {
   std::vector<Case> all;
   softmax_check_cases(all);
+  sparse_check_cases(all);
   linformer_check_cases(all);
   // Bench suite: the foundation's grid (N = M = 1024, 4096; d = 64, 128; softmax and causal;
   // f32 and bf16; 8 heads) and decode against 4096 / 16384 / 65536 cached keys.
@@ -308,6 +373,7 @@ const std::vector<BadCase>& bad_case_list() {
   static const std::vector<BadCase> list = [] {
     std::vector<BadCase> out;
     softmax_bad_cases(out);
+    sparse_bad_cases(out);
     linformer_bad_cases(out);
     return out;
   }();

@@ -8,6 +8,12 @@
 //   softmax:score=cosine            cosine-similarity scores
 //   softmax:entropy_scale=512       scale log_512(n)/sqrt(d), n = visible keys of the row
 //   softmax:dropout=0.1,seed=7      dropout on the weights
+//   softmax:causal,window=256:0,sinks=4   sliding window keeping the first 4 keys (StreamingLLM)
+//   softmax:causal,dilation=4       dilated (atrous): distances that are multiples of 4
+//   softmax:causal,strided=64       Sparse Transformer: the last 64 keys and every 64th
+//   softmax:chunk=512               block-diagonal: attend within chunks of 512 positions
+//   longformer:window=128:128,global=0;17;33   window + global tokens
+//   bigbird:block=64,window=3,global=2,random=3,seed=7   BigBird's block pattern
 //   linformer:k=256,seed=1          keys and values projected to 256 rows (low rank)
 //
 // A family is a struct with `static constexpr std::string_view kind`, an alternative of the
@@ -20,6 +26,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 namespace attn {
 
@@ -37,8 +44,42 @@ struct Softmax {
   double softcap = 0.0;           // > 0: score = cap * tanh(score / cap)
   double dropout = 0.0;           // probability of dropping a weight, in [0, 1)
   uint64_t seed = 0;              // dropout seed
+  // Sparsity patterns (positions p = i + M - N; src/sparse/pattern.hpp has the exact rules):
+  int64_t sinks = 0;              // keys j < sinks stay visible to every query (causal still applies)
+  int64_t dilation = 1;           // inside the window, only keys with (p - j) mod dilation = 0
+  int64_t strided = 0;            // > 0: inside the window, |p - j| <= strided or (p - j) mod strided = 0
+  int64_t chunk = 0;              // > 0: query and key in the same chunk of this many positions
 
   bool operator==(const Softmax&) const = default;
+};
+
+// Longformer (Beltagy et al. 2020): a sliding window (optionally dilated) plus global
+// positions that see every key and are seen by every query. Exact softmax over that pattern.
+struct Longformer {
+  static constexpr std::string_view kind = "longformer";
+  int64_t window_left = 256, window_right = 256;  // text: window=LEFT:RIGHT
+  int64_t dilation = 1;
+  std::vector<int64_t> global;    // text: global=0;17;33
+  bool causal = false;
+  std::optional<double> scale;    // none: 1/sqrt(d)
+
+  bool operator==(const Longformer&) const = default;
+};
+
+// BigBird (Zaheer et al. 2020): positions in blocks of `block`; each query block sees `window`
+// blocks around its own, the first `global` blocks (which also see everything) and `random`
+// key blocks drawn per query block from `seed` (reproducible). Exact softmax over that pattern.
+struct BigBird {
+  static constexpr std::string_view kind = "bigbird";
+  int64_t block = 64;
+  int64_t window = 3;             // odd: the block itself and (window - 1) / 2 on each side
+  int64_t global = 2;
+  int64_t random = 3;
+  uint64_t seed = 0;
+  bool causal = false;
+  std::optional<double> scale;    // none: 1/sqrt(d)
+
+  bool operator==(const BigBird&) const = default;
 };
 
 // Linformer (Wang et al. 2020): keys and values projected along the sequence, K' = E K and
@@ -55,7 +96,7 @@ struct Linformer {
 };
 
 // The families. The sparse, linear and model issues append theirs.
-using Mechanism = std::variant<Softmax, Linformer>;
+using Mechanism = std::variant<Softmax, Longformer, BigBird, Linformer>;
 
 // For exhaustive visits: std::visit(overloaded{[](const Softmax&) {...}, ...}, mechanism).
 template <class... Fs>

@@ -12,6 +12,8 @@ template <class F>
 decltype(auto) visit_family(const Mechanism& m, F&& f) {
   return std::visit(overloaded{
                         [&](const Softmax& s) { return f(s, exact::SoftmaxFamily{}); },
+                        [&](const Longformer& s) { return f(s, exact::SoftmaxFamily{}); },
+                        [&](const BigBird& s) { return f(s, exact::SoftmaxFamily{}); },
                         [&](const Linformer& l) { return f(l, lowrank::LinformerFamily{}); },
                     },
                     m);

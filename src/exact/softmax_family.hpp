@@ -10,9 +10,10 @@
 namespace attn::exact {
 
 struct SoftmaxFamily {
-  using Mechanism = Softmax;
   using Problem = exact::Problem;
-  static Problem validate(const TensorView& q, const TensorView& k, const TensorView& v, const Softmax& m,
+  // Softmax, Longformer or BigBird: exact attention over the mechanism's pattern.
+  template <class M>
+  static Problem validate(const TensorView& q, const TensorView& k, const TensorView& v, const M& m,
                           const AttendOptions& options, const core::Outputs& outs) {
     return validate_softmax(q, k, v, m, options, outs);
   }

@@ -1,7 +1,10 @@
-// Split-K attention for few query rows per kv head. Work item = (batch, kv head, chunk of
-// kKeyChunk keys); each computes, for its R = group * N query rows, the chunk's partial
-// (max m, sum l, unnormalised output acc). The merge combines the chunks of a (batch, kv head)
-// in chunk order:  m = max_c m_c,  l = sum_c l_c e^(m_c - m),  O = sum_c acc_c e^(m_c - m) / l.
+// Split-K attention for few query rows per kv head. The keys to visit are the block mask's runs
+// for the N query rows (one query tile), cut at the batch's valid length; they are split into
+// chunks by their count, so a window of 256 keys in a 64K cache still spreads over the threads.
+// Work item = (batch, kv head, chunk); each computes, for its R = group * N query rows, the
+// chunk's partial (max m, sum l, unnormalised output acc). The merge combines the chunks of a
+// (batch, kv head) in chunk order:  m = max_c m_c,  l = sum_c l_c e^(m_c - m),
+// O = sum_c acc_c e^(m_c - m) / l.
 #include "exact/softmax_rows.hpp"
 
 #include <algorithm>
@@ -13,6 +16,7 @@
 #include "base/parallel.hpp"
 #include "core/kv_rows.hpp"
 #include "core/partial_merge.hpp"
+#include "sparse/block_mask.hpp"
 
 namespace attn::exact {
 namespace {
@@ -21,6 +25,7 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 struct Scratch {
   std::vector<float> q, row, kbuf, vbuf;
+  std::vector<uint8_t> vis;  // (keys, N) visibility of a partial block
   AlignedFloats s;  // (R, kKeyChunk) scores, 64-byte aligned for the softcap kernel
   // Sized by the problem: the float32 copies of K/V rows exist only for a non-unit inner stride,
   // and hold at most min(M, kKeyChunk) rows (memory in proportion to the inputs).
@@ -29,6 +34,7 @@ struct Scratch {
     q.resize(static_cast<size_t>(R * p.D));
     s.resize(static_cast<size_t>(R * rows));
     row.resize(static_cast<size_t>(std::max({p.D, p.Dv, R})));  // also holds R scores / weights
+    vis.resize(static_cast<size_t>(rows * p.N));
     if (p.k.strides[3] != 1) kbuf.resize(static_cast<size_t>(rows * p.D));
     if (p.v.strides[3] != 1) vbuf.resize(static_cast<size_t>(rows * p.Dv));
   }
@@ -54,30 +60,50 @@ struct RowIndex {
   int64_t h, i;
 };
 
+// The keys a batch entry visits, in order: the block mask's runs cut at its valid length.
+std::vector<sparse::Run> visited_keys(const Problem& p, const sparse::BlockMask& mask, int64_t b, int64_t& count) {
+  std::vector<sparse::Run> pieces;
+  count = 0;
+  for (const sparse::Run& r : mask.runs(0)) {
+    const int64_t end = std::min(r.end, p.kv_len[b]);
+    if (end <= r.begin) continue;
+    pieces.push_back({r.begin, end, r.full && !p.mask});
+    count += end - r.begin;
+  }
+  return pieces;
+}
+
 class Chunk {
  public:
-  Chunk(const Problem& p, const kernels::TileKernels& kern, Scratch& s, int64_t b, int64_t hk, int64_t j0, int64_t j1,
-        float* m, float* l, float* acc)
-      : p_(p), kern_(kern), s_(s), b_(b), hk_(hk), j0_(j0), j1_(j1), R_(p.group * p.N), m_(m), l_(l), acc_(acc),
-        krows_(p.k, b, hk), vrows_(p.v, b, hk) {}
+  Chunk(const Problem& p, const kernels::TileKernels& kern, Scratch& s, int64_t b, int64_t hk, float* m, float* l,
+        float* acc)
+      : p_(p), kern_(kern), s_(s), b_(b), hk_(hk), R_(p.group * p.N), m_(m), l_(l), acc_(acc), krows_(p.k, b, hk),
+        vrows_(p.v, b, hk) {}
 
-  // Online softmax over sub-blocks of at most kKeyChunk keys of [j0, j1), each within one run of
-  // evenly spaced K and V rows.
-  void run() {
+  // Online softmax over the visited keys [first, last) of `pieces` (counted in visiting order),
+  // in sub-blocks of at most kKeyChunk keys, each within one run of evenly spaced K and V rows.
+  void run(const std::vector<sparse::Run>& pieces, int64_t first, int64_t last) {
     std::fill(acc_, acc_ + R_ * p_.Dv, 0.0f);
     std::fill(m_, m_ + R_, kNegInf);
     std::fill(l_, l_ + R_, 0.0f);
-    if (j1_ <= j0_) return;
+    if (last <= first) return;
     pack_queries();
-    for (int64_t a = j0_; a < j1_;) {
-      const int64_t e = std::min({j1_, a + kKeyChunk, krows_.run_end(a), vrows_.run_end(a)});
-      block(a, e);
-      a = e;
+    int64_t pos = 0;  // visiting-order index of the piece's first key
+    for (const sparse::Run& piece : pieces) {
+      const int64_t len = piece.end - piece.begin;
+      const int64_t j1 = piece.begin + std::min(last - pos, len);
+      for (int64_t a = piece.begin + std::max<int64_t>(first - pos, 0); a < j1;) {
+        const int64_t e = std::min({j1, a + kKeyChunk, krows_.run_end(a), vrows_.run_end(a)});
+        block(a, e, piece.full);
+        a = e;
+      }
+      pos += len;
+      if (pos >= last) break;
     }
   }
 
  private:
-  void block(int64_t a, int64_t e) {
+  void block(int64_t a, int64_t e, bool full) {
     const int64_t n = e - a;
     int64_t ks, vs;
     DType kt, vt;
@@ -89,21 +115,23 @@ class Chunk {
       for (int64_t r = 0; r < R_; ++r) s[r * n + j] = col[r];
     }
     if (p_.mech.softcap > 0) kern_.softcap(s, R_ * n, static_cast<float>(p_.mech.softcap));
+    uint8_t* vis = s_.vis.data();  // vis[j * N + i]: key a + j visible to query i (pattern only)
+    if (!full)
+      for (int64_t j = 0; j < n; ++j) p_.pattern.column(a + j, p_.offset, p_.N, vis + j * p_.N);
     for (int64_t r = 0; r < R_; ++r) {
       const RowIndex q = index(r);
       float* sr = s + r * n;
       if (p_.has_bias())
         for (int64_t j = 0; j < n; ++j) sr[j] += p_.additive_bias(b_, q.h, q.i, a + j);
-      // the row's structural key range (padding, causal, window), then the boolean mask
-      int64_t lo, hi;
-      p_.key_range(b_, q.i, q.i, lo, hi);
-      lo = std::clamp<int64_t>(lo - a, 0, n), hi = std::clamp<int64_t>(hi - a, 0, n);
-      if (hi < lo) hi = lo;
-      std::fill(sr, sr + lo, kNegInf);
-      std::fill(sr + hi, sr + n, kNegInf);
-      if (p_.mask)
-        for (int64_t j = lo; j < hi; ++j)
-          if (!p_.visible(b_, q.h, q.i, a + j)) sr[j] = kNegInf;
+      if (!full) {  // the pattern, then the boolean mask
+        for (int64_t j = 0; j < n; ++j)
+          if (!vis[j * p_.N + q.i]) sr[j] = kNegInf;
+        if (p_.mask) {
+          const auto* mk = static_cast<const uint8_t*>(p_.mask->data) + p_.mask->offset(b_, q.h, q.i, a);
+          for (int64_t j = 0; j < n; ++j)
+            if (!mk[j * p_.mask->strides[3]]) sr[j] = kNegInf;
+        }
+      }
       float mx = m_[r];
       bool nan = false;
       for (int64_t j = 0; j < n; ++j) mx = std::max(mx, sr[j]), nan |= std::isnan(sr[j]);
@@ -146,7 +174,7 @@ class Chunk {
   const Problem& p_;
   const kernels::TileKernels& kern_;
   Scratch& s_;
-  int64_t b_, hk_, j0_, j1_, R_;
+  int64_t b_, hk_, R_;
   float *m_, *l_, *acc_;
   core::KvRows krows_, vrows_;
 };
@@ -168,11 +196,19 @@ void softmax_rows(const Problem& p, const core::Outputs& o, const core::Context&
   const kernels::TileKernels& kern = *ctx.kern;
   const TensorView& out = *o.out;
   const int64_t R = p.group * p.N;
+  const sparse::BlockMask mask(p.pattern, p.N, p.M, p.offset, p.N, 64);
+  std::vector<std::vector<sparse::Run>> pieces(static_cast<size_t>(p.B));
+  int64_t most = 0;  // visited keys of the busiest batch entry
+  for (int64_t b = 0; b < p.B; ++b) {
+    int64_t count;
+    pieces[static_cast<size_t>(b)] = visited_keys(p, mask, b, count);
+    most = std::max(most, count);
+  }
   // Split-K: enough chunks for ~64 work items, whatever the thread count (the chunking fixes the
   // summation order, so it must not depend on threads); partials stay ~64 x R x Dv floats.
-  const int64_t max_chunks = std::max<int64_t>(1, (p.M + kKeyChunk - 1) / kKeyChunk);
+  const int64_t max_chunks = std::max<int64_t>(1, (most + kKeyChunk - 1) / kKeyChunk);
   const int64_t chunks = std::min(max_chunks, std::max<int64_t>(1, (64 + p.B * p.Hkv - 1) / (p.B * p.Hkv)));
-  const int64_t chunk_len = (p.M + chunks - 1) / chunks;
+  const int64_t chunk_len = (most + chunks - 1) / chunks;
   const int64_t items = p.B * p.Hkv * chunks;
   // partials: per item R maxima, R sums, R x Dv outputs (size ~ B*Hkv*M/256*R*Dv, not N x M)
   std::vector<float> pm(static_cast<size_t>(items * R)), pl(pm.size()), pacc(static_cast<size_t>(items * R * p.Dv));
@@ -182,12 +218,8 @@ void softmax_rows(const Problem& p, const core::Outputs& o, const core::Context&
   parallel_for(items, nthreads, [&](int64_t item, int tid) {
     const int64_t c = item % chunks, bh = item / chunks;
     const int64_t b = bh / p.Hkv, hk = bh % p.Hkv;
-    int64_t lo, hi;  // keys any query of this batch may see, within the chunk
-    p.key_range(b, 0, p.N - 1, lo, hi);
-    const int64_t j0 = std::max(lo, c * chunk_len), j1 = std::min(hi, (c + 1) * chunk_len);
-    Chunk(p, kern, scratch[static_cast<size_t>(tid)], b, hk, j0, j1, &pm[item * R], &pl[item * R],
-          &pacc[item * R * p.Dv])
-        .run();
+    Chunk(p, kern, scratch[static_cast<size_t>(tid)], b, hk, &pm[item * R], &pl[item * R], &pacc[item * R * p.Dv])
+        .run(pieces[static_cast<size_t>(b)], c * chunk_len, (c + 1) * chunk_len);
   });
   // merge each row's chunk partials in chunk order
   std::vector<float> row(static_cast<size_t>(p.Dv));

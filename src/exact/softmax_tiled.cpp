@@ -1,8 +1,9 @@
 // Work item = (batch, head, block of 64 queries); items are independent, so results do not
 // depend on the thread count. Per item:
 //   1. pack Q^T (d x 64), each row pre-multiplied by its scale (and 1/|q| for cosine);
-//   2. for each key tile that any query of the block can see:
-//        St = K Q^T, score transforms (cosine, softcap, bias, ALiBi), masks on partial tiles,
+//   2. for each key tile of the block's runs in the compiled block mask (src/sparse/):
+//        St = K Q^T, score transforms (cosine, softcap, bias, ALiBi), the pattern's element
+//        test and the boolean mask on partial tiles only,
 //        online softmax update, dropout, Ot = alpha*Ot + V^T Pt;
 //   3. O = Ot^T / l, lse = m + log l (zeros and -inf for rows that saw no key);
 //   4. if probabilities are requested, a second pass recomputes St and writes exp(St - lse).
@@ -16,6 +17,7 @@
 #include "base/aligned_buffer.hpp"
 #include "base/parallel.hpp"
 #include "core/kv_rows.hpp"
+#include "sparse/block_mask.hpp"
 
 namespace attn::exact {
 namespace {
@@ -64,7 +66,7 @@ struct Scratch {
   AlignedFloats m{L}, l{L}, alpha{L};
   std::vector<float> row_scale = std::vector<float>(L);
   std::vector<float> row;
-  std::vector<uint8_t> live;
+  std::vector<uint8_t> live, vis;
   RowCache kcache, vcache;
   void reserve(const Problem& p, int64_t row_cache_bytes) {
     if (!is_plain_f32(p.k)) kcache.reserve(p.M, p.D, row_cache_bytes);
@@ -76,6 +78,7 @@ struct Scratch {
     vbuf.resize(static_cast<size_t>(kKeyTile * p.Dv));
     row.resize(static_cast<size_t>(std::max(p.D, p.Dv)));
     live.resize(kKeyTile);
+    vis.resize(L);
     if (p.A > 0) {
       qp.resize(static_cast<size_t>(L * p.A));
       kp.resize(static_cast<size_t>(kKeyTile * p.A));
@@ -85,9 +88,10 @@ struct Scratch {
 
 class Block {
  public:
-  Block(const Problem& p, const kernels::TileKernels& kern, Scratch& s, int64_t b, int64_t h, int64_t i0)
+  Block(const Problem& p, const sparse::BlockMask& mask, const kernels::TileKernels& kern, Scratch& s, int64_t b,
+        int64_t h, int64_t i0)
       : p_(p), kern_(kern), s_(s), b_(b), h_(h), hk_(p.kv_head(h)), i0_(i0),
-        nq_(std::min<int64_t>(L, p.N - i0)), krows_(p.k, b, hk_), vrows_(p.v, b, hk_) {}
+        nq_(std::min<int64_t>(L, p.N - i0)), runs_(mask.runs(i0 / L)), krows_(p.k, b, hk_), vrows_(p.v, b, hk_) {}
 
   void run(const TensorView& out, const TensorView* lse, const TensorView* probs) {
     pack_queries();
@@ -96,23 +100,34 @@ class Block {
     std::fill(m, m + L, -std::numeric_limits<float>::infinity());
     std::fill(l, l + L, 0.0f);
     std::fill(s_.ot.data(), s_.ot.data() + p_.Dv * L, 0.0f);
-    int64_t lo, hi;
-    p_.key_range(b_, i0_, i0_ + nq_ - 1, lo, hi);
-    for (int64_t j0 = lo; j0 < hi;) {
-      const int64_t bc = tile_size(j0, hi);
-      const bool all_live = scores(j0, bc);
+    for_each_tile([&](int64_t j0, int64_t bc, bool full) {
+      const bool all_live = scores(j0, bc, full);
       kern_.softmax_update(s_.st.data(), bc, m, l, s_.alpha.data());
       if (p_.mech.dropout > 0) apply_dropout(j0, bc);
       int64_t vs;
       const float* v = values(j0, bc, all_live, vs);
       kern_.pv(s_.st.data(), bc, v, vs, p_.Dv, s_.ot.data(), s_.alpha.data());
-      j0 += bc;
-    }
+    });
     write_outputs(out, lse);
-    if (probs) write_probs(*probs, lo, hi);
+    if (probs) write_probs(*probs);
   }
 
  private:
+  // fn(j0, bc, full) for each key tile of this block's runs, cut at the batch's valid length
+  // (which keeps a full run full); the boolean mask makes every tile partial.
+  template <class Fn>
+  void for_each_tile(Fn&& fn) const {
+    for (const sparse::Run& r : runs_) {
+      const int64_t end = std::min(r.end, p_.kv_len[b_]);
+      const bool full = r.full && !p_.mask;
+      for (int64_t j0 = r.begin; j0 < end;) {
+        const int64_t bc = tile_size(j0, end);
+        fn(j0, bc, full);
+        j0 += bc;
+      }
+    }
+  }
+
   // Q^T with per-row scale; lanes past the last query stay zero.
   void pack_queries() {
     float* qt = s_.qt.data();
@@ -166,9 +181,10 @@ class Block {
     return buf;
   }
 
-  // St for keys [j0, j0+bc): scores, transforms and masks. Returns false when some key of the
-  // tile is visible to no query of the block (its value row must then be skipped).
-  bool scores(int64_t j0, int64_t bc) {
+  // St for keys [j0, j0+bc): scores, transforms and (unless the tile is full) masks. Returns
+  // false when some key of the tile is visible to no query of the block (its value row must then
+  // be skipped).
+  bool scores(int64_t j0, int64_t bc, bool full) {
     float* st = s_.st.data();
     int64_t ks;
     const float* k = rows_f32(krows_, s_.kcache, j0, bc, s_.kbuf.data(), ks);
@@ -192,7 +208,7 @@ class Block {
         for (int64_t i = 0; i < nq_; ++i) row[i] -= slope * std::fabs(d0 + static_cast<float>(i));
       }
     }
-    if (p_.tile_fully_visible(b_, i0_, i0_ + nq_ - 1, j0, j0 + bc - 1)) return true;
+    if (full) return true;
     const float neg_inf = -std::numeric_limits<float>::infinity();
     const uint8_t* mask = nullptr;
     int64_t ms_i = 0, ms_j = 0;
@@ -200,28 +216,25 @@ class Block {
       mask = static_cast<const uint8_t*>(p_.mask->data) + p_.mask->offset(b_, h_, i0_, j0);
       ms_i = p_.mask->strides[2], ms_j = p_.mask->strides[3];
     }
+    uint8_t* vis = s_.vis.data();
     bool all_live = true;
     for (int64_t j = 0; j < bc; ++j) {
       float* row = st + j * L;
-      // Causal/window: key j is visible to the contiguous lanes [lo, hi] of this block
-      // (keys past the padding length are never in the tile range).
-      int64_t lo, hi;
-      p_.query_range(j0 + j, lo, hi);
-      lo = std::max<int64_t>(lo - i0_, 0);
-      hi = std::min<int64_t>(hi - i0_, nq_ - 1);
-      if (lo > hi) lo = nq_, hi = nq_ - 1;
-      std::fill(row, row + lo, neg_inf);
-      std::fill(row + hi + 1, row + nq_, neg_inf);
-      bool live = lo <= hi;
-      if (mask) {
-        live = false;
-        const uint8_t* mj = mask + j * ms_j;
-        for (int64_t i = lo; i <= hi; ++i) {
-          if (mj[i * ms_i])
-            live = true;
-          else
-            row[i] = neg_inf;
-        }
+      int64_t lo, hi;  // keys past the valid length never get here
+      if (!mask && p_.pattern.column_interval(j0 + j, i0_ + p_.offset, nq_, lo, hi)) {
+        std::fill(row, row + lo, neg_inf);
+        std::fill(row + hi, row + nq_, neg_inf);
+        s_.live[j] = lo < hi;
+        all_live &= lo < hi;
+        continue;
+      }
+      p_.pattern.column(j0 + j, i0_ + p_.offset, nq_, vis);
+      if (mask)
+        for (int64_t i = 0; i < nq_; ++i) vis[i] &= mask[j * ms_j + i * ms_i] != 0;
+      bool live = false;
+      for (int64_t i = 0; i < nq_; ++i) {
+        row[i] = vis[i] ? row[i] : neg_inf;
+        live |= vis[i] != 0;
       }
       s_.live[j] = live;
       all_live &= live;
@@ -302,7 +315,7 @@ class Block {
     }
   }
 
-  void write_probs(const TensorView& probs, int64_t lo, int64_t hi) {
+  void write_probs(const TensorView& probs) {
     float* pr = static_cast<float*>(probs.data);
     for (int64_t i = 0; i < nq_; ++i)
       for (int64_t j = 0; j < p_.M; ++j) pr[probs.offset(b_, h_, i0_ + i, j)] = 0.0f;
@@ -313,20 +326,20 @@ class Block {
       inv_l[i] = inverse_sum(s_.l.data()[i]);
       if (!(s_.l.data()[i] > 0)) m[i] = 0.0f;
     }
-    for (int64_t j0 = lo; j0 < hi; j0 += tile_size(j0, hi)) {
-      const int64_t bc = tile_size(j0, hi);
-      scores(j0, bc);
+    for_each_tile([&](int64_t j0, int64_t bc, bool full) {
+      scores(j0, bc, full);
       float* st = s_.st.data();
       kern_.exp_rows(st, bc * L, m);
       for (int64_t j = 0; j < bc; ++j)
         for (int64_t i = 0; i < nq_; ++i) pr[probs.offset(b_, h_, i0_ + i, j0 + j)] = st[j * L + i] * inv_l[i];
-    }
+    });
   }
 
   const Problem& p_;
   const kernels::TileKernels& kern_;
   Scratch& s_;
   int64_t b_, h_, hk_, i0_, nq_;
+  std::span<const sparse::Run> runs_;
   core::KvRows krows_, vrows_;
 };
 
@@ -341,10 +354,11 @@ void softmax_tiled(const Problem& p, const core::Outputs& o, const core::Context
   // exception) can happen inside it.
   std::vector<Scratch> scratch(static_cast<size_t>(nthreads));
   for (Scratch& s : scratch) s.reserve(p, ctx.row_cache_bytes);
+  const sparse::BlockMask mask(p.pattern, p.N, p.M, p.offset, L, kKeyTile);
   parallel_for(items, nthreads, [&](int64_t item, int tid) {
     Scratch& s = scratch[static_cast<size_t>(tid)];
     const int64_t qb = item % q_blocks, bh = item / q_blocks;
-    Block(p, *ctx.kern, s, bh / p.H, bh % p.H, qb * L).run(*o.out, o.lse, o.probs);
+    Block(p, mask, *ctx.kern, s, bh / p.H, bh % p.H, qb * L).run(*o.out, o.lse, o.probs);
   });
 }
 

@@ -6,6 +6,7 @@
 #include "attn/error.hpp"
 #include "core/params.hpp"
 #include "exact/problem.hpp"
+#include "sparse/patterns.hpp"
 
 namespace attn::exact {
 namespace {
@@ -38,10 +39,9 @@ std::vector<core::ParamSpec> param_specs(const Softmax& m) {
           {"w", {"A"}, "output weights of the additive score"}};
 }
 
-}  // namespace
-
-Problem validate_softmax(const TensorView& q, const TensorView& k, const TensorView& v, const Softmax& mech,
-                         const AttendOptions& opt, const core::Outputs& outs) {
+// Everything but the pattern: inputs, scale and score options, mask, bias, ALiBi, params.
+Problem validate_scores(const TensorView& q, const TensorView& k, const TensorView& v, const Softmax& mech,
+                        const std::string& text, const AttendOptions& opt, const core::Outputs& outs) {
   Problem p;
   static_cast<core::Dims&>(p) = core::check_io(q, k, v, outs, opt);
   p.offset = p.M - p.N;
@@ -63,16 +63,6 @@ Problem validate_softmax(const TensorView& q, const TensorView& k, const TensorV
   if (mech.entropy_train_len < 0 || mech.entropy_train_len == 1)
     fail(kWhere, "entropy_scale training length must be >= 2 (0 = off), got " +
                      std::to_string(mech.entropy_train_len));
-  if (mech.window_left < -1 || mech.window_right < -1)
-    fail(kWhere, "window must be (left, right) with each >= 0 or -1 for unbounded, got (" +
-                     std::to_string(mech.window_left) + ", " + std::to_string(mech.window_right) + ")");
-  // Normalised once: a bound reaching past every key (> N + M) is unbounded (-1), so no index
-  // arithmetic ever sees values near 2^63; causal is right = min(right, 0).
-  auto bound = [&](int64_t w) { return w > p.N + p.M ? int64_t{-1} : w; };
-  p.left = bound(mech.window_left);
-  p.right = bound(mech.window_right);
-  if (mech.causal) p.right = p.right < 0 ? 0 : std::min<int64_t>(p.right, 0);
-
 
   if (opt.mask) {
     if (opt.mask->dtype != DType::boolean)
@@ -97,13 +87,40 @@ Problem validate_softmax(const TensorView& q, const TensorView& k, const TensorV
   }
 
   core::Symbols symbols{{"D", p.D}};
-  core::check_params(opt.params, param_specs(mech), to_string(Mechanism{mech}), symbols);
+  core::check_params(opt.params, param_specs(mech), text, symbols);
   if (mech.score == ScoreKind::additive) {
     p.wq = core::to_floats(opt.params.at("wq"));
     p.wk = core::to_floats(opt.params.at("wk"));
     p.w = core::to_floats(opt.params.at("w"));
     p.A = symbols.at("A");
   }
+  return p;
+}
+
+}  // namespace
+
+Problem validate_softmax(const TensorView& q, const TensorView& k, const TensorView& v, const Softmax& mech,
+                         const AttendOptions& opt, const core::Outputs& outs) {
+  Problem p = validate_scores(q, k, v, mech, to_string(Mechanism{mech}), opt, outs);
+  p.pattern = sparse::pattern_of(mech, p.N, p.M);
+  return p;
+}
+
+Problem validate_softmax(const TensorView& q, const TensorView& k, const TensorView& v, const Longformer& mech,
+                         const AttendOptions& opt, const core::Outputs& outs) {
+  Softmax scores;
+  scores.scale = mech.scale;
+  Problem p = validate_scores(q, k, v, scores, to_string(Mechanism{mech}), opt, outs);
+  p.pattern = sparse::pattern_of(mech, p.N, p.M);
+  return p;
+}
+
+Problem validate_softmax(const TensorView& q, const TensorView& k, const TensorView& v, const BigBird& mech,
+                         const AttendOptions& opt, const core::Outputs& outs) {
+  Softmax scores;
+  scores.scale = mech.scale;
+  Problem p = validate_scores(q, k, v, scores, to_string(Mechanism{mech}), opt, outs);
+  p.pattern = sparse::pattern_of(mech, p.N, p.M);
   return p;
 }
 

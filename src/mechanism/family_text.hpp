@@ -12,6 +12,12 @@ void read_options(OptionReader& r, Softmax& m);
 // Writes the canonical options (defaults omitted).
 void write_options(OptionWriter& w, const Softmax& m);
 
+void read_options(OptionReader& r, Longformer& m);
+void write_options(OptionWriter& w, const Longformer& m);
+
+void read_options(OptionReader& r, BigBird& m);
+void write_options(OptionWriter& w, const BigBird& m);
+
 void read_options(OptionReader& r, Linformer& m);
 void write_options(OptionWriter& w, const Linformer& m);
 

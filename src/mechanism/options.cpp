@@ -135,6 +135,20 @@ std::optional<std::pair<int64_t, int64_t>> OptionReader::integer_pair(std::strin
                    to_integer<int64_t>(o->token, o->value.substr(colon + 1), true)};
 }
 
+std::optional<std::vector<int64_t>> OptionReader::integer_list(std::string_view name, std::string_view shape) {
+  const Option* o = take(name, true, "=" + std::string(shape));
+  if (!o) return std::nullopt;
+  std::vector<int64_t> xs;
+  for (size_t pos = 0;;) {
+    size_t semi = o->value.find(';', pos);
+    if (semi == std::string_view::npos) semi = o->value.size();
+    xs.push_back(to_integer<int64_t>(o->token, o->value.substr(pos, semi - pos), true));
+    if (semi == o->value.size()) break;
+    pos = semi + 1;
+  }
+  return xs;
+}
+
 std::optional<std::string_view> OptionReader::word(std::string_view name, const std::vector<std::string_view>& allowed) {
   std::string bars, words;
   for (size_t i = 0; i < allowed.size(); ++i) {
@@ -179,6 +193,15 @@ void OptionWriter::unsigned_integer(std::string_view name, uint64_t x) {
 
 void OptionWriter::integer_pair(std::string_view name, int64_t a, int64_t b) {
   add(std::string(name) + "=" + std::to_string(a) + ":" + std::to_string(b));
+}
+
+void OptionWriter::integer_list(std::string_view name, const std::vector<int64_t>& xs) {
+  std::string v;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (i) v += ';';
+    v += std::to_string(xs[i]);
+  }
+  add(std::string(name) + "=" + v);
 }
 
 void OptionWriter::word(std::string_view name, std::string_view w) { add(std::string(name) + "=" + std::string(w)); }

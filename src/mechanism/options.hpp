@@ -25,6 +25,8 @@ class OptionReader {
   std::optional<uint64_t> unsigned_integer(std::string_view name);
   // key=A:B, two integers (e.g. window=128:0); `shape` names them in messages ("LEFT:RIGHT").
   std::optional<std::pair<int64_t, int64_t>> integer_pair(std::string_view name, std::string_view shape = "A:B");
+  // key=I;J;K, one or more integers separated by ';' (commas separate options).
+  std::optional<std::vector<int64_t>> integer_list(std::string_view name, std::string_view shape = "I;J;K");
   // key=word, one of `allowed`.
   std::optional<std::string_view> word(std::string_view name, const std::vector<std::string_view>& allowed);
   // Throws naming the first option no reader consumed, with the list of known ones.
@@ -51,6 +53,7 @@ class OptionWriter {
   void integer(std::string_view name, int64_t x);
   void unsigned_integer(std::string_view name, uint64_t x);
   void integer_pair(std::string_view name, int64_t a, int64_t b);
+  void integer_list(std::string_view name, const std::vector<int64_t>& xs);
   void word(std::string_view name, std::string_view w);
   std::string str() const { return text_; }
 

@@ -82,7 +82,7 @@ TEST(Validation, MechanismParameters) {
   expect_error([&] { attend(s.q.view, s.k.view, s.v.view, m); }, "scale must be finite");
   m = Softmax{};
   m.window_left = -3;
-  expect_error([&] { attend(s.q.view, s.k.view, s.v.view, m); }, "window must be (left, right)");
+  expect_error([&] { attend(s.q.view, s.k.view, s.v.view, m); }, "window must be LEFT:RIGHT");
   m = Softmax{};
   m.softcap = -1;
   expect_error([&] { attend(s.q.view, s.k.view, s.v.view, m); }, "softcap must be >= 0");

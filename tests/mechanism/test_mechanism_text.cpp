@@ -32,7 +32,7 @@ TEST(MechanismText, UnknownOptionListsTheKnownOnes) {
 }
 
 TEST(MechanismText, KindsComeFromTheVariant) {
-  EXPECT_EQ(known_kinds(), "softmax, linformer");
+  EXPECT_EQ(known_kinds(), "softmax, longformer, bigbird, linformer");
   EXPECT_EQ(kind_of(parse_mechanism("softmax:causal")), "softmax");
   EXPECT_EQ(kind_of(parse_mechanism("linformer:k=64")), "linformer");
 }

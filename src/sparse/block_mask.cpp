@@ -1,0 +1,57 @@
+#include "sparse/block_mask.hpp"
+
+#include <algorithm>
+
+namespace attn::sparse {
+
+BlockMask::BlockMask(const Pattern& pattern, int64_t N, int64_t M, int64_t offset, int64_t query_tile,
+                     int64_t key_tile)
+    : query_tile_(query_tile) {
+  const int64_t tiles = (N + query_tile - 1) / query_tile;
+  first_.reserve(static_cast<size_t>(tiles) + 1);
+  first_.push_back(0);
+  const bool dense = pattern.dense();
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t p0 = t * query_tile + offset, p1 = std::min(N, (t + 1) * query_tile) - 1 + offset;
+    if (dense) {  // the common case, without classifying every tile
+      if (M > 0) runs_.push_back({0, M, true});
+    } else {
+      for (const auto& [a, b] : pattern.candidates(p0, p1, M))
+        for (int64_t j0 = a; j0 < b; j0 += key_tile) {
+          const int64_t j1 = std::min(b, j0 + key_tile);
+          const Coverage c = pattern.classify(p0, p1, j0, j1 - 1);
+          if (c == Coverage::hidden) continue;
+          const bool full = c == Coverage::full;
+          if (runs_.size() > static_cast<size_t>(first_.back()) && runs_.back().end == j0 && runs_.back().full == full)
+            runs_.back().end = j1;
+          else
+            runs_.push_back({j0, j1, full});
+        }
+    }
+    first_.push_back(static_cast<int64_t>(runs_.size()));
+  }
+}
+
+double visible_pairs(const Pattern& pattern, int64_t N, int64_t M, int64_t offset, int64_t len) {
+  constexpr int64_t kTile = 64;
+  const BlockMask mask(pattern, N, M, offset, kTile, kTile);
+  std::vector<uint8_t> vis(kTile);
+  double pairs = 0;
+  for (int64_t t = 0; t < mask.tiles(); ++t) {
+    const int64_t i0 = t * kTile, nq = std::min(N - i0, kTile);
+    for (const Run& r : mask.runs(t)) {
+      const int64_t end = std::min(r.end, len);
+      if (r.full) {
+        pairs += static_cast<double>(nq) * static_cast<double>(std::max<int64_t>(0, end - r.begin));
+        continue;
+      }
+      for (int64_t j = r.begin; j < end; ++j) {
+        pattern.column(j, i0 + offset, nq, vis.data());
+        pairs += static_cast<double>(std::count(vis.begin(), vis.begin() + nq, uint8_t{1}));
+      }
+    }
+  }
+  return pairs;
+}
+
+}  // namespace attn::sparse

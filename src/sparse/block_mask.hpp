@@ -1,0 +1,43 @@
+// A pattern compiled for one call: for each tile of query rows, the runs of key positions some
+// row may see, each marked full (every pair visible: no element test) or partial (the kernel
+// asks Pattern::column). Keys outside every run are never touched. Both softmax forms walk it
+// (tiled: 64-row tiles; rows: one tile of all N rows), so cost follows the pattern.
+// Key padding is applied by the walker (runs are cut at the batch's valid length; cutting keeps
+// a full run full), and so is the user's element mask (it turns every run partial).
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "sparse/pattern.hpp"
+
+namespace attn::sparse {
+
+struct Run {
+  int64_t begin, end;  // keys [begin, end)
+  bool full;
+};
+
+class BlockMask {
+ public:
+  // Query rows i in [0, N) at positions i + offset, grouped in tiles of `query_tile` rows; key
+  // runs classified in pieces of at most `key_tile` keys.
+  BlockMask(const Pattern& pattern, int64_t N, int64_t M, int64_t offset, int64_t query_tile, int64_t key_tile);
+
+  int64_t tiles() const { return static_cast<int64_t>(first_.size()) - 1; }
+  int64_t query_tile() const { return query_tile_; }
+  std::span<const Run> runs(int64_t tile) const {
+    return {runs_.data() + first_[static_cast<size_t>(tile)],
+            static_cast<size_t>(first_[static_cast<size_t>(tile) + 1] - first_[static_cast<size_t>(tile)])};
+  }
+
+ private:
+  int64_t query_tile_;
+  std::vector<Run> runs_;
+  std::vector<int64_t> first_;  // runs of tile t: runs_[first_[t] .. first_[t + 1])
+};
+
+// (query, key) pairs the pattern lets through for rows [0, N) against keys [0, len).
+double visible_pairs(const Pattern& pattern, int64_t N, int64_t M, int64_t offset, int64_t len);
+
+}  // namespace attn::sparse
