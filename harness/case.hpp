@@ -34,6 +34,8 @@ struct Extras {
   bool mask = false;      // random boolean mask (1, H, N, M), 70 % visible
   bool bias = false;      // random float bias (B, 1, N, M) with 5 % -inf
   bool alibi = false;     // slopes 2^(-8 (h+1) / H)
+  bool block_mask = false;  // random block mask (B, 1, ceil(N/16), ceil(M/24)), blocks 16 x 24, 60 % visible
+  bool mask_mod = false;    // a mask_mod predicate hiding (b + h + i + 2 j) mod 5 = 0
   bool additive = false;  // params wq, wk (5, D), w (5) for score=additive
   float magnitude = 1.0f;  // q and k drawn from N(0, magnitude^2)
   int64_t pad = 0;         // extra elements per token row (non-packed strides)

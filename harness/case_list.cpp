@@ -19,6 +19,7 @@ std::string Case::name() const {
   s << mechanism << "__B" << B << "H" << H << "kv" << Hkv << "N" << N << "M" << M << "D" << D << "Dv" << Dv << "_"
     << dtype_name(dtype) << (layout == Layout::bnhd ? "_bnhd" : "") << (extras.padding ? "_pad" : "")
     << (extras.mask ? "_mask" : "") << (extras.bias ? "_bias" : "") << (extras.alibi ? "_alibi" : "")
+    << (extras.block_mask ? "_blocks" : "") << (extras.mask_mod ? "_mod" : "")
     << (extras.additive ? "_params" : "") << (extras.magnitude != 1.0f ? "_x" + std::to_string(int(extras.magnitude)) : "")
     << (extras.pad ? "_strided" : "") << (agree_with.empty() ? "" : "_vs_" + agree_with)
     << (seed != 1234 ? "_seed" + std::to_string(seed) : "");
@@ -289,6 +290,16 @@ void sparse_check_cases(std::vector<Case>& out) {
     decode.form = "rows", decode.agree_with = "tiled";
     out.push_back(decode);
   }
+  // The caller's own sparsity (block mask + mask_mod), alone and on top of a pattern, on the
+  // tiled and rows forms.
+  for (int flags = 1; flags < 4; ++flags)
+    for (const char* mech : {"softmax", "softmax:causal,window=50:0,sinks=2", "bigbird:block=16,window=3,global=1,random=1"})
+      for (int64_t n : {int64_t{2}, int64_t{90}}) {
+        Case c;
+        c.mechanism = mech, c.B = 2, c.H = 4, c.Hkv = 2, c.N = n, c.M = 150, c.D = 16, c.Dv = 16;
+        c.extras.block_mask = flags & 1, c.extras.mask_mod = flags & 2, c.extras.padding = flags == 3;
+        out.push_back(c);
+      }
   for (const char* mech : {"softmax:causal,window=64:0,sinks=4", "softmax:causal,window=130:0"}) {
     Case c;  // many tiles: full runs, partial edges, skipped middles
     c.mechanism = mech, c.B = 1, c.H = 2, c.Hkv = 2, c.N = 600, c.M = 600, c.D = 64, c.Dv = 64;

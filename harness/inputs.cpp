@@ -48,6 +48,17 @@ void make_inputs(const Case& c, Inputs& in, bool shapes_only) {
     opt.mask = make_view(in.mask.data(), DType::boolean, 1, c.H, c.N, c.M);
     opt.mask->strides[0] = 0;
   }
+  if (x.block_mask) {  // (B, 1, ceil(N / 16), ceil(M / 24)): broadcast over heads
+    const int64_t bq = 16, bk = 24, rows = (c.N + bq - 1) / bq, cols = (c.M + bk - 1) / bk;
+    in.block_mask.resize(static_cast<size_t>(c.B * rows * cols));
+    std::bernoulli_distribution keep(0.6);
+    for (auto& m : in.block_mask) m = keep(rng);
+    opt.block_mask = make_view(in.block_mask.data(), DType::boolean, c.B, 1, rows, cols);
+    opt.block_mask->strides[1] = 0;
+    opt.block_size = {bq, bk};
+  }
+  if (x.mask_mod)
+    opt.mask_mod = [](int64_t b, int64_t h, int64_t i, int64_t j) { return (b + h + i + 2 * j) % 5 != 0; };
   if (x.bias) {  // (B, 1, N, M) float, with a few -inf entries
     in.bias.resize(static_cast<size_t>(c.B * c.N * c.M));
     std::normal_distribution<float> d(0.0f, 1.0f);

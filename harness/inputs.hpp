@@ -21,7 +21,7 @@ Buffer random_tensor(std::mt19937& rng, DType dtype, int64_t B, int64_t H, int64
 
 struct Inputs {
   Buffer q, k, v;
-  std::vector<uint8_t> mask;
+  std::vector<uint8_t> mask, block_mask;
   std::vector<float> bias, wq, wk, w;
   AttendOptions options;  // views point into this struct: do not copy it
   Mechanism mechanism;

@@ -18,7 +18,9 @@
 // A query row that sees no key returns zeros, and its log-sum-exp is -inf.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -34,6 +36,15 @@ struct AttendOptions {
   std::vector<int64_t> key_padding_lengths;
   // Boolean mask (true = may attend) with shape (B|1, H|1, N, M); size-1 dims broadcast.
   std::optional<TensorView> mask;
+  // Your own sparsity, in the spirit of FlexAttention's BlockMask and mask_mod, combined with
+  // the mechanism's pattern (softmax, longformer, bigbird):
+  //  - block_mask: boolean (B|1, H|1, ceil(N / bq), ceil(M / bk)) with block_size = (bq, bk);
+  //    false hides the whole block (its keys are never read for those queries);
+  //  - mask_mod(b, h, i, j): true = may attend, asked only inside visible blocks; called from
+  //    several threads at once, so it must be thread-safe and must not throw.
+  std::optional<TensorView> block_mask;
+  std::pair<int64_t, int64_t> block_size{128, 128};
+  std::function<bool(int64_t b, int64_t h, int64_t i, int64_t j)> mask_mod;
   // Additive float bias with shape (B|1, H|1, N, M), added to the scores.
   std::optional<TensorView> bias;
   // ALiBi: adds -slope_h * |i + M - N - j|; H slopes, or B*H (batch-major).

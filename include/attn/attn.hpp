@@ -6,5 +6,6 @@
 #include "attn/isa.hpp"
 #include "attn/mechanism.hpp"
 #include "attn/npy.hpp"
+#include "attn/pattern.hpp"
 #include "attn/rope.hpp"
 #include "attn/tensor.hpp"

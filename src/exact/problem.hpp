@@ -2,6 +2,7 @@
 // read. Built once by validate_softmax() at the entry point; kernels never re-check.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -17,13 +18,22 @@ struct Problem : core::Dims {
   int64_t offset = 0;       // M - N: query i sits at position i + offset (bottom-right alignment)
   sparse::Pattern pattern;  // which keys each position sees, bounds normalised (src/sparse/)
   std::optional<TensorView> mask, bias;  // broadcast dims carry stride 0
+  std::optional<TensorView> block_mask;  // (B, H, ceil(N / bq), ceil(M / bk)), broadcast dims stride 0
+  int64_t bq = 1, bk = 1;
+  std::function<bool(int64_t, int64_t, int64_t, int64_t)> mask_mod;
   std::vector<float> alibi;              // B*H slopes, empty when unused
   // score=additive: w^T tanh(Wq q + Wk k), from params wq (A, D), wk (A, D), w (A)
   std::vector<float> wq, wk, w;
   int64_t A = 0;
 
-  // The definition the reference uses: padding, the pattern, the boolean mask.
+  // The definition the reference uses: padding, the pattern, the user's masks.
   bool visible(int64_t b, int64_t h, int64_t i, int64_t j) const;
+  // Any mask of the caller's (boolean, block, mask_mod): every tile needs the element test.
+  bool has_user_mask() const { return mask || block_mask || mask_mod; }
+  // The caller's masks for key j and queries i0 .. i0 + n - 1: vis[i] &= visible to them.
+  void user_mask_column(int64_t b, int64_t h, int64_t i0, int64_t n, int64_t j, uint8_t* vis) const;
+  // Whether the caller's block mask hides all of [i0, i1] x [j0, j1] (then it is skipped).
+  bool user_blocks_hide(int64_t b, int64_t h, int64_t i0, int64_t i1, int64_t j0, int64_t j1) const;
   // bias + ALiBi added to score (i, j) after scale and softcap.
   float additive_bias(int64_t b, int64_t h, int64_t i, int64_t j) const;
   bool has_bias() const { return bias.has_value() || !alibi.empty(); }

@@ -67,7 +67,7 @@ std::vector<sparse::Run> visited_keys(const Problem& p, const sparse::BlockMask&
   for (const sparse::Run& r : mask.runs(0)) {
     const int64_t end = std::min(r.end, p.kv_len[b]);
     if (end <= r.begin) continue;
-    pieces.push_back({r.begin, end, r.full && !p.mask});
+    pieces.push_back({r.begin, end, r.full && !p.has_user_mask()});
     count += end - r.begin;
   }
   return pieces;
@@ -123,15 +123,12 @@ class Chunk {
       float* sr = s + r * n;
       if (p_.has_bias())
         for (int64_t j = 0; j < n; ++j) sr[j] += p_.additive_bias(b_, q.h, q.i, a + j);
-      if (!full) {  // the pattern, then the boolean mask
-        for (int64_t j = 0; j < n; ++j)
-          if (!vis[j * p_.N + q.i]) sr[j] = kNegInf;
-        if (p_.mask) {
-          const auto* mk = static_cast<const uint8_t*>(p_.mask->data) + p_.mask->offset(b_, q.h, q.i, a);
-          for (int64_t j = 0; j < n; ++j)
-            if (!mk[j * p_.mask->strides[3]]) sr[j] = kNegInf;
+      if (!full)  // the pattern, then the caller's masks
+        for (int64_t j = 0; j < n; ++j) {
+          uint8_t v = vis[j * p_.N + q.i];
+          if (v && p_.has_user_mask()) p_.user_mask_column(b_, q.h, q.i, 1, a + j, &v);
+          if (!v) sr[j] = kNegInf;
         }
-      }
       float mx = m_[r];
       bool nan = false;
       for (int64_t j = 0; j < n; ++j) mx = std::max(mx, sr[j]), nan |= std::isnan(sr[j]);

@@ -114,15 +114,16 @@ class Block {
 
  private:
   // fn(j0, bc, full) for each key tile of this block's runs, cut at the batch's valid length
-  // (which keeps a full run full); the boolean mask makes every tile partial.
+  // (which keeps a full run full); the caller's masks make every tile partial, and tiles their
+  // block mask hides are skipped.
   template <class Fn>
   void for_each_tile(Fn&& fn) const {
     for (const sparse::Run& r : runs_) {
       const int64_t end = std::min(r.end, p_.kv_len[b_]);
-      const bool full = r.full && !p_.mask;
+      const bool full = r.full && !p_.has_user_mask();
       for (int64_t j0 = r.begin; j0 < end;) {
         const int64_t bc = tile_size(j0, end);
-        fn(j0, bc, full);
+        if (!p_.user_blocks_hide(b_, h_, i0_, i0_ + nq_ - 1, j0, j0 + bc - 1)) fn(j0, bc, full);
         j0 += bc;
       }
     }
@@ -210,18 +211,13 @@ class Block {
     }
     if (full) return true;
     const float neg_inf = -std::numeric_limits<float>::infinity();
-    const uint8_t* mask = nullptr;
-    int64_t ms_i = 0, ms_j = 0;
-    if (p_.mask) {
-      mask = static_cast<const uint8_t*>(p_.mask->data) + p_.mask->offset(b_, h_, i0_, j0);
-      ms_i = p_.mask->strides[2], ms_j = p_.mask->strides[3];
-    }
+    const bool user = p_.has_user_mask();
     uint8_t* vis = s_.vis.data();
     bool all_live = true;
     for (int64_t j = 0; j < bc; ++j) {
       float* row = st + j * L;
       int64_t lo, hi;  // keys past the valid length never get here
-      if (!mask && p_.pattern.column_interval(j0 + j, i0_ + p_.offset, nq_, lo, hi)) {
+      if (!user && p_.pattern.column_interval(j0 + j, i0_ + p_.offset, nq_, lo, hi)) {
         std::fill(row, row + lo, neg_inf);
         std::fill(row + hi, row + nq_, neg_inf);
         s_.live[j] = lo < hi;
@@ -229,8 +225,7 @@ class Block {
         continue;
       }
       p_.pattern.column(j0 + j, i0_ + p_.offset, nq_, vis);
-      if (mask)
-        for (int64_t i = 0; i < nq_; ++i) vis[i] &= mask[j * ms_j + i * ms_i] != 0;
+      if (user) p_.user_mask_column(b_, h_, i0_, nq_, j0 + j, vis);
       bool live = false;
       for (int64_t i = 0; i < nq_; ++i) {
         row[i] = vis[i] ? row[i] : neg_inf;

@@ -18,12 +18,13 @@ using core::dims_text;
 using core::is_float;
 
 // Masks and biases broadcast over batch and heads: size 1 there means stride 0.
-TensorView broadcast_mask(TensorView m, const std::string& name, int64_t B, int64_t H, int64_t N, int64_t M) {
+TensorView broadcast_mask(TensorView m, const std::string& name, int64_t B, int64_t H, int64_t N, int64_t M,
+                          const std::string& rows_cols = "N, M") {
   check_view(m, name);
   if ((m.shape[0] != B && m.shape[0] != 1) || (m.shape[1] != H && m.shape[1] != 1) || m.shape[2] != N ||
       m.shape[3] != M)
-    fail(kWhere, name + " must have shape (B|1, H|1, N, M) = (" + std::to_string(B) + "|1, " + std::to_string(H) +
-                     "|1, " + std::to_string(N) + ", " + std::to_string(M) + "), got " + dims_text(m));
+    fail(kWhere, name + " must have shape (B|1, H|1, " + rows_cols + ") = (" + std::to_string(B) + "|1, " +
+                     std::to_string(H) + "|1, " + std::to_string(N) + ", " + std::to_string(M) + "), got " + dims_text(m));
   if (m.shape[0] == 1) m.strides[0] = 0;
   if (m.shape[1] == 1) m.strides[1] = 0;
   m.shape[0] = B;
@@ -70,6 +71,18 @@ Problem validate_scores(const TensorView& q, const TensorView& k, const TensorVi
                        dtype_name(opt.mask->dtype));
     p.mask = broadcast_mask(*opt.mask, "mask", p.B, p.H, p.N, p.M);
   }
+  if (opt.block_mask) {
+    const auto [bq, bk] = opt.block_size;
+    if (bq < 1 || bk < 1)
+      fail(kWhere, "block_size must be (query rows, keys) per block, each >= 1, got (" + std::to_string(bq) + ", " +
+                       std::to_string(bk) + ")");
+    if (opt.block_mask->dtype != DType::boolean)
+      fail(kWhere, "block_mask must be boolean, got " + dtype_name(opt.block_mask->dtype));
+    p.bq = bq, p.bk = bk;
+    p.block_mask = broadcast_mask(*opt.block_mask, "block_mask", p.B, p.H, (p.N + bq - 1) / bq, (p.M + bk - 1) / bk,
+                                  "ceil(N / " + std::to_string(bq) + "), ceil(M / " + std::to_string(bk) + ")");
+  }
+  p.mask_mod = opt.mask_mod;
   if (opt.bias) {
     if (!is_float(opt.bias->dtype))
       fail(kWhere, "bias must be a float dtype, got " + dtype_name(opt.bias->dtype));

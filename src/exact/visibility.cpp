@@ -12,10 +12,31 @@ namespace attn::exact {
 
 bool Problem::visible(int64_t b, int64_t h, int64_t i, int64_t j) const {
   if (j < 0 || j >= kv_len[b] || !pattern.visible(i + offset, j)) return false;
+  if (mask && static_cast<const uint8_t*>(mask->data)[mask->offset(b, h, i, j)] == 0) return false;
+  if (block_mask && static_cast<const uint8_t*>(block_mask->data)[block_mask->offset(b, h, i / bq, j / bk)] == 0)
+    return false;
+  return !mask_mod || mask_mod(b, h, i, j);
+}
+
+void Problem::user_mask_column(int64_t b, int64_t h, int64_t i0, int64_t n, int64_t j, uint8_t* vis) const {
   if (mask) {
-    const auto* m = static_cast<const uint8_t*>(mask->data);
-    return m[mask->offset(b, h, i, j)] != 0;
+    const auto* m = static_cast<const uint8_t*>(mask->data) + mask->offset(b, h, i0, j);
+    for (int64_t i = 0; i < n; ++i) vis[i] &= m[i * mask->strides[2]] != 0;
   }
+  if (block_mask) {
+    const auto* m = static_cast<const uint8_t*>(block_mask->data);
+    for (int64_t i = 0; i < n; ++i) vis[i] &= m[block_mask->offset(b, h, (i0 + i) / bq, j / bk)] != 0;
+  }
+  if (mask_mod)
+    for (int64_t i = 0; i < n; ++i) vis[i] = vis[i] && mask_mod(b, h, i0 + i, j);
+}
+
+bool Problem::user_blocks_hide(int64_t b, int64_t h, int64_t i0, int64_t i1, int64_t j0, int64_t j1) const {
+  if (!block_mask) return false;
+  const auto* m = static_cast<const uint8_t*>(block_mask->data);
+  for (int64_t bi = i0 / bq; bi <= i1 / bq; ++bi)
+    for (int64_t bj = j0 / bk; bj <= j1 / bk; ++bj)
+      if (m[block_mask->offset(b, h, bi, bj)]) return false;
   return true;
 }
 

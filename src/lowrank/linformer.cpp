@@ -30,6 +30,7 @@ LinformerProblem LinformerFamily::validate(const TensorView& q, const TensorView
   static_cast<core::Dims&>(p) = core::check_io(q, k, v, outs, opt);
   p.mech = m;
   refuse_option(opt.mask.has_value(), "a boolean mask");
+  refuse_option(opt.block_mask.has_value() || static_cast<bool>(opt.mask_mod), "a block mask or mask_mod");
   refuse_option(opt.bias.has_value(), "an additive bias");
   refuse_option(!opt.alibi_slopes.empty(), "ALiBi slopes");
   if (m.k < 1 || m.k > (int64_t{1} << 20))
