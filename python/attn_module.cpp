@@ -5,6 +5,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -92,8 +93,8 @@ struct Call {
 
 Call make_call(const Array& q, const Array& k, const Array& v, const std::string& mechanism, const std::string& layout,
                std::vector<int64_t> key_padding_lengths, std::optional<Array> mask, std::optional<Array> bias,
-               std::optional<Array> alibi_slopes, const std::map<std::string, Array>& params, int threads,
-               const std::string& form, const std::string& isa) {
+               std::optional<Array> alibi_slopes, std::optional<Array> block_mask, std::pair<int64_t, int64_t> block_size,
+               const std::map<std::string, Array>& params, int threads, const std::string& form, const std::string& isa) {
   if (layout != "bnhd" && layout != "bhnd")
     throw nb::value_error(("layout must be 'bnhd' or 'bhnd', got '" + layout + "'").c_str());
   Call c;
@@ -105,6 +106,8 @@ Call make_call(const Array& q, const Array& k, const Array& v, const std::string
   c.opt.key_padding_lengths = std::move(key_padding_lengths);
   if (mask) c.opt.mask = mask_view(*mask, "attn_mask", true);
   if (bias) c.opt.bias = mask_view(*bias, "bias", false);
+  if (block_mask) c.opt.block_mask = mask_view(*block_mask, "block_mask", true);
+  c.opt.block_size = block_size;
   c.opt.alibi_slopes = floats(alibi_slopes, "alibi_slopes");
   for (const auto& [name, a] : params) c.opt.params[name] = array_view(a, name);
   c.q = view_of(q, "q", c.bnhd), c.k = view_of(k, "k", c.bnhd), c.v = view_of(v, "v", c.bnhd);
@@ -114,10 +117,11 @@ Call make_call(const Array& q, const Array& k, const Array& v, const std::string
 void attend_into(const Array& q, const Array& k, const Array& v, const std::string& mechanism, const OutArray& out,
                  std::optional<OutArray> lse, std::optional<OutArray> probs, const std::string& layout,
                  std::vector<int64_t> key_padding_lengths, std::optional<Array> mask, std::optional<Array> bias,
-                 std::optional<Array> alibi_slopes, const std::map<std::string, Array>& params, int threads,
+                 std::optional<Array> alibi_slopes, std::optional<Array> block_mask,
+                 std::pair<int64_t, int64_t> block_size, const std::map<std::string, Array>& params, int threads,
                  const std::string& form, const std::string& isa) {
-  const Call c = make_call(q, k, v, mechanism, layout, std::move(key_padding_lengths), mask, bias, alibi_slopes, params,
-                           threads, form, isa);
+  const Call c = make_call(q, k, v, mechanism, layout, std::move(key_padding_lengths), mask, bias, alibi_slopes,
+                           block_mask, block_size, params, threads, form, isa);
   const attn::TensorView ov = view_of(out, "out", c.bnhd);
   std::optional<attn::TensorView> lv, pv;
   if (lse) {  // (B, H, N) float32
@@ -137,11 +141,11 @@ void attend_into(const Array& q, const Array& k, const Array& v, const std::stri
 
 std::string explain(const Array& q, const Array& k, const Array& v, const std::string& mechanism,
                     const std::string& layout, std::vector<int64_t> key_padding_lengths, std::optional<Array> mask,
-                    std::optional<Array> bias, std::optional<Array> alibi_slopes,
-                    const std::map<std::string, Array>& params, int threads, const std::string& form,
-                    const std::string& isa, bool return_lse, bool return_probs) {
-  Call c = make_call(q, k, v, mechanism, layout, std::move(key_padding_lengths), mask, bias, alibi_slopes, params,
-                     threads, form, isa);
+                    std::optional<Array> bias, std::optional<Array> alibi_slopes, std::optional<Array> block_mask,
+                    std::pair<int64_t, int64_t> block_size, const std::map<std::string, Array>& params, int threads,
+                    const std::string& form, const std::string& isa, bool return_lse, bool return_probs) {
+  Call c = make_call(q, k, v, mechanism, layout, std::move(key_padding_lengths), mask, bias, alibi_slopes, block_mask,
+                     block_size, params, threads, form, isa);
   c.opt.return_lse = return_lse;
   c.opt.return_probs = return_probs;
   return attn::explain(c.q, c.k, c.v, c.mech, c.opt).text();
@@ -166,10 +170,11 @@ void rope_inplace(const OutArray& x, const std::string& layout, int64_t offset, 
 NB_MODULE(_attn, m) {
   m.doc() = "Low-level bindings of the attn C++ library; use the functions of the attn package.";
   m.def("attend_into", &attend_into, "q"_a, "k"_a, "v"_a, "mechanism"_a, "out"_a, "lse"_a.none(), "probs"_a.none(),
-        "layout"_a, "key_padding_lengths"_a, "mask"_a.none(), "bias"_a.none(), "alibi_slopes"_a.none(), "params"_a,
-        "threads"_a, "form"_a, "isa"_a, "Runs attn::attend_into on caller-allocated outputs (no copies of inputs).");
+        "layout"_a, "key_padding_lengths"_a, "mask"_a.none(), "bias"_a.none(), "alibi_slopes"_a.none(),
+        "block_mask"_a.none(), "block_size"_a, "params"_a, "threads"_a, "form"_a, "isa"_a, "Runs attn::attend_into on caller-allocated outputs (no copies of inputs).");
   m.def("explain", &explain, "q"_a, "k"_a, "v"_a, "mechanism"_a, "layout"_a, "key_padding_lengths"_a, "mask"_a.none(),
-        "bias"_a.none(), "alibi_slopes"_a.none(), "params"_a, "threads"_a, "form"_a, "isa"_a, "return_lse"_a,
+        "bias"_a.none(), "alibi_slopes"_a.none(), "block_mask"_a.none(), "block_size"_a, "params"_a, "threads"_a,
+        "form"_a, "isa"_a, "return_lse"_a,
         "return_probs"_a, "Which form attn::attend would run for this call, and why the others would not.");
   m.def("rope_inplace", &rope_inplace, "x"_a, "layout"_a, "offset"_a, "theta"_a, "style"_a, "rotary_dim"_a,
         "batch_offsets"_a, "Rotates x in place with RoPE (attn::apply_rope).");
@@ -177,6 +182,16 @@ NB_MODULE(_attn, m) {
         "Address of the array's first element as the C++ side sees it (zero-copy checks).");
   m.def("canonical_mechanism", [](const std::string& s) { return attn::to_string(attn::parse_mechanism(s)); },
         "text"_a, "Parses a mechanism text form and returns its canonical spelling.");
+  m.def(
+      "mask_of",
+      [](const std::string& mechanism, int64_t n, int64_t m) {
+        attn::Tensor t = attn::mask_of(attn::parse_mechanism(mechanism), n, m);
+        auto* owner = new attn::Tensor(std::move(t));
+        nb::capsule free(owner, [](void* p) noexcept { delete static_cast<attn::Tensor*>(p); });
+        return nb::ndarray<nb::numpy, bool, nb::ndim<2>>(owner->view().data, {static_cast<size_t>(n), static_cast<size_t>(m)},
+                                                          free);
+      },
+      "mechanism"_a, "n"_a, "m"_a, "The (n, m) bool mask the mechanism's key pattern implies (attn::mask_of).");
   m.def("active_isa", [] { return attn::isa_name(attn::active_isa()); }, "Kernel set in use (ATTN_ISA overrides).");
   m.def("supported_isas", [] {
     std::vector<std::string> out;

@@ -1,23 +1,20 @@
 // attn run: attention on .npy inputs, writing .npy outputs.
 #include <fmt/core.h>
 
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <filesystem>
 #include <map>
 
 #include "attn/attn.hpp"
 #include "commands.hpp"
+#include "output_files.hpp"
 
 namespace attn::cli {
 namespace {
 
 struct RunArgs {
-  std::string mechanism = "softmax", q, k, v, out, lse, probs, layout = "bhnd", mask, bias, wq, wk, w, isa, form;
+  std::string mechanism = "softmax", q, k, v, out, lse, probs, layout = "bhnd", mask, bias, wq, wk, w, isa, form,
+      block_mask;
+  std::vector<int64_t> block_size = {128, 128};
   std::vector<std::string> params;  // NAME=file.npy
   std::vector<int64_t> kv_lengths;
   std::vector<float> alibi;
@@ -53,62 +50,11 @@ void add_param(const std::string& name, const std::string& path, std::map<std::s
   params[name] = make_array_view(a.bytes.data(), a.dtype, a.shape);
 }
 
-// The output files of one run, all or nothing: each is written to a temporary file in its own
-// directory and renamed over its path only when every one was written; on failure the
-// temporaries are removed and existing files are left as they were. Paths that name an input
-// or each other are refused before anything is computed.
-class OutputFiles {
- public:
-  OutputFiles(const std::vector<std::pair<std::string, std::string>>& inputs,
-              const std::vector<std::pair<std::string, std::string>>& outputs) {
-    for (size_t i = 0; i < outputs.size(); ++i) {
-      const auto& [flag, path] = outputs[i];
-      if (path.empty()) continue;
-      for (const auto& [iflag, ipath] : inputs)
-        if (!ipath.empty() && same_file(path, ipath))
-          fail(flag, "'" + path + "' is the input " + iflag + "; refusing to overwrite an input");
-      for (size_t j = 0; j < i; ++j)
-        if (!outputs[j].second.empty() && same_file(path, outputs[j].second))
-          fail(flag, "'" + path + "' is also " + outputs[j].first + "; each output needs its own file");
-    }
-  }
-  ~OutputFiles() {
-    for (const auto& [tmp, final_path] : pending_) std::remove(tmp.c_str());
-  }
-  // Writes the array to a temporary file beside `path`.
-  void write(const std::string& path, DType dtype, const std::vector<int64_t>& shape, const void* data) {
-    std::string tmp = path + ".attn-tmp-XXXXXX";
-    const int fd = mkstemp(tmp.data());
-    if (fd < 0) fail(path, std::string("cannot create a file beside it: ") + std::strerror(errno));
-    const mode_t mask = umask(0);  // mkstemp makes 0600 files; give the usual 0666 & ~umask
-    umask(mask);
-    fchmod(fd, 0666 & ~mask);
-    close(fd);
-    pending_.emplace_back(tmp, path);
-    write_npy(tmp, dtype, shape, data);
-  }
-  // Renames every temporary over its path.
-  void commit() {
-    for (const auto& [tmp, final_path] : pending_)
-      if (std::rename(tmp.c_str(), final_path.c_str()) != 0)
-        fail(final_path, std::string("cannot replace it: ") + std::strerror(errno));
-    pending_.clear();
-  }
-
- private:
-  static bool same_file(const std::string& a, const std::string& b) {
-    std::error_code ec;
-    if (std::filesystem::equivalent(a, b, ec)) return true;  // existing files, links included
-    return std::filesystem::weakly_canonical(a, ec) == std::filesystem::weakly_canonical(b, ec);
-  }
-  std::vector<std::pair<std::string, std::string>> pending_;  // (temporary, final path)
-};
-
 int run(const RunArgs& r) {
   const Layout layout = r.layout == "bnhd" ? Layout::bnhd : Layout::bhnd;
   const Mechanism mech = parse_mechanism(r.mechanism);
   std::vector<std::pair<std::string, std::string>> inputs = {
-      {"--q", r.q}, {"--k", r.k}, {"--v", r.v}, {"--mask", r.mask}, {"--bias", r.bias},
+      {"--q", r.q}, {"--k", r.k}, {"--v", r.v}, {"--mask", r.mask}, {"--bias", r.bias}, {"--block-mask", r.block_mask},
       {"--wq", r.wq}, {"--wk", r.wk}, {"--w", r.w}};
   for (const std::string& p : r.params) inputs.emplace_back("--param", p.substr(p.find('=') + 1));
   OutputFiles files(inputs, {{"--out", r.out}, {"--lse", r.lse}, {"--probs", r.probs}});
@@ -125,7 +71,13 @@ int run(const RunArgs& r) {
   opt.alibi_slopes = r.alibi;
   opt.return_lse = !r.lse.empty();
   opt.return_probs = !r.probs.empty();
-  NpyArray ma, ba;
+  NpyArray ma, ba, bm;
+  if (!r.block_mask.empty()) {
+    bm = read_npy(r.block_mask);
+    if (bm.dtype != DType::boolean) fail(r.block_mask, "--block-mask must be a bool array, got " + dtype_name(bm.dtype));
+    opt.block_mask = mask_view(bm, r.block_mask);
+    opt.block_size = {r.block_size[0], r.block_size[1]};
+  }
   if (!r.mask.empty()) {
     ma = read_npy(r.mask);
     if (ma.dtype != DType::boolean) fail(r.mask, "--mask must be a bool array (use --bias for float masks), got " + dtype_name(ma.dtype));
@@ -193,6 +145,10 @@ Runner add_run(CLI::App& app) {
   c->add_option("--mask", args->mask, "Boolean mask .npy, (N, M) / (H, N, M) / (B, H, N, M); true = attend");
   c->add_option("--bias", args->bias, "Additive float bias .npy, same shapes as --mask");
   c->add_option("--alibi", args->alibi, "ALiBi slopes, one per query head");
+  c->add_option("--block-mask", args->block_mask,
+                "Boolean block mask .npy, (ceil(N/BQ), ceil(M/BK)) / (H, ..) / (B, H, ..); false hides the block");
+  c->add_option("--block-size", args->block_size, "BQ BK: query rows and keys per block of --block-mask")
+      ->expected(2)->capture_default_str()->check(CLI::PositiveNumber);
   c->add_option("--param", args->params,
                 "A named parameter tensor the mechanism takes, NAME=file.npy (repeatable); e.g. for\n"
                 "score=additive: --param wq=wq.npy --param wk=wk.npy --param w=w.npy");

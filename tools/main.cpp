@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
       "  attn bench    throughput as a ratio to this machine's sgemm roofline\n"
       "  attn list     the runs of the case list (mechanism x form x ISA), with filters\n"
       "  attn check    every form on every ISA against the float64 reference\n"
+      "  attn mask     the key pattern a mechanism implies, as .npy and a picture\n"
       "Mechanisms are written as text, e.g. softmax:causal,window=128:0,softcap=30.\n"
       "ATTN_ISA=portable|avx2|avx512 forces a kernel set; OMP_NUM_THREADS sets the default threads."};
   app.require_subcommand(1);
@@ -49,6 +50,7 @@ int main(int argc, char** argv) {
   add(attn::cli::add_bench, "bench");
   add(attn::cli::add_list, "list");
   add(attn::cli::add_check, "check");
+  add(attn::cli::add_mask, "mask");
   CLI11_PARSE(app, argc, argv);
   try {
     for (auto& [cmd, run] : commands)

@@ -30,7 +30,8 @@ import numpy as np
 
 from . import _attn
 
-__all__ = ["attention", "attend", "explain", "rope", "active_isa", "supported_isas", "set_isa", "canonical_mechanism"]
+__all__ = ["attention", "attend", "explain", "rope", "mask_of", "active_isa", "supported_isas", "set_isa",
+           "canonical_mechanism"]
 __version__ = "0.1.0"
 
 active_isa = _attn.active_isa
@@ -95,18 +96,18 @@ def _float32_of(ref: Any) -> Any:
     return np.float32
 
 
-def _expand_mask(mask: Any, b: int, h: int, n: int, m: int, name: str) -> Any:
+def _expand_mask(mask: Any, b: int, h: int, n: int, m: int, name: str, dims: str = "(B, H, N, M)") -> Any:
     """Broadcast a mask/bias to (B, H, N, M) as a zero-copy view (stride 0 on broadcast dims)."""
     mask = _prepare(mask, name)
     if mask.ndim > 4 or mask.ndim < 2:
-        raise ValueError(f"{name} must have 2 to 4 dimensions broadcastable to (B, H, N, M) = "
+        raise ValueError(f"{name} must have 2 to 4 dimensions broadcastable to {dims} = "
                          f"({b}, {h}, {n}, {m}), got shape {tuple(mask.shape)}")
     try:
         if _is_torch(mask):
             return mask.expand(b, h, n, m)
         return np.broadcast_to(mask, (b, h, n, m))
     except (RuntimeError, ValueError):
-        raise ValueError(f"{name} must be broadcastable to (B, H, N, M) = ({b}, {h}, {n}, {m}), "
+        raise ValueError(f"{name} must be broadcastable to {dims} = ({b}, {h}, {n}, {m}), "
                          f"got shape {tuple(mask.shape)}") from None
 
 
@@ -145,7 +146,7 @@ def _as_float32_1d(x: Any, name: str) -> Optional[np.ndarray]:
 
 def _call_args(q: Any, k: Any, v: Any, layout: str, attn_mask: Any, key_padding_lengths: Any,
                alibi_slopes: Any, params: Optional[Mapping[str, Any]], additive_weights: Any,
-               form: Optional[str], use_reference: bool, isa: Optional[str]):
+               form: Optional[str], use_reference: bool, isa: Optional[str], block_mask: Any, block_size: Any):
     """Validated, zero-copy arguments shared by attend() and explain()."""
     if not isinstance(layout, str) or layout not in ("bnhd", "bhnd"):
         raise ValueError(f"layout must be 'bnhd' or 'bhnd', got {layout!r}")
@@ -164,6 +165,15 @@ def _call_args(q: Any, k: Any, v: Any, layout: str, attn_mask: Any, key_padding_
             raise TypeError(f"attn_mask must be bool (True = may attend) or float (added to the scores), "
                             f"got {full.dtype}")
         mask, bias = (full, None) if is_bool else (None, full)
+    if not isinstance(block_size, (tuple, list)) or len(block_size) != 2:
+        raise ValueError(f"block_size must be (query rows, keys) per block, got {block_size!r}")
+    bq, bk = (_integer(x, f"block_size[{i}]", 1, _INT64_MAX) for i, x in enumerate(block_size))
+    blocks = None
+    if block_mask is not None:
+        blocks = _expand_mask(block_mask, b, h, -(-n // bq), -(-m // bk), "block_mask",
+                              f"(B, H, ceil(N / {bq}), ceil(M / {bk}))")
+        if (blocks.dtype != np.bool_) if not _is_torch(blocks) else (str(blocks.dtype) != "torch.bool"):
+            raise TypeError(f"block_mask must be bool (True = the block may attend), got {blocks.dtype}")
     named = {}
     for name, x in (params or {}).items():
         named[str(name)] = _prepare(x, f"params[{name!r}]")
@@ -184,8 +194,8 @@ def _call_args(q: Any, k: Any, v: Any, layout: str, attn_mask: Any, key_padding_
         raise TypeError(f"form must be a str such as 'tiled', got {type(form).__name__}")
     if isa is not None and not isinstance(isa, str):
         raise TypeError(f"isa must be a str such as 'avx2', got {type(isa).__name__}")
-    return (q, k, v, (b, h, n, m), mask, bias, lengths, _as_float32_1d(alibi_slopes, "alibi_slopes"), named,
-            form or "", isa or "")
+    return (q, k, v, (b, h, n, m), mask, bias, lengths, _as_float32_1d(alibi_slopes, "alibi_slopes"), blocks,
+            (bq, bk), named, form or "", isa or "")
 
 
 def _check_scalars(mechanism: Any, threads: Any, **flags: Any) -> None:
@@ -198,6 +208,7 @@ def _check_scalars(mechanism: Any, threads: Any, **flags: Any) -> None:
 
 def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any = None,
            key_padding_lengths: Optional[Sequence[int]] = None, alibi_slopes: Any = None,
+           block_mask: Any = None, block_size: Tuple[int, int] = (128, 128),
            params: Optional[Mapping[str, Any]] = None, additive_weights: Optional[Tuple[Any, Any, Any]] = None,
            layout: str = "bnhd", return_lse: bool = False, return_probs: bool = False, threads: int = 0,
            form: Optional[str] = None, isa: Optional[str] = None, use_reference: bool = False, **named_params: Any):
@@ -209,11 +220,19 @@ def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any
         k: keys, same layout with Hkv heads (Hkv divides H) and M tokens.
         v: values, like k with head dim Dv.
         mechanism: text form, e.g. "softmax", "softmax:causal,scale=0.1,window=128:0,softcap=30",
-            "softmax:score=cosine", "softmax:entropy_scale=512", "softmax:dropout=0.1,seed=7".
+            "softmax:score=cosine", "softmax:entropy_scale=512", "softmax:dropout=0.1,seed=7";
+            sparse patterns "softmax:causal,window=256:0,sinks=4", "softmax:causal,dilation=4",
+            "softmax:causal,strided=64", "softmax:chunk=512", "longformer:window=128:128,global=0;17;33",
+            "bigbird:block=64,window=3,global=2,random=3,seed=7" (see :func:`mask_of`).
         attn_mask: bool (True = may attend) or float (added to the scores) array broadcastable
             to (B, H, N, M), as in torch SDPA; always in (B, H, N, M) order whatever the layout.
         key_padding_lengths: valid keys per batch entry; keys at or past it are hidden.
         alibi_slopes: H or (B, H) slopes; adds -slope * |i + M - N - j|.
+        block_mask: your own block sparsity, as FlexAttention's BlockMask: bool, broadcastable
+            to (B, H, ceil(N / bq), ceil(M / bk)); False hides a block of queries x keys, whose
+            keys are then never read. Combines with attn_mask (the element mask) and the
+            mechanism's pattern.
+        block_size: (bq, bk), query rows and keys per block of block_mask.
         params: named parameter tensors the mechanism takes, e.g. for "softmax:score=additive"
             {"wq": (A, D), "wk": (A, D), "w": (A,)}. A missing or unexpected name, or a wrong
             shape, raises ValueError naming it. Also accepted as keyword arguments
@@ -234,22 +253,23 @@ def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any
         (out, lse[, probs]) / (out, probs) when those are requested.
     """
     _check_scalars(mechanism, threads, return_lse=return_lse, return_probs=return_probs, use_reference=use_reference)
-    q, k, v, (b, h, n, m), mask, bias, lengths, slopes, named, form_, isa_ = _call_args(
+    q, k, v, (b, h, n, m), mask, bias, lengths, slopes, blocks, bsize, named, form_, isa_ = _call_args(
         q, k, v, layout, attn_mask, key_padding_lengths, alibi_slopes, {**(params or {}), **named_params},
-        additive_weights, form, use_reference, isa)
+        additive_weights, form, use_reference, isa, block_mask, block_size)
     dv = _dims(v, layout, "v")[3]
     out = _empty_like_kind(q, (b, n, h, dv) if layout == "bnhd" else (b, h, n, dv))
     f32 = _float32_of(q)
     lse = _empty_like_kind(q, (b, h, n), f32) if return_lse else None
     probs = _empty_like_kind(q, (b, h, n, m), f32) if return_probs else None
-    _attn.attend_into(q, k, v, mechanism, out, lse, probs, layout, lengths, mask, bias, slopes, named, int(threads),
-                      form_, isa_)
+    _attn.attend_into(q, k, v, mechanism, out, lse, probs, layout, lengths, mask, bias, slopes, blocks, bsize, named,
+                      int(threads), form_, isa_)
     extra = tuple(x for x in (lse, probs) if x is not None)
     return (out,) + extra if extra else out
 
 
 def explain(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any = None,
             key_padding_lengths: Optional[Sequence[int]] = None, alibi_slopes: Any = None,
+            block_mask: Any = None, block_size: Tuple[int, int] = (128, 128),
             params: Optional[Mapping[str, Any]] = None, additive_weights: Optional[Tuple[Any, Any, Any]] = None,
             layout: str = "bnhd", return_lse: bool = False, return_probs: bool = False, threads: int = 0,
             form: Optional[str] = None, isa: Optional[str] = None, use_reference: bool = False,
@@ -257,7 +277,7 @@ def explain(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: An
     """Which form :func:`attend` would run for these arguments, and why each other form would not.
 
     Takes exactly :func:`attend`'s arguments (q, k, v, mechanism, attn_mask, key_padding_lengths,
-    alibi_slopes, params, additive_weights, layout, return_lse, return_probs, threads, form, isa,
+    alibi_slopes, block_mask, block_size, params, additive_weights, layout, return_lse, return_probs, threads, form, isa,
     use_reference, **named_params) and validates them the same way (bad input raises the same
     error), but computes nothing. Example::
 
@@ -268,11 +288,11 @@ def explain(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: An
           reference supported (lower priority)  [...]
     """
     _check_scalars(mechanism, threads, return_lse=return_lse, return_probs=return_probs, use_reference=use_reference)
-    q, k, v, _, mask, bias, lengths, slopes, named, form_, isa_ = _call_args(
+    q, k, v, _, mask, bias, lengths, slopes, blocks, bsize, named, form_, isa_ = _call_args(
         q, k, v, layout, attn_mask, key_padding_lengths, alibi_slopes, {**(params or {}), **named_params},
-        additive_weights, form, use_reference, isa)
-    return _attn.explain(q, k, v, mechanism, layout, lengths, mask, bias, slopes, named, int(threads), form_, isa_,
-                         bool(return_lse), bool(return_probs))
+        additive_weights, form, use_reference, isa, block_mask, block_size)
+    return _attn.explain(q, k, v, mechanism, layout, lengths, mask, bias, slopes, blocks, bsize, named, int(threads),
+                         form_, isa_, bool(return_lse), bool(return_probs))
 
 
 def attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_scale: Optional[float] = None,
@@ -333,6 +353,32 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_scale: Op
     return attend(q, k, v, mechanism, attn_mask=attn_mask, key_padding_lengths=key_padding_lengths,
                   alibi_slopes=alibi_slopes, layout=layout, return_lse=return_lse,
                   return_probs=return_probs, threads=threads)
+
+
+def mask_of(mechanism: str, n: int, m: Optional[int] = None) -> np.ndarray:
+    """The key pattern a mechanism implies, as a dense (n, m) bool array (True = query i sees key j).
+
+    Positions are aligned bottom-right as in :func:`attend`: query i sits at position i + m - n.
+    Key padding and your own masks are not part of it. Useful to look at a pattern
+    (``plt.imshow(attn.mask_of("bigbird:block=64,random=3", 1024))``) or to check one.
+
+    Args:
+        mechanism: text form, e.g. "softmax:causal,window=256:0,sinks=4",
+            "longformer:window=128:128,global=0;17;33", "bigbird:block=64,window=3,global=2,random=3,seed=7".
+        n: queries. m: keys (default n); n * m at most 2^32.
+
+    Example:
+        >>> attn.mask_of("softmax:causal,window=2:0", 4).astype(int)
+        array([[1, 0, 0, 0],
+               [1, 1, 0, 0],
+               [1, 1, 1, 0],
+               [0, 1, 1, 1]])
+    """
+    if not isinstance(mechanism, str):
+        raise TypeError(f"mechanism must be a str such as 'softmax:causal,window=256:0', got {type(mechanism).__name__}")
+    n = _integer(n, "n", 0, _INT64_MAX)
+    m = n if m is None else _integer(m, "m", 0, _INT64_MAX)
+    return _attn.mask_of(mechanism, n, m)
 
 
 def rope(x: Any, *, offset: int = 0, theta: float = 10000.0, style: str = "half", rotary_dim: Optional[int] = None,

@@ -106,3 +106,32 @@ def test_cli_resource_arguments_are_bounded():
                            (["bench", "--sizes", "-5"], "--sizes"), (["demo", "--threads", "100000"], "--threads")):
         p = subprocess.run([str(cli_path())] + args, capture_output=True, text=True, timeout=60)
         assert p.returncode != 0 and fragment in p.stderr, (args, p.stderr)
+
+
+def test_cli_mask_writes_what_mask_of_returns(tmp_path):
+    text = "bigbird:block=8,window=3,global=1,random=2,seed=5"
+    p = subprocess.run([str(cli_path()), "mask", "-m", text, "--n", "40", "--m", "64", "--out", str(tmp_path / "m.npy"),
+                        "--show"], capture_output=True, text=True, check=True)
+    got = np.load(tmp_path / "m.npy")
+    assert got.dtype == np.bool_ and got.shape == (40, 64)
+    assert np.array_equal(got, attn.mask_of(text, 40, 64))
+    assert f"{int(got.sum())} of 2560 pairs visible" in p.stdout
+    assert "#" in p.stdout and "." in p.stdout  # the picture
+    bad = subprocess.run([str(cli_path()), "mask", "-m", "linformer", "--n", "4", "--out", str(tmp_path / "x.npy")],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "linformer has no key pattern" in bad.stderr
+    assert not (tmp_path / "x.npy").exists()
+
+
+def test_cli_run_block_mask(tmp_path):
+    r = np.random.default_rng(5)
+    q = r.standard_normal((1, 2, 50, 8)).astype(np.float32)
+    blocks = r.random((1, 1, 4, 4)) < 0.5
+    np.save(tmp_path / "q.npy", q)
+    np.save(tmp_path / "b.npy", blocks)
+    subprocess.run([str(cli_path()), "run", "-m", "softmax:causal", "--q", str(tmp_path / "q.npy"), "--k",
+                    str(tmp_path / "q.npy"), "--v", str(tmp_path / "q.npy"), "--block-mask", str(tmp_path / "b.npy"),
+                    "--block-size", "16", "16", "--layout", "bhnd", "--out", str(tmp_path / "o.npy")],
+                   check=True, capture_output=True)
+    want = attn.attend(q, q, q, "softmax:causal", layout="bhnd", block_mask=blocks, block_size=(16, 16))
+    assert np.array_equal(np.load(tmp_path / "o.npy"), want)
