@@ -5,6 +5,7 @@ same thread count, in one run. Prints time per call and the speed ratio (torch t
 
     python bench/peers.py                          # the issue's 32 cases (a few minutes)
     python bench/peers.py --sizes 1024 --json peers.jsonl
+    python bench/peers.py --sparse --sizes 16384 --dims 64 --dtypes f32   # patterns vs FlexAttention
 """
 from __future__ import annotations
 
@@ -65,6 +66,72 @@ def decode(args, out) -> int:
     return 0
 
 
+# Sparse patterns: attn's text form and the same pattern as a FlexAttention mask_mod, written the
+# way a FlexAttention user writes it (BigBird's random blocks through a block table taken from
+# attn.mask_of, so both run the same pattern). Checked equal to attn.mask_of before timing.
+def flex_patterns(n: int):
+    import numpy as np
+    bb_text = "bigbird:block=64,window=3,global=2,random=3,seed=7"
+    bb = attn.mask_of(bb_text, n)
+    table = torch.from_numpy(np.ascontiguousarray(bb[::64, ::64]))
+    return [
+        ("softmax:causal,window=256:0", lambda b, h, i, j: (j <= i) & (i - j <= 256)),
+        ("softmax:causal,window=256:0,sinks=4", lambda b, h, i, j: (j <= i) & ((i - j <= 256) | (j < 4))),
+        ("longformer:window=128:128,global=0;17;33",
+         lambda b, h, i, j: ((i - j).abs() <= 128) | (i == 0) | (i == 17) | (i == 33) | (j == 0) | (j == 17) | (j == 33)),
+        (bb_text, lambda b, h, i, j: table[i // 64, j // 64]),
+        ("softmax:chunk=512", lambda b, h, i, j: i // 512 == j // 512),
+    ]
+
+
+def sparse(args, out) -> int:
+    """Each pattern: attn.attend with its text form vs FlexAttention (torch.compile'd, block size 64,
+    compile time reported apart) and vs SDPA with the dense boolean mask. GFLOP/s count the visible
+    (query, key) pairs only (4 d per pair)."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    dtypes = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+    flex = torch.compile(flex_attention)
+    for t in args.threads:
+        roof = sgemm_gflops(t)
+        print(f"torch {torch.__version__}, attn isa {attn.active_isa()}; {t} threads; torch sgemm n=2048 "
+              f"{roof:.0f} GFLOP/s")
+        print(f"{'N':>6} {'d':>4} {'dtype':>5} {'pattern':<52} {'attn ms':>8} {'flex ms':>8} {'sdpa ms':>9} "
+              f"{'attn/sg':>7} {'flex/sg':>7} {'vs flex':>7} {'vs sdpa':>8} {'compile s':>9}")
+        for n in args.sizes:
+            for text, mod in flex_patterns(n):
+                dense = attn.mask_of(text, n)
+                rows = min(n, 1024)  # the mask_mod is the same pattern (first rows, all keys)
+                same = mod(0, 0, torch.arange(rows)[:, None], torch.arange(n)[None, :]).numpy() == dense[:rows]
+                assert same.all(), f"FlexAttention mask_mod differs from {text}"
+                for d in args.dims:
+                    for dt in args.dtypes:
+                        torch.set_num_threads(t)
+                        g = torch.Generator().manual_seed(0)
+                        q, k, v = (torch.randn(1, args.heads, n, d, generator=g).to(dtypes[dt]) for _ in range(3))
+                        t0 = time.perf_counter()
+                        bm = create_block_mask(mod, 1, 1, n, n, device="cpu", BLOCK_SIZE=64)
+                        theirs_out = flex(q, k, v, block_mask=bm)
+                        compile_s = time.perf_counter() - t0
+                        ours = best_time(lambda: attn.attend(q, k, v, text, layout="bhnd", threads=t), args.reps)
+                        theirs = best_time(lambda: flex(q, k, v, block_mask=bm), args.reps)
+                        err = (attn.attend(q, k, v, text, layout="bhnd").float() - theirs_out.float()).abs().max()
+                        mask = torch.from_numpy(dense)
+                        sdpa = (best_time(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask), 1)
+                                if n <= 8192 else float("nan"))  # the dense mask alone is N^2 bytes
+                        flops = 4.0 * args.heads * float(dense.sum()) * d
+                        row = dict(q_len=n, head_dim=d, heads=args.heads, dtype=dt, threads=t, mechanism=text,
+                                   attn_seconds=ours, flex_seconds=theirs, sdpa_dense_seconds=sdpa,
+                                   flex_compile_seconds=compile_s, attn_ratio=flops / ours / 1e9 / roof,
+                                   flex_ratio=flops / theirs / 1e9 / roof, vs_flex=theirs / ours, vs_sdpa=sdpa / ours,
+                                   max_abs_diff_vs_flex=float(err), torch_sgemm_gflops=roof)
+                        print(f"{n:>6} {d:>4} {dt:>5} {text:<52} {ours*1e3:>8.2f} {theirs*1e3:>8.2f} "
+                              f"{sdpa*1e3:>9.1f} {row['attn_ratio']:>7.3f} {row['flex_ratio']:>7.3f} "
+                              f"{row['vs_flex']:>6.2f}x {row['vs_sdpa']:>7.1f}x {compile_s:>9.1f}", flush=True)
+                        if out:
+                            out.write(json.dumps(row) + "\n")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="+", default=[1024, 4096])
@@ -78,12 +145,16 @@ def main(argv=None) -> int:
     ap.add_argument("--decode", type=int, nargs="*", default=None, metavar="M",
                     help="instead: decode-shaped calls (one query per head against M cached keys, MHA and GQA 4:1), "
                          "reported in GB/s of K+V read")
+    ap.add_argument("--sparse", action="store_true",
+                    help="time the sparse patterns against FlexAttention and SDPA with a dense mask")
     ap.add_argument("--json", help="write one JSON object per case to this file")
     args = ap.parse_args(argv)
     dtypes = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
     out = open(args.json, "w") if args.json else None
     if args.decode is not None:
         return decode(args, out)
+    if args.sparse:
+        return sparse(args, out)
     roof = {t: sgemm_gflops(t) for t in args.threads}
     print(f"torch {torch.__version__}, attn isa {attn.active_isa()}; torch sgemm n=2048: "
           + ", ".join(f"{t}T {g:.0f} GFLOP/s" for t, g in roof.items()))

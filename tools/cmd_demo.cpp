@@ -2,6 +2,8 @@
 // error against the float64 reference and the tolerance it must meet, time, GFLOP/s.
 #include <fmt/core.h>
 
+#include <algorithm>
+
 #include <omp.h>
 
 #include "attn/attn.hpp"
@@ -24,8 +26,13 @@ int run(const DemoArgs& a) {
   fmt::print("attn demo: B=1 H={} N=M={} d={}, isa {}, {} threads; error = max |attn - float64 reference|,\n"
              "tolerance = 2 x the error of a plain same-dtype implementation + a rounding floor\n\n",
              a.heads, a.n, a.d, isa_name(active_isa()), resolve_threads(a.threads, int64_t{1} << 30));
-  fmt::print("{:<26} {:<34} {:>8} {:<9} {:>10} {:>10} {:>4} {:>9} {:>8}\n", "variant", "mechanism", "dtype", "form",
-             "max error", "tolerance", "", "time ms", "GFLOP/s");
+  size_t lw = 7, mw = 9;  // columns as wide as the longest label and mechanism
+  for (const harness::Run& r : runs) {
+    lw = std::max(lw, r.c->label.size());
+    mw = std::max(mw, r.c->mechanism.size() + (r.c->extras.alibi ? 7 : 0));
+  }
+  fmt::print("{:<{}} {:<{}} {:>8} {:<9} {:>10} {:>10} {:>4} {:>9} {:>8}\n", "variant", lw, "mechanism", mw, "dtype",
+             "form", "max error", "tolerance", "", "time ms", "GFLOP/s");
   int failed = 0;
   for (const harness::Run& r : runs) {
     const harness::Case& c = *r.c;
@@ -41,8 +48,8 @@ int run(const DemoArgs& a) {
     const harness::Outcome o = harness::check_run(r, in, ref);
     failed += !o.pass;
     const double gflops = c.flops() / secs / 1e9;
-    fmt::print("{:<26} {:<34} {:>8} {:<9} {:>10.2e} {:>10.2e} {:>4} {:>9.3f} {:>8.1f}\n", c.label,
-               c.mechanism + (c.extras.alibi ? " +alibi" : ""), dtype_name(c.dtype), o.form, o.err, o.tol,
+    fmt::print("{:<{}} {:<{}} {:>8} {:<9} {:>10.2e} {:>10.2e} {:>4} {:>9.3f} {:>8.1f}\n", c.label, lw,
+               c.mechanism + (c.extras.alibi ? " +alibi" : ""), mw, dtype_name(c.dtype), o.form, o.err, o.tol,
                o.pass ? "ok" : "FAIL", secs * 1e3, gflops);
     if (!o.pass) fmt::print("    {}\n", o.failure);
     std::fflush(stdout);

@@ -100,13 +100,31 @@ class Block {
     std::fill(m, m + L, -std::numeric_limits<float>::infinity());
     std::fill(l, l + L, 0.0f);
     std::fill(s_.ot.data(), s_.ot.data() + p_.Dv * L, 0.0f);
-    for_each_tile([&](int64_t j0, int64_t bc, bool full) {
-      const bool all_live = scores(j0, bc, full);
-      kern_.softmax_update(s_.st.data(), bc, m, l, s_.alpha.data());
+    auto step = [&](int64_t j0, int64_t bc, bool full, int lo, int hi) {
+      const bool all_live = scores(j0, bc, full, lo, hi);
+      kern_.softmax_update(s_.st.data(), bc, m, l, s_.alpha.data(), lo, hi);
       if (p_.mech.dropout > 0) apply_dropout(j0, bc);
       int64_t vs;
       const float* v = values(j0, bc, all_live, vs);
-      kern_.pv(s_.st.data(), bc, v, vs, p_.Dv, s_.ot.data(), s_.alpha.data());
+      kern_.pv(s_.st.data(), bc, v, vs, p_.Dv, s_.ot.data(), s_.alpha.data(), lo, hi);
+    };
+    for_each_tile([&](int64_t j0, int64_t bc, bool full) {
+      if (full) return step(j0, bc, true, 0, L);
+      // A partial tile in groups of kLaneGroup keys, each over just the lane groups that see
+      // one of its keys (a band's edge tiles are triangles: this skips ~3/8 of their work);
+      // consecutive groups with the same lanes go together.
+      int64_t a = j0;
+      int lo = 0, hi = L;
+      for (int64_t g = j0; g < j0 + bc; g += kernels::kLaneGroup) {
+        int glo, ghi;
+        lane_groups(g, std::min<int64_t>(kernels::kLaneGroup, j0 + bc - g), glo, ghi);
+        if (g > a && (glo != lo || ghi != hi)) {
+          if (lo < hi) step(a, g - a, false, lo, hi);
+          a = g;
+        }
+        lo = glo, hi = ghi;
+      }
+      if (lo < hi) step(a, j0 + bc - a, false, lo, hi);
     });
     write_outputs(out, lse);
     if (probs) write_probs(*probs);
@@ -129,6 +147,22 @@ class Block {
     }
   }
 
+  // The lane groups [lo, hi) that see any of keys [j0, j0 + n) (the whole tile when the pattern
+  // does not give intervals or a caller's mask is on); lo = hi when none does.
+  void lane_groups(int64_t j0, int64_t n, int& lo, int& hi) const {
+    constexpr int G = kernels::kLaneGroup;
+    lo = 0, hi = L;
+    if (p_.has_user_mask()) return;
+    int64_t a = L, b = 0;
+    for (int64_t j = j0; j < j0 + n; ++j) {
+      int64_t jl, jh;
+      if (!p_.pattern.column_interval(j, i0_ + p_.offset, nq_, jl, jh)) return;
+      if (jl < jh) a = std::min(a, jl), b = std::max(b, jh);
+    }
+    if (a >= b) return void(hi = lo);
+    lo = static_cast<int>(a / G * G), hi = static_cast<int>((b + G - 1) / G * G);
+  }
+
   // Q^T with per-row scale; lanes past the last query stay zero.
   void pack_queries() {
     float* qt = s_.qt.data();
@@ -136,7 +170,10 @@ class Block {
     float* row = s_.row.data();
     for (int64_t i = 0; i < nq_; ++i) {
       const int64_t qi = i0_ + i;
-      kern_.to_float(p_.q.ptr(b_, h_, qi), p_.q.dtype, p_.q.strides[3], p_.D, row);
+      if (is_plain_f32(p_.q))
+        std::copy_n(reinterpret_cast<const float*>(p_.q.ptr(b_, h_, qi)), p_.D, row);
+      else
+        kern_.to_float(p_.q.ptr(b_, h_, qi), p_.q.dtype, p_.q.strides[3], p_.D, row);
       double scale = p_.row_scale(b_, h_, qi);
       s_.row_scale[i] = static_cast<float>(scale);
       if (p_.mech.score == ScoreKind::additive) {
@@ -185,14 +222,14 @@ class Block {
   // St for keys [j0, j0+bc): scores, transforms and (unless the tile is full) masks. Returns
   // false when some key of the tile is visible to no query of the block (its value row must then
   // be skipped).
-  bool scores(int64_t j0, int64_t bc, bool full) {
+  bool scores(int64_t j0, int64_t bc, bool full, int lo = 0, int hi = L) {
     float* st = s_.st.data();
     int64_t ks;
     const float* k = rows_f32(krows_, s_.kcache, j0, bc, s_.kbuf.data(), ks);
     if (p_.mech.score == ScoreKind::additive) {
       additive_scores(k, ks, bc);
     } else {
-      kern_.qk(s_.qt.data(), p_.D, k, ks, bc, st);
+      kern_.qk(s_.qt.data(), p_.D, k, ks, bc, st, lo, hi);
       if (p_.mech.score == ScoreKind::cosine)
         for (int64_t j = 0; j < bc; ++j) {
           const float inv = static_cast<float>(1.0 / std::sqrt(std::max(sum_sq(k + j * ks, p_.D), 1e-30)));
@@ -216,12 +253,12 @@ class Block {
     bool all_live = true;
     for (int64_t j = 0; j < bc; ++j) {
       float* row = st + j * L;
-      int64_t lo, hi;  // keys past the valid length never get here
-      if (!user && p_.pattern.column_interval(j0 + j, i0_ + p_.offset, nq_, lo, hi)) {
-        std::fill(row, row + lo, neg_inf);
-        std::fill(row + hi, row + nq_, neg_inf);
-        s_.live[j] = lo < hi;
-        all_live &= lo < hi;
+      int64_t a, b;  // visible lanes [a, b); keys past the valid length never get here
+      if (!user && p_.pattern.column_interval(j0 + j, i0_ + p_.offset, nq_, a, b)) {
+        std::fill(row, row + a, neg_inf);
+        std::fill(row + b, row + nq_, neg_inf);
+        s_.live[j] = a < b;
+        all_live &= a < b;
         continue;
       }
       p_.pattern.column(j0 + j, i0_ + p_.offset, nq_, vis);
@@ -302,8 +339,13 @@ class Block {
       // l = 0: the row saw no key (zeros, LSE -inf); l NaN: a non-finite input reached a visible
       // score (NaN, or +inf minus +inf), and the row is NaN, output and LSE.
       const float inv = inverse_sum(l[i]);
-      for (int64_t c = 0; c < p_.Dv; ++c) row[c] = ot[c * L + i] * inv;
-      kern_.from_float(row, out.dtype, out.strides[3], p_.Dv, out.ptr(b_, h_, i0_ + i));
+      if (out.dtype == DType::f32 && out.strides[3] == 1) {  // straight into the output row
+        auto* o = reinterpret_cast<float*>(out.ptr(b_, h_, i0_ + i));
+        for (int64_t c = 0; c < p_.Dv; ++c) o[c] = ot[c * L + i] * inv;
+      } else {
+        for (int64_t c = 0; c < p_.Dv; ++c) row[c] = ot[c * L + i] * inv;
+        kern_.from_float(row, out.dtype, out.strides[3], p_.Dv, out.ptr(b_, h_, i0_ + i));
+      }
       if (lse)
         static_cast<float*>(lse->data)[lse->offset(b_, h_, i0_ + i, 0)] =
             l[i] > 0 ? m[i] + std::log(l[i]) : l[i] == 0 ? -std::numeric_limits<float>::infinity() : l[i];

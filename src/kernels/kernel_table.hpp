@@ -16,18 +16,23 @@
 namespace attn::kernels {
 
 constexpr int kQueryTile = 64;
+// qk, softmax_update and pv may be asked for a range of lanes [lo, hi), in multiples of this:
+// the other lanes are left as they are (St undefined there; m, l, alpha, Ot untouched). A caller
+// does so for keys that no lane outside the range sees, where skipping them is exact.
+constexpr int kLaneGroup = 16;
 
 struct TileKernels {
   Isa isa;
-  // St[j][i] = sum_c K[j][c] * Qt[c][i]   for j < bc, i < 64; K row j at k + j*k_stride.
-  void (*qk)(const float* qt, int64_t d, const float* k, int64_t k_stride, int64_t bc, float* st);
+  // St[j][i] = sum_c K[j][c] * Qt[c][i]   for j < bc, lo <= i < hi; K row j at k + j*k_stride.
+  void (*qk)(const float* qt, int64_t d, const float* k, int64_t k_stride, int64_t bc, float* st, int lo, int hi);
   // Online softmax step over bc rows of St (in place St -> Pt = exp(St - m_new)):
   //   m_new = max(m, max_j St[j]); alpha = exp(m - m_new); l = alpha*l + sum_j Pt[j]; m = m_new.
   // A lane whose m_new is -inf uses 0 as its base, so it yields p = 0, alpha = 0, never NaN.
-  void (*softmax_update)(float* st, int64_t bc, float* m, float* l, float* alpha);
-  // Ot[c][i] = alpha[i]*Ot[c][i] + sum_j V[j][c] * Pt[j][i]   for c < dv; V row j at v + j*v_stride.
+  void (*softmax_update)(float* st, int64_t bc, float* m, float* l, float* alpha, int lo, int hi);
+  // Ot[c][i] = alpha[i]*Ot[c][i] + sum_j V[j][c] * Pt[j][i]   for c < dv, lo <= i < hi; V row j
+  // at v + j*v_stride.
   void (*pv)(const float* pt, int64_t bc, const float* v, int64_t v_stride, int64_t dv, float* ot,
-             const float* alpha);
+             const float* alpha, int lo, int hi);
   // x[i] = cap * tanh(x[i] / cap) for i < n; x 64-byte aligned.
   void (*softcap)(float* x, int64_t n, float cap);
   // x[i] = exp(x[i] - sub[i % 64]) for i < n (n a multiple of 64): probabilities pass.

@@ -47,60 +47,74 @@ inline Vec vtanh(Vec x) {
 #endif
 
 // ---- QK^T: St[j][lanes] = sum_c K[j][c] * Qt[c][lanes] --------------------------------------
-template <int NR>
+template <int NR, int MV = Vec::MR>
 inline void qk_micro(const float* qt, int64_t d, const float* k, int64_t k_stride, float* st,
                      int lane0) {
-  Vec acc[NR][Vec::MR];
+  Vec acc[NR][MV];
 #pragma GCC unroll 8
   for (int n = 0; n < NR; ++n)
 #pragma GCC unroll 8
-    for (int m = 0; m < Vec::MR; ++m) acc[n][m] = Vec::zero();
+    for (int m = 0; m < MV; ++m) acc[n][m] = Vec::zero();
   const float* krow[NR];
 #pragma GCC unroll 8
   for (int n = 0; n < NR; ++n) krow[n] = k + n * k_stride;
   const float* q = qt + lane0;
   for (int64_t c = 0; c < d; ++c, q += kLanes) {
-    Vec qv[Vec::MR];
+    Vec qv[MV];
 #pragma GCC unroll 8
-    for (int m = 0; m < Vec::MR; ++m) qv[m] = Vec::load(q + m * Vec::W);
+    for (int m = 0; m < MV; ++m) qv[m] = Vec::load(q + m * Vec::W);
 #pragma GCC unroll 8
     for (int n = 0; n < NR; ++n) {
       const Vec kb = Vec::set1(krow[n][c]);
 #pragma GCC unroll 8
-      for (int m = 0; m < Vec::MR; ++m) acc[n][m] = Vec::fma(kb, qv[m], acc[n][m]);
+      for (int m = 0; m < MV; ++m) acc[n][m] = Vec::fma(kb, qv[m], acc[n][m]);
     }
   }
 #pragma GCC unroll 8
   for (int n = 0; n < NR; ++n)
 #pragma GCC unroll 8
-    for (int m = 0; m < Vec::MR; ++m) acc[n][m].store(st + n * kLanes + lane0 + m * Vec::W);
+    for (int m = 0; m < MV; ++m) acc[n][m].store(st + n * kLanes + lane0 + m * Vec::W);
+}
+
+// Calls micro<MV>(lane0) over lanes [lo, hi) (multiples of kLaneGroup): whole micro-tiles of
+// MR vectors, then the fewer vectors left.
+template <class Micro>
+inline void over_lanes(int lo, int hi, Micro&& micro) {
+  int lane0 = lo;
+  for (; lane0 + kPanel <= hi; lane0 += kPanel) micro(std::integral_constant<int, Vec::MR>{}, lane0);
+  switch ((hi - lane0) / Vec::W) {
+    case 1: if constexpr (Vec::MR > 1) micro(std::integral_constant<int, 1>{}, lane0); break;
+    case 2: if constexpr (Vec::MR > 2) micro(std::integral_constant<int, 2>{}, lane0); break;
+    case 3: if constexpr (Vec::MR > 3) micro(std::integral_constant<int, 3>{}, lane0); break;
+    default: break;
+  }
 }
 
 template <int NR>
-inline void qk_block(const float* qt, int64_t d, const float* k, int64_t k_stride, float* st) {
-  for (int lane0 = 0; lane0 < kLanes; lane0 += kPanel) qk_micro<NR>(qt, d, k, k_stride, st, lane0);
+inline void qk_block(const float* qt, int64_t d, const float* k, int64_t k_stride, float* st, int lo, int hi) {
+  over_lanes(lo, hi, [&](auto mv, int lane0) { qk_micro<NR, decltype(mv)::value>(qt, d, k, k_stride, st, lane0); });
 }
 
-void qk(const float* qt, int64_t d, const float* k, int64_t k_stride, int64_t bc, float* st) {
+void qk(const float* qt, int64_t d, const float* k, int64_t k_stride, int64_t bc, float* st, int lo, int hi) {
   constexpr int NR = Vec::NR;
   int64_t j = 0;
-  for (; j + NR <= bc; j += NR) qk_block<NR>(qt, d, k + j * k_stride, k_stride, st + j * kLanes);
+  for (; j + NR <= bc; j += NR) qk_block<NR>(qt, d, k + j * k_stride, k_stride, st + j * kLanes, lo, hi);
   const float* kr = k + j * k_stride;
   float* sr = st + j * kLanes;
   switch (bc - j) {  // remaining keys, fewer than NR
-    case 1: qk_block<1>(qt, d, kr, k_stride, sr); break;
-    case 2: qk_block<2>(qt, d, kr, k_stride, sr); break;
-    case 3: qk_block<3>(qt, d, kr, k_stride, sr); break;
-    case 4: if constexpr (NR > 4) qk_block<4>(qt, d, kr, k_stride, sr); break;
-    case 5: if constexpr (NR > 5) qk_block<5>(qt, d, kr, k_stride, sr); break;
+    case 1: qk_block<1>(qt, d, kr, k_stride, sr, lo, hi); break;
+    case 2: qk_block<2>(qt, d, kr, k_stride, sr, lo, hi); break;
+    case 3: qk_block<3>(qt, d, kr, k_stride, sr, lo, hi); break;
+    case 4: if constexpr (NR > 4) qk_block<4>(qt, d, kr, k_stride, sr, lo, hi); break;
+    case 5: if constexpr (NR > 5) qk_block<5>(qt, d, kr, k_stride, sr, lo, hi); break;
     default: break;
   }
 }
 
 // ---- online softmax, down the rows of St ----------------------------------------------------
-void softmax_update(float* st, int64_t bc, float* m, float* l, float* alpha) {
+void softmax_update(float* st, int64_t bc, float* m, float* l, float* alpha, int lo, int hi) {
   const Vec neg_inf = Vec::set1(-__builtin_inff());
-  for (int g = 0; g < kLanes; g += Vec::W) {
+  for (int g = lo; g < hi; g += Vec::W) {
     const Vec m_old = Vec::load(m + g);
     Vec mx = m_old;
     for (int64_t j = 0; j < bc; ++j) mx = Vec::max(mx, Vec::load(st + j * kLanes + g));
@@ -119,57 +133,58 @@ void softmax_update(float* st, int64_t bc, float* m, float* l, float* alpha) {
 }
 
 // ---- PV: Ot[c][lanes] = alpha * Ot[c][lanes] + sum_j V[j][c] * Pt[j][lanes] -----------------
-template <int NR>
+template <int NR, int MV = Vec::MR>
 inline void pv_micro(const float* pt, int64_t bc, const float* v, int64_t v_stride, float* ot,
                      const float* alpha, int lane0) {
-  Vec a[Vec::MR];
-  Vec acc[NR][Vec::MR];
+  Vec a[MV];
+  Vec acc[NR][MV];
 #pragma GCC unroll 8
-  for (int m = 0; m < Vec::MR; ++m) a[m] = Vec::load(alpha + lane0 + m * Vec::W);
+  for (int m = 0; m < MV; ++m) a[m] = Vec::load(alpha + lane0 + m * Vec::W);
 #pragma GCC unroll 8
   for (int n = 0; n < NR; ++n)
 #pragma GCC unroll 8
-    for (int m = 0; m < Vec::MR; ++m)
+    for (int m = 0; m < MV; ++m)
       acc[n][m] = Vec::load(ot + n * kLanes + lane0 + m * Vec::W) * a[m];
   const float* p = pt + lane0;
   const float* vr = v;
   for (int64_t j = 0; j < bc; ++j, p += kLanes, vr += v_stride) {
-    Vec pv[Vec::MR];
+    Vec pv[MV];
 #pragma GCC unroll 8
-    for (int m = 0; m < Vec::MR; ++m) pv[m] = Vec::load(p + m * Vec::W);
+    for (int m = 0; m < MV; ++m) pv[m] = Vec::load(p + m * Vec::W);
 #pragma GCC unroll 8
     for (int n = 0; n < NR; ++n) {
       const Vec vb = Vec::set1(vr[n]);
 #pragma GCC unroll 8
-      for (int m = 0; m < Vec::MR; ++m) acc[n][m] = Vec::fma(vb, pv[m], acc[n][m]);
+      for (int m = 0; m < MV; ++m) acc[n][m] = Vec::fma(vb, pv[m], acc[n][m]);
     }
   }
 #pragma GCC unroll 8
   for (int n = 0; n < NR; ++n)
 #pragma GCC unroll 8
-    for (int m = 0; m < Vec::MR; ++m) acc[n][m].store(ot + n * kLanes + lane0 + m * Vec::W);
+    for (int m = 0; m < MV; ++m) acc[n][m].store(ot + n * kLanes + lane0 + m * Vec::W);
 }
 
 template <int NR>
 inline void pv_block(const float* pt, int64_t bc, const float* v, int64_t v_stride, float* ot,
-                     const float* alpha) {
-  for (int lane0 = 0; lane0 < kLanes; lane0 += kPanel)
-    pv_micro<NR>(pt, bc, v, v_stride, ot, alpha, lane0);
+                     const float* alpha, int lo, int hi) {
+  over_lanes(lo, hi, [&](auto mv, int lane0) {
+    pv_micro<NR, decltype(mv)::value>(pt, bc, v, v_stride, ot, alpha, lane0);
+  });
 }
 
 void pv(const float* pt, int64_t bc, const float* v, int64_t v_stride, int64_t dv, float* ot,
-        const float* alpha) {
+        const float* alpha, int lo, int hi) {
   constexpr int NR = Vec::NR;
   int64_t c = 0;
-  for (; c + NR <= dv; c += NR) pv_block<NR>(pt, bc, v + c, v_stride, ot + c * kLanes, alpha);
+  for (; c + NR <= dv; c += NR) pv_block<NR>(pt, bc, v + c, v_stride, ot + c * kLanes, alpha, lo, hi);
   const float* vc = v + c;
   float* oc = ot + c * kLanes;
   switch (dv - c) {  // remaining value channels, fewer than NR
-    case 1: pv_block<1>(pt, bc, vc, v_stride, oc, alpha); break;
-    case 2: pv_block<2>(pt, bc, vc, v_stride, oc, alpha); break;
-    case 3: pv_block<3>(pt, bc, vc, v_stride, oc, alpha); break;
-    case 4: if constexpr (NR > 4) pv_block<4>(pt, bc, vc, v_stride, oc, alpha); break;
-    case 5: if constexpr (NR > 5) pv_block<5>(pt, bc, vc, v_stride, oc, alpha); break;
+    case 1: pv_block<1>(pt, bc, vc, v_stride, oc, alpha, lo, hi); break;
+    case 2: pv_block<2>(pt, bc, vc, v_stride, oc, alpha, lo, hi); break;
+    case 3: pv_block<3>(pt, bc, vc, v_stride, oc, alpha, lo, hi); break;
+    case 4: if constexpr (NR > 4) pv_block<4>(pt, bc, vc, v_stride, oc, alpha, lo, hi); break;
+    case 5: if constexpr (NR > 5) pv_block<5>(pt, bc, vc, v_stride, oc, alpha, lo, hi); break;
     default: break;
   }
 }

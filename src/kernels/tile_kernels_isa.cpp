@@ -5,6 +5,7 @@
 // with AVX-512 can be picked by the linker for the portable path.
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #if !defined(ATTN_KERNEL_ISA) || !defined(ATTN_KERNEL_VEC)
 #error "compile with -DATTN_KERNEL_ISA=<isa> -DATTN_KERNEL_VEC=\"kernels/vec_<isa>.inl\" (see CMakeLists.txt)"
 #endif

@@ -26,7 +26,7 @@ TEST(TileKernels, QkAndPvMatchLoops) {
         for (auto& x : keys) x = d(rng);
         for (auto& x : vals) x = d(rng);
         for (int i = 0; i < L; ++i) alpha.data()[i] = 0.5f + i / 128.0f;
-        k.qk(qt.data(), dim, keys.data(), dim + 3, bc, st.data());
+        k.qk(qt.data(), dim, keys.data(), dim + 3, bc, st.data(), 0, 64);
         for (int64_t j = 0; j < bc; ++j)
           for (int i = 0; i < L; ++i) {
             double s = 0;
@@ -34,7 +34,7 @@ TEST(TileKernels, QkAndPvMatchLoops) {
             ASSERT_NEAR(st.data()[j * L + i], s, 1e-4) << isa_name(isa) << " j" << j << " i" << i;
           }
         std::vector<float> ot0(ot.data(), ot.data() + dim * L);
-        k.pv(st.data(), bc, vals.data(), dim + 3, dim, ot.data(), alpha.data());
+        k.pv(st.data(), bc, vals.data(), dim + 3, dim, ot.data(), alpha.data(), 0, 64);
         for (int64_t c = 0; c < dim; ++c)
           for (int i = 0; i < L; ++i) {
             double s = double(ot0[c * L + i]) * alpha.data()[i];
@@ -87,7 +87,7 @@ TEST(TileKernels, SoftmaxUpdateMasksAndRescales) {
       l.data()[i] = i == 0 ? 0.0f : 2.0f;
       for (int j = 0; j < 3; ++j) st.data()[j * L + i] = (i == 0) ? -INFINITY : float(j);
     }
-    k.softmax_update(st.data(), 3, m.data(), l.data(), alpha.data());
+    k.softmax_update(st.data(), 3, m.data(), l.data(), alpha.data(), 0, 64);
     // lane 0 saw only -inf: stays empty, no NaN
     EXPECT_EQ(m.data()[0], -INFINITY);
     EXPECT_EQ(l.data()[0], 0.0f);
