@@ -119,7 +119,12 @@ Problem validate_softmax(const TensorView& q, const TensorView& k, const TensorV
   return p;
 }
 
-Problem validate_softmax(const TensorView& q, const TensorView& k, const TensorView& v, const Longformer& mech,
+namespace {
+
+// A pattern mechanism (Longformer, BigBird): plain dot-product softmax with its scale, over its
+// pattern.
+template <class PatternMechanism>
+Problem validate_pattern(const TensorView& q, const TensorView& k, const TensorView& v, const PatternMechanism& mech,
                          const AttendOptions& opt, const core::Outputs& outs) {
   Softmax scores;
   scores.scale = mech.scale;
@@ -128,13 +133,16 @@ Problem validate_softmax(const TensorView& q, const TensorView& k, const TensorV
   return p;
 }
 
+}  // namespace
+
+Problem validate_softmax(const TensorView& q, const TensorView& k, const TensorView& v, const Longformer& mech,
+                         const AttendOptions& opt, const core::Outputs& outs) {
+  return validate_pattern(q, k, v, mech, opt, outs);
+}
+
 Problem validate_softmax(const TensorView& q, const TensorView& k, const TensorView& v, const BigBird& mech,
                          const AttendOptions& opt, const core::Outputs& outs) {
-  Softmax scores;
-  scores.scale = mech.scale;
-  Problem p = validate_scores(q, k, v, scores, to_string(Mechanism{mech}), opt, outs);
-  p.pattern = sparse::pattern_of(mech, p.N, p.M);
-  return p;
+  return validate_pattern(q, k, v, mech, opt, outs);
 }
 
 }  // namespace attn::exact
