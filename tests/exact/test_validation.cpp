@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "support/expect_error.hpp"
 #include "support/random_inputs.hpp"
 
 namespace attn {
@@ -15,14 +16,7 @@ struct Inputs3 {
   testing::Buffer v = testing::random_tensor(rng, DType::f32, 2, 2, 6, 8);
 };
 
-void expect_error(const std::function<void()>& f, const std::string& fragment) {
-  try {
-    f();
-    FAIL() << "expected an Error containing '" << fragment << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << "message: " << e.what();
-  }
-}
+using testing::expect_error;
 
 TEST(Validation, HeadsMustDivide) {
   Inputs3 s;

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "support/expect_error.hpp"
 #include "attn/error.hpp"
 #include "attn/npy.hpp"
 
@@ -42,12 +43,7 @@ TEST(Npy, ParsesNumpyHeaders) {
 
 TEST(Npy, RejectsWithClearMessages) {
   auto expect = [](const std::vector<uint8_t>& b, const char* fragment) {
-    try {
-      parse_npy(b.data(), b.size(), "x.npy");
-      ADD_FAILURE() << "parsed";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-    }
+    testing::expect_error([&] { parse_npy(b.data(), b.size(), "x.npy"); }, fragment);
   };
   expect(npy_bytes("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }", 16), "dtype '<f8' is not supported");
   expect(npy_bytes("{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }", 8), "Fortran-ordered");

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "support/expect_error.hpp"
 #include "attn/error.hpp"
 #include "attn/mechanism.hpp"
 
@@ -49,12 +50,7 @@ TEST(MechanismText, RoundTrips) {
 
 TEST(MechanismText, ErrorsNameTheBadToken) {
   auto expect = [](const char* text, const char* fragment) {
-    try {
-      parse_mechanism(text);
-      ADD_FAILURE() << text << " parsed";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-    }
+    testing::expect_error([&] { parse_mechanism(text); }, fragment);
   };
   expect("softmax:casual", "unknown softmax option 'casual'");
   expect("softmax:scale=abc", "in 'scale=abc': expected a number (plain decimal), got 'abc'");
