@@ -110,17 +110,6 @@ Problem validate_scores(const TensorView& q, const TensorView& k, const TensorVi
   return p;
 }
 
-}  // namespace
-
-Problem validate_softmax(const TensorView& q, const TensorView& k, const TensorView& v, const Softmax& mech,
-                         const AttendOptions& opt, const core::Outputs& outs) {
-  Problem p = validate_scores(q, k, v, mech, to_string(Mechanism{mech}), opt, outs);
-  p.pattern = sparse::pattern_of(mech, p.N, p.M);
-  return p;
-}
-
-namespace {
-
 // A pattern mechanism (Longformer, BigBird): plain dot-product softmax with its scale, over its
 // pattern.
 template <class PatternMechanism>
@@ -134,6 +123,13 @@ Problem validate_pattern(const TensorView& q, const TensorView& k, const TensorV
 }
 
 }  // namespace
+
+Problem validate_softmax(const TensorView& q, const TensorView& k, const TensorView& v, const Softmax& mech,
+                         const AttendOptions& opt, const core::Outputs& outs) {
+  Problem p = validate_scores(q, k, v, mech, to_string(Mechanism{mech}), opt, outs);
+  p.pattern = sparse::pattern_of(mech, p.N, p.M);
+  return p;
+}
 
 Problem validate_softmax(const TensorView& q, const TensorView& k, const TensorView& v, const Longformer& mech,
                          const AttendOptions& opt, const core::Outputs& outs) {

@@ -6,7 +6,7 @@ namespace attn::sparse {
 
 BlockMask::BlockMask(const Pattern& pattern, int64_t N, int64_t M, int64_t offset, int64_t query_tile,
                      int64_t key_tile)
-    : query_tile_(query_tile) {
+    : query_tile_(query_tile), ones_(static_cast<size_t>(query_tile), uint8_t{1}) {
   const int64_t tiles = (N + query_tile - 1) / query_tile;
   first_.reserve(static_cast<size_t>(tiles) + 1);
   first_.push_back(0);
@@ -34,23 +34,11 @@ BlockMask::BlockMask(const Pattern& pattern, int64_t N, int64_t M, int64_t offse
 
 double visible_pairs(const Pattern& pattern, int64_t N, int64_t M, int64_t offset, int64_t len) {
   constexpr int64_t kTile = 64;
-  const BlockMask mask(pattern, N, M, offset, kTile, kTile);
-  std::vector<uint8_t> vis(kTile);
   double pairs = 0;
-  for (int64_t t = 0; t < mask.tiles(); ++t) {
-    const int64_t i0 = t * kTile, nq = std::min(N - i0, kTile);
-    for (const Run& r : mask.runs(t)) {
-      const int64_t end = std::min(r.end, len);
-      if (r.full) {
-        pairs += static_cast<double>(nq) * static_cast<double>(std::max<int64_t>(0, end - r.begin));
-        continue;
-      }
-      for (int64_t j = r.begin; j < end; ++j) {
-        pattern.column(j, i0 + offset, nq, vis.data());
-        pairs += static_cast<double>(std::count(vis.begin(), vis.begin() + nq, uint8_t{1}));
-      }
-    }
-  }
+  BlockMask(pattern, N, M, offset, kTile, kTile)
+      .for_each_column(pattern, N, offset, len, [&](int64_t, int64_t rows, int64_t, const uint8_t* vis) {
+        pairs += static_cast<double>(std::count(vis, vis + rows, uint8_t{1}));
+      });
   return pairs;
 }
 

@@ -1,5 +1,4 @@
-// attn::mask_of: the block mask a call would compile, written out densely (full runs as runs of
-// ones, partial runs through the pattern's columns).
+// attn::mask_of: the block mask a call would compile, written out densely column by column.
 #include <algorithm>
 #include <cstring>
 
@@ -26,19 +25,10 @@ Tensor mask_of(const Mechanism& mechanism, int64_t n, int64_t m) {
   if (n == 0 || m == 0) return t;
   std::memset(out, 0, static_cast<size_t>(n * m));
   constexpr int64_t kTile = 64;
-  const sparse::BlockMask mask(pattern, n, m, m - n, kTile, kTile);
-  std::vector<uint8_t> vis(kTile);
-  for (int64_t tile = 0; tile < mask.tiles(); ++tile) {
-    const int64_t i0 = tile * kTile, rows = std::min(kTile, n - i0);
-    for (const sparse::Run& r : mask.runs(tile))
-      for (int64_t j = r.begin; j < r.end; ++j) {
-        if (r.full)
-          std::fill(vis.begin(), vis.begin() + rows, uint8_t{1});
-        else
-          pattern.column(j, i0 + m - n, rows, vis.data());
+  sparse::BlockMask(pattern, n, m, m - n, kTile, kTile)
+      .for_each_column(pattern, n, m - n, m, [&](int64_t i0, int64_t rows, int64_t j, const uint8_t* vis) {
         for (int64_t i = 0; i < rows; ++i) out[(i0 + i) * m + j] = vis[i];
-      }
-  }
+      });
   return t;
 }
 
