@@ -104,6 +104,8 @@ std::vector<Case> demo_cases(int64_t n, int64_t d, int64_t heads) {
       {"decode: 1 query, GQA", "softmax:causal", DType::f32, gqa, false, true},
       {"decode: 1 query, bf16", "softmax:causal", DType::bf16, 0, false, true},
       {"Linformer k=64 (low rank)", "linformer:k=64,seed=1"},
+      {"Reformer LSH, 2 rounds, chunks of 64", "lsh:buckets=16,rounds=2,chunk=64,seed=1,causal,shared_qk"},
+      {"Dual Chunk Attention, chunks of 128", "dca:chunk=128,local=32"},
   };
   std::vector<Case> out;
   for (const Row& r : rows) {
@@ -354,11 +356,104 @@ void linformer_bad_cases(std::vector<BadCase>& out) {
                  "form must be one of projected, reference for linformer:k=4, got 'tiled'"});
 }
 
+// ---- lsh: Reformer's hashed chunks ----------------------------------------------------------
+void lsh_check_cases(std::vector<Case>& out) {
+  const char* mechs[] = {
+      "lsh:buckets=8,rounds=2,chunk=8,seed=1",          "lsh:buckets=4,rounds=3,chunk=16,seed=2,causal",
+      "lsh:buckets=8,rounds=2,chunk=8,seed=3,shared_qk", "lsh:buckets=6,rounds=2,chunk=5,seed=4,causal,shared_qk",
+      "lsh:buckets=2,rounds=1,chunk=1,seed=5",          "lsh:buckets=16,rounds=4,chunk=100,seed=6,causal",
+  };
+  int k = 0;
+  for (const char* mech : mechs) {
+    ++k;
+    Case c;
+    c.mechanism = mech;
+    c.B = 2, c.H = 4, c.Hkv = 2, c.N = 131, c.M = 131, c.D = 16, c.Dv = 24;
+    c.dtype = k % 3 == 0 ? DType::bf16 : k % 3 == 1 ? DType::f32 : DType::f16;
+    c.layout = k % 2 ? Layout::bhnd : Layout::bnhd;
+    out.push_back(c);
+    Case pad = c;  // keys past the valid length take no part in the sort
+    pad.B = 3, pad.H = 2, pad.Hkv = 1, pad.N = pad.M = 70, pad.dtype = DType::f32, pad.extras.padding = true;
+    out.push_back(pad);
+    if (std::string(mech).find("shared_qk") != std::string::npos) continue;
+    Case wide = c;  // queries and keys of different lengths
+    wide.B = 1, wide.N = 33, wide.M = 90, wide.dtype = DType::f32;
+    out.push_back(wide);
+    wide.N = 97, wide.M = 40, wide.extras.pad = 3;
+    out.push_back(wide);
+  }
+  Case many;  // many tiles and chunks, several rounds
+  many.mechanism = "lsh:buckets=32,rounds=4,chunk=64,seed=9,causal,shared_qk";
+  many.B = 1, many.H = 2, many.Hkv = 2, many.N = many.M = 600, many.D = 64, many.Dv = 64;
+  out.push_back(many);
+}
+
+void lsh_bad_cases(std::vector<BadCase>& out) {
+  Case c;
+  c.B = 1, c.H = 2, c.Hkv = 2, c.N = 5, c.M = 6, c.D = 8, c.Dv = 8;
+  auto add = [&](const char* name, const char* mech, const char* message) {
+    Case b = c;
+    b.mechanism = mech;
+    out.push_back({name, b, [](Inputs&) {}, message});
+  };
+  add("lsh_odd_buckets", "lsh:buckets=7", "lsh buckets must be even and in [2, 65536]");
+  add("lsh_zero_rounds", "lsh:rounds=0", "lsh rounds must be in [1, 64], got 0");
+  add("lsh_zero_chunk", "lsh:chunk=0", "lsh chunk must be >= 1, got 0");
+  add("lsh_shared_needs_square", "lsh:shared_qk", "lsh shared_qk needs as many queries as keys");
+  c.N = c.M = 6, c.mechanism = "lsh", c.extras.mask = true;
+  out.push_back({"lsh_mask", c, [](Inputs&) {}, "lsh does not take a boolean mask"});
+}
+
+// ---- dca: Dual Chunk Attention ----------------------------------------------------------------
+void dca_check_cases(std::vector<Case>& out) {
+  const char* mechs[] = {"dca:chunk=16,local=4", "dca:chunk=24,local=24,theta=500,interleaved",
+                         "dca:chunk=64,local=40", "dca:chunk=5,local=2,scale=0.3"};
+  int k = 0;
+  for (const char* mech : mechs) {
+    ++k;
+    Case c;
+    c.mechanism = mech;
+    c.B = 2, c.H = 4, c.Hkv = 2, c.N = 131, c.M = 131, c.D = 32, c.Dv = 24;
+    c.dtype = k % 3 == 0 ? DType::bf16 : k % 3 == 1 ? DType::f32 : DType::f16;
+    c.layout = k % 2 ? Layout::bhnd : Layout::bnhd;
+    c.extras.magnitude = 2.0f;  // RoPE turns scores: larger ones make a wrong position show
+    out.push_back(c);
+    Case odd = c;  // a cache longer than the queries, padding, a mask or a bias on top
+    odd.B = 3, odd.H = 2, odd.Hkv = 1, odd.N = 70, odd.M = 200, odd.D = 16, odd.Dv = 16, odd.dtype = DType::f32;
+    odd.extras.padding = true, odd.extras.mask = k % 2 == 0, odd.extras.bias = k % 2 == 1;
+    out.push_back(odd);
+    Case decode = c;  // a few queries: the rows form inside each part
+    decode.B = 2, decode.H = 8, decode.Hkv = 2, decode.N = k % 2 ? 1 : 3, decode.M = 300, decode.D = 16, decode.Dv = 16;
+    decode.extras.padding = true;
+    out.push_back(decode);
+  }
+}
+
+void dca_bad_cases(std::vector<BadCase>& out) {
+  Case c;
+  c.B = 1, c.H = 2, c.Hkv = 2, c.N = 5, c.M = 6, c.D = 8, c.Dv = 8;
+  auto add = [&](const char* name, const char* mech, const char* message) {
+    Case b = c;
+    b.mechanism = mech;
+    out.push_back({name, b, [](Inputs&) {}, message});
+  };
+  add("dca_local_beyond_chunk", "dca:chunk=8,local=9", "dca local must be in [1, chunk = 8], got 9");
+  add("dca_theta", "dca:theta=1", "dca theta must be a finite number > 1");
+  c.D = 7;
+  add("dca_odd_head_dim", "dca:chunk=4,local=2", "dca needs an even head dim (RoPE rotates pairs of channels), got D = 7");
+  c.D = 8;
+  c.mechanism = "dca";
+  out.push_back({"dca_alibi", c, [](Inputs& in) { in.options.alibi_slopes = {1, 1}; },
+                 "dca does not take ALiBi slopes"});
+}
+
 std::vector<Case> build() {
   std::vector<Case> all;
   softmax_check_cases(all);
   sparse_check_cases(all);
   linformer_check_cases(all);
+  lsh_check_cases(all);
+  dca_check_cases(all);
   // Bench suite: the foundation's grid (N = M = 1024, 4096; d = 64, 128; softmax and causal;
   // f32 and bf16; 8 heads) and decode against 4096 / 16384 / 65536 cached keys.
   for (Case& c : bench_grid({1024, 4096}, {64, 128}, {"softmax", "softmax:causal"}, {DType::f32, DType::bf16}, 8, 0))
@@ -386,6 +481,8 @@ const std::vector<BadCase>& bad_case_list() {
     softmax_bad_cases(out);
     sparse_bad_cases(out);
     linformer_bad_cases(out);
+    lsh_bad_cases(out);
+    dca_bad_cases(out);
     return out;
   }();
   return list;

@@ -15,6 +15,8 @@
 //   longformer:window=128:128,global=0;17;33   window + global tokens
 //   bigbird:block=64,window=3,global=2,random=3,seed=7   BigBird's block pattern
 //   linformer:k=256,seed=1          keys and values projected to 256 rows (low rank)
+//   lsh:buckets=32,rounds=2,chunk=64,seed=1   Reformer: hash, sort by bucket, attend in chunks
+//   dca:chunk=4096,local=1024,theta=10000     Dual Chunk Attention (RoPE applied inside)
 //
 // A family is a struct with `static constexpr std::string_view kind`, an alternative of the
 // Mechanism variant, and a text parser/printer beside its kernels (src/exact/softmax_text.cpp
@@ -95,8 +97,47 @@ struct Linformer {
   bool operator==(const Linformer&) const = default;
 };
 
-// The families. The sparse, linear and model issues append theirs.
-using Mechanism = std::variant<Softmax, Longformer, BigBird, Linformer>;
+// Reformer's LSH attention (Kitaev et al. 2020). Per round, q and k are hashed by a random
+// rotation R (D, buckets/2): bucket(x) = argmax([xR, -xR]); queries and keys are each sorted by
+// (bucket, position) and cut into chunks of `chunk`; query chunk c sees key chunks c and c - 1.
+// A query sees the union over rounds (each key once: rounds merge through their log-sum-exp
+// with every pair counted in the first round that has it). shared_qk: keys hashed from the
+// queries (q and k are the same tokens, N = M), and a token sees itself only when it sees
+// nothing else. R comes from the named param "rotations" (rounds, D, buckets/2) or from `seed`.
+// Keys past a batch's valid length take no part in the sort.
+struct Lsh {
+  static constexpr std::string_view kind = "lsh";
+  int64_t buckets = 32;           // even, >= 2
+  int64_t rounds = 2;
+  int64_t chunk = 64;
+  uint64_t seed = 0;
+  bool causal = false;
+  bool shared_qk = false;
+  std::optional<double> scale;    // none: 1/sqrt(d)
+
+  bool operator==(const Lsh&) const = default;
+};
+
+// Dual Chunk Attention (An et al. 2024): training-free context extension of a RoPE model. q and
+// k arrive without RoPE; positions are cut into chunks of `chunk` (s) and every key is rotated
+// to its position inside its chunk, j mod s. The query is rotated three ways: inside its own
+// chunk at i mod s (intra), against the chunk just before at min(s + i mod s, s + local - 1)
+// (successive: true distances for the first `local` queries of a chunk), and against earlier
+// chunks at s + local - 1 (inter). One softmax over all three (merged through their
+// log-sum-exp), causal. With chunk >= the sequence it is causal RoPE attention.
+struct Dca {
+  static constexpr std::string_view kind = "dca";
+  int64_t chunk = 4096;
+  int64_t local = 1024;
+  double theta = 10000.0;         // RoPE base
+  bool interleaved = false;       // RoPE pairs (2c, 2c+1); default rotate-half (c, c + D/2)
+  std::optional<double> scale;    // none: 1/sqrt(d)
+
+  bool operator==(const Dca&) const = default;
+};
+
+// The families. The linear and model issues append theirs.
+using Mechanism = std::variant<Softmax, Longformer, BigBird, Linformer, Lsh, Dca>;
 
 // For exhaustive visits: std::visit(overloaded{[](const Softmax&) {...}, ...}, mechanism).
 template <class... Fs>

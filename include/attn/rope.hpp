@@ -32,6 +32,10 @@ struct Rope {
 // positions up to 2^40 keep their accuracy; the rotation itself is float32.
 void apply_rope(const TensorView& x, const Rope& rope, const std::vector<int64_t>& batch_offsets = {});
 
+// Rotates x (B, H, N, D) in place with token n at position rope.offset + positions[n] (N
+// values, the same for every batch), for schemes that remap positions (Dual Chunk Attention).
+void apply_rope_at(const TensorView& x, const Rope& rope, const std::vector<int64_t>& positions);
+
 // The float64 reference of the same rotation (tests): returns the rotated values of x,
 // (B, H, N, D) row-major.
 std::vector<double> rope_reference(const TensorView& x, const Rope& rope, const std::vector<int64_t>& batch_offsets = {});

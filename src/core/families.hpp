@@ -4,6 +4,8 @@
 #include "attn/mechanism.hpp"
 #include "exact/softmax_family.hpp"
 #include "lowrank/linformer.hpp"
+#include "sparse/lsh.hpp"
+#include "positional/dca.hpp"
 
 namespace attn::core {
 
@@ -15,6 +17,8 @@ decltype(auto) visit_family(const Mechanism& m, F&& f) {
                         [&](const Longformer& s) { return f(s, exact::SoftmaxFamily{}); },
                         [&](const BigBird& s) { return f(s, exact::SoftmaxFamily{}); },
                         [&](const Linformer& l) { return f(l, lowrank::LinformerFamily{}); },
+                        [&](const Lsh& l) { return f(l, sparse::LshFamily{}); },
+                        [&](const Dca& d) { return f(d, positional::DcaFamily{}); },
                     },
                     m);
 }

@@ -21,4 +21,10 @@ void write_options(OptionWriter& w, const BigBird& m);
 void read_options(OptionReader& r, Linformer& m);
 void write_options(OptionWriter& w, const Linformer& m);
 
+void read_options(OptionReader& r, Lsh& m);
+void write_options(OptionWriter& w, const Lsh& m);
+
+void read_options(OptionReader& r, Dca& m);
+void write_options(OptionWriter& w, const Dca& m);
+
 }  // namespace attn::mechanism

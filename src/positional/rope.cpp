@@ -59,18 +59,15 @@ void pair(RopeStyle s, int64_t half, int64_t c, int64_t& a, int64_t& b) {
   else a = 2 * c, b = 2 * c + 1;
 }
 
-}  // namespace
-
-std::string to_string(RopeStyle s) { return s == RopeStyle::half ? "half" : "interleaved"; }
-
-void apply_rope(const TensorView& x, const Rope& r, const std::vector<int64_t>& batch_offsets) {
-  const Plan p = validate(x, r, batch_offsets);
+// Rotates token n of batch b at position position_of(b, n).
+template <class PositionOf>
+void rotate(const TensorView& x, const Rope& r, const Plan& p, PositionOf position_of) {
   if (p.half == 0 || x.numel() == 0) return;
   const int64_t tokens = x.batch() * x.tokens();
   const int threads = resolve_threads(0, tokens / 64 + 1);
   parallel_for(tokens, threads, [&](int64_t item, int) {
     const int64_t b = item / x.tokens(), n = item % x.tokens();
-    const double pos = static_cast<double>(position(r, batch_offsets, b, n));
+    const double pos = static_cast<double>(position_of(b, n));
     float cs[2];
     for (int64_t c = 0; c < p.half; ++c) {
       const double angle = pos * p.inv_freq[static_cast<size_t>(c)];
@@ -86,6 +83,27 @@ void apply_rope(const TensorView& x, const Rope& r, const std::vector<int64_t>& 
       }
     }
   });
+}
+
+}  // namespace
+
+std::string to_string(RopeStyle s) { return s == RopeStyle::half ? "half" : "interleaved"; }
+
+void apply_rope(const TensorView& x, const Rope& r, const std::vector<int64_t>& batch_offsets) {
+  rotate(x, r, validate(x, r, batch_offsets),
+         [&](int64_t b, int64_t n) { return position(r, batch_offsets, b, n); });
+}
+
+void apply_rope_at(const TensorView& x, const Rope& r, const std::vector<int64_t>& positions) {
+  const Plan p = validate(x, r, {});
+  if (static_cast<int64_t>(positions.size()) != x.tokens())
+    fail(kWhere, "positions must have one value per token (" + std::to_string(x.tokens()) + "), got " +
+                     std::to_string(positions.size()));
+  for (int64_t pos : positions)
+    if (pos < 0 || pos > (int64_t{1} << 40) - r.offset)
+      fail(kWhere, "offset + positions must lie in [0, 2^40], got " + std::to_string(r.offset) + " + " +
+                       std::to_string(pos));
+  rotate(x, r, p, [&](int64_t, int64_t n) { return r.offset + positions[static_cast<size_t>(n)]; });
 }
 
 std::vector<double> rope_reference(const TensorView& x, const Rope& r, const std::vector<int64_t>& batch_offsets) {

@@ -18,6 +18,14 @@ Tensor mask_of(const Mechanism& mechanism, int64_t n, int64_t m) {
       overloaded{[&](const Linformer&) -> sparse::Pattern {
                    fail("mask_of", "linformer has no key pattern (it attends to k projected rows, not to the keys)");
                  },
+                 [&](const Lsh&) -> sparse::Pattern {
+                   fail("mask_of", "lsh has no fixed key pattern (its keys follow the hashed inputs: see lsh_buckets)");
+                 },
+                 [&](const Dca&) {  // every causal key, at remapped positions
+                   Softmax causal;
+                   causal.causal = true;
+                   return sparse::pattern_of(causal, n, m);
+                 },
                  [&](const auto& mech) { return sparse::pattern_of(mech, n, m); }},
       mechanism);
   Tensor t(DType::boolean, {1, 1, n, m});

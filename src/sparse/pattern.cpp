@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 
 #include "base/counter_random.hpp"
 
@@ -10,11 +11,27 @@ namespace {
 
 constexpr int64_t kUnbounded = -1;
 
+// Lag (query chunk - key chunk) in [lo, hi] against the band's allowed range: none, all, some.
+Coverage lag_coverage(const Band& b, int64_t lo, int64_t hi) {
+  if (hi < b.lag_min || (b.lag_max != kUnbounded && lo > b.lag_max)) return Coverage::hidden;
+  return lo >= b.lag_min && (b.lag_max == kUnbounded || hi <= b.lag_max) ? Coverage::full : Coverage::partial;
+}
+
+// Positions [first, last) of the queries whose chunk lets key j through.
+void chunk_positions(const Band& b, int64_t j, int64_t& first, int64_t& last) {
+  const int64_t kc = floor_div(j, b.chunk);
+  first = (kc + b.lag_min) * b.chunk;
+  last = b.lag_max == kUnbounded ? std::numeric_limits<int64_t>::max() : (kc + b.lag_max + 1) * b.chunk;
+}
+
 bool in_band(const Band& b, int64_t p, int64_t j) {
   const int64_t d = p - j;
   if (b.left != kUnbounded && d > b.left) return false;
   if (b.right != kUnbounded && -d > b.right) return false;
-  if (b.chunk > 0 && floor_div(p, b.chunk) != floor_div(j, b.chunk)) return false;
+  if (b.chunk > 0) {
+    const int64_t lag = floor_div(p, b.chunk) - floor_div(j, b.chunk);
+    if (lag_coverage(b, lag, lag) == Coverage::hidden) return false;
+  }
   if (b.dilation > 1 && floor_mod(d, b.dilation) != 0) return false;
   if (b.stride > 0 && std::llabs(d) > b.stride && floor_mod(d, b.stride) != 0) return false;
   return true;
@@ -43,16 +60,20 @@ void fill(uint8_t* vis, int64_t a, int64_t b) {
   if (a < b) std::fill(vis + a, vis + b, uint8_t{1});
 }
 
+// Lanes [lo, hi) (query positions p0 + lane) cut to the queries whose chunk sees key j.
+void clip_to_chunks(const Band& b, int64_t j, int64_t p0, int64_t& lo, int64_t& hi) {
+  int64_t first, last;
+  chunk_positions(b, j, first, last);
+  lo = std::max(lo, first - p0);
+  if (last != std::numeric_limits<int64_t>::max()) hi = std::min(hi, last - p0);
+}
+
 // Lanes of the band term for key j, within lanes [lo, hi).
 void band_lanes(const Band& b, int64_t j, int64_t p0, int64_t lo, int64_t hi, uint8_t* vis) {
   // p - left <= j <= p + right  <=>  j - right <= p <= j + left
   if (b.right != kUnbounded) lo = std::max(lo, j - b.right - p0);
   if (b.left != kUnbounded) hi = std::min(hi, j + b.left - p0 + 1);
-  if (b.chunk > 0) {
-    const int64_t start = floor_div(j, b.chunk) * b.chunk;
-    lo = std::max(lo, start - p0);
-    hi = std::min(hi, start + b.chunk - p0);
-  }
+  if (b.chunk > 0) clip_to_chunks(b, j, p0, lo, hi);
   if (lo >= hi) return;
   // lanes i with (p0 + i - j) mod step = 0: i = first, first + step, ...
   auto every = [&](int64_t step) {
@@ -76,8 +97,9 @@ Coverage band_coverage(const Band& b, int64_t p0, int64_t p1, int64_t j0, int64_
   if (b.chunk > 0) {
     const int64_t q0 = floor_div(p0, b.chunk), q1 = floor_div(p1, b.chunk);
     const int64_t k0 = floor_div(j0, b.chunk), k1 = floor_div(j1, b.chunk);
-    if (q1 < k0 || k1 < q0) return Coverage::hidden;
-    full = full && q0 == q1 && k0 == k1 && q0 == k0;
+    const Coverage lags = lag_coverage(b, q0 - k1, q1 - k0);
+    if (lags == Coverage::hidden) return Coverage::hidden;
+    full = full && lags == Coverage::full;
   }
   if (b.dilation > 1) {
     if (!multiple_in(dmin, dmax, b.dilation)) return Coverage::hidden;
@@ -139,11 +161,7 @@ bool Pattern::column_interval(int64_t j, int64_t p0, int64_t n, int64_t& lo, int
   if (band->dilation > 1 || band->stride > 0) return false;
   if (band->right != kUnbounded) lo = std::max(lo, j - band->right - p0);
   if (band->left != kUnbounded) hi = std::min(hi, j + band->left - p0 + 1);
-  if (band->chunk > 0) {
-    const int64_t start = floor_div(j, band->chunk) * band->chunk;
-    lo = std::max(lo, start - p0);
-    hi = std::min(hi, start + band->chunk - p0);
-  }
+  if (band->chunk > 0) clip_to_chunks(*band, j, p0, lo, hi);
   lo = std::clamp<int64_t>(lo, 0, n), hi = std::clamp<int64_t>(hi, lo, n);
   return true;
 }
@@ -180,9 +198,10 @@ std::vector<std::pair<int64_t, int64_t>> Pattern::candidates(int64_t p0, int64_t
   if (band) {
     int64_t a = band->left == kUnbounded ? 0 : p0 - band->left;
     int64_t b = band->right == kUnbounded ? end : p1 + band->right + 1;
-    if (band->chunk > 0) {
-      a = std::max(a, floor_div(p0, band->chunk) * band->chunk);
-      b = std::min(b, (floor_div(p1, band->chunk) + 1) * band->chunk);
+    if (band->chunk > 0) {  // key chunks q0 - lag_max .. q1 - lag_min
+      const int64_t C = band->chunk;
+      if (band->lag_max != kUnbounded) a = std::max(a, (floor_div(p0, C) - band->lag_max) * C);
+      b = std::min(b, (floor_div(p1, C) - band->lag_min + 1) * C);
     }
     add(a, b);
   }

@@ -7,7 +7,8 @@
 // A pair (p, j) is visible when causality allows it (j <= p, if causal) and any term lets it
 // through:
 //   band    p - left <= j <= p + right, and (if set) (p - j) mod dilation = 0, or strided:
-//           |p - j| <= stride or (p - j) mod stride = 0; and (if set) p, j in the same chunk;
+//           |p - j| <= stride or (p - j) mod stride = 0; and (if set) p, j in the same chunk
+//           (or chunks lag_min .. lag_max apart);
 //   sinks   j < sinks;
 //   global  j or p is a global position;
 //   blocks  BigBird: query block a = p / size sees key block c = j / size when |a - c| <= half
@@ -31,6 +32,9 @@ struct Band {
   int64_t dilation = 1;           // >= 1
   int64_t stride = 0;             // 0 = off; exclusive with dilation > 1
   int64_t chunk = 0;              // 0 = off
+  // With chunks: the query's chunk minus the key's lies in [lag_min, lag_max] (-1 = unbounded);
+  // 0:0 is "the same chunk"; Dual Chunk Attention also uses 1:1 and 2:-1.
+  int64_t lag_min = 0, lag_max = 0;
 };
 
 struct Blocks {

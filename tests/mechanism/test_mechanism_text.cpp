@@ -33,7 +33,7 @@ TEST(MechanismText, UnknownOptionListsTheKnownOnes) {
 }
 
 TEST(MechanismText, KindsComeFromTheVariant) {
-  EXPECT_EQ(known_kinds(), "softmax, longformer, bigbird, linformer");
+  EXPECT_EQ(known_kinds(), "softmax, longformer, bigbird, linformer, lsh, dca");
   EXPECT_EQ(kind_of(parse_mechanism("softmax:causal")), "softmax");
   EXPECT_EQ(kind_of(parse_mechanism("linformer:k=64")), "linformer");
 }
@@ -41,7 +41,8 @@ TEST(MechanismText, KindsComeFromTheVariant) {
 TEST(MechanismText, RoundTrips) {
   for (const char* text : {"softmax", "softmax:causal", "softmax:causal,scale=0.125,window=-1:0,softcap=30",
                            "softmax:score=additive", "softmax:dropout=0.5,seed=3", "linformer",
-                           "linformer:k=64,seed=9,scale=0.25"}) {
+                           "linformer:k=64,seed=9,scale=0.25", "lsh", "lsh:buckets=8,rounds=3,chunk=16,seed=2,causal,shared_qk,scale=0.5",
+                           "dca", "dca:chunk=512,local=64,theta=500000,interleaved,scale=0.1"}) {
     const Mechanism m = parse_mechanism(text);
     EXPECT_EQ(parse_mechanism(to_string(m)), m) << text;
   }

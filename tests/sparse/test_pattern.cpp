@@ -20,6 +20,8 @@ namespace {
 
 Pattern compile(const std::string& text, int64_t N, int64_t M) {
   return std::visit(overloaded{[&](const Linformer&) -> Pattern { throw std::logic_error("no pattern"); },
+                               [&](const Lsh&) -> Pattern { throw std::logic_error("no pattern"); },
+                               [&](const Dca&) -> Pattern { throw std::logic_error("no pattern"); },
                                [&](const auto& m) { return pattern_of(m, N, M); }},
                     parse_mechanism(text));
 }
@@ -47,15 +49,35 @@ const std::vector<std::string> kTexts = {
     "bigbird:block=16,window=5,global=2,random=1",
 };
 
+// The mechanisms' patterns, plus the chunk lags no text form reaches (Dual Chunk Attention's
+// successive and inter-chunk parts, and others).
+std::vector<std::pair<std::string, Pattern>> all_patterns(int64_t N, int64_t M) {
+  std::vector<std::pair<std::string, Pattern>> out;
+  for (const auto& text : kTexts) out.emplace_back(text, compile(text, N, M));
+  const struct {
+    bool causal;
+    int64_t chunk, lag_min, lag_max, left;
+  } lags[] = {{true, 8, 1, 1, -1}, {true, 8, 2, -1, -1}, {false, 7, 0, 2, -1}, {true, 11, 1, -1, 30},
+              {false, 64, 1, 1, -1}, {true, 5, 3, 4, -1}};
+  for (const auto& l : lags) {
+    Pattern p;
+    p.causal = l.causal;
+    p.band->chunk = l.chunk, p.band->lag_min = l.lag_min, p.band->lag_max = l.lag_max, p.band->left = l.left;
+    out.emplace_back("chunk " + std::to_string(l.chunk) + " lag " + std::to_string(l.lag_min) + ":" +
+                         std::to_string(l.lag_max) + (l.causal ? " causal" : "") + " left " + std::to_string(l.left),
+                     p);
+  }
+  return out;
+}
+
 struct Shape {
   int64_t N, M;
 };
 const std::vector<Shape> kShapes = {{70, 70}, {1, 90}, {13, 77}, {90, 41}, {129, 129}};
 
 TEST(Pattern, ColumnsAreTheDefinition) {
-  for (const auto& text : kTexts)
-    for (const auto [N, M] : kShapes) {
-      const Pattern p = compile(text, N, M);
+  for (const auto [N, M] : kShapes)
+    for (const auto& [text, p] : all_patterns(N, M)) {
       const int64_t offset = M - N;
       std::vector<uint8_t> vis(64);
       for (int64_t i0 = 0; i0 < N; i0 += 64) {
@@ -75,9 +97,8 @@ TEST(Pattern, ColumnsAreTheDefinition) {
 
 TEST(Pattern, ClassifyNeverOverstates) {
   std::mt19937 rng(11);
-  for (const auto& text : kTexts)
-    for (const auto [N, M] : kShapes) {
-      const Pattern p = compile(text, N, M);
+  for (const auto [N, M] : kShapes)
+    for (const auto& [text, p] : all_patterns(N, M)) {
       const int64_t offset = M - N;
       for (int trial = 0; trial < 300; ++trial) {
         const int64_t i0 = static_cast<int64_t>(rng() % N), i1 = std::min<int64_t>(N - 1, i0 + rng() % 40);
@@ -96,10 +117,9 @@ TEST(Pattern, ClassifyNeverOverstates) {
 // Every visible pair lies in a run of its query tile; full runs hold only visible pairs; the
 // pair count matches the definition.
 TEST(Pattern, BlockMaskCoversExactlyTheVisiblePairs) {
-  for (const auto& text : kTexts)
-    for (const auto [N, M] : kShapes)
+  for (const auto [N, M] : kShapes)
+    for (const auto& [text, p] : all_patterns(N, M))
       for (int64_t tile : {int64_t{1}, int64_t{16}, int64_t{64}}) {
-        const Pattern p = compile(text, N, M);
         const int64_t offset = M - N;
         const BlockMask mask(p, N, M, offset, tile, tile);
         double count = 0;
@@ -127,12 +147,17 @@ TEST(Pattern, Meanings) {
   const Pattern strided = compile("softmax:causal,strided=6", n, n);
   const Pattern chunked = compile("softmax:chunk=10", n, n);
   const Pattern longformer = compile("longformer:window=2:2,global=0;17", n, n);
+  Pattern previous_chunk = chunked, older_chunks = chunked;
+  previous_chunk.band->lag_min = previous_chunk.band->lag_max = 1;
+  older_chunks.band->lag_min = 2, older_chunks.band->lag_max = -1;
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < n; ++j) {
       EXPECT_EQ(sinks.visible(i, j), j <= i && (i - j <= 7 || j < 3)) << i << " " << j;
       EXPECT_EQ(dilated.visible(i, j), j <= i && (i - j) % 4 == 0) << i << " " << j;
       EXPECT_EQ(strided.visible(i, j), j <= i && (i - j <= 6 || (i - j) % 6 == 0)) << i << " " << j;
       EXPECT_EQ(chunked.visible(i, j), i / 10 == j / 10) << i << " " << j;
+      EXPECT_EQ(previous_chunk.visible(i, j), i / 10 == j / 10 + 1) << i << " " << j;
+      EXPECT_EQ(older_chunks.visible(i, j), i / 10 >= j / 10 + 2) << i << " " << j;
       EXPECT_EQ(longformer.visible(i, j), std::abs(i - j) <= 2 || i == 0 || i == 17 || j == 0 || j == 17) << i << " " << j;
     }
 }

@@ -1,0 +1,224 @@
+#include "positional/dca.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "attn/error.hpp"
+#include "attn/rope.hpp"
+#include "base/parallel.hpp"
+#include "core/partial_merge.hpp"
+#include "exact/softmax_family.hpp"
+#include "sparse/pattern.hpp"
+
+namespace attn::positional {
+namespace {
+
+const char* kWhere = "attend";
+
+}  // namespace
+
+DcaPart dca_part(const Dca& m, int64_t p, int64_t j) {
+  const int64_t lag = sparse::floor_div(p, m.chunk) - sparse::floor_div(j, m.chunk);
+  return lag == 0 ? DcaPart::intra : lag == 1 ? DcaPart::successive : DcaPart::inter;
+}
+
+int64_t dca_query_position(const Dca& m, DcaPart part, int64_t p) {
+  const int64_t s = m.chunk, w = m.local, in_chunk = sparse::floor_mod(p, s);
+  switch (part) {
+    case DcaPart::intra: return in_chunk;
+    case DcaPart::successive: return std::min(s + in_chunk, s + w - 1);
+    case DcaPart::inter: return s + w - 1;
+  }
+  return 0;
+}
+
+DcaProblem DcaFamily::validate(const TensorView& q, const TensorView& k, const TensorView& v, const Dca& m,
+                               const AttendOptions& opt, const core::Outputs& outs) {
+  if (!opt.params.empty()) fail(kWhere, "dca takes no named params, got " + std::to_string(opt.params.size()));
+  if (!opt.alibi_slopes.empty())
+    fail(kWhere, "dca does not take ALiBi slopes (its positions are RoPE's, remapped per chunk)");
+  DcaProblem p;
+  p.dca = m;
+  Softmax scores;
+  scores.causal = true;
+  scores.scale = m.scale;
+  static_cast<exact::Problem&>(p) = exact::validate_softmax(q, k, v, scores, opt, outs);
+  if (m.chunk < 1) fail(kWhere, "dca chunk must be >= 1, got " + std::to_string(m.chunk));
+  if (m.local < 1 || m.local > m.chunk)
+    fail(kWhere, "dca local must be in [1, chunk = " + std::to_string(m.chunk) + "], got " + std::to_string(m.local));
+  if (m.chunk > (int64_t{1} << 39))
+    fail(kWhere, "dca chunk must be at most 2^39 (RoPE positions reach chunk + local), got " + std::to_string(m.chunk));
+  if (!std::isfinite(m.theta) || m.theta <= 1.0)
+    fail(kWhere, "dca theta must be a finite number > 1, got " + std::to_string(m.theta));
+  if (p.D % 2 != 0)
+    fail(kWhere, "dca needs an even head dim (RoPE rotates pairs of channels), got D = " + std::to_string(p.D));
+  return p;
+}
+
+namespace {
+
+Rope rope_of(const Dca& m) {
+  Rope r;
+  r.theta = m.theta;
+  r.style = m.interleaved ? RopeStyle::interleaved : RopeStyle::half;
+  return r;
+}
+
+// A float32 copy of x rotated with token n at positions[n].
+Tensor rotated(const TensorView& x, const Rope& rope, const std::vector<int64_t>& positions) {
+  Tensor t(DType::f32, {x.batch(), x.heads(), x.tokens(), x.dim()});
+  const TensorView& o = t.view();
+  for (int64_t b = 0; b < x.batch(); ++b)
+    for (int64_t h = 0; h < x.heads(); ++h)
+      for (int64_t n = 0; n < x.tokens(); ++n)
+        for (int64_t c = 0; c < x.dim(); ++c) static_cast<float*>(o.data)[o.offset(b, h, n, c)] = x.at(b, h, n, c);
+  apply_rope_at(o, rope, positions);
+  return t;
+}
+
+void run_three_part(const DcaProblem& p, const core::Outputs& o, const core::Context& ctx) {
+  const exact::Problem& e = p;
+  const Rope rope = rope_of(p.dca);
+  std::vector<int64_t> kpos(static_cast<size_t>(e.M));
+  for (int64_t j = 0; j < e.M; ++j) kpos[static_cast<size_t>(j)] = sparse::floor_mod(j, p.dca.chunk);
+  const Tensor k = rotated(e.k, rope, kpos);
+  constexpr int kParts = 3;
+  const int64_t rows = e.B * e.H * e.N;
+  // Each part's normalised output and LSE, float32, contiguous (B, H, N, .).
+  std::vector<Tensor> outs, lses;
+  outs.reserve(kParts), lses.reserve(kParts);
+  const struct {
+    DcaPart part;
+    int64_t lag_min, lag_max;  // query chunk - key chunk
+  } parts[kParts] = {{DcaPart::intra, 0, 0}, {DcaPart::successive, 1, 1}, {DcaPart::inter, 2, -1}};
+  for (const auto& part_of : parts) {
+    std::vector<int64_t> qpos(static_cast<size_t>(e.N));
+    for (int64_t i = 0; i < e.N; ++i) qpos[static_cast<size_t>(i)] = dca_query_position(p.dca, part_of.part, i + e.offset);
+    const Tensor q = rotated(e.q, rope, qpos);
+    exact::Problem part = e;
+    part.q = q.view(), part.k = k.view();
+    part.pattern.band->chunk = p.dca.chunk;
+    part.pattern.band->lag_min = part_of.lag_min, part.pattern.band->lag_max = part_of.lag_max;
+    outs.emplace_back(DType::f32, std::array<int64_t, 4>{e.B, e.H, e.N, e.Dv});
+    lses.emplace_back(DType::f32, std::array<int64_t, 4>{e.B, e.H, e.N, 1});
+    const core::Outputs po{&outs.back().view(), &lses.back().view(), nullptr};
+    core::choose(exact::SoftmaxFamily::forms(), part, po, "", "dca").run(part, po, ctx);
+  }
+  // One softmax: the parts' partials (m = lse, l = 1 or 0 for a part with no key, acc = the
+  // normalised output) merged per row in part order.
+  std::vector<float> m(static_cast<size_t>(kParts * rows)), l(m.size()), acc(static_cast<size_t>(kParts * rows * e.Dv));
+  for (int t = 0; t < kParts; ++t) {
+    const auto* lt = static_cast<const float*>(lses[static_cast<size_t>(t)].view().data);
+    const auto* ot = static_cast<const float*>(outs[static_cast<size_t>(t)].view().data);
+    std::copy(lt, lt + rows, m.begin() + t * rows);
+    std::copy(ot, ot + rows * e.Dv, acc.begin() + t * rows * e.Dv);
+  }
+  for (size_t r = 0; r < m.size(); ++r)
+    l[r] = std::isnan(m[r]) ? m[r] : m[r] == -std::numeric_limits<float>::infinity() ? 0.0f : 1.0f;
+  parallel_for(e.B * e.H, resolve_threads(ctx.threads, e.B * e.H), [&](int64_t item, int) {
+    const int64_t b = item / e.H, h = item % e.H;
+    std::vector<float> row(static_cast<size_t>(e.Dv));
+    for (int64_t i = 0; i < e.N; ++i) {
+      const int64_t r = item * e.N + i;
+      const float x = core::merge_partials(kParts, m.data() + r, l.data() + r, rows, acc.data() + r * e.Dv,
+                                           rows * e.Dv, e.Dv, row.data());
+      ctx.kern->from_float(row.data(), o.out->dtype, o.out->strides[3], e.Dv, o.out->ptr(b, h, i));
+      if (o.lse) static_cast<float*>(o.lse->data)[o.lse->offset(b, h, i, 0)] = x;
+    }
+  });
+}
+
+void refuse_probs(const DcaProblem&, const core::Outputs& o, core::Reasons& why) {
+  if (o.wants_probs()) why.push_back("returns no probabilities (the reference form does)");
+}
+
+// ---- the reference: each pair's remapped relative position, one float64 softmax ---------------
+
+// x rotated in float64 by RoPE at position pos.
+void rope64(const Rope& r, const TensorView& x, int64_t b, int64_t h, int64_t n, int64_t pos, double* out) {
+  const int64_t D = x.dim(), half = D / 2;
+  for (int64_t c = 0; c < D; ++c) out[c] = x.at(b, h, n, c);
+  for (int64_t c = 0; c < half; ++c) {
+    const double angle = static_cast<double>(pos) * std::pow(r.theta, -2.0 * static_cast<double>(c) / static_cast<double>(D));
+    const int64_t ia = r.style == RopeStyle::half ? c : 2 * c, ib = r.style == RopeStyle::half ? c + half : 2 * c + 1;
+    const double xa = out[ia], xb = out[ib];
+    out[ia] = xa * std::cos(angle) - xb * std::sin(angle);
+    out[ib] = xa * std::sin(angle) + xb * std::cos(angle);
+  }
+}
+
+template <class T>
+core::ReferenceResult reference_impl(const DcaProblem& dp, bool plain) {
+  const exact::Problem& p = dp;
+  const Rope rope = rope_of(dp.dca);
+  auto rnd = [&](T x) { return plain ? static_cast<T>(round_to(p.q.dtype, static_cast<float>(x))) : x; };
+  core::ReferenceResult r;
+  r.B = p.B, r.H = p.H, r.N = p.N, r.M = p.M, r.Dv = p.Dv;
+  r.out.assign(static_cast<size_t>(p.B * p.H * p.N * p.Dv), 0.0);
+  r.lse.assign(static_cast<size_t>(p.B * p.H * p.N), -std::numeric_limits<double>::infinity());
+  r.probs.assign(static_cast<size_t>(p.B * p.H * p.N * p.M), 0.0);
+  std::vector<double> kr(static_cast<size_t>(p.M * p.D)), qr(static_cast<size_t>(3 * p.D));
+  std::vector<T> s(static_cast<size_t>(p.M));
+  std::vector<uint8_t> vis(static_cast<size_t>(p.M));
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.H; ++h) {
+      const int64_t hk = p.kv_head(h);
+      for (int64_t j = 0; j < p.M; ++j) rope64(rope, p.k, b, hk, j, sparse::floor_mod(j, dp.dca.chunk), &kr[j * p.D]);
+      for (int64_t i = 0; i < p.N; ++i) {
+        const int64_t pos = i + p.offset;
+        for (int t = 0; t < 3; ++t)
+          rope64(rope, p.q, b, h, i, dca_query_position(dp.dca, static_cast<DcaPart>(t), pos), &qr[t * p.D]);
+        T mx = -std::numeric_limits<T>::infinity();
+        for (int64_t j = 0; j < p.M; ++j) {
+          vis[static_cast<size_t>(j)] = p.visible(b, h, i, j);
+          if (!vis[static_cast<size_t>(j)]) continue;
+          const double* qv = &qr[static_cast<size_t>(dca_part(dp.dca, pos, j)) * p.D];
+          T dot = 0;
+          for (int64_t c = 0; c < p.D; ++c) dot += static_cast<T>(qv[c]) * static_cast<T>(kr[j * p.D + c]);
+          s[static_cast<size_t>(j)] = rnd(dot * static_cast<T>(p.base_scale) + static_cast<T>(p.additive_bias(b, h, i, j)));
+          mx = std::max(mx, s[static_cast<size_t>(j)]);
+        }
+        if (mx == -std::numeric_limits<T>::infinity()) continue;
+        T sum = 0;
+        for (int64_t j = 0; j < p.M; ++j)
+          if (vis[static_cast<size_t>(j)]) sum += (s[static_cast<size_t>(j)] = std::exp(s[static_cast<size_t>(j)] - mx));
+        const size_t at = static_cast<size_t>((b * p.H + h) * p.N + i);
+        r.lse[at] = static_cast<double>(mx + std::log(sum));
+        for (int64_t j = 0; j < p.M; ++j)
+          if (vis[static_cast<size_t>(j)]) r.probs[at * p.M + j] = static_cast<double>(s[static_cast<size_t>(j)] / sum);
+        for (int64_t c = 0; c < p.Dv; ++c) {
+          T acc = 0;
+          for (int64_t j = 0; j < p.M; ++j)
+            if (vis[static_cast<size_t>(j)])
+              acc += rnd(s[static_cast<size_t>(j)] / sum) * static_cast<T>(p.v.at(b, hk, j, c));
+          r.out[at * p.Dv + c] = static_cast<double>(rnd(acc));
+        }
+      }
+    }
+  return r;
+}
+
+void run_reference(const DcaProblem& p, const core::Outputs& o, const core::Context&) {
+  core::write_reference(reference_impl<double>(p, false), o);
+}
+
+}  // namespace
+
+const std::vector<core::Form<DcaProblem>>& DcaFamily::forms() {
+  static const std::vector<core::Form<DcaProblem>> list = {
+      {"parts", "intra-, successive- and inter-chunk attention on the softmax forms, merged by LSE",
+       refuse_probs, run_three_part},
+      {"reference", "float64, each pair's remapped position, one softmax (slow, exact)",
+       core::refuse_nothing<DcaProblem>, run_reference},
+  };
+  return list;
+}
+
+double DcaFamily::flops(const DcaProblem& p) { return exact::SoftmaxFamily::flops(p); }
+
+core::ReferenceResult DcaFamily::reference(const DcaProblem& p, core::RefPrecision precision) {
+  return precision == core::RefPrecision::f64 ? reference_impl<double>(p, false) : reference_impl<float>(p, true);
+}
+
+}  // namespace attn::positional

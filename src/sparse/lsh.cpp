@@ -1,0 +1,329 @@
+#include "sparse/lsh.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "attn/error.hpp"
+#include "attn/pattern.hpp"
+#include "base/aligned_buffer.hpp"
+#include "base/counter_random.hpp"
+#include "base/parallel.hpp"
+#include "core/kv_rows.hpp"
+#include "core/params.hpp"
+#include "core/partial_merge.hpp"
+
+namespace attn::sparse {
+namespace {
+
+const char* kWhere = "attend";
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+void refuse_option(bool given, const std::string& what) {
+  if (given) fail(kWhere, "lsh does not take " + what + " (its keys are chosen by hashing)");
+}
+
+}  // namespace
+
+LshProblem LshFamily::validate(const TensorView& q, const TensorView& k, const TensorView& v, const Lsh& m,
+                               const AttendOptions& opt, const core::Outputs& outs) {
+  LshProblem p;
+  static_cast<core::Dims&>(p) = core::check_io(q, k, v, outs, opt);
+  p.mech = m;
+  refuse_option(opt.mask.has_value(), "a boolean mask");
+  refuse_option(opt.block_mask.has_value() || static_cast<bool>(opt.mask_mod), "a block mask or mask_mod");
+  refuse_option(opt.bias.has_value(), "an additive bias");
+  refuse_option(!opt.alibi_slopes.empty(), "ALiBi slopes");
+  if (m.buckets < 2 || m.buckets % 2 != 0 || m.buckets > 65536)
+    fail(kWhere, "lsh buckets must be even and in [2, 65536] (a rotation gives buckets/2 directions and their "
+                 "opposites), got " + std::to_string(m.buckets));
+  if (m.rounds < 1 || m.rounds > 64) fail(kWhere, "lsh rounds must be in [1, 64], got " + std::to_string(m.rounds));
+  if (m.chunk < 1) fail(kWhere, "lsh chunk must be >= 1, got " + std::to_string(m.chunk));
+  if (p.N >= (int64_t{1} << 31) || p.M >= (int64_t{1} << 31))
+    fail(kWhere, "lsh sorts at most 2^31 - 1 queries and keys, got N = " + std::to_string(p.N) +
+                     ", M = " + std::to_string(p.M));
+  if (m.shared_qk && p.N != p.M)
+    fail(kWhere, "lsh shared_qk needs as many queries as keys (they are the same tokens), got N = " +
+                     std::to_string(p.N) + ", M = " + std::to_string(p.M));
+  if (m.scale) core::check_positive_float32(*m.scale, "scale");
+  p.scale = m.scale ? *m.scale : 1.0 / std::sqrt(static_cast<double>(p.D));
+  p.half = m.buckets / 2;
+  const int64_t width = m.rounds * p.half;
+  p.rotation.resize(static_cast<size_t>(p.D * width));
+  if (!opt.params.empty()) {  // (rounds, D, buckets / 2) -> (D, rounds * buckets / 2)
+    core::Symbols symbols{{"rounds", m.rounds}, {"D", p.D}, {"half", p.half}};
+    core::check_params(opt.params, {{"rotations", {"rounds", "D", "half"}, "random rotations, bucket = argmax([xR, -xR])"}},
+                       to_string(Mechanism{m}), symbols);
+    const std::vector<float> given = core::to_floats(opt.params.at("rotations"));
+    for (int64_t r = 0; r < m.rounds; ++r)
+      for (int64_t c = 0; c < p.D; ++c)
+        for (int64_t j = 0; j < p.half; ++j)
+          p.rotation[static_cast<size_t>(c * width + r * p.half + j)] =
+              given[static_cast<size_t>((r * p.D + c) * p.half + j)];
+  } else {
+    for (int64_t c = 0; c < p.D; ++c)
+      for (int64_t j = 0; j < width; ++j)
+        p.rotation[static_cast<size_t>(c * width + j)] = static_cast<float>(counter_normal(m.seed, 2, c, j));
+  }
+  return p;
+}
+
+namespace {
+
+constexpr int64_t L = kernels::kQueryTile;
+
+// 1/l-free merge input: each round's partial (m, l, acc) per query position.
+struct Partials {
+  std::vector<float> m, l, acc;  // (rounds, N), (rounds, N), (rounds, N, Dv)
+};
+
+struct Scratch {
+  AlignedFloats qt, st, ot, m{L}, l{L}, alpha{L}, kbuf, vbuf;
+  std::vector<float> row;
+  Partials part;
+};
+
+// The chunked form for one (batch, query head).
+class HeadRun {
+ public:
+  HeadRun(const LshProblem& p, const kernels::TileKernels& kern, Scratch& s, int64_t b, int64_t h)
+      : p_(p), kern_(kern), s_(s), b_(b), h_(h), keys_(p.kv_len[b]), rounds_(lsh_rounds(p, b, h)) {}
+
+  void run(const core::Outputs& o) {
+    const int64_t R = p_.mech.rounds;
+    s_.part.m.assign(static_cast<size_t>(R * p_.N), kNegInf);
+    s_.part.l.assign(static_cast<size_t>(R * p_.N), 0.0f);
+    s_.part.acc.resize(static_cast<size_t>(R * p_.N * p_.Dv));
+    s_.kbuf.resize(static_cast<size_t>(std::max<int64_t>(keys_, 1) * p_.D));
+    s_.vbuf.resize(static_cast<size_t>(std::max<int64_t>(keys_, 1) * p_.Dv));
+    s_.qt.resize(static_cast<size_t>(p_.D * L));
+    s_.st.resize(static_cast<size_t>(L * L));
+    s_.ot.resize(static_cast<size_t>(p_.Dv * L));
+    s_.row.resize(static_cast<size_t>(std::max(p_.D, p_.Dv)));
+    for (int64_t r = 0; r < R; ++r) {
+      gather_keys(r);
+      for (int64_t t0 = 0; t0 < p_.N; t0 += L) tile(r, t0, std::min(L, p_.N - t0));
+    }
+    finish(o);
+  }
+
+ private:
+  // K and V rows of the valid keys in round r's sorted order, as float32.
+  void gather_keys(int64_t r) {
+    const core::KvRows k(p_.k, b_, p_.kv_head(h_)), v(p_.v, b_, p_.kv_head(h_));
+    const auto& order = rounds_[static_cast<size_t>(r)].k_order;
+    for (int64_t s = 0; s < keys_; ++s) {
+      const int64_t j = order[static_cast<size_t>(s)];
+      kern_.to_float(k.row(j), k.dtype(), k.elem_stride(), p_.D, s_.kbuf.data() + s * p_.D);
+      kern_.to_float(v.row(j), v.dtype(), v.elem_stride(), p_.Dv, s_.vbuf.data() + s * p_.Dv);
+    }
+  }
+
+  // Sorted queries [t0, t0 + n) of round r against the key chunks their chunks see.
+  void tile(int64_t r, int64_t t0, int64_t n) {
+    const LshRound& round = rounds_[static_cast<size_t>(r)];
+    const int64_t C = p_.mech.chunk;
+    float* qt = s_.qt.data();
+    std::fill(qt, qt + p_.D * L, 0.0f);
+    float* row = s_.row.data();
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t pos = round.q_order[static_cast<size_t>(t0 + i)];
+      kern_.to_float(p_.q.ptr(b_, h_, pos), p_.q.dtype, p_.q.strides[3], p_.D, row);
+      for (int64_t c = 0; c < p_.D; ++c) qt[c * L + i] = row[c] * static_cast<float>(p_.scale);
+    }
+    float *m = s_.m.data(), *l = s_.l.data(), *ot = s_.ot.data(), *st = s_.st.data();
+    std::fill(m, m + L, kNegInf);
+    std::fill(l, l + L, 0.0f);
+    std::fill(ot, ot + p_.Dv * L, 0.0f);
+    const int64_t c0 = t0 / C, c1 = (t0 + n - 1) / C;
+    const int64_t k0 = std::max<int64_t>(0, (c0 - 1) * C), k1 = std::min(keys_, (c1 + 1) * C);
+    for (int64_t j0 = k0; j0 < k1; j0 += L) {
+      const int64_t bc = std::min(L, k1 - j0);
+      kern_.qk(qt, p_.D, s_.kbuf.data() + j0 * p_.D, p_.D, bc, st, 0, L);
+      for (int64_t jj = 0; jj < bc; ++jj) {
+        const int64_t ks = j0 + jj, kc = ks / C, j = round.k_order[static_cast<size_t>(ks)];
+        float* srow = st + jj * L;
+        for (int64_t i = 0; i < L; ++i) {
+          const int64_t d = (t0 + i) / C - kc;
+          if (i >= n || (d != 0 && d != 1) || !counted_here(r, round.q_order[static_cast<size_t>(t0 + i)], j))
+            srow[i] = kNegInf;
+        }
+      }
+      kern_.softmax_update(st, bc, m, l, s_.alpha.data(), 0, L);
+      kern_.pv(st, bc, s_.vbuf.data() + j0 * p_.Dv, p_.Dv, p_.Dv, ot, s_.alpha.data(), 0, L);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t at = r * p_.N + round.q_order[static_cast<size_t>(t0 + i)];
+      s_.part.m[static_cast<size_t>(at)] = m[i];
+      s_.part.l[static_cast<size_t>(at)] = l[i];
+      float* acc = s_.part.acc.data() + at * p_.Dv;
+      for (int64_t c = 0; c < p_.Dv; ++c) acc[c] = ot[c * L + i];
+    }
+  }
+
+  // Pair (i, j), which round r's chunks put together, is counted in r: the pattern allows it and
+  // no earlier round had it (each key once in the union).
+  bool counted_here(int64_t r, int64_t i, int64_t j) const {
+    if (!lsh_allowed(p_, i, j)) return false;
+    for (int64_t e = 0; e < r; ++e)
+      if (rounds_[static_cast<size_t>(e)].sees(i, j, p_.mech.chunk)) return false;
+    return true;
+  }
+
+  // Rounds merged per query in round order; under shared_qk a query that saw nothing else
+  // attends to itself.
+  void finish(const core::Outputs& o) {
+    const int64_t R = p_.mech.rounds;
+    float* row = s_.row.data();
+    std::vector<float> qrow(static_cast<size_t>(p_.D)), krow(static_cast<size_t>(p_.D));
+    for (int64_t i = 0; i < p_.N; ++i) {
+      float lse = core::merge_partials(R, s_.part.m.data() + i, s_.part.l.data() + i, p_.N,
+                                       s_.part.acc.data() + i * p_.Dv, p_.N * p_.Dv, p_.Dv, row);
+      if (lse == kNegInf && p_.mech.shared_qk && i < keys_) {
+        kern_.to_float(p_.q.ptr(b_, h_, i), p_.q.dtype, p_.q.strides[3], p_.D, qrow.data());
+        kern_.to_float(p_.k.ptr(b_, p_.kv_head(h_), i), p_.k.dtype, p_.k.strides[3], p_.D, krow.data());
+        float dot = 0;
+        for (int64_t c = 0; c < p_.D; ++c) dot += qrow[static_cast<size_t>(c)] * krow[static_cast<size_t>(c)];
+        lse = dot * static_cast<float>(p_.scale);
+        kern_.to_float(p_.v.ptr(b_, p_.kv_head(h_), i), p_.v.dtype, p_.v.strides[3], p_.Dv, row);
+      }
+      kern_.from_float(row, o.out->dtype, o.out->strides[3], p_.Dv, o.out->ptr(b_, h_, i));
+      if (o.lse) static_cast<float*>(o.lse->data)[o.lse->offset(b_, h_, i, 0)] = lse;
+    }
+  }
+
+  const LshProblem& p_;
+  const kernels::TileKernels& kern_;
+  Scratch& s_;
+  int64_t b_, h_, keys_;
+  std::vector<LshRound> rounds_;
+};
+
+void run_chunked(const LshProblem& p, const core::Outputs& o, const core::Context& ctx) {
+  const int64_t items = p.B * p.H;
+  const int threads = resolve_threads(ctx.threads, items);
+  std::vector<Scratch> scratch(static_cast<size_t>(threads));
+  parallel_for(items, threads, [&](int64_t item, int t) {
+    HeadRun(p, *ctx.kern, scratch[static_cast<size_t>(t)], item / p.H, item % p.H).run(o);
+  });
+}
+
+void refuse_probs(const LshProblem&, const core::Outputs& o, core::Reasons& why) {
+  if (o.wants_probs()) why.push_back("returns no probabilities (the reference form does)");
+}
+
+// ---- the reference: the rounds' union as a dense mask, softmax over it ------------------------
+
+template <class T>
+core::ReferenceResult reference_impl(const LshProblem& p, bool plain) {
+  const DType dt = p.q.dtype;
+  auto rnd = [&](T x) { return plain ? static_cast<T>(round_to(dt, static_cast<float>(x))) : x; };
+  core::ReferenceResult r;
+  r.B = p.B, r.H = p.H, r.N = p.N, r.M = p.M, r.Dv = p.Dv;
+  r.out.assign(static_cast<size_t>(p.B * p.H * p.N * p.Dv), 0.0);
+  r.lse.assign(static_cast<size_t>(p.B * p.H * p.N), -std::numeric_limits<double>::infinity());
+  r.probs.assign(static_cast<size_t>(p.B * p.H * p.N * p.M), 0.0);
+  std::vector<uint8_t> vis(static_cast<size_t>(p.M));
+  std::vector<T> s(static_cast<size_t>(p.M));
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.H; ++h) {
+      const std::vector<LshRound> rounds = lsh_rounds(p, b, h);
+      const int64_t hk = p.kv_head(h);
+      for (int64_t i = 0; i < p.N; ++i) {
+        bool any = false;
+        for (int64_t j = 0; j < p.M; ++j) {
+          bool seen = false;
+          for (const LshRound& round : rounds) seen = seen || round.sees(i, j, p.mech.chunk);
+          vis[static_cast<size_t>(j)] = seen && lsh_allowed(p, i, j);
+          any = any || vis[static_cast<size_t>(j)];
+        }
+        if (p.mech.shared_qk && !any && i < p.kv_len[b]) vis[static_cast<size_t>(i)] = 1, any = true;
+        if (!any) continue;
+        T mx = -std::numeric_limits<T>::infinity();
+        for (int64_t j = 0; j < p.M; ++j) {
+          if (!vis[static_cast<size_t>(j)]) continue;
+          T dot = 0;
+          for (int64_t c = 0; c < p.D; ++c) dot += static_cast<T>(p.q.at(b, h, i, c)) * static_cast<T>(p.k.at(b, hk, j, c));
+          s[static_cast<size_t>(j)] = rnd(dot * static_cast<T>(p.scale));
+          mx = std::max(mx, s[static_cast<size_t>(j)]);
+        }
+        T sum = 0;
+        for (int64_t j = 0; j < p.M; ++j)
+          if (vis[static_cast<size_t>(j)]) sum += (s[static_cast<size_t>(j)] = std::exp(s[static_cast<size_t>(j)] - mx));
+        const size_t at = static_cast<size_t>((b * p.H + h) * p.N + i);
+        r.lse[at] = static_cast<double>(mx + std::log(sum));
+        for (int64_t j = 0; j < p.M; ++j)
+          if (vis[static_cast<size_t>(j)]) r.probs[at * p.M + j] = static_cast<double>(s[static_cast<size_t>(j)] / sum);
+        for (int64_t c = 0; c < p.Dv; ++c) {
+          T acc = 0;
+          for (int64_t j = 0; j < p.M; ++j)
+            if (vis[static_cast<size_t>(j)])
+              acc += rnd(s[static_cast<size_t>(j)] / sum) * static_cast<T>(p.v.at(b, hk, j, c));
+          r.out[at * p.Dv + c] = static_cast<double>(rnd(acc));
+        }
+      }
+    }
+  return r;
+}
+
+void run_reference(const LshProblem& p, const core::Outputs& o, const core::Context&) {
+  core::write_reference(reference_impl<double>(p, false), o);
+}
+
+}  // namespace
+
+const std::vector<core::Form<LshProblem>>& LshFamily::forms() {
+  static const std::vector<core::Form<LshProblem>> list = {
+      {"chunked", "per round: hash, sort, each sorted chunk against itself and the previous one; rounds merged",
+       refuse_probs, run_chunked},
+      {"reference", "the rounds' union as a dense mask, float64 softmax (slow, exact)",
+       core::refuse_nothing<LshProblem>, run_reference},
+  };
+  return list;
+}
+
+double LshFamily::flops(const LshProblem& p) {
+  // Per round and batch entry: sorted query tiles of 64 against the key chunks they reach.
+  double pairs = 0;
+  const int64_t C = p.mech.chunk;
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t t0 = 0; t0 < p.N; t0 += L) {
+      const int64_t n = std::min(L, p.N - t0), c0 = t0 / C, c1 = (t0 + n - 1) / C;
+      const int64_t k0 = std::max<int64_t>(0, (c0 - 1) * C), k1 = std::min(p.kv_len[b], (c1 + 1) * C);
+      pairs += static_cast<double>(n) * static_cast<double>(std::max<int64_t>(0, k1 - k0));
+    }
+  return 2.0 * static_cast<double>(p.D + p.Dv) * pairs * static_cast<double>(p.H * p.mech.rounds);
+}
+
+core::ReferenceResult LshFamily::reference(const LshProblem& p, core::RefPrecision precision) {
+  return precision == core::RefPrecision::f64 ? reference_impl<double>(p, false) : reference_impl<float>(p, true);
+}
+
+}  // namespace attn::sparse
+
+namespace attn {
+
+LshBuckets lsh_buckets(const TensorView& q, const TensorView& k, const TensorView& v, const Lsh& mechanism,
+                       const AttendOptions& options) {
+  const sparse::LshProblem p = sparse::LshFamily::validate(q, k, v, mechanism, options, core::Outputs{});
+  LshBuckets out;
+  out.B = p.B, out.H = p.H, out.rounds = p.mech.rounds, out.N = p.N, out.M = p.M;
+  out.key_heads = p.mech.shared_qk ? p.H : p.Hkv;
+  out.query.resize(static_cast<size_t>(p.B * p.H * p.mech.rounds * p.N));
+  out.key.assign(static_cast<size_t>(p.B * out.key_heads * p.mech.rounds * p.M), -1);
+  for (int64_t b = 0; b < p.B; ++b) {
+    for (int64_t h = 0; h < p.H; ++h)
+      sparse::lsh_hash(p, p.q, b, h, p.N, out.query.data() + (b * p.H + h) * p.mech.rounds * p.N);
+    for (int64_t h = 0; h < out.key_heads; ++h) {
+      const int64_t len = p.kv_len[b];
+      std::vector<int32_t> kb(static_cast<size_t>(p.mech.rounds * len));
+      sparse::lsh_hash(p, p.mech.shared_qk ? p.q : p.k, b, h, len, kb.data());
+      for (int64_t r = 0; r < p.mech.rounds; ++r)
+        std::copy(kb.begin() + r * len, kb.begin() + (r + 1) * len,
+                  out.key.begin() + ((b * out.key_heads + h) * p.mech.rounds + r) * p.M);
+    }
+  }
+  return out;
+}
+
+}  // namespace attn
