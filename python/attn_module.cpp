@@ -10,6 +10,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "attn/attn.hpp"
+#include "attn/pattern.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -192,6 +193,26 @@ NB_MODULE(_attn, m) {
                                                           free);
       },
       "mechanism"_a, "n"_a, "m"_a, "The (n, m) bool mask the mechanism's key pattern implies (attn::mask_of).");
+  m.def(
+      "lsh_buckets",
+      [](const Array& q, const Array& k, const std::string& mechanism, const std::string& layout,
+         std::vector<int64_t> key_padding_lengths, const std::map<std::string, Array>& params) {
+        const Call c = make_call(q, k, k, mechanism, layout, std::move(key_padding_lengths), std::nullopt, std::nullopt,
+                                 std::nullopt, std::nullopt, {128, 128}, params, 0, "", "");
+        const auto* lsh = std::get_if<attn::Lsh>(&c.mech);
+        if (!lsh) throw nb::value_error(("lsh_buckets needs an lsh mechanism such as 'lsh:buckets=32', got '" +
+                                         mechanism + "'").c_str());
+        auto* owner = new attn::LshBuckets(attn::lsh_buckets(c.q, c.k, c.k, *lsh, c.opt));
+        nb::capsule free(owner, [](void* p) noexcept { delete static_cast<attn::LshBuckets*>(p); });
+        using Out = nb::ndarray<nb::numpy, int32_t, nb::ndim<4>>;
+        const size_t qshape[4] = {static_cast<size_t>(owner->B), static_cast<size_t>(owner->H),
+                                  static_cast<size_t>(owner->rounds), static_cast<size_t>(owner->N)};
+        const size_t kshape[4] = {static_cast<size_t>(owner->B), static_cast<size_t>(owner->key_heads),
+                                  static_cast<size_t>(owner->rounds), static_cast<size_t>(owner->M)};
+        return nb::make_tuple(Out(owner->query.data(), 4, qshape, free), Out(owner->key.data(), 4, kshape, free));
+      },
+      "q"_a, "k"_a, "mechanism"_a, "layout"_a, "key_padding_lengths"_a, "params"_a,
+      "Reformer's buckets for q and k (attn::lsh_buckets): ((B, H, rounds, N), (B, Hk, rounds, M)) int32.");
   m.def("active_isa", [] { return attn::isa_name(attn::active_isa()); }, "Kernel set in use (ATTN_ISA overrides).");
   m.def("supported_isas", [] {
     std::vector<std::string> out;

@@ -30,7 +30,7 @@ import numpy as np
 
 from . import _attn
 
-__all__ = ["attention", "attend", "explain", "rope", "mask_of", "active_isa", "supported_isas", "set_isa",
+__all__ = ["attention", "attend", "explain", "rope", "mask_of", "lsh_buckets", "active_isa", "supported_isas", "set_isa",
            "canonical_mechanism"]
 __version__ = "0.1.0"
 
@@ -223,7 +223,10 @@ def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any
             "softmax:score=cosine", "softmax:entropy_scale=512", "softmax:dropout=0.1,seed=7";
             sparse patterns "softmax:causal,window=256:0,sinks=4", "softmax:causal,dilation=4",
             "softmax:causal,strided=64", "softmax:chunk=512", "longformer:window=128:128,global=0;17;33",
-            "bigbird:block=64,window=3,global=2,random=3,seed=7" (see :func:`mask_of`).
+            "bigbird:block=64,window=3,global=2,random=3,seed=7" (see :func:`mask_of`);
+            Reformer "lsh:buckets=32,rounds=2,chunk=64,seed=1" (add ",causal", ",shared_qk"; see
+            :func:`lsh_buckets`); Dual Chunk Attention "dca:chunk=4096,local=1024,theta=10000"
+            (q and k without RoPE: it rotates them); "linformer:k=256,seed=1".
         attn_mask: bool (True = may attend) or float (added to the scores) array broadcastable
             to (B, H, N, M), as in torch SDPA; always in (B, H, N, M) order whatever the layout.
         key_padding_lengths: valid keys per batch entry; keys at or past it are hidden.
@@ -379,6 +382,35 @@ def mask_of(mechanism: str, n: int, m: Optional[int] = None) -> np.ndarray:
     n = _integer(n, "n", 0, _INT64_MAX)
     m = n if m is None else _integer(m, "m", 0, _INT64_MAX)
     return _attn.mask_of(mechanism, n, m)
+
+
+def lsh_buckets(q: Any, k: Any, mechanism: str = "lsh", *, layout: str = "bnhd",
+                key_padding_lengths: Optional[Sequence[int]] = None, params: Optional[Mapping[str, Any]] = None,
+                **named_params: Any) -> Tuple[np.ndarray, np.ndarray]:
+    """The buckets Reformer's LSH attention uses for these q and k (an "lsh:..." mechanism).
+
+    Per round r, bucket(x) = argmax([x R_r, -x R_r]) with a random rotation R_r of shape
+    (D, buckets / 2), drawn from the mechanism's seed or given as ``rotations=`` (rounds, D,
+    buckets / 2). In :func:`attend`, queries and keys are each sorted by (bucket, position) and
+    cut into chunks; query chunk c sees key chunks c and c - 1, and a query sees the union over
+    rounds. With ``shared_qk`` the keys are hashed from the queries.
+
+    Returns:
+        (query_buckets, key_buckets): int32 arrays (B, H, rounds, N) and (B, Hk, rounds, M), Hk = H
+        under shared_qk else k's heads; -1 for keys at or past ``key_padding_lengths``.
+
+    Example:
+        >>> qb, kb = attn.lsh_buckets(q, k, "lsh:buckets=8,rounds=2,seed=1")
+    """
+    if not isinstance(mechanism, str):
+        raise TypeError(f"mechanism must be a str such as 'lsh:buckets=32', got {type(mechanism).__name__}")
+    if not isinstance(layout, str) or layout not in ("bnhd", "bhnd"):
+        raise ValueError(f"layout must be 'bnhd' or 'bhnd', got {layout!r}")
+    q, k = _prepare(q, "q"), _prepare(k, "k")
+    lengths = ([_integer(x, f"key_padding_lengths[{i}]", 0, _INT64_MAX) for i, x in enumerate(key_padding_lengths)]
+               if key_padding_lengths is not None else [])
+    named = {str(n): _prepare(x, f"params[{n!r}]") for n, x in {**(params or {}), **named_params}.items()}
+    return _attn.lsh_buckets(q, k, mechanism, layout, lengths, named)
 
 
 def rope(x: Any, *, offset: int = 0, theta: float = 10000.0, style: str = "half", rotary_dim: Optional[int] = None,
