@@ -24,7 +24,9 @@ static uint64_t xgetbv0() {
   return (static_cast<uint64_t>(hi) << 32) | lo;
 }
 
-Isa best_supported_isa() {
+namespace {
+
+Isa detect_isa() {
   unsigned a, b, c, d;
   if (!__get_cpuid(1, &a, &b, &c, &d)) return Isa::portable;
   const bool osxsave = c & (1u << 27), fma = c & (1u << 12), f16c = c & (1u << 29);
@@ -39,6 +41,15 @@ Isa best_supported_isa() {
     return Isa::avx512;
   if (ymm_os && avx2 && fma && f16c) return Isa::avx2;
   return Isa::portable;
+}
+
+}  // namespace
+
+// Detected once: CPUID can trap to the hypervisor on a virtual machine (17 us per instruction
+// measured on one), and every attend() call asks.
+Isa best_supported_isa() {
+  static const Isa best = detect_isa();
+  return best;
 }
 
 std::vector<Isa> supported_isas() {

@@ -66,13 +66,14 @@ Rope rope_of(const Dca& m) {
 }
 
 // A float32 copy of x rotated with token n at positions[n].
-Tensor rotated(const TensorView& x, const Rope& rope, const std::vector<int64_t>& positions) {
+Tensor rotated(const kernels::TileKernels& kern, const TensorView& x, const Rope& rope,
+               const std::vector<int64_t>& positions) {
   Tensor t(DType::f32, {x.batch(), x.heads(), x.tokens(), x.dim()});
   const TensorView& o = t.view();
   for (int64_t b = 0; b < x.batch(); ++b)
     for (int64_t h = 0; h < x.heads(); ++h)
       for (int64_t n = 0; n < x.tokens(); ++n)
-        for (int64_t c = 0; c < x.dim(); ++c) static_cast<float*>(o.data)[o.offset(b, h, n, c)] = x.at(b, h, n, c);
+        kern.to_float(x.ptr(b, h, n), x.dtype, x.strides[3], x.dim(), reinterpret_cast<float*>(o.ptr(b, h, n)));
   apply_rope_at(o, rope, positions);
   return t;
 }
@@ -82,47 +83,43 @@ void run_three_part(const DcaProblem& p, const core::Outputs& o, const core::Con
   const Rope rope = rope_of(p.dca);
   std::vector<int64_t> kpos(static_cast<size_t>(e.M));
   for (int64_t j = 0; j < e.M; ++j) kpos[static_cast<size_t>(j)] = sparse::floor_mod(j, p.dca.chunk);
-  const Tensor k = rotated(e.k, rope, kpos);
+  const Tensor k = rotated(*ctx.kern, e.k, rope, kpos);
   constexpr int kParts = 3;
   const int64_t rows = e.B * e.H * e.N;
-  // Each part's normalised output and LSE, float32, contiguous (B, H, N, .).
-  std::vector<Tensor> outs, lses;
-  outs.reserve(kParts), lses.reserve(kParts);
+  // The parts' normalised outputs and LSEs, float32, part after part: (3 B, H, N, .) each.
+  const Tensor outs(DType::f32, {kParts * e.B, e.H, e.N, e.Dv}), lses(DType::f32, {kParts * e.B, e.H, e.N, 1});
+  auto* out = static_cast<float*>(outs.view().data);
+  auto* lse = static_cast<float*>(lses.view().data);
   const struct {
     DcaPart part;
     int64_t lag_min, lag_max;  // query chunk - key chunk
   } parts[kParts] = {{DcaPart::intra, 0, 0}, {DcaPart::successive, 1, 1}, {DcaPart::inter, 2, -1}};
-  for (const auto& part_of : parts) {
+  for (int t = 0; t < kParts; ++t) {
     std::vector<int64_t> qpos(static_cast<size_t>(e.N));
-    for (int64_t i = 0; i < e.N; ++i) qpos[static_cast<size_t>(i)] = dca_query_position(p.dca, part_of.part, i + e.offset);
-    const Tensor q = rotated(e.q, rope, qpos);
+    for (int64_t i = 0; i < e.N; ++i) qpos[static_cast<size_t>(i)] = dca_query_position(p.dca, parts[t].part, i + e.offset);
+    const Tensor q = rotated(*ctx.kern, e.q, rope, qpos);
     exact::Problem part = e;
     part.q = q.view(), part.k = k.view();
     part.pattern.band->chunk = p.dca.chunk;
-    part.pattern.band->lag_min = part_of.lag_min, part.pattern.band->lag_max = part_of.lag_max;
-    outs.emplace_back(DType::f32, std::array<int64_t, 4>{e.B, e.H, e.N, e.Dv});
-    lses.emplace_back(DType::f32, std::array<int64_t, 4>{e.B, e.H, e.N, 1});
-    const core::Outputs po{&outs.back().view(), &lses.back().view(), nullptr};
+    part.pattern.band->lag_min = parts[t].lag_min, part.pattern.band->lag_max = parts[t].lag_max;
+    TensorView pout = outs.view(), plse = lses.view();
+    pout.shape[0] = plse.shape[0] = e.B;
+    pout.data = out + t * rows * e.Dv, plse.data = lse + t * rows;
+    const core::Outputs po{&pout, &plse, nullptr};
     core::choose(exact::SoftmaxFamily::forms(), part, po, "", "dca").run(part, po, ctx);
   }
-  // One softmax: the parts' partials (m = lse, l = 1 or 0 for a part with no key, acc = the
+  // One softmax: the parts' partials (m = lse, l = 1, or 0 for a part with no key, acc = the
   // normalised output) merged per row in part order.
-  std::vector<float> m(static_cast<size_t>(kParts * rows)), l(m.size()), acc(static_cast<size_t>(kParts * rows * e.Dv));
-  for (int t = 0; t < kParts; ++t) {
-    const auto* lt = static_cast<const float*>(lses[static_cast<size_t>(t)].view().data);
-    const auto* ot = static_cast<const float*>(outs[static_cast<size_t>(t)].view().data);
-    std::copy(lt, lt + rows, m.begin() + t * rows);
-    std::copy(ot, ot + rows * e.Dv, acc.begin() + t * rows * e.Dv);
-  }
-  for (size_t r = 0; r < m.size(); ++r)
-    l[r] = std::isnan(m[r]) ? m[r] : m[r] == -std::numeric_limits<float>::infinity() ? 0.0f : 1.0f;
+  std::vector<float> l(static_cast<size_t>(kParts * rows));
+  for (size_t r = 0; r < l.size(); ++r)
+    l[r] = std::isnan(lse[r]) ? lse[r] : lse[r] == -std::numeric_limits<float>::infinity() ? 0.0f : 1.0f;
   parallel_for(e.B * e.H, resolve_threads(ctx.threads, e.B * e.H), [&](int64_t item, int) {
     const int64_t b = item / e.H, h = item % e.H;
     std::vector<float> row(static_cast<size_t>(e.Dv));
     for (int64_t i = 0; i < e.N; ++i) {
       const int64_t r = item * e.N + i;
-      const float x = core::merge_partials(kParts, m.data() + r, l.data() + r, rows, acc.data() + r * e.Dv,
-                                           rows * e.Dv, e.Dv, row.data());
+      const float x = core::merge_partials(kParts, lse + r, l.data() + r, rows, out + r * e.Dv, rows * e.Dv, e.Dv,
+                                           row.data());
       ctx.kern->from_float(row.data(), o.out->dtype, o.out->strides[3], e.Dv, o.out->ptr(b, h, i));
       if (o.lse) static_cast<float*>(o.lse->data)[o.lse->offset(b, h, i, 0)] = x;
     }

@@ -2,6 +2,7 @@
 // float32. Parallel over (batch, token): each token's heads are rotated by one thread.
 #include "attn/rope.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -59,30 +60,52 @@ void pair(RopeStyle s, int64_t half, int64_t c, int64_t& a, int64_t& b) {
   else a = 2 * c, b = 2 * c + 1;
 }
 
-// Rotates token n of batch b at position position_of(b, n).
-template <class PositionOf>
-void rotate(const TensorView& x, const Rope& r, const Plan& p, PositionOf position_of) {
+// Rotates token n of batch b by the angles angles_of(b, n, cs) writes: cs[2c] = cos, cs[2c + 1] =
+// sin of pair c.
+template <class AnglesOf>
+void rotate(const TensorView& x, const Rope& r, const Plan& p, AnglesOf angles_of) {
   if (p.half == 0 || x.numel() == 0) return;
-  const int64_t tokens = x.batch() * x.tokens();
-  const int threads = resolve_threads(0, tokens / 64 + 1);
-  parallel_for(tokens, threads, [&](int64_t item, int) {
-    const int64_t b = item / x.tokens(), n = item % x.tokens();
-    const double pos = static_cast<double>(position_of(b, n));
-    float cs[2];
-    for (int64_t c = 0; c < p.half; ++c) {
-      const double angle = pos * p.inv_freq[static_cast<size_t>(c)];
-      cs[0] = static_cast<float>(std::cos(angle));
-      cs[1] = static_cast<float>(std::sin(angle));
-      int64_t ia, ib;
-      pair(r.style, p.half, c, ia, ib);
+  constexpr int64_t kTokensPerItem = 64;
+  const int64_t blocks = (x.tokens() + kTokensPerItem - 1) / kTokensPerItem, items = x.batch() * blocks;
+  const int threads = resolve_threads(0, items);
+  // pair c: channels ia[c], ib[c]
+  std::vector<int64_t> ia(static_cast<size_t>(p.half)), ib(static_cast<size_t>(p.half));
+  for (int64_t c = 0; c < p.half; ++c) pair(r.style, p.half, c, ia[static_cast<size_t>(c)], ib[static_cast<size_t>(c)]);
+  const bool plain = x.dtype == DType::f32;
+  std::vector<std::vector<float>> scratch(static_cast<size_t>(threads), std::vector<float>(static_cast<size_t>(2 * p.half)));
+  parallel_for(items, threads, [&](int64_t item, int tid) {
+    const int64_t b = item / blocks, n0 = item % blocks * kTokensPerItem;
+    float* cs = scratch[static_cast<size_t>(tid)].data();
+    for (int64_t n = n0; n < std::min(x.tokens(), n0 + kTokensPerItem); ++n) {
+      angles_of(b, n, cs);
       for (int64_t h = 0; h < x.heads(); ++h) {
-        const int64_t oa = x.offset(b, h, n, ia), ob = x.offset(b, h, n, ib);
-        const float xa = load_as_float(x.data, x.dtype, oa), xb = load_as_float(x.data, x.dtype, ob);
-        store_from_float(x.data, x.dtype, oa, xa * cs[0] - xb * cs[1]);
-        store_from_float(x.data, x.dtype, ob, xa * cs[1] + xb * cs[0]);
+        const int64_t base = x.offset(b, h, n, 0), stride = x.strides[3];
+        for (int64_t c = 0; c < p.half; ++c) {
+          const float co = cs[2 * c], si = cs[2 * c + 1];
+          const int64_t oa = base + ia[static_cast<size_t>(c)] * stride, ob = base + ib[static_cast<size_t>(c)] * stride;
+          if (plain) {
+            float* f = static_cast<float*>(x.data);
+            const float xa = f[oa], xb = f[ob];
+            f[oa] = xa * co - xb * si;
+            f[ob] = xa * si + xb * co;
+          } else {
+            const float xa = load_as_float(x.data, x.dtype, oa), xb = load_as_float(x.data, x.dtype, ob);
+            store_from_float(x.data, x.dtype, oa, xa * co - xb * si);
+            store_from_float(x.data, x.dtype, ob, xa * si + xb * co);
+          }
+        }
       }
     }
   });
+}
+
+// cos and sin of every pair at position pos (angles in float64).
+void angles_at(const Plan& p, int64_t pos, float* cs) {
+  for (int64_t c = 0; c < p.half; ++c) {
+    const double angle = static_cast<double>(pos) * p.inv_freq[static_cast<size_t>(c)];
+    cs[2 * c] = static_cast<float>(std::cos(angle));
+    cs[2 * c + 1] = static_cast<float>(std::sin(angle));
+  }
 }
 
 }  // namespace
@@ -90,8 +113,8 @@ void rotate(const TensorView& x, const Rope& r, const Plan& p, PositionOf positi
 std::string to_string(RopeStyle s) { return s == RopeStyle::half ? "half" : "interleaved"; }
 
 void apply_rope(const TensorView& x, const Rope& r, const std::vector<int64_t>& batch_offsets) {
-  rotate(x, r, validate(x, r, batch_offsets),
-         [&](int64_t b, int64_t n) { return position(r, batch_offsets, b, n); });
+  const Plan p = validate(x, r, batch_offsets);
+  rotate(x, r, p, [&](int64_t b, int64_t n, float* cs) { angles_at(p, position(r, batch_offsets, b, n), cs); });
 }
 
 void apply_rope_at(const TensorView& x, const Rope& r, const std::vector<int64_t>& positions) {
@@ -103,7 +126,16 @@ void apply_rope_at(const TensorView& x, const Rope& r, const std::vector<int64_t
     if (pos < 0 || pos > (int64_t{1} << 40) - r.offset)
       fail(kWhere, "offset + positions must lie in [0, 2^40], got " + std::to_string(r.offset) + " + " +
                        std::to_string(pos));
-  rotate(x, r, p, [&](int64_t, int64_t n) { return r.offset + positions[static_cast<size_t>(n)]; });
+  // Remapped positions repeat (DCA: j mod chunk): each distinct one's angles are computed once.
+  std::vector<int64_t> distinct(positions);
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  std::vector<float> table(distinct.size() * static_cast<size_t>(2 * p.half));
+  for (size_t u = 0; u < distinct.size(); ++u) angles_at(p, r.offset + distinct[u], table.data() + u * 2 * p.half);
+  rotate(x, r, p, [&](int64_t, int64_t n, float* cs) {
+    const auto u = std::lower_bound(distinct.begin(), distinct.end(), positions[static_cast<size_t>(n)]) - distinct.begin();
+    std::copy_n(table.data() + u * 2 * p.half, 2 * p.half, cs);
+  });
 }
 
 std::vector<double> rope_reference(const TensorView& x, const Rope& r, const std::vector<int64_t>& batch_offsets) {

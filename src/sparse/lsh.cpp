@@ -18,6 +18,10 @@ namespace {
 
 const char* kWhere = "attend";
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// Chunk indices no key / no lane has: far apart, so "0 or 1 chunks behind" never holds for them
+// (the difference of the two stays far from 0 and 1, and never overflows).
+constexpr int32_t kNoKey = std::numeric_limits<int32_t>::max() / 2;
+constexpr int32_t kNoChunk = std::numeric_limits<int32_t>::min() / 2;
 
 void refuse_option(bool given, const std::string& what) {
   if (given) fail(kWhere, "lsh does not take " + what + " (its keys are chosen by hashing)");
@@ -87,7 +91,26 @@ struct Scratch {
 class HeadRun {
  public:
   HeadRun(const LshProblem& p, const kernels::TileKernels& kern, Scratch& s, int64_t b, int64_t h)
-      : p_(p), kern_(kern), s_(s), b_(b), h_(h), keys_(p.kv_len[b]), rounds_(lsh_rounds(p, b, h)) {}
+      : p_(p), kern_(kern), s_(s), b_(b), h_(h), keys_(p.kv_len[b]), rounds_(lsh_rounds(p, b, h)) {
+    // Each round's chunk of every query and key position, for the earlier-round test.
+    const int64_t R = p.mech.rounds, C = p.mech.chunk;
+    query_chunk_.resize(static_cast<size_t>(R));
+    key_chunk_.resize(static_cast<size_t>(R));
+    lane_chunk_.resize(static_cast<size_t>(R));
+    for (int64_t e = 0; e < R; ++e) {
+      const LshRound& round = rounds_[static_cast<size_t>(e)];
+      auto& qc = query_chunk_[static_cast<size_t>(e)];
+      auto& kc = key_chunk_[static_cast<size_t>(e)];
+      qc.resize(static_cast<size_t>(p.N));
+      kc.resize(static_cast<size_t>(p.M));
+      for (int64_t i = 0; i < p.N; ++i) qc[static_cast<size_t>(i)] = static_cast<int32_t>(round.q_rank[static_cast<size_t>(i)] / C);
+      for (int64_t j = 0; j < p.M; ++j) {
+        const int32_t rank = round.k_rank[static_cast<size_t>(j)];
+        kc[static_cast<size_t>(j)] = rank < 0 ? kNoKey : static_cast<int32_t>(rank / C);
+      }
+      lane_chunk_[static_cast<size_t>(e)].resize(L);
+    }
+  }
 
   void run(const core::Outputs& o) {
     const int64_t R = p_.mech.rounds;
@@ -137,18 +160,19 @@ class HeadRun {
     std::fill(ot, ot + p_.Dv * L, 0.0f);
     const int64_t c0 = t0 / C, c1 = (t0 + n - 1) / C;
     const int64_t k0 = std::max<int64_t>(0, (c0 - 1) * C), k1 = std::min(keys_, (c1 + 1) * C);
+    // Per lane: its position, its chunk in this round and in each earlier one (padding lanes
+    // get a chunk no key has).
+    for (int64_t i = 0; i < L; ++i) {
+      const bool live = i < n;
+      const int32_t pos = live ? round.q_order[static_cast<size_t>(t0 + i)] : 0;
+      lane_pos_[i] = pos;
+      lane_chunk_[0][i] = live ? static_cast<int32_t>((t0 + i) / C) : kNoChunk;
+      for (int64_t e = 0; e < r; ++e) lane_chunk_[e + 1][i] = live ? query_chunk_[e][pos] : kNoChunk;
+    }
     for (int64_t j0 = k0; j0 < k1; j0 += L) {
       const int64_t bc = std::min(L, k1 - j0);
       kern_.qk(qt, p_.D, s_.kbuf.data() + j0 * p_.D, p_.D, bc, st, 0, L);
-      for (int64_t jj = 0; jj < bc; ++jj) {
-        const int64_t ks = j0 + jj, kc = ks / C, j = round.k_order[static_cast<size_t>(ks)];
-        float* srow = st + jj * L;
-        for (int64_t i = 0; i < L; ++i) {
-          const int64_t d = (t0 + i) / C - kc;
-          if (i >= n || (d != 0 && d != 1) || !counted_here(r, round.q_order[static_cast<size_t>(t0 + i)], j))
-            srow[i] = kNegInf;
-        }
-      }
+      for (int64_t jj = 0; jj < bc; ++jj) hide_uncounted(r, round, j0 + jj, st + jj * L);
       kern_.softmax_update(st, bc, m, l, s_.alpha.data(), 0, L);
       kern_.pv(st, bc, s_.vbuf.data() + j0 * p_.Dv, p_.Dv, p_.Dv, ot, s_.alpha.data(), 0, L);
     }
@@ -161,13 +185,25 @@ class HeadRun {
     }
   }
 
-  // Pair (i, j), which round r's chunks put together, is counted in r: the pattern allows it and
-  // no earlier round had it (each key once in the union).
-  bool counted_here(int64_t r, int64_t i, int64_t j) const {
-    if (!lsh_allowed(p_, i, j)) return false;
-    for (int64_t e = 0; e < r; ++e)
-      if (rounds_[static_cast<size_t>(e)].sees(i, j, p_.mech.chunk)) return false;
-    return true;
+  // Hides, in the score row of sorted key ks, the lanes that do not count the pair in round r:
+  // the key's chunk is not the lane's or the one before, the pattern forbids it (causal, self
+  // under shared_qk), or an earlier round had it (each key once in the union).
+  void hide_uncounted(int64_t r, const LshRound& round, int64_t ks, float* srow) {
+    const int32_t j = round.k_order[static_cast<size_t>(ks)];
+    const auto near = [](int32_t lane_chunk, int32_t key_chunk) {
+      return static_cast<uint32_t>(lane_chunk - key_chunk) <= 1u;  // 0 or 1 chunks behind
+    };
+    const int32_t kc = static_cast<int32_t>(ks / p_.mech.chunk);
+    const auto last = static_cast<int32_t>(j - (p_.M - p_.N));  // causal: lanes at positions >= this
+    uint8_t* keep = keep_;
+    for (int64_t i = 0; i < L; ++i)
+      keep[i] = near(lane_chunk_[0][i], kc) && (!p_.mech.causal || lane_pos_[i] >= last) &&
+                (!p_.mech.shared_qk || lane_pos_[i] != j);
+    for (int64_t e = 0; e < r; ++e) {
+      const int32_t ke = key_chunk_[e][j];
+      for (int64_t i = 0; i < L; ++i) keep[i] &= !near(lane_chunk_[e + 1][i], ke);
+    }
+    for (int64_t i = 0; i < L; ++i) srow[i] = keep[i] ? srow[i] : kNegInf;
   }
 
   // Rounds merged per query in round order; under shared_qk a query that saw nothing else
@@ -197,6 +233,10 @@ class HeadRun {
   Scratch& s_;
   int64_t b_, h_, keys_;
   std::vector<LshRound> rounds_;
+  std::vector<std::vector<int32_t>> query_chunk_, key_chunk_;  // [round][position]
+  std::vector<std::vector<int32_t>> lane_chunk_;  // [0]: this round's; [e + 1]: round e's, per lane
+  int32_t lane_pos_[L];
+  uint8_t keep_[L];
 };
 
 void run_chunked(const LshProblem& p, const core::Outputs& o, const core::Context& ctx) {

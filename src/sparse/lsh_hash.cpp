@@ -13,7 +13,12 @@ void lsh_hash(const LshProblem& p, const TensorView& x, int64_t b, int64_t h, in
   const int64_t rounds = p.mech.rounds, half = p.half, width = rounds * half;
   std::vector<float> row(static_cast<size_t>(p.D)), dot(static_cast<size_t>(width));
   for (int64_t t = 0; t < count; ++t) {
-    for (int64_t c = 0; c < p.D; ++c) row[static_cast<size_t>(c)] = x.at(b, h, t, c);
+    if (x.dtype == DType::f32 && x.strides[3] == 1) {
+      const auto* src = reinterpret_cast<const float*>(x.ptr(b, h, t));
+      std::copy(src, src + p.D, row.begin());
+    } else {
+      for (int64_t c = 0; c < p.D; ++c) row[static_cast<size_t>(c)] = x.at(b, h, t, c);
+    }
     std::fill(dot.begin(), dot.end(), 0.0f);
     for (int64_t c = 0; c < p.D; ++c) {
       const float xc = row[static_cast<size_t>(c)];
