@@ -63,7 +63,7 @@ struct RowCache {
 
 struct Scratch {
   AlignedFloats qt, st, ot, kbuf, vbuf, qp, kp;
-  AlignedFloats m{L}, l{L}, alpha{L};
+  AlignedFloats m{L}, l{L}, alpha{L}, inv{L};
   std::vector<float> row_scale = std::vector<float>(L);
   std::vector<float> row;
   std::vector<uint8_t> live, vis;
@@ -166,6 +166,12 @@ class Block {
   // Q^T with per-row scale; lanes past the last query stay zero.
   void pack_queries() {
     float* qt = s_.qt.data();
+    if (is_plain_f32(p_.q) && p_.mech.score == ScoreKind::dot) {  // one transpose kernel
+      for (int64_t i = 0; i < nq_; ++i) s_.row_scale[i] = static_cast<float>(p_.row_scale(b_, h_, i0_ + i));
+      kern_.pack_qt(reinterpret_cast<const float*>(p_.q.ptr(b_, h_, i0_)), p_.q.strides[2], static_cast<int>(nq_), p_.D,
+                    s_.row_scale.data(), qt);
+      return;
+    }
     std::fill(qt, qt + p_.D * L, 0.0f);
     float* row = s_.row.data();
     for (int64_t i = 0; i < nq_; ++i) {
@@ -335,14 +341,18 @@ class Block {
     const float* m = s_.m.data();
     const float* l = s_.l.data();
     float* row = s_.row.data();
+    // l = 0: the row saw no key (zeros, LSE -inf); l NaN: a non-finite input reached a visible
+    // score (NaN, or +inf minus +inf), and the row is NaN, output and LSE.
+    const bool plain = out.dtype == DType::f32 && out.strides[3] == 1;
+    if (plain) {  // straight into the output rows, one transpose kernel
+      float* inv = s_.inv.data();
+      for (int64_t i = 0; i < L; ++i) inv[i] = i < nq_ ? inverse_sum(l[i]) : 0.0f;
+      kern_.unpack_ot(ot, p_.Dv, inv, static_cast<int>(nq_), reinterpret_cast<float*>(out.ptr(b_, h_, i0_)),
+                      out.strides[2]);
+    }
     for (int64_t i = 0; i < nq_; ++i) {
-      // l = 0: the row saw no key (zeros, LSE -inf); l NaN: a non-finite input reached a visible
-      // score (NaN, or +inf minus +inf), and the row is NaN, output and LSE.
       const float inv = inverse_sum(l[i]);
-      if (out.dtype == DType::f32 && out.strides[3] == 1) {  // straight into the output row
-        auto* o = reinterpret_cast<float*>(out.ptr(b_, h_, i0_ + i));
-        for (int64_t c = 0; c < p_.Dv; ++c) o[c] = ot[c * L + i] * inv;
-      } else {
+      if (!plain) {
         for (int64_t c = 0; c < p_.Dv; ++c) row[c] = ot[c * L + i] * inv;
         kern_.from_float(row, out.dtype, out.strides[3], p_.Dv, out.ptr(b_, h_, i0_ + i));
       }

@@ -49,6 +49,11 @@ struct TileKernels {
   float (*exp_shift_sum)(float* x, int64_t n, float sub);
   // dst[c * stride] = src[c] rounded to `dtype` (nearest even) for c < n.
   void (*from_float)(const float* src, DType dtype, int64_t stride, int64_t n, void* dst);
+  // Between float32 rows and lane-major tiles (transposes, with a per-query factor):
+  // Qt[c][i] = src[i * src_stride + c] * scale[i] for i < n, c < d; lanes n..63 zero.
+  void (*pack_qt)(const float* src, int64_t src_stride, int n, int64_t d, const float* scale, float* qt);
+  // out[i * out_stride + c] = Ot[c][i] * inv[i] for i < n, c < dv (inv 64-byte aligned).
+  void (*unpack_ot)(const float* ot, int64_t dv, const float* inv, int n, float* out, int64_t out_stride);
 };
 
 // The kernel set for `isa` (throws Error if this CPU cannot run it).

@@ -300,6 +300,43 @@ void axpy_rows(const float* p, int64_t R, const void* v, DType vt, int64_t dv, f
   }
 }
 
+// ---- moving between rows and lane-major tiles --------------------------------------------------
+// qt[c * 64 + i] = src[i * src_stride + c] * scale[i] for i < n, c < d; lanes n..63 are zero.
+void pack_qt(const float* src, int64_t src_stride, int n, int64_t d, const float* scale, float* qt) {
+  constexpr int W = Vec::W;
+  const int64_t dw = d / W * W;
+  for (int i0 = 0; i0 < kLanes; i0 += W) {
+    for (int64_t c0 = 0; c0 < dw; c0 += W) {
+      Vec r[W];
+      for (int k = 0; k < W; ++k)
+        r[k] = i0 + k < n ? Vec::loadu(src + (i0 + k) * src_stride + c0) * Vec::set1(scale[i0 + k]) : Vec::zero();
+      Vec::transpose(r);
+      for (int k = 0; k < W; ++k) r[k].store(qt + (c0 + k) * kLanes + i0);
+    }
+    for (int64_t c = dw; c < d; ++c)
+      for (int k = 0; k < W; ++k) qt[c * kLanes + i0 + k] = i0 + k < n ? src[(i0 + k) * src_stride + c] * scale[i0 + k] : 0.0f;
+  }
+}
+
+// out[i * out_stride + c] = ot[c * 64 + i] * inv[i] for i < n, c < dv.
+void unpack_ot(const float* ot, int64_t dv, const float* inv, int n, float* out, int64_t out_stride) {
+  constexpr int W = Vec::W;
+  const int64_t dw = dv / W * W;
+  for (int i0 = 0; i0 < n; i0 += W) {
+    const Vec s = Vec::load(inv + i0);
+    if (i0 + W <= n)
+      for (int64_t c0 = 0; c0 < dw; c0 += W) {
+        Vec r[W];
+        for (int k = 0; k < W; ++k) r[k] = Vec::load(ot + (c0 + k) * kLanes + i0) * s;
+        Vec::transpose(r);
+        for (int k = 0; k < W; ++k) r[k].storeu(out + (i0 + k) * out_stride + c0);
+      }
+    const int64_t c_from = i0 + W <= n ? dw : 0;  // a last partial group of queries: element by element
+    for (int i = i0; i < std::min(n, i0 + W); ++i)
+      for (int64_t c = c_from; c < dv; ++c) out[i * out_stride + c] = ot[c * kLanes + i] * inv[i];
+  }
+}
+
 float exp_shift_sum(float* x, int64_t n, float sub) {
   const Vec s = Vec::set1(sub);
   Vec acc = Vec::zero();
@@ -325,6 +362,8 @@ inline const TileKernels& table(Isa isa) {
                              .dot_rows = dot_rows,
                              .axpy_rows = axpy_rows,
                              .exp_shift_sum = exp_shift_sum,
-                             .from_float = from_float};
+                             .from_float = from_float,
+                             .pack_qt = pack_qt,
+                             .unpack_ot = unpack_ot};
   return t;
 }

@@ -3,6 +3,7 @@
 //   ATTN_KERNEL_VEC = "kernels/vec_<isa>.inl"    (the thin vector type the kernels are written in)
 // and that ISA's -m flags. Each copy lives in namespace attn::kernels::<isa>, so no symbol built
 // with AVX-512 can be picked by the linker for the portable path.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>

@@ -43,6 +43,23 @@ struct Vec {
     const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n.v), _mm256_set1_epi32(127)), 23);
     return {_mm256_mul_ps(p.v, _mm256_castsi256_ps(e))};
   }
+  // r[k] lane c <-> r[c] lane k (8 x 8).
+  static void transpose(Vec* r) {
+    __m256 t[8], u[8];
+    for (int k = 0; k < 8; k += 2) {
+      t[k] = _mm256_unpacklo_ps(r[k].v, r[k + 1].v);
+      t[k + 1] = _mm256_unpackhi_ps(r[k].v, r[k + 1].v);
+    }
+    for (int k = 0; k < 8; k += 4)
+      for (int h = 0; h < 2; ++h) {
+        u[k + 2 * h] = _mm256_shuffle_ps(t[k + h], t[k + h + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        u[k + 2 * h + 1] = _mm256_shuffle_ps(t[k + h], t[k + h + 2], _MM_SHUFFLE(3, 2, 3, 2));
+      }
+    for (int h = 0; h < 4; ++h) {
+      r[h].v = _mm256_permute2f128_ps(u[h], u[h + 4], 0x20);
+      r[h + 4].v = _mm256_permute2f128_ps(u[h], u[h + 4], 0x31);
+    }
+  }
 };
 
 inline void to_float_unit(const void* src, DType dtype, int64_t n, float* dst) {

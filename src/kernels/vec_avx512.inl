@@ -39,6 +39,30 @@ struct Vec {
   static Vec round(Vec a) { return {_mm512_roundscale_ps(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)}; }
   // p * 2^n for integral n (n clamped by the caller); exact, handles underflow to 0.
   static Vec ldexp(Vec p, Vec n) { return {_mm512_scalef_ps(p.v, n.v)}; }
+  // r[k] lane c <-> r[c] lane k (16 x 16): pairs of rows, pairs of pairs, then 128-bit quarters.
+  static void transpose(Vec* r) {
+    __m512 t[16];
+    for (int k = 0; k < 16; k += 2) {
+      t[k] = _mm512_unpacklo_ps(r[k].v, r[k + 1].v);
+      t[k + 1] = _mm512_unpackhi_ps(r[k].v, r[k + 1].v);
+    }
+    __m512 u[16];
+    for (int k = 0; k < 16; k += 4)
+      for (int h = 0; h < 2; ++h) {
+        const __m512d a = _mm512_castps_pd(t[k + h]), b = _mm512_castps_pd(t[k + h + 2]);
+        u[k + 2 * h] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+        u[k + 2 * h + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+      }
+    for (int k = 0; k < 16; k += 8)
+      for (int h = 0; h < 4; ++h) {
+        t[k + h] = _mm512_shuffle_f32x4(u[k + h], u[k + h + 4], 0x88);
+        t[k + h + 4] = _mm512_shuffle_f32x4(u[k + h], u[k + h + 4], 0xdd);
+      }
+    for (int h = 0; h < 8; ++h) {
+      r[h].v = _mm512_shuffle_f32x4(t[h], t[h + 8], 0x88);
+      r[h + 8].v = _mm512_shuffle_f32x4(t[h], t[h + 8], 0xdd);
+    }
+  }
 };
 
 inline void to_float_unit(const void* src, DType dtype, int64_t n, float* dst) {

@@ -21,6 +21,7 @@ struct Vec {
   static Vec fma(Vec a, Vec b, Vec c) { return {a.v * b.v + c.v}; }
   static Vec max(Vec a, Vec b) { return {(b.v != b.v) ? b.v : (a.v > b.v ? a.v : b.v)}; }
   static Vec select_eq(Vec x, Vec y, Vec a, Vec b) { return x.v == y.v ? a : b; }
+  static void transpose(Vec*) {}  // 1 x 1
 };
 
 #define ATTN_PORTABLE_MATH 1

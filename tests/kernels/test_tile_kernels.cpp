@@ -136,5 +136,35 @@ TEST(TileKernels, ConversionsMatchScalarRounding) {
       }
 }
 
+// The transposes between query rows and lane-major tiles, on every ISA, for every count of
+// queries and head dims that are and are not multiples of the vector width: exact products.
+TEST(TileKernels, PackAndUnpackAreScaledTransposes) {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> g;
+  for (Isa isa : supported_isas())
+    for (int n : {1, 7, 16, 33, 63, 64})
+      for (int64_t d : {1, 5, 8, 16, 24, 64, 80}) {
+        const TileKernels& k = kernels_for(isa);
+        const int64_t stride = d + 3;
+        std::vector<float> src(static_cast<size_t>(64 * stride));
+        for (float& x : src) x = g(rng);
+        AlignedFloats scale(64), qt(static_cast<size_t>(d * 64));
+        for (int i = 0; i < 64; ++i) scale.data()[i] = g(rng);
+        std::fill(qt.data(), qt.data() + d * 64, NAN);
+        k.pack_qt(src.data(), stride, n, d, scale.data(), qt.data());
+        for (int64_t c = 0; c < d; ++c)
+          for (int i = 0; i < 64; ++i)
+            ASSERT_EQ(qt.data()[c * 64 + i], i < n ? src[static_cast<size_t>(i * stride + c)] * scale.data()[i] : 0.0f)
+                << isa_name(isa) << " n " << n << " d " << d << " c " << c << " i " << i;
+        std::vector<float> out(static_cast<size_t>(64 * stride), -7.0f);
+        k.unpack_ot(qt.data(), d, scale.data(), n, out.data(), stride);
+        for (int i = 0; i < 64; ++i)
+          for (int64_t c = 0; c < stride; ++c)
+            ASSERT_EQ(out[static_cast<size_t>(i * stride + c)],
+                      i < n && c < d ? qt.data()[c * 64 + i] * scale.data()[i] : -7.0f)
+                << isa_name(isa) << " n " << n << " d " << d << " c " << c << " i " << i;
+      }
+}
+
 }  // namespace
 }  // namespace attn::kernels
