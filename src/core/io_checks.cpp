@@ -33,18 +33,26 @@ bool is_float(DType t) { return t == DType::f32 || t == DType::bf16 || t == DTyp
 
 // Shape non-negative, data present when non-empty, largest offset representable.
 void check_view(const TensorView& v, const std::string& name) {
+  // Messages are built only on failure: this runs for every view of every call.
+  auto overflow = [&](const char* what, int64_t a, int64_t b) {
+    fail(kWhere, name + " " + what + ": " + std::to_string(a) + " * " + std::to_string(b) +
+                     " overflows 64-bit sizes (shape " + dims_text(v) + ")");
+  };
   int64_t n = 1;
   for (int i = 0; i < 4; ++i) {
     if (v.shape[i] < 0) fail(kWhere, name + " has negative dimension " + std::to_string(i) + " in shape " + dims_text(v));
-    n = checked_mul(n, v.shape[i], std::string(kWhere) + ": " + name + " element count");
+    if (__builtin_mul_overflow(n, v.shape[i], &n)) overflow("element count", n, v.shape[i]);
   }
-  checked_mul(n, static_cast<int64_t>(dtype_size(v.dtype)), std::string(kWhere) + ": " + name + " bytes");
+  int64_t bytes;
+  if (__builtin_mul_overflow(n, static_cast<int64_t>(dtype_size(v.dtype)), &bytes))
+    overflow("bytes", n, static_cast<int64_t>(dtype_size(v.dtype)));
   int64_t span = 0;
   for (int i = 0; i < 4; ++i) {
     if (v.shape[i] == 0) continue;
     const int64_t s = v.strides[i] < 0 ? -v.strides[i] : v.strides[i];
-    span = checked_add(span, checked_mul(v.shape[i] - 1, s, std::string(kWhere) + ": " + name + " extent"),
-                       std::string(kWhere) + ": " + name + " extent");
+    int64_t extent;
+    if (__builtin_mul_overflow(v.shape[i] - 1, s, &extent) || __builtin_add_overflow(span, extent, &span))
+      overflow("extent", v.shape[i] - 1, s);
   }
   if (n > 0 && v.data == nullptr) fail(kWhere, name + " has " + std::to_string(n) + " elements but no data");
 }
