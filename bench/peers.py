@@ -90,7 +90,6 @@ def sparse(args, out) -> int:
     (query, key) pairs only (4 d per pair)."""
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     dtypes = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
-    flex = torch.compile(flex_attention)
     for t in args.threads:
         roof = sgemm_gflops(t)
         print(f"torch {torch.__version__}, attn isa {attn.active_isa()}; {t} threads; torch sgemm n=2048 "
@@ -108,6 +107,10 @@ def sparse(args, out) -> int:
                         torch.set_num_threads(t)
                         g = torch.Generator().manual_seed(0)
                         q, k, v = (torch.randn(1, args.heads, n, d, generator=g).to(dtypes[dt]) for _ in range(3))
+                        # A fresh compile per pattern: each new mask_mod recompiles, and past
+                        # dynamo's recompile limit flex_attention silently runs unfused (seconds).
+                        torch._dynamo.reset()
+                        flex = torch.compile(flex_attention)
                         t0 = time.perf_counter()
                         bm = create_block_mask(mod, 1, 1, n, n, device="cpu", BLOCK_SIZE=64)
                         theirs_out = flex(q, k, v, block_mask=bm)
