@@ -62,7 +62,7 @@ struct RowCache {
 };
 
 struct Scratch {
-  AlignedFloats qt, st, ot, kbuf, vbuf, qp, kp;
+  AlignedFloats qt, st, ot, kbuf, vbuf, qp, kp, qrows;
   AlignedFloats m{L}, l{L}, alpha{L}, inv{L};
   std::vector<float> row_scale = std::vector<float>(L);
   std::vector<float> row;
@@ -72,6 +72,7 @@ struct Scratch {
     if (!is_plain_f32(p.k)) kcache.reserve(p.M, p.D, row_cache_bytes);
     if (!is_plain_f32(p.v)) vcache.reserve(p.M, p.Dv, row_cache_bytes);
     qt.resize(static_cast<size_t>(p.D * L));
+    if (!is_plain_f32(p.q)) qrows.resize(static_cast<size_t>(L * p.D));
     st.resize(static_cast<size_t>(kKeyTile * L));
     ot.resize(static_cast<size_t>(p.Dv * L));
     kbuf.resize(static_cast<size_t>(kKeyTile * p.D));
@@ -163,33 +164,28 @@ class Block {
     lo = static_cast<int>(a / G * G), hi = static_cast<int>((b + G - 1) / G * G);
   }
 
-  // Q^T with per-row scale; lanes past the last query stay zero.
+  // Q^T with per-row scale (as float32, whatever the input's dtype or strides, so every layout
+  // gives the same bits); lanes past the last query stay zero. Additive scores project q instead.
   void pack_queries() {
-    float* qt = s_.qt.data();
-    if (is_plain_f32(p_.q) && p_.mech.score == ScoreKind::dot) {  // one transpose kernel
-      for (int64_t i = 0; i < nq_; ++i) s_.row_scale[i] = static_cast<float>(p_.row_scale(b_, h_, i0_ + i));
-      kern_.pack_qt(reinterpret_cast<const float*>(p_.q.ptr(b_, h_, i0_)), p_.q.strides[2], static_cast<int>(nq_), p_.D,
-                    s_.row_scale.data(), qt);
-      return;
+    const float* rows;
+    int64_t stride;
+    if (is_plain_f32(p_.q)) {
+      rows = reinterpret_cast<const float*>(p_.q.ptr(b_, h_, i0_));
+      stride = p_.q.strides[2];
+    } else {
+      for (int64_t i = 0; i < nq_; ++i)
+        kern_.to_float(p_.q.ptr(b_, h_, i0_ + i), p_.q.dtype, p_.q.strides[3], p_.D, s_.qrows.data() + i * p_.D);
+      rows = s_.qrows.data();
+      stride = p_.D;
     }
-    std::fill(qt, qt + p_.D * L, 0.0f);
-    float* row = s_.row.data();
     for (int64_t i = 0; i < nq_; ++i) {
-      const int64_t qi = i0_ + i;
-      if (is_plain_f32(p_.q))
-        std::copy_n(reinterpret_cast<const float*>(p_.q.ptr(b_, h_, qi)), p_.D, row);
-      else
-        kern_.to_float(p_.q.ptr(b_, h_, qi), p_.q.dtype, p_.q.strides[3], p_.D, row);
-      double scale = p_.row_scale(b_, h_, qi);
+      double scale = p_.row_scale(b_, h_, i0_ + i);
+      if (p_.mech.score == ScoreKind::cosine) scale /= std::sqrt(std::max(sum_sq(rows + i * stride, p_.D), 1e-30));
       s_.row_scale[i] = static_cast<float>(scale);
-      if (p_.mech.score == ScoreKind::additive) {
-        float* qp = s_.qp.data() + i * p_.A;
-        project(row, p_.wq.data(), qp);
-        continue;
-      }
-      if (p_.mech.score == ScoreKind::cosine) scale /= std::sqrt(std::max(sum_sq(row, p_.D), 1e-30));
-      for (int64_t c = 0; c < p_.D; ++c) qt[c * L + i] = static_cast<float>(row[c] * scale);
+      if (p_.mech.score == ScoreKind::additive) project(rows + i * stride, p_.wq.data(), s_.qp.data() + i * p_.A);
     }
+    if (p_.mech.score != ScoreKind::additive)
+      kern_.pack_qt(rows, stride, static_cast<int>(nq_), p_.D, s_.row_scale.data(), s_.qt.data());
   }
 
   void project(const float* x, const float* w, float* y) const {
