@@ -76,7 +76,8 @@ namespace {
 
 constexpr int64_t L = kernels::kQueryTile;
 
-// 1/l-free merge input: each round's partial (m, l, acc) per query position.
+// Every round's partial (m, l, acc) per query position of one (batch, head), merged after the
+// last round in round order (R x N x Dv floats per thread).
 struct Partials {
   std::vector<float> m, l, acc;  // (rounds, N), (rounds, N), (rounds, N, Dv)
 };
