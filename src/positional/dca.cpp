@@ -78,7 +78,7 @@ Tensor rotated(const kernels::TileKernels& kern, const TensorView& x, const Rope
   return t;
 }
 
-void run_three_part(const DcaProblem& p, const core::Outputs& o, const core::Context& ctx) {
+void run_parts(const DcaProblem& p, const core::Outputs& o, const core::Context& ctx) {
   const exact::Problem& e = p;
   const Rope rope = rope_of(p.dca);
   std::vector<int64_t> kpos(static_cast<size_t>(e.M));
@@ -205,7 +205,7 @@ void run_reference(const DcaProblem& p, const core::Outputs& o, const core::Cont
 const std::vector<core::Form<DcaProblem>>& DcaFamily::forms() {
   static const std::vector<core::Form<DcaProblem>> list = {
       {"parts", "intra-, successive- and inter-chunk attention on the softmax forms, merged by LSE",
-       refuse_probs, run_three_part},
+       refuse_probs, run_parts},
       {"reference", "float64, each pair's remapped position, one softmax (slow, exact)",
        core::refuse_nothing<DcaProblem>, run_reference},
   };
