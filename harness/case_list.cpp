@@ -302,6 +302,13 @@ void sparse_check_cases(std::vector<Case>& out) {
         c.extras.block_mask = flags & 1, c.extras.mask_mod = flags & 2, c.extras.padding = flags == 3;
         out.push_back(c);
       }
+  for (const char* mech : {"longformer:window=8:8,global=0;65;140", "longformer:window=5:0,global=3;64,causal"})
+    for (int64_t n : {int64_t{150}, int64_t{70}}) {
+      Case c;  // global query rows computed apart (rows form), with a bias, ALiBi and GQA on top
+      c.mechanism = mech, c.B = 2, c.H = 4, c.Hkv = 1, c.N = n, c.M = 150, c.D = 16, c.Dv = 16;
+      c.extras.bias = true, c.extras.alibi = n == 150, c.extras.padding = n == 70;
+      out.push_back(c);
+    }
   for (const char* mech : {"softmax:causal,window=64:0,sinks=4", "softmax:causal,window=130:0"}) {
     Case c;  // many tiles: full runs, partial edges, skipped middles
     c.mechanism = mech, c.B = 1, c.H = 2, c.Hkv = 2, c.N = 600, c.M = 600, c.D = 64, c.Dv = 64;

@@ -17,6 +17,7 @@
 #include "base/aligned_buffer.hpp"
 #include "base/parallel.hpp"
 #include "core/kv_rows.hpp"
+#include "exact/softmax_rows.hpp"
 #include "sparse/block_mask.hpp"
 
 namespace attn::exact {
@@ -388,8 +389,9 @@ class Block {
 
 }  // namespace
 
-void softmax_tiled(const Problem& p, const core::Outputs& o, const core::Context& ctx) {
-  if (p.B == 0 || p.N == 0) return;
+namespace {
+
+void tiled_blocks(const Problem& p, const core::Outputs& o, const core::Context& ctx) {
   const int64_t q_blocks = (p.N + L - 1) / L;
   const int64_t items = p.B * p.H * q_blocks;
   const int nthreads = resolve_threads(ctx.threads, items);
@@ -403,6 +405,54 @@ void softmax_tiled(const Problem& p, const core::Outputs& o, const core::Context
     const int64_t qb = item % q_blocks, bh = item / q_blocks;
     Block(p, mask, *ctx.kern, s, bh / p.H, bh % p.H, qb * L).run(*o.out, o.lse, o.probs);
   });
+}
+
+// Token row i of v alone (N = 1).
+TensorView row_of(TensorView v, int64_t i) {
+  v.data = static_cast<char*>(v.data) + i * v.strides[2] * static_cast<int64_t>(dtype_size(v.dtype));
+  v.shape[2] = 1;
+  return v;
+}
+
+// The global query rows of a pattern (Longformer) see every key: in a 64-query block they would
+// make the whole block read every key. When the rows form can take them (one row at a time:
+// dot scores, no dropout, no probabilities, no block mask or mask_mod, whose row index it would
+// not know), the blocks run without them and each global row runs apart against all keys.
+bool global_rows_apart(const Problem& p, const core::Outputs& o) {
+  if (!p.pattern.global_queries || o.wants_probs() || p.block_mask || p.mask_mod || p.mech.dropout != 0 ||
+      p.mech.score != ScoreKind::dot || p.group > kMaxRowsPerKvHead)
+    return false;
+  for (int64_t g : p.pattern.global)
+    if (g >= p.offset && g < p.offset + p.N) return true;
+  return false;
+}
+
+void global_rows(const Problem& p, const core::Outputs& o, const core::Context& ctx) {
+  for (int64_t g : p.pattern.global) {
+    const int64_t i = g - p.offset;
+    if (i < 0 || i >= p.N) continue;
+    Problem row = p;  // query i alone, at its position g
+    row.q = row_of(p.q, i);
+    row.N = 1;
+    row.offset = g;
+    if (p.mask) row.mask = row_of(*p.mask, i);
+    if (p.bias) row.bias = row_of(*p.bias, i);
+    const TensorView out = row_of(*o.out, i);
+    TensorView lse;
+    if (o.lse) lse = row_of(*o.lse, i);
+    softmax_rows(row, {&out, o.lse ? &lse : nullptr, nullptr}, ctx);
+  }
+}
+
+}  // namespace
+
+void softmax_tiled(const Problem& p, const core::Outputs& o, const core::Context& ctx) {
+  if (p.B == 0 || p.N == 0) return;
+  if (!global_rows_apart(p, o)) return tiled_blocks(p, o, ctx);
+  Problem rest = p;  // the global rows' blocks computed as if they were not global, then overwritten
+  rest.pattern.global_queries = false;
+  tiled_blocks(rest, o, ctx);
+  global_rows(p, o, ctx);
 }
 
 }  // namespace attn::exact

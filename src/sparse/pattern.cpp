@@ -132,7 +132,7 @@ bool Pattern::visible(int64_t p, int64_t j) const {
   if (causal && j > p) return false;
   if (band && in_band(*band, p, j)) return true;
   if (j < sinks) return true;
-  if (is_global(global, j) || is_global(global, p)) return true;
+  if (is_global(global, j) || (global_queries && is_global(global, p))) return true;
   if (blocks && p >= 0 && block_visible(*blocks, floor_div(p, blocks->size), j / blocks->size)) return true;
   return false;
 }
@@ -143,7 +143,7 @@ void Pattern::column(int64_t j, int64_t p0, int64_t n, uint8_t* vis) const {
   if (lo >= n) return;
   if (j < sinks || is_global(global, j)) return fill(vis, lo, n);
   if (band) band_lanes(*band, j, p0, lo, n, vis);
-  for (auto g = std::lower_bound(global.begin(), global.end(), p0 + lo); g != global.end() && *g < p0 + n; ++g)
+  for (auto g = std::lower_bound(global.begin(), global.end(), p0 + lo); global_queries && g != global.end() && *g < p0 + n; ++g)
     vis[*g - p0] = 1;
   if (blocks) {
     const int64_t size = blocks->size, c = j / size;
@@ -156,7 +156,7 @@ bool Pattern::column_interval(int64_t j, int64_t p0, int64_t n, int64_t& lo, int
   lo = causal ? std::clamp<int64_t>(j - p0, 0, n) : 0;
   hi = n;
   if (lo >= n || j < sinks) return true;
-  if (blocks || is_global(global, j) || globals_in(global, p0, p0 + n - 1) > 0) return false;
+  if (blocks || is_global(global, j) || (global_queries && globals_in(global, p0, p0 + n - 1) > 0)) return false;
   if (!band) return hi = lo, true;
   if (band->dilation > 1 || band->stride > 0) return false;
   if (band->right != kUnbounded) lo = std::max(lo, j - band->right - p0);
@@ -177,7 +177,7 @@ Coverage Pattern::classify(int64_t p0, int64_t p1, int64_t j0, int64_t j1) const
   if (band) add(band_coverage(*band, p0, p1, j0, j1));
   if (sinks > 0) add(j1 < sinks ? Coverage::full : j0 >= sinks ? Coverage::hidden : Coverage::partial);
   if (!global.empty()) {
-    const int64_t gk = globals_in(global, j0, j1), gq = globals_in(global, p0, p1);
+    const int64_t gk = globals_in(global, j0, j1), gq = global_queries ? globals_in(global, p0, p1) : 0;
     add(gk == j1 - j0 + 1 || gq == p1 - p0 + 1 ? Coverage::full
         : gk + gq == 0                          ? Coverage::hidden
                                                 : Coverage::partial);
@@ -206,7 +206,7 @@ std::vector<std::pair<int64_t, int64_t>> Pattern::candidates(int64_t p0, int64_t
     add(a, b);
   }
   add(0, sinks);
-  if (globals_in(global, p0, p1) > 0) add(0, end);
+  if (global_queries && globals_in(global, p0, p1) > 0) add(0, end);
   for (int64_t g : global) add(g, g + 1);
   if (blocks && p1 >= 0) {
     const Blocks& bl = *blocks;

@@ -55,6 +55,9 @@ struct Pattern {
   std::optional<Band> band = Band{};  // the local term; none for BigBird
   int64_t sinks = 0;
   std::vector<int64_t> global;  // sorted, unique
+  // false: global positions are only seen by all (a kernel that computes the global query rows
+  // apart, against every key, switches their own term off).
+  bool global_queries = true;
   std::optional<Blocks> blocks;
 
   // The definition: is key j visible to the query at position p?
