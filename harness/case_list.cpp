@@ -316,14 +316,22 @@ void sparse_check_cases(std::vector<Case>& out) {
   }
 }
 
-void sparse_bad_cases(std::vector<BadCase>& out) {
+// A small valid call for bad-input cases: 2 heads, 5 queries, 6 keys, d = 8.
+Case small_case() {
   Case c;
   c.B = 1, c.H = 2, c.Hkv = 2, c.N = 5, c.M = 6, c.D = 8, c.Dv = 8;
-  auto add = [&](const char* name, const char* mech, const char* message) {
-    Case b = c;
-    b.mechanism = mech;
-    out.push_back({name, b, [](Inputs&) {}, message});
-  };
+  return c;
+}
+
+// `base` with mechanism text `mech`, which attend() and explain() must refuse with `message`.
+void add_bad_text(std::vector<BadCase>& out, Case base, const char* name, const char* mech, const char* message) {
+  base.mechanism = mech;
+  out.push_back({name, base, [](Inputs&) {}, message});
+}
+
+void sparse_bad_cases(std::vector<BadCase>& out) {
+  Case c = small_case();
+  auto add = [&](const char* name, const char* mech, const char* message) { add_bad_text(out, c, name, mech, message); };
   add("dilation_zero", "softmax:causal,dilation=0", "dilation must be >= 1 (1 = every key), got 0");
   add("strided_with_dilation", "softmax:strided=4,dilation=2", "strided and dilation cannot be combined");
   add("negative_sinks", "softmax:sinks=-2", "sinks must be >= 0 (0 = none), got -2");
@@ -396,13 +404,8 @@ void lsh_check_cases(std::vector<Case>& out) {
 }
 
 void lsh_bad_cases(std::vector<BadCase>& out) {
-  Case c;
-  c.B = 1, c.H = 2, c.Hkv = 2, c.N = 5, c.M = 6, c.D = 8, c.Dv = 8;
-  auto add = [&](const char* name, const char* mech, const char* message) {
-    Case b = c;
-    b.mechanism = mech;
-    out.push_back({name, b, [](Inputs&) {}, message});
-  };
+  Case c = small_case();
+  auto add = [&](const char* name, const char* mech, const char* message) { add_bad_text(out, c, name, mech, message); };
   add("lsh_odd_buckets", "lsh:buckets=7", "lsh buckets must be even and in [2, 65536]");
   add("lsh_zero_rounds", "lsh:rounds=0", "lsh rounds must be in [1, 64], got 0");
   add("lsh_zero_chunk", "lsh:chunk=0", "lsh chunk must be >= 1, got 0");
@@ -437,13 +440,8 @@ void dca_check_cases(std::vector<Case>& out) {
 }
 
 void dca_bad_cases(std::vector<BadCase>& out) {
-  Case c;
-  c.B = 1, c.H = 2, c.Hkv = 2, c.N = 5, c.M = 6, c.D = 8, c.Dv = 8;
-  auto add = [&](const char* name, const char* mech, const char* message) {
-    Case b = c;
-    b.mechanism = mech;
-    out.push_back({name, b, [](Inputs&) {}, message});
-  };
+  Case c = small_case();
+  auto add = [&](const char* name, const char* mech, const char* message) { add_bad_text(out, c, name, mech, message); };
   add("dca_local_beyond_chunk", "dca:chunk=8,local=9", "dca local must be in [1, chunk = 8], got 9");
   add("dca_theta", "dca:theta=1", "dca theta must be a finite number > 1");
   c.D = 7;

@@ -45,6 +45,12 @@ struct Form {
 template <class Problem>
 void refuse_nothing(const Problem&, const Outputs&, Reasons&) {}
 
+// For fast forms that leave the weights to their family's reference form.
+template <class Problem>
+void refuse_probs(const Problem&, const Outputs& o, Reasons& why) {
+  if (o.wants_probs()) why.push_back("returns no probabilities (the reference form does)");
+}
+
 // Every form with its reasons, in priority order.
 template <class Problem>
 std::vector<FormVerdict> verdicts(const std::vector<Form<Problem>>& forms, const Problem& p, const Outputs& o) {

@@ -7,6 +7,7 @@
 #include "base/counter_random.hpp"
 #include "base/parallel.hpp"
 #include "core/params.hpp"
+#include "core/reference_softmax_row.hpp"
 
 namespace attn::lowrank {
 namespace {
@@ -135,23 +136,15 @@ core::ReferenceResult reference_impl(const LinformerProblem& p, bool plain) {
       }
       for (int64_t h = hk * p.group; h < (hk + 1) * p.group; ++h)
         for (int64_t i = 0; i < p.N; ++i) {
-          T mx = -std::numeric_limits<T>::infinity();
           for (int64_t row = 0; row < p.K; ++row) {
             T dot = 0;
             for (int64_t c = 0; c < p.D; ++c) dot += static_cast<T>(p.q.at(b, h, i, c)) * kp[static_cast<size_t>(row * p.D + c)];
             s[static_cast<size_t>(row)] = rnd(dot * static_cast<T>(p.scale));
-            mx = std::max(mx, s[static_cast<size_t>(row)]);
           }
-          T sum = 0;
-          for (T& x : s) sum += (x = std::exp(x - mx));
           const size_t at = static_cast<size_t>((b * p.H + h) * p.N + i);
-          r.lse[at] = static_cast<double>(mx + std::log(sum));
-          for (int64_t c = 0; c < p.Dv; ++c) {
-            T acc = 0;
-            for (int64_t row = 0; row < p.K; ++row)
-              acc += rnd(s[static_cast<size_t>(row)] / sum) * vp[static_cast<size_t>(row * p.Dv + c)];
-            r.out[at * p.Dv + c] = static_cast<double>(rnd(acc));
-          }
+          core::reference_softmax_row(
+              s, nullptr, p.Dv, rnd, [&](int64_t row, int64_t c) { return vp[static_cast<size_t>(row * p.Dv + c)]; },
+              r.lse[at], nullptr, &r.out[at * p.Dv]);
         }
     }
   return r;

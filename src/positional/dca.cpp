@@ -8,6 +8,7 @@
 #include "attn/rope.hpp"
 #include "base/parallel.hpp"
 #include "core/partial_merge.hpp"
+#include "core/reference_softmax_row.hpp"
 #include "exact/softmax_family.hpp"
 #include "sparse/pattern.hpp"
 
@@ -126,10 +127,6 @@ void run_parts(const DcaProblem& p, const core::Outputs& o, const core::Context&
   });
 }
 
-void refuse_probs(const DcaProblem&, const core::Outputs& o, core::Reasons& why) {
-  if (o.wants_probs()) why.push_back("returns no probabilities (the reference form does)");
-}
-
 // ---- the reference: each pair's remapped relative position, one float64 softmax ---------------
 
 // x rotated in float64 by RoPE at position pos.
@@ -166,7 +163,6 @@ core::ReferenceResult reference_impl(const DcaProblem& dp, bool plain) {
         const int64_t pos = i + p.offset;
         for (int t = 0; t < 3; ++t)
           rope64(rope, p.q, b, h, i, dca_query_position(dp.dca, static_cast<DcaPart>(t), pos), &qr[t * p.D]);
-        T mx = -std::numeric_limits<T>::infinity();
         for (int64_t j = 0; j < p.M; ++j) {
           vis[static_cast<size_t>(j)] = p.visible(b, h, i, j);
           if (!vis[static_cast<size_t>(j)]) continue;
@@ -174,23 +170,11 @@ core::ReferenceResult reference_impl(const DcaProblem& dp, bool plain) {
           T dot = 0;
           for (int64_t c = 0; c < p.D; ++c) dot += static_cast<T>(qv[c]) * static_cast<T>(kr[j * p.D + c]);
           s[static_cast<size_t>(j)] = rnd(dot * static_cast<T>(p.base_scale) + static_cast<T>(p.additive_bias(b, h, i, j)));
-          mx = std::max(mx, s[static_cast<size_t>(j)]);
         }
-        if (mx == -std::numeric_limits<T>::infinity()) continue;
-        T sum = 0;
-        for (int64_t j = 0; j < p.M; ++j)
-          if (vis[static_cast<size_t>(j)]) sum += (s[static_cast<size_t>(j)] = std::exp(s[static_cast<size_t>(j)] - mx));
         const size_t at = static_cast<size_t>((b * p.H + h) * p.N + i);
-        r.lse[at] = static_cast<double>(mx + std::log(sum));
-        for (int64_t j = 0; j < p.M; ++j)
-          if (vis[static_cast<size_t>(j)]) r.probs[at * p.M + j] = static_cast<double>(s[static_cast<size_t>(j)] / sum);
-        for (int64_t c = 0; c < p.Dv; ++c) {
-          T acc = 0;
-          for (int64_t j = 0; j < p.M; ++j)
-            if (vis[static_cast<size_t>(j)])
-              acc += rnd(s[static_cast<size_t>(j)] / sum) * static_cast<T>(p.v.at(b, hk, j, c));
-          r.out[at * p.Dv + c] = static_cast<double>(rnd(acc));
-        }
+        core::reference_softmax_row(
+            s, vis.data(), p.Dv, rnd, [&](int64_t j, int64_t c) { return static_cast<T>(p.v.at(b, hk, j, c)); },
+            r.lse[at], &r.probs[at * p.M], &r.out[at * p.Dv]);
       }
     }
   return r;
@@ -205,7 +189,7 @@ void run_reference(const DcaProblem& p, const core::Outputs& o, const core::Cont
 const std::vector<core::Form<DcaProblem>>& DcaFamily::forms() {
   static const std::vector<core::Form<DcaProblem>> list = {
       {"parts", "intra-, successive- and inter-chunk attention on the softmax forms, merged by LSE",
-       refuse_probs, run_parts},
+       core::refuse_probs<DcaProblem>, run_parts},
       {"reference", "float64, each pair's remapped position, one softmax (slow, exact)",
        core::refuse_nothing<DcaProblem>, run_reference},
   };

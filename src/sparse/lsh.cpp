@@ -12,6 +12,7 @@
 #include "core/kv_rows.hpp"
 #include "core/params.hpp"
 #include "core/partial_merge.hpp"
+#include "core/reference_softmax_row.hpp"
 
 namespace attn::sparse {
 namespace {
@@ -249,10 +250,6 @@ void run_chunked(const LshProblem& p, const core::Outputs& o, const core::Contex
   });
 }
 
-void refuse_probs(const LshProblem&, const core::Outputs& o, core::Reasons& why) {
-  if (o.wants_probs()) why.push_back("returns no probabilities (the reference form does)");
-}
-
 // ---- the reference: the rounds' union as a dense mask, softmax over it ------------------------
 
 template <class T>
@@ -280,28 +277,16 @@ core::ReferenceResult reference_impl(const LshProblem& p, bool plain) {
         }
         if (p.mech.shared_qk && !any && i < p.kv_len[b]) vis[static_cast<size_t>(i)] = 1, any = true;
         if (!any) continue;
-        T mx = -std::numeric_limits<T>::infinity();
         for (int64_t j = 0; j < p.M; ++j) {
           if (!vis[static_cast<size_t>(j)]) continue;
           T dot = 0;
           for (int64_t c = 0; c < p.D; ++c) dot += static_cast<T>(p.q.at(b, h, i, c)) * static_cast<T>(p.k.at(b, hk, j, c));
           s[static_cast<size_t>(j)] = rnd(dot * static_cast<T>(p.scale));
-          mx = std::max(mx, s[static_cast<size_t>(j)]);
         }
-        T sum = 0;
-        for (int64_t j = 0; j < p.M; ++j)
-          if (vis[static_cast<size_t>(j)]) sum += (s[static_cast<size_t>(j)] = std::exp(s[static_cast<size_t>(j)] - mx));
         const size_t at = static_cast<size_t>((b * p.H + h) * p.N + i);
-        r.lse[at] = static_cast<double>(mx + std::log(sum));
-        for (int64_t j = 0; j < p.M; ++j)
-          if (vis[static_cast<size_t>(j)]) r.probs[at * p.M + j] = static_cast<double>(s[static_cast<size_t>(j)] / sum);
-        for (int64_t c = 0; c < p.Dv; ++c) {
-          T acc = 0;
-          for (int64_t j = 0; j < p.M; ++j)
-            if (vis[static_cast<size_t>(j)])
-              acc += rnd(s[static_cast<size_t>(j)] / sum) * static_cast<T>(p.v.at(b, hk, j, c));
-          r.out[at * p.Dv + c] = static_cast<double>(rnd(acc));
-        }
+        core::reference_softmax_row(
+            s, vis.data(), p.Dv, rnd, [&](int64_t j, int64_t c) { return static_cast<T>(p.v.at(b, hk, j, c)); },
+            r.lse[at], &r.probs[at * p.M], &r.out[at * p.Dv]);
       }
     }
   return r;
@@ -316,7 +301,7 @@ void run_reference(const LshProblem& p, const core::Outputs& o, const core::Cont
 const std::vector<core::Form<LshProblem>>& LshFamily::forms() {
   static const std::vector<core::Form<LshProblem>> list = {
       {"chunked", "per round: hash, sort, each sorted chunk against itself and the previous one; rounds merged",
-       refuse_probs, run_chunked},
+       core::refuse_probs<LshProblem>, run_chunked},
       {"reference", "the rounds' union as a dense mask, float64 softmax (slow, exact)",
        core::refuse_nothing<LshProblem>, run_reference},
   };
