@@ -6,6 +6,7 @@
 #include "attn/error.hpp"
 #include "base/counter_random.hpp"
 #include "base/parallel.hpp"
+#include "core/float32_copy.hpp"
 #include "core/params.hpp"
 #include "core/reference_softmax_row.hpp"
 
@@ -100,12 +101,7 @@ void run_projected(const LinformerProblem& p, const core::Outputs& o, const core
     attend_into(p.q, kp.view(), vp.view(), exact, inner, *o.out, o.lse, nullptr);
     return;
   }
-  Tensor q32(DType::f32, {p.B, p.H, p.N, p.D});
-  for (int64_t b = 0; b < p.B; ++b)
-    for (int64_t h = 0; h < p.H; ++h)
-      for (int64_t i = 0; i < p.N; ++i)
-        for (int64_t c = 0; c < p.D; ++c)
-          static_cast<float*>(q32.view().data)[q32.view().offset(b, h, i, c)] = p.q.at(b, h, i, c);
+  const Tensor q32 = core::float32_copy(*ctx.kern, p.q);
   attend_into(q32.view(), kp.view(), vp.view(), exact, inner, *o.out, o.lse, nullptr);
 }
 

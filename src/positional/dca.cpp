@@ -7,6 +7,7 @@
 #include "attn/error.hpp"
 #include "attn/rope.hpp"
 #include "base/parallel.hpp"
+#include "core/float32_copy.hpp"
 #include "core/partial_merge.hpp"
 #include "core/reference_softmax_row.hpp"
 #include "exact/softmax_family.hpp"
@@ -69,13 +70,8 @@ Rope rope_of(const Dca& m) {
 // A float32 copy of x rotated with token n at positions[n].
 Tensor rotated(const kernels::TileKernels& kern, const TensorView& x, const Rope& rope,
                const std::vector<int64_t>& positions) {
-  Tensor t(DType::f32, {x.batch(), x.heads(), x.tokens(), x.dim()});
-  const TensorView& o = t.view();
-  for (int64_t b = 0; b < x.batch(); ++b)
-    for (int64_t h = 0; h < x.heads(); ++h)
-      for (int64_t n = 0; n < x.tokens(); ++n)
-        kern.to_float(x.ptr(b, h, n), x.dtype, x.strides[3], x.dim(), reinterpret_cast<float*>(o.ptr(b, h, n)));
-  apply_rope_at(o, rope, positions);
+  Tensor t = core::float32_copy(kern, x);
+  apply_rope_at(t.view(), rope, positions);
   return t;
 }
 

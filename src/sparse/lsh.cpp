@@ -84,7 +84,8 @@ struct Partials {
 };
 
 struct Scratch {
-  AlignedFloats qt, st, ot, m{L}, l{L}, alpha{L}, kbuf, vbuf;
+  AlignedFloats qt, st, ot, m{L}, l{L}, alpha{L}, kbuf, vbuf, qrows;
+  std::vector<float> scale = std::vector<float>(L);  // every lane's: the mechanism's scale
   std::vector<float> row;
   Partials part;
 };
@@ -122,6 +123,8 @@ class HeadRun {
     s_.kbuf.resize(static_cast<size_t>(std::max<int64_t>(keys_, 1) * p_.D));
     s_.vbuf.resize(static_cast<size_t>(std::max<int64_t>(keys_, 1) * p_.Dv));
     s_.qt.resize(static_cast<size_t>(p_.D * L));
+    s_.qrows.resize(static_cast<size_t>(L * p_.D));
+    std::fill(s_.scale.begin(), s_.scale.end(), static_cast<float>(p_.scale));
     s_.st.resize(static_cast<size_t>(L * L));
     s_.ot.resize(static_cast<size_t>(p_.Dv * L));
     s_.row.resize(static_cast<size_t>(std::max(p_.D, p_.Dv)));
@@ -149,13 +152,10 @@ class HeadRun {
     const LshRound& round = rounds_[static_cast<size_t>(r)];
     const int64_t C = p_.mech.chunk;
     float* qt = s_.qt.data();
-    std::fill(qt, qt + p_.D * L, 0.0f);
-    float* row = s_.row.data();
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t pos = round.q_order[static_cast<size_t>(t0 + i)];
-      kern_.to_float(p_.q.ptr(b_, h_, pos), p_.q.dtype, p_.q.strides[3], p_.D, row);
-      for (int64_t c = 0; c < p_.D; ++c) qt[c * L + i] = row[c] * static_cast<float>(p_.scale);
-    }
+    for (int64_t i = 0; i < n; ++i)  // the sorted queries' rows, then one scaled transpose
+      kern_.to_float(p_.q.ptr(b_, h_, round.q_order[static_cast<size_t>(t0 + i)]), p_.q.dtype, p_.q.strides[3], p_.D,
+                     s_.qrows.data() + i * p_.D);
+    kern_.pack_qt(s_.qrows.data(), p_.D, static_cast<int>(n), p_.D, s_.scale.data(), qt);
     float *m = s_.m.data(), *l = s_.l.data(), *ot = s_.ot.data(), *st = s_.st.data();
     std::fill(m, m + L, kNegInf);
     std::fill(l, l + L, 0.0f);
