@@ -37,6 +37,8 @@ struct Extras {
   bool block_mask = false;  // random block mask (B, 1, ceil(N/16), ceil(M/24)), blocks 16 x 24, 60 % visible
   bool mask_mod = false;    // a mask_mod predicate hiding (b + h + i + 2 j) mod 5 = 0
   bool additive = false;  // params wq, wk (5, D), w (5) for score=additive
+  bool state = false;     // a random initial_state param (recurrent families)
+  bool head_decay = false;  // param decay (H): 0.8 + 0.19 h / H
   float magnitude = 1.0f;  // q and k drawn from N(0, magnitude^2)
   int64_t pad = 0;         // extra elements per token row (non-packed strides)
 };

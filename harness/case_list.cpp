@@ -20,7 +20,7 @@ std::string Case::name() const {
     << dtype_name(dtype) << (layout == Layout::bnhd ? "_bnhd" : "") << (extras.padding ? "_pad" : "")
     << (extras.mask ? "_mask" : "") << (extras.bias ? "_bias" : "") << (extras.alibi ? "_alibi" : "")
     << (extras.block_mask ? "_blocks" : "") << (extras.mask_mod ? "_mod" : "")
-    << (extras.additive ? "_params" : "") << (extras.magnitude != 1.0f ? "_x" + std::to_string(int(extras.magnitude)) : "")
+    << (extras.additive ? "_params" : "") << (extras.state ? "_state" : "") << (extras.head_decay ? "_hdecay" : "") << (extras.magnitude != 1.0f ? "_x" + std::to_string(int(extras.magnitude)) : "")
     << (extras.pad ? "_strided" : "") << (agree_with.empty() ? "" : "_vs_" + agree_with)
     << (seed != 1234 ? "_seed" + std::to_string(seed) : "");
   std::string r = s.str();
@@ -452,6 +452,84 @@ void dca_bad_cases(std::vector<BadCase>& out) {
                  "dca does not take ALiBi slopes"});
 }
 
+// ---- linear: kernelised weights, right product / recurrence / chunks -------------------------
+void linear_check_cases(std::vector<Case>& out) {
+  const char* mechs[] = {
+      "linear:map=elu",
+      "linear:map=relu,causal",
+      "linear:map=identity,causal,normalize=0",
+      "linear:map=elu,causal,chunk=64",
+      "linear:map=identity,causal,normalize=0,decay=0.97",
+      "retention:decay=0.9,chunk=16",
+      "linear:map=exp,causal,chunk=7",
+      "linear:map=relu2,causal,decay=0.8,chunk=5",
+      "linear:map=relu2,scale=0.25",
+      "linear:map=elu,causal,normalize=0,scale=0.125,chunk=100",
+  };
+  int k = 0;
+  for (const char* mech : mechs) {
+    ++k;
+    const bool causal = std::string(mech).find("causal") != std::string::npos ||
+                        std::string(mech).find("retention") != std::string::npos;
+    Case c;  // odd sizes, grouped heads, every dtype and layout in turn
+    c.mechanism = mech;
+    c.B = 2, c.H = 4, c.Hkv = 2, c.N = c.M = 131, c.D = 16, c.Dv = 24;
+    c.dtype = k % 3 == 0 ? DType::bf16 : k % 3 == 1 ? DType::f32 : DType::f16;
+    c.layout = k % 2 ? Layout::bhnd : Layout::bnhd;
+    out.push_back(c);
+    Case st = c;  // a state passed in, padded keys, strided rows
+    st.B = 3, st.H = 2, st.Hkv = 1, st.N = st.M = 70, st.D = 8, st.Dv = 8, st.dtype = DType::f32;
+    st.extras.state = true, st.extras.padding = true, st.extras.pad = 3;
+    out.push_back(st);
+    if (causal) {  // short: the recurrent and chunked forms against each other, final states included
+      Case few = st;
+      few.N = few.M = 13, few.extras.padding = k % 2 == 0, few.form = "recurrent", few.agree_with = "chunked";
+      out.push_back(few);
+      few.N = few.M = 1, few.extras.padding = false;  // one new token against a state: decoding
+      out.push_back(few);
+    } else {  // queries and keys of different lengths
+      Case wide = c;
+      wide.N = 33, wide.M = 90, wide.dtype = DType::f32;
+      out.push_back(wide);
+    }
+  }
+  Case many;  // many chunks, a decay, wider heads
+  many.mechanism = "linear:map=identity,causal,normalize=0,decay=0.99";
+  many.B = 1, many.H = 2, many.Hkv = 2, many.N = many.M = 600, many.D = many.Dv = 64;
+  out.push_back(many);
+  many.mechanism = "linear:map=elu,causal", many.D = many.Dv = 128, many.N = many.M = 200;
+  out.push_back(many);
+  Case heads = small_case();  // a decay per head through the named param
+  heads.mechanism = "retention:chunk=4", heads.N = heads.M = 37, heads.H = 4, heads.Hkv = 2;
+  heads.extras.head_decay = true;
+  out.push_back(heads);
+  heads.extras.state = true, heads.N = heads.M = 9, heads.form = "recurrent", heads.agree_with = "chunked";
+  out.push_back(heads);
+}
+
+void linear_bad_cases(std::vector<BadCase>& out) {
+  Case c = small_case();
+  auto add = [&](const char* name, const char* mech, const char* message) { add_bad_text(out, c, name, mech, message); };
+  add("linear_causal_needs_square", "linear:causal", "so N (queries) must equal M (keys), got N = 5, M = 6");
+  add("linear_decay_needs_causal", "linear:decay=0.9", "a decay needs causal");
+  c.N = c.M = 6;
+  add("linear_decay_range", "linear:causal,decay=1.5", "linear decay must be in (0, 1]");
+  add("linear_chunk_range", "linear:causal,chunk=0", "linear chunk must be in [1, 4096], got 0");
+  c.mechanism = "linear";
+  out.push_back({"linear_lse", c, [](Inputs& in) { in.options.return_lse = true; },
+                 "linear has no log-sum-exp (its weights are not a softmax)"});
+  out.push_back({"linear_alibi", c, [](Inputs& in) { in.options.alibi_slopes = {1, 1}; },
+                 "linear does not take ALiBi slopes"});
+  out.push_back({"linear_state_shape", c, [](Inputs& in) {
+                   static const float zeros[2 * 8 * 8] = {};
+                   in.options.params["initial_state"] = make_array_view(zeros, DType::f32, {1, 2, 8, 8});
+                 }, "params['initial_state'] must have shape"});
+  Case softmax = c;
+  softmax.mechanism = "softmax";
+  out.push_back({"softmax_final_state", softmax, [](Inputs& in) { in.options.return_final_state = true; },
+                 "softmax has no recurrent state"});
+}
+
 std::vector<Case> build() {
   std::vector<Case> all;
   softmax_check_cases(all);
@@ -459,6 +537,7 @@ std::vector<Case> build() {
   linformer_check_cases(all);
   lsh_check_cases(all);
   dca_check_cases(all);
+  linear_check_cases(all);
   // Bench suite: the foundation's grid (N = M = 1024, 4096; d = 64, 128; softmax and causal;
   // f32 and bf16; 8 heads) and decode against 4096 / 16384 / 65536 cached keys.
   for (Case& c : bench_grid({1024, 4096}, {64, 128}, {"softmax", "softmax:causal"}, {DType::f32, DType::bf16}, 8, 0))
@@ -488,6 +567,7 @@ const std::vector<BadCase>& bad_case_list() {
     linformer_bad_cases(out);
     lsh_bad_cases(out);
     dca_bad_cases(out);
+    linear_bad_cases(out);
     return out;
   }();
   return list;

@@ -83,7 +83,8 @@ Result compare(const Run& run, const Inputs& in, const References& ref, const st
           }
           err = std::max(err, std::abs(got - ref.f64.o(b, h, i, d)));
         }
-        const double want_lse = ref.f64.l(b, h, i), got_lse = r.lse.at(b, h, i, 0);
+        const double want_lse = ref.f64.lse.empty() ? 0 : ref.f64.l(b, h, i);
+        const double got_lse = ref.f64.lse.empty() ? 0 : r.lse.at(b, h, i, 0);
         if (std::isinf(want_lse) ? got_lse != want_lse
                                  : !(std::abs(got_lse - want_lse) <= 1e-5 * (1 + std::abs(want_lse))))
           fail_with(o, res.form + ": lse" + at(b, h, i) + " = " + number(got_lse) + ", reference " + number(want_lse));
@@ -95,6 +96,21 @@ Result compare(const Run& run, const Inputs& in, const References& ref, const st
                                number(want_p));
           }
       }
+  if (!ref.f64.state.empty()) {  // the final state, element by element
+    double state_err = 0;
+    for (int64_t b = 0; b < ref.f64.B; ++b)
+      for (int64_t h = 0; h < ref.f64.H; ++h)
+        for (int64_t f = 0; f < ref.f64.F; ++f)
+          for (int64_t x = 0; x < ref.f64.state_cols; ++x) {
+            const double got = r.final_state.at(b, h, f, x);
+            const double want = ref.f64.state[static_cast<size_t>(((b * ref.f64.H + h) * ref.f64.F + f) * ref.f64.state_cols + x)];
+            const double e = std::isfinite(got) ? std::abs(got - want) : INFINITY;
+            state_err = std::max(state_err, e);
+          }
+    if (!(state_err <= ref.state_tol))
+      fail_with(o, res.form + ": max |final_state - reference| = " + number(state_err) + " > tolerance " +
+                       number(ref.state_tol) + " (plain " + dtype_name(c.dtype) + " error " + number(ref.plain_state_err) + ")");
+  }
   o.err = std::max(o.err, err);
   if (err > ref.tol)
     fail_with(o, res.form + ": max |out - reference| = " + number(err) + " > tolerance " + number(ref.tol) +
@@ -153,6 +169,12 @@ References references_for(const Case& c, const Inputs& in) {
       core::reference_outputs(in.q.view, in.k.view, in.v.view, in.mechanism, in.options, core::RefPrecision::plain);
   for (size_t i = 0; i < r.f64.out.size(); ++i) r.plain_err = std::max(r.plain_err, std::abs(r.plain.out[i] - r.f64.out[i]));
   r.tol = 2 * r.plain_err + floor_for(c.dtype, r.f64);
+  double max_state = 0;
+  for (size_t i = 0; i < r.f64.state.size(); ++i) {
+    r.plain_state_err = std::max(r.plain_state_err, std::abs(r.plain.state[i] - r.f64.state[i]));
+    max_state = std::max(max_state, std::abs(r.f64.state[i]));
+  }
+  r.state_tol = 2 * r.plain_state_err + 1e-6 * std::max(1.0, max_state);
   return r;
 }
 
@@ -174,6 +196,14 @@ Outcome check_run(const Run& r, const Inputs& in, const References& ref) {
     if (!(diff <= ref.tol))
       fail_with(o, r.form + " and " + r.c->agree_with + " disagree by " + number(diff) + " > tolerance " +
                        number(ref.tol));
+    double state_diff = 0;  // and their final states
+    const TensorView& sa = a.r.final_state.view();
+    for (int64_t e = 0; e < sa.numel(); ++e)
+      state_diff = std::max(state_diff, static_cast<double>(std::abs(static_cast<const float*>(sa.data)[e] -
+                                                                     static_cast<const float*>(b.r.final_state.view().data)[e])));
+    if (!(state_diff <= ref.state_tol))
+      fail_with(o, r.form + " and " + r.c->agree_with + " final states disagree by " + number(state_diff) +
+                       " > tolerance " + number(ref.state_tol));
   }
   return o;
 }

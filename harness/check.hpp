@@ -34,6 +34,7 @@ struct References {
   core::ReferenceResult f64, plain;
   double tol = 0;        // output tolerance (twice_plain rule)
   double plain_err = 0;  // max |plain - f64|
+  double state_tol = 0, plain_state_err = 0;  // the same rule for a recurrent family's final state
 };
 References references_for(const Case& c, const Inputs& in);
 

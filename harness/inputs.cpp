@@ -3,6 +3,8 @@
 #include <cmath>
 #include <tuple>
 
+#include "core/internal_api.hpp"
+
 namespace attn::harness {
 
 Buffer random_tensor(std::mt19937& rng, DType dtype, int64_t B, int64_t H, int64_t N, int64_t D, Layout layout,
@@ -78,7 +80,20 @@ void make_inputs(const Case& c, Inputs& in, bool shapes_only) {
     opt.params["wk"] = make_array_view(in.wk.data(), DType::f32, {A, c.D});
     opt.params["w"] = make_array_view(in.w.data(), DType::f32, {A});
   }
-  opt.return_lse = true;
+  if (x.head_decay) {
+    for (int64_t h = 0; h < c.H; ++h) in.decay.push_back(0.8f + 0.19f * static_cast<float>(h) / static_cast<float>(c.H));
+    opt.params["decay"] = make_array_view(in.decay.data(), DType::f32, {c.H});
+  }
+  if (x.state) {  // after every other option: the state's shape depends on them
+    const std::array<int64_t, 4> s = core::state_shape(in.q.view, in.k.view, in.v.view, in.mechanism, opt);
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    in.state.resize(static_cast<size_t>(s[0] * s[1] * s[2] * s[3]));
+    for (size_t i = 0; i < in.state.size(); ++i)  // the normaliser column stays positive
+      in.state[i] = i % static_cast<size_t>(s[3]) == static_cast<size_t>(c.Dv) ? 2.0f + std::abs(d(rng)) : d(rng);
+    opt.params["initial_state"] = make_array_view(in.state.data(), DType::f32, {s[0], s[1], s[2], s[3]});
+  }
+  opt.return_lse = core::has_lse(in.mechanism);
+  opt.return_final_state = core::has_state(in.mechanism);
 }
 
 }  // namespace attn::harness

@@ -22,7 +22,7 @@ Buffer random_tensor(std::mt19937& rng, DType dtype, int64_t B, int64_t H, int64
 struct Inputs {
   Buffer q, k, v;
   std::vector<uint8_t> mask, block_mask;
-  std::vector<float> bias, wq, wk, w;
+  std::vector<float> bias, wq, wk, w, state, decay;
   AttendOptions options;  // views point into this struct: do not copy it
   Mechanism mechanism;
   Inputs() = default;
@@ -30,7 +30,8 @@ struct Inputs {
   Inputs& operator=(const Inputs&) = delete;
 };
 
-// Fills `in` for case `c` (return_lse on). With shapes_only, q, k and v are views of the right
+// Fills `in` for case `c` (return_lse on for families with one, return_final_state for families
+// with a recurrent state). With shapes_only, q, k and v are views of the right
 // shapes over one zero (all strides 0): enough for explain() and FLOP counts, nothing to compute.
 void make_inputs(const Case& c, Inputs& in, bool shapes_only = false);
 

@@ -3,7 +3,10 @@
 // family's validation, forms, FLOP count and reference.
 #include "attn/attend.hpp"
 
+#include <array>
+
 #include "attn/error.hpp"
+#include "core/io_checks.hpp"
 #include "core/families.hpp"
 #include "core/internal_api.hpp"
 
@@ -19,10 +22,39 @@ core::Context context_of(const AttendOptions& options) {
   return {&kernels::kernels_for(isa), options.threads, options.row_cache_bytes};
 }
 
+using core::has_lse;
+using core::has_state;
+
+// The outputs a family cannot give are errors, not silently missing arrays.
+template <class Family>
+void check_outputs(const typename Family::Problem& p, const Mechanism& m, const AttendOptions& options,
+                   const core::Outputs& outs) {
+  const std::string kind(kind_of(m));
+  if constexpr (!has_lse<Family>())
+    if (options.return_lse || outs.lse)
+      fail("attend", kind + " has no log-sum-exp (its weights are not a softmax); do not ask for lse");
+  if constexpr (has_state<Family>()) {
+    if (outs.final_state) {
+      const TensorView& s = *outs.final_state;
+      const std::array<int64_t, 4> want = Family::state_shape(p);
+      if (s.dtype != DType::f32) fail("attend", "final_state must be float32, got " + dtype_name(s.dtype));
+      TensorView shape_only;
+      shape_only.shape = want;
+      if (s.shape != want)
+        fail("attend", "final_state must have shape (B, H, F, state columns) = " + core::dims_text(shape_only) +
+                           ", got " + core::dims_text(s));
+      core::check_view(s, "final_state");
+    }
+  } else if (options.return_final_state || outs.final_state) {
+    fail("attend", kind + " has no recurrent state; do not ask for final_state");
+  }
+}
+
 // Walks the family's forms for a validated problem and runs the chosen one.
 template <class Family>
 void run(const typename Family::Problem& p, const Mechanism& mechanism, const AttendOptions& options,
          const core::Outputs& outs) {
+  check_outputs<Family>(p, mechanism, options, outs);
   const auto& form = core::choose(Family::forms(), p, outs, options.form, to_string(mechanism));
   form.run(p, outs, context_of(options));
 }
@@ -30,8 +62,9 @@ void run(const typename Family::Problem& p, const Mechanism& mechanism, const At
 }  // namespace
 
 void attend_into(const TensorView& q, const TensorView& k, const TensorView& v, const Mechanism& mechanism,
-                 const AttendOptions& options, const TensorView& out, const TensorView* lse, const TensorView* probs) {
-  const core::Outputs outs{&out, lse, probs};
+                 const AttendOptions& options, const TensorView& out, const TensorView* lse, const TensorView* probs,
+                 const TensorView* final_state) {
+  const core::Outputs outs{&out, lse, probs, final_state};
   core::visit_family(mechanism, [&](const auto& mech, auto family) {
     using Family = decltype(family);
     run<Family>(Family::validate(q, k, v, mech, options, outs), mechanism, options, outs);
@@ -49,9 +82,16 @@ AttendResult attend(const TensorView& q, const TensorView& k, const TensorView& 
     r.out = Tensor(q.dtype, {p.B, p.H, p.N, p.Dv}, layout_of(q));
     if (options.return_lse) r.lse = Tensor(DType::f32, {p.B, p.H, p.N, 1});
     if (options.return_probs) r.probs = Tensor(DType::f32, {p.B, p.H, p.N, p.M});
+    check_outputs<Family>(p, mechanism, options, core::Outputs{});
+    if constexpr (has_state<Family>())
+      if (options.return_final_state) {
+        const std::array<int64_t, 4> s = Family::state_shape(p);
+        r.final_state = Tensor(DType::f32, {s[0], s[1], s[2], s[3]});
+      }
     run<Family>(p, mechanism, options,
                 {&r.out.view(), options.return_lse ? &r.lse.view() : nullptr,
-                 options.return_probs ? &r.probs.view() : nullptr});
+                 options.return_probs ? &r.probs.view() : nullptr,
+                 options.return_final_state ? &r.final_state.view() : nullptr});
   });
   return r;
 }
@@ -68,7 +108,8 @@ Explanation explain(const TensorView& q, const TensorView& k, const TensorView& 
                     const AttendOptions& options) {
   // Outputs as attend() would allocate them; only their presence matters to the forms.
   TensorView none;
-  const core::Outputs outs{nullptr, options.return_lse ? &none : nullptr, options.return_probs ? &none : nullptr};
+  const core::Outputs outs{nullptr, options.return_lse ? &none : nullptr, options.return_probs ? &none : nullptr,
+                          options.return_final_state ? &none : nullptr};
   core::Outputs checked{};  // validation sees no output views (they do not exist yet)
   Explanation e;
   e.mechanism = to_string(mechanism);
@@ -76,6 +117,7 @@ Explanation explain(const TensorView& q, const TensorView& k, const TensorView& 
   core::visit_family(mechanism, [&](const auto& mech, auto family) {
     using Family = decltype(family);
     const typename Family::Problem p = Family::validate(q, k, v, mech, options, checked);
+    check_outputs<Family>(p, mechanism, options, checked);
     e.forms = core::verdicts(Family::forms(), p, outs);
     e.chosen = std::string(core::choose(Family::forms(), p, outs, options.form, e.mechanism).name);
   });
@@ -108,6 +150,25 @@ ReferenceResult reference_outputs(const TensorView& q, const TensorView& k, cons
   return visit_family(mechanism, [&](const auto& mech, auto family) {
     using Family = decltype(family);
     return Family::reference(Family::validate(q, k, v, mech, options, Outputs{}), precision);
+  });
+}
+
+bool has_lse(const Mechanism& mechanism) {
+  return visit_family(mechanism, [](const auto&, auto family) { return has_lse<decltype(family)>(); });
+}
+
+bool has_state(const Mechanism& mechanism) {
+  return visit_family(mechanism, [](const auto&, auto family) { return has_state<decltype(family)>(); });
+}
+
+std::array<int64_t, 4> state_shape(const TensorView& q, const TensorView& k, const TensorView& v,
+                                   const Mechanism& mechanism, const AttendOptions& options) {
+  return visit_family(mechanism, [&](const auto& mech, auto family) -> std::array<int64_t, 4> {
+    using Family = decltype(family);
+    if constexpr (has_state<Family>())
+      return Family::state_shape(Family::validate(q, k, v, mech, options, Outputs{}));
+    else
+      return {0, 0, 0, 0};
   });
 }
 

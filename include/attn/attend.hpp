@@ -54,6 +54,9 @@ struct AttendOptions {
   Params params;
   bool return_lse = false;    // attend(): allocate and fill AttendResult::lse
   bool return_probs = false;  // attend(): allocate and fill AttendResult::probs
+  // attend(): allocate and fill AttendResult::final_state (mechanisms with a recurrent state:
+  // linear attention). Asking it of a mechanism without one is an Error.
+  bool return_final_state = false;
   int threads = 0;            // 0: OpenMP default
   std::optional<Isa> isa;     // kernel set; default active_isa()
   // Force one implementation ("reference", "tiled", "rows" for softmax); empty: the first in
@@ -69,18 +72,21 @@ struct AttendResult {
   Tensor out;    // dtype of q, same layout family as q
   Tensor lse;    // (B, H, N, 1) float32 when requested
   Tensor probs;  // (B, H, N, M) float32 when requested
+  Tensor final_state;  // (B, H, F, Dv [+ 1]) float32 when requested (see Linear)
 };
 
 AttendResult attend(const TensorView& q, const TensorView& k, const TensorView& v,
                     const Mechanism& mechanism, const AttendOptions& options = {});
 
 // Same, writing into caller-provided views (out: (B,H,N,Dv) any dtype/strides;
-// lse: (B,H,N,1) f32; probs: (B,H,N,M) f32). Pass nullptr for outputs you do not want.
+// lse: (B,H,N,1) f32; probs: (B,H,N,M) f32; final_state: (B,H,F,Dv [+ 1]) f32, may be the
+// initial_state param itself). Pass nullptr for outputs you do not want.
 // Outputs must not overlap k, v, masks or each other (out may be q itself: each block of
 // queries is read before its outputs are written).
 void attend_into(const TensorView& q, const TensorView& k, const TensorView& v,
                  const Mechanism& mechanism, const AttendOptions& options,
-                 const TensorView& out, const TensorView* lse, const TensorView* probs);
+                 const TensorView& out, const TensorView* lse, const TensorView* probs,
+                 const TensorView* final_state = nullptr);
 
 // Floating-point operations of the call: 2 * (D + Dv) per (query, key) pair the mechanism
 // evaluates, counted from the same key ranges the kernels use (causal, window, padding).

@@ -17,6 +17,8 @@
 //   linformer:k=256,seed=1          keys and values projected to 256 rows (low rank)
 //   lsh:buckets=32,rounds=2,chunk=64,seed=1   Reformer: hash, sort by bucket, attend in chunks
 //   dca:chunk=4096,local=1024,theta=10000     Dual Chunk Attention (RoPE applied inside)
+//   linear:map=elu,causal,chunk=64  linear attention, phi(q).phi(k) weights, O(N d^2)
+//   linear:map=identity,causal,normalize=0,decay=0.97   retention (alias: retention:decay=0.97)
 //
 // A family is a struct with `static constexpr std::string_view kind`, an alternative of the
 // Mechanism variant, and a text parser/printer beside its kernels (src/exact/softmax_text.cpp
@@ -136,8 +138,36 @@ struct Dca {
   bool operator==(const Dca&) const = default;
 };
 
-// The families. The linear and model issues append theirs.
-using Mechanism = std::variant<Softmax, Longformer, BigBird, Linformer, Lsh, Dca>;
+// Feature maps of linear attention, applied to each q and k row: elu(x) + 1, max(x, 0), x,
+// exp(x), max(x, 0)^2.
+enum class FeatureMap { elu, relu, identity, exp, relu2 };
+
+// Linear attention (Katharopoulos et al. 2020 and its relatives): weights
+//   w_ij = scale * phi(q_i) . phi(k_j) * decay^(i - j)      (decay only when causal)
+// over the keys the query sees (all of them, or j <= i when causal), and
+//   o_i = sum_j w_ij v_j / sum_j w_ij     (normalize; a zero denominator gives a zero row)
+//   o_i = sum_j w_ij v_j                  (normalize=0)
+// Computed without the N x M matrix: the state S = sum_j phi(k_j) [v_j, 1]^T (F x (Dv + 1),
+// the last column the normaliser z; F x Dv without normalize) is built once (non-causal) or
+// carried along the sequence (causal: S_i = decay S_(i-1) + phi(k_i) [v_i, 1]^T). The state
+// can be passed in (named param "initial_state", (B, H, F, Dv [+ 1])) and returned
+// (AttendOptions::return_final_state), so a sequence split into calls equals one call and a
+// new token costs O(F Dv) whatever its position. Per-head decays: named param "decay" (H).
+// Causal calls take as many queries as keys (each token brings q, k and v).
+struct Linear {
+  static constexpr std::string_view kind = "linear";
+  FeatureMap map = FeatureMap::elu;
+  bool causal = false;
+  bool normalize = true;
+  std::optional<double> decay;    // in (0, 1]; needs causal
+  int64_t chunk = 64;             // rows per block of the chunked (Lightning) form
+  std::optional<double> scale;    // none: 1
+
+  bool operator==(const Linear&) const = default;
+};
+
+// The families. The model issues append theirs.
+using Mechanism = std::variant<Softmax, Longformer, BigBird, Linformer, Lsh, Dca, Linear>;
 
 // For exhaustive visits: std::visit(overloaded{[](const Softmax&) {...}, ...}, mechanism).
 template <class... Fs>
@@ -153,6 +183,7 @@ Mechanism parse_mechanism(std::string_view text);
 // Canonical text form; parse_mechanism(to_string(m)) == m.
 std::string to_string(const Mechanism& m);
 std::string to_string(ScoreKind s);
+std::string to_string(FeatureMap f);
 // The family's kind ("softmax").
 std::string_view kind_of(const Mechanism& m);
 // Every family's kind, in variant order ("softmax").

@@ -6,6 +6,7 @@
 #include "lowrank/linformer.hpp"
 #include "sparse/lsh.hpp"
 #include "positional/dca.hpp"
+#include "linear/linear.hpp"
 
 namespace attn::core {
 
@@ -19,8 +20,23 @@ decltype(auto) visit_family(const Mechanism& m, F&& f) {
                         [&](const Linformer& l) { return f(l, lowrank::LinformerFamily{}); },
                         [&](const Lsh& l) { return f(l, sparse::LshFamily{}); },
                         [&](const Dca& d) { return f(d, positional::DcaFamily{}); },
+                        [&](const Linear& l) { return f(l, linear::LinearFamily{}); },
                     },
                     m);
+}
+
+// Families whose weights are no softmax say `static constexpr bool has_lse = false`; families
+// with a recurrent state say its shape (`state_shape(problem)`).
+template <class Family>
+constexpr bool has_lse() {
+  if constexpr (requires { Family::has_lse; })
+    return Family::has_lse;
+  else
+    return true;
+}
+template <class Family>
+constexpr bool has_state() {
+  return requires(const typename Family::Problem& p) { Family::state_shape(p); };
 }
 
 }  // namespace attn::core

@@ -19,6 +19,7 @@ struct Outputs {
   const TensorView* out = nullptr;
   const TensorView* lse = nullptr;
   const TensorView* probs = nullptr;
+  const TensorView* final_state = nullptr;
   bool wants_lse() const { return lse != nullptr; }
   bool wants_probs() const { return probs != nullptr; }
 };

@@ -74,6 +74,7 @@ void check_params(const Params& given, const std::vector<ParamSpec>& specs, cons
   }
   for (const auto& spec : specs) {
     const auto it = given.find(spec.name);
+    if (it == given.end() && spec.optional) continue;
     if (it == given.end())
       fail(kWhere, mechanism + " needs params['" + spec.name + "'] of shape " + spec_text(spec) + ": " + spec.meaning);
     const ArrayView& a = it->second;

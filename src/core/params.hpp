@@ -15,13 +15,14 @@ struct ParamSpec {
   std::string name;
   std::vector<std::string> dims;
   std::string meaning;
+  bool optional = false;  // may be left out
 };
 
 using Symbols = std::map<std::string, int64_t, std::less<>>;
 
-// Checks that `given` holds exactly the names of `specs` (none missing, none extra), each a
-// float array of the declared shape with finite values. `mechanism` is the text form, for
-// messages. Binds new symbols into `symbols`.
+// Checks that `given` holds exactly the names of `specs` (none missing but optional ones, none
+// extra), each a float array of the declared shape with finite values. `mechanism` is the text
+// form, for messages. Binds new symbols into `symbols`.
 void check_params(const Params& given, const std::vector<ParamSpec>& specs, const std::string& mechanism,
                   Symbols& symbols);
 

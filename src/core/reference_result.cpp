@@ -15,6 +15,13 @@ void write_reference(const ReferenceResult& r, const Outputs& o) {
           for (int64_t j = 0; j < r.M; ++j)
             static_cast<float*>(o.probs->data)[o.probs->offset(b, h, i, j)] = static_cast<float>(r.p(b, h, i, j));
       }
+  if (o.final_state)
+    for (int64_t b = 0; b < r.B; ++b)
+      for (int64_t h = 0; h < r.H; ++h)
+        for (int64_t f = 0; f < r.F; ++f)
+          for (int64_t c = 0; c < r.state_cols; ++c)
+            static_cast<float*>(o.final_state->data)[o.final_state->offset(b, h, f, c)] =
+                static_cast<float>(r.state[static_cast<size_t>(((b * r.H + h) * r.F + f) * r.state_cols + c)]);
 }
 
 }  // namespace attn::core

@@ -15,14 +15,17 @@ struct ReferenceResult {
   std::vector<double> out;    // (B, H, N, Dv)
   std::vector<double> lse;    // (B, H, N); -inf for rows that see no key
   std::vector<double> probs;  // (B, H, N, M); weights before dropout (empty if the family has none)
+  // (B, H, F, state_cols): a recurrent family's final state (empty if the family has none)
+  std::vector<double> state;
+  int64_t F = 0, state_cols = 0;
   double o(int64_t b, int64_t h, int64_t i, int64_t c) const { return out[((b * H + h) * N + i) * Dv + c]; }
   double l(int64_t b, int64_t h, int64_t i) const { return lse[(b * H + h) * N + i]; }
   double p(int64_t b, int64_t h, int64_t i, int64_t j) const { return probs[((b * H + h) * N + i) * M + j]; }
 };
 
 struct Outputs;
-// The reference as a form: writes out (rounded to its dtype), and lse and probs when the caller
-// asked for them.
+// The reference as a form: writes out (rounded to its dtype), and lse, probs and the final state
+// when the caller asked for them.
 void write_reference(const ReferenceResult& r, const Outputs& o);
 
 }  // namespace attn::core

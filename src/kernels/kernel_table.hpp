@@ -54,6 +54,12 @@ struct TileKernels {
   void (*pack_qt)(const float* src, int64_t src_stride, int n, int64_t d, const float* scale, float* qt);
   // out[i * out_stride + c] = Ot[c][i] * inv[i] for i < n, c < dv (inv 64-byte aligned).
   void (*unpack_ot)(const float* ot, int64_t dv, const float* inv, int n, float* out, int64_t out_stride);
+  // Small row-major products (linear attention's chunks and states), unaligned:
+  // C[i][j] (accumulate ? += : =) sum_p A(i, p) * B[p][j] for i < m, j < n, p < k, where
+  // A(i, p) = a[i * a_rs + p * a_cs] (so A or its transpose, read in place), B row p at b + p*ldb,
+  // C row i at c + i*ldc. Summation runs over p in order, per element.
+  void (*gemm)(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs, const float* b,
+               int64_t ldb, float* c, int64_t ldc, bool accumulate);
 };
 
 // The kernel set for `isa` (throws Error if this CPU cannot run it).

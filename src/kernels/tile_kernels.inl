@@ -351,6 +351,65 @@ float exp_shift_sum(float* x, int64_t n, float sub) {
   return total;
 }
 
+// ---- small matrix products (linear attention's chunks and states) ------------------------------
+// A micro-tile: R rows of C times V vectors of columns, the k-loop broadcasting A's elements and
+// loading B's rows; Vec::NR x Vec::MR accumulators at most.
+template <int R, int V>
+inline void gemm_micro(int64_t k, const float* a, int64_t a_rs, int64_t a_cs, const float* b, int64_t ldb, float* c,
+                       int64_t ldc, bool accumulate) {
+  Vec acc[R][V];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) acc[r][v] = accumulate ? Vec::loadu(c + r * ldc + v * Vec::W) : Vec::zero();
+  for (int64_t p = 0; p < k; ++p) {
+    Vec bv[V];
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) bv[v] = Vec::loadu(b + p * ldb + v * Vec::W);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const Vec av = Vec::set1(a[r * a_rs + p * a_cs]);
+#pragma GCC unroll 8
+      for (int v = 0; v < V; ++v) acc[r][v] = Vec::fma(av, bv[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) acc[r][v].storeu(c + r * ldc + v * Vec::W);
+}
+
+// Rows [0, m) of one column panel of V vectors, Vec::NR rows at a time.
+template <int V>
+inline void gemm_panel(int64_t m, int64_t k, const float* a, int64_t a_rs, int64_t a_cs, const float* b, int64_t ldb,
+                       float* c, int64_t ldc, bool accumulate) {
+  int64_t i = 0;
+  for (; i + Vec::NR <= m; i += Vec::NR)
+    gemm_micro<Vec::NR, V>(k, a + i * a_rs, a_rs, a_cs, b, ldb, c + i * ldc, ldc, accumulate);
+  const int64_t rest = m - i;
+  const float* ai = a + i * a_rs;
+  float* ci = c + i * ldc;
+  [&]<int... R>(std::integer_sequence<int, R...>) {  // the last rows: one micro-tile of `rest` rows
+    ((rest == R + 1 ? gemm_micro<R + 1, V>(k, ai, a_rs, a_cs, b, ldb, ci, ldc, accumulate) : void()), ...);
+  }(std::make_integer_sequence<int, Vec::NR - 1>{});
+}
+
+// C[i][j] (= or +=) sum_p A(i, p) B[p][j] for i < m, j < n, p < k: A(i, p) at a[i a_rs + p a_cs]
+// (either orientation), B and C row-major (unit inner stride).
+void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs, const float* b, int64_t ldb,
+          float* c, int64_t ldc, bool accumulate) {
+  constexpr int64_t panel = Vec::MR * Vec::W;
+  int64_t j = 0;
+  for (; j + panel <= n; j += panel) gemm_panel<Vec::MR>(m, k, a, a_rs, a_cs, b + j, ldb, c + j, ldc, accumulate);
+  for (; j + Vec::W <= n; j += Vec::W) gemm_panel<1>(m, k, a, a_rs, a_cs, b + j, ldb, c + j, ldc, accumulate);
+  for (; j < n; ++j)  // columns left over: fewer than one vector
+    for (int64_t i = 0; i < m; ++i) {
+      float acc = accumulate ? c[i * ldc + j] : 0.0f;
+      for (int64_t p = 0; p < k; ++p) acc += a[i * a_rs + p * a_cs] * b[p * ldb + j];
+      c[i * ldc + j] = acc;
+    }
+}
+
 inline const TileKernels& table(Isa isa) {
   static const TileKernels t{.isa = isa,
                              .qk = qk,
@@ -364,6 +423,7 @@ inline const TileKernels& table(Isa isa) {
                              .exp_shift_sum = exp_shift_sum,
                              .from_float = from_float,
                              .pack_qt = pack_qt,
-                             .unpack_ot = unpack_ot};
+                             .unpack_ot = unpack_ot,
+                             .gemm = gemm};
   return t;
 }

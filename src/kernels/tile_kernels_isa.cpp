@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 #if !defined(ATTN_KERNEL_ISA) || !defined(ATTN_KERNEL_VEC)
 #error "compile with -DATTN_KERNEL_ISA=<isa> -DATTN_KERNEL_VEC=\"kernels/vec_<isa>.inl\" (see CMakeLists.txt)"
 #endif

@@ -27,4 +27,9 @@ void write_options(OptionWriter& w, const Lsh& m);
 void read_options(OptionReader& r, Dca& m);
 void write_options(OptionWriter& w, const Dca& m);
 
+void read_options(OptionReader& r, Linear& m);
+void write_options(OptionWriter& w, const Linear& m);
+// retention[:decay=..]: Linear with map=identity, causal, normalize=0 (written as linear:...).
+void read_retention(OptionReader& r, Linear& m);
+
 }  // namespace attn::mechanism

@@ -38,6 +38,7 @@ std::string kinds(std::index_sequence<I...>) {
 }  // namespace
 
 std::string known_kinds() { return kinds(std::make_index_sequence<std::variant_size_v<Mechanism>>{}); }
+// (and the alias retention, for linear:map=identity,causal,normalize=0)
 
 std::string to_string(ScoreKind s) {
   switch (s) {
@@ -53,6 +54,13 @@ Mechanism parse_mechanism(std::string_view text) {
   const std::string_view kind = text.substr(0, colon);
   const std::string_view opts = colon == std::string_view::npos ? std::string_view{} : text.substr(colon + 1);
   if (colon != std::string_view::npos && opts.empty()) fail("mechanism", "nothing after ':' in " + quoted(text));
+  if (kind == "retention") {  // an alias: written back as linear:map=identity,causal,normalize=0,...
+    mechanism::OptionReader reader(kind, opts);
+    Linear m;
+    mechanism::read_retention(reader, m);
+    reader.finish();
+    return m;
+  }
   return parse_kind(text, kind, opts);
 }
 

@@ -26,6 +26,11 @@ Tensor mask_of(const Mechanism& mechanism, int64_t n, int64_t m) {
                    causal.causal = true;
                    return sparse::pattern_of(causal, n, m);
                  },
+                 [&](const Linear& l) {  // every key (before the query when causal), no sparsity
+                   Softmax dense;
+                   dense.causal = l.causal;
+                   return sparse::pattern_of(dense, n, m);
+                 },
                  [&](const auto& mech) { return sparse::pattern_of(mech, n, m); }},
       mechanism);
   Tensor t(DType::boolean, {1, 1, n, m});

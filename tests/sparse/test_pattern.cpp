@@ -22,6 +22,7 @@ Pattern compile(const std::string& text, int64_t N, int64_t M) {
   return std::visit(overloaded{[&](const Linformer&) -> Pattern { throw std::logic_error("no pattern"); },
                                [&](const Lsh&) -> Pattern { throw std::logic_error("no pattern"); },
                                [&](const Dca&) -> Pattern { throw std::logic_error("no pattern"); },
+                               [&](const Linear&) -> Pattern { throw std::logic_error("no pattern"); },
                                [&](const auto& m) { return pattern_of(m, N, M); }},
                     parse_mechanism(text));
 }

@@ -1,0 +1,78 @@
+// What the fast linear forms share: float32 rows of q, k, v with the feature map applied, and
+// the state (S, z) of one (batch, head), read from initial_state and written to final_state.
+#pragma once
+#include <algorithm>
+#include <vector>
+
+#include "linear/feature_map.hpp"
+#include "linear/linear.hpp"
+
+namespace attn::linear {
+
+// dst[r * ld + c] = factor * phi(x[b, h, r0 + r, c]) for r < n (rows r0 + r >= valid are zero:
+// padded keys), c < x.dim(); identity when `map` is null.
+inline void load_rows(const kernels::TileKernels& kern, const TensorView& x, int64_t b, int64_t h, int64_t r0,
+                      int64_t n, int64_t valid, const FeatureMap* map, float factor, float* dst, int64_t ld) {
+  const int64_t d = x.dim();
+  for (int64_t r = 0; r < n; ++r) {
+    float* row = dst + r * ld;
+    if (r0 + r >= valid) {
+      std::fill(row, row + d, 0.0f);
+      continue;
+    }
+    kern.to_float(x.ptr(b, h, r0 + r), x.dtype, x.strides[3], d, row);
+    if (map) map_features(kern, *map, row, d);
+    if (factor != 1.0f)
+      for (int64_t c = 0; c < d; ++c) row[c] *= factor;
+  }
+}
+
+// The state of one head: S (F x Dv, row-major) and z (F), the normaliser (normalize only).
+struct HeadState {
+  std::vector<float> S, z;
+
+  HeadState(const LinearProblem& p) : S(static_cast<size_t>(p.F * p.Dv)), z(static_cast<size_t>(p.F)) {}
+
+  // The initial state of (b, h), or zeros.
+  void load(const LinearProblem& p, int64_t b, int64_t h) {
+    const int64_t cols = p.state_cols();
+    if (p.initial.empty()) {
+      std::fill(S.begin(), S.end(), 0.0f);
+      std::fill(z.begin(), z.end(), 0.0f);
+      return;
+    }
+    const float* s0 = p.initial.data() + (b * p.H + h) * p.F * cols;
+    for (int64_t f = 0; f < p.F; ++f) {
+      std::copy(s0 + f * cols, s0 + f * cols + p.Dv, S.begin() + f * p.Dv);
+      z[static_cast<size_t>(f)] = p.mech.normalize ? s0[f * cols + p.Dv] : 0.0f;
+    }
+  }
+
+  // Into final_state[b, h] (if asked for).
+  void store(const LinearProblem& p, const core::Outputs& o, int64_t b, int64_t h) const {
+    if (!o.final_state) return;
+    const TensorView& t = *o.final_state;
+    float* base = static_cast<float*>(t.data);
+    for (int64_t f = 0; f < p.F; ++f) {
+      for (int64_t c = 0; c < p.Dv; ++c) base[t.offset(b, h, f, c)] = S[static_cast<size_t>(f * p.Dv + c)];
+      if (p.mech.normalize) base[t.offset(b, h, f, p.Dv)] = z[static_cast<size_t>(f)];
+    }
+  }
+
+  void decay(float factor) {
+    if (factor == 1.0f) return;
+    for (float& x : S) x *= factor;
+    for (float& x : z) x *= factor;
+  }
+};
+
+// Row r of the numerators `num` (Dv floats) divided by its denominator (normalize; a zero
+// denominator gives a zero row) and written to out[b, h, i].
+inline void write_row(const kernels::TileKernels& kern, const LinearProblem& p, const core::Outputs& o, int64_t b,
+                      int64_t h, int64_t i, float* num, float den) {
+  if (p.mech.normalize)
+    for (int64_t c = 0; c < p.Dv; ++c) num[c] = den != 0.0f ? num[c] / den : 0.0f;
+  kern.from_float(num, o.out->dtype, o.out->strides[3], p.Dv, o.out->ptr(b, h, i));
+}
+
+}  // namespace attn::linear

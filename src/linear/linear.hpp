@@ -1,0 +1,54 @@
+// The linear family: weights w_ij = scale * phi(q_i) . phi(k_j) * decay^(i - j), normalised by
+// their row sum or not (attn/mechanism.hpp, Linear). One generalised recurrence over the state
+//   S_i = decay S_(i-1) + phi(k_i) [v_i, 1]^T      (F x (Dv + 1); F x Dv without normalize)
+// behind three fast forms that must agree with each other and with the quadratic reference,
+// final state included:
+//   right      non-causal: S = S0 + phi(K)^T [V 1] once, then every row against it
+//   recurrent  causal, token by token: O(F Dv) per token whatever its position (decoding)
+//   chunked    causal, Lightning: blocks of C rows, the block's own keys as a masked product,
+//              earlier blocks through the state; every product GEMM-shaped
+//   reference  quadratic, float64, with the weights and the final state
+#pragma once
+#include <array>
+#include <vector>
+
+#include "core/form.hpp"
+#include "core/io_checks.hpp"
+#include "core/reference_result.hpp"
+
+namespace attn::linear {
+
+struct LinearProblem : core::Dims {
+  Linear mech;
+  double scale = 1.0;
+  std::vector<double> decay;    // per query head, in (0, 1]; 1 everywhere without decay
+  int64_t F = 0;                // features per row (the head dim for the elementwise maps)
+  std::vector<float> initial;   // (B, H, F, state_cols) C order, or empty (a zero state)
+  int64_t state_cols() const { return Dv + (mech.normalize ? 1 : 0); }
+  bool decays() const;
+};
+
+struct LinearFamily {
+  using Problem = LinearProblem;
+  static constexpr bool has_lse = false;  // the weights are not a softmax
+  static Problem validate(const TensorView& q, const TensorView& k, const TensorView& v, const Linear& m,
+                          const AttendOptions& options, const core::Outputs& outs);
+  static const std::vector<core::Form<Problem>>& forms();
+  // Causal: 2 C (F + Dv) + 4 F Dv per query (the chunked form, C = min(chunk, N));
+  // non-causal: 2 F Dv per key and per query (the right product).
+  static double flops(const Problem& p);
+  static core::ReferenceResult reference(const Problem& p, core::RefPrecision precision);
+  // (B, H, F, state_cols) of the recurrent state.
+  static std::array<int64_t, 4> state_shape(const Problem& p);
+};
+
+// The forms (one file each).
+void refuse_right(const LinearProblem& p, const core::Outputs& o, core::Reasons& why);
+void run_right(const LinearProblem& p, const core::Outputs& o, const core::Context& ctx);
+void refuse_recurrent(const LinearProblem& p, const core::Outputs& o, core::Reasons& why);
+void run_recurrent(const LinearProblem& p, const core::Outputs& o, const core::Context& ctx);
+void refuse_chunked(const LinearProblem& p, const core::Outputs& o, core::Reasons& why);
+void run_chunked(const LinearProblem& p, const core::Outputs& o, const core::Context& ctx);
+core::ReferenceResult linear_reference(const LinearProblem& p, core::RefPrecision precision);
+
+}  // namespace attn::linear

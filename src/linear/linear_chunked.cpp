@@ -1,0 +1,90 @@
+// The chunked causal form (Lightning Attention): the sequence in blocks of C rows. For a block
+// starting at s0, rows r and keys s counted from 0 inside it, decay lambda:
+//   A      = (Q_b K_b^T) o M,  M[r][s] = lambda^(r - s) for s <= r, else 0   (left product)
+//   O_b    = diag(lambda^(r + 1)) Q_b S + A V_b                              (right product)
+//   den_b  = diag(lambda^(r + 1)) Q_b z + A 1
+//   S      = lambda^C S + sum_s lambda^(C - 1 - s) k_s v_s^T,  z likewise
+// Every factor is a power <= 1 of lambda, so no lambda^(-n) appears at any length. Each product
+// is one kernels.gemm call; the block's keys are transposed once (pack_qt) for Q_b K_b^T.
+#include "base/aligned_buffer.hpp"
+#include "base/parallel.hpp"
+#include "linear/head_state.hpp"
+
+namespace attn::linear {
+
+void refuse_chunked(const LinearProblem& p, const core::Outputs& o, core::Reasons& why) {
+  if (!p.mech.causal) why.push_back("not causal (the right product sums all keys at once)");
+  core::refuse_probs(p, o, why);
+}
+
+void run_chunked(const LinearProblem& p, const core::Outputs& o, const core::Context& ctx) {
+  const kernels::TileKernels& kern = *ctx.kern;
+  constexpr int64_t kT = kernels::kQueryTile;  // pack_qt transposes up to 64 rows at a time
+  const int64_t C = p.mech.chunk, F = p.F, Dv = p.Dv, groups = (C + kT - 1) / kT;
+  const int64_t items = p.B * p.H;
+  parallel_for(items, resolve_threads(ctx.threads, items), [&](int64_t item, int) {
+    const int64_t b = item / p.H, h = item % p.H, hk = p.kv_head(h), len = p.kv_len[static_cast<size_t>(b)];
+    const double lambda = p.decay[static_cast<size_t>(h)];
+    std::vector<float> pw(static_cast<size_t>(C + 1));  // lambda^n, n <= C
+    for (int64_t n = 0; n <= C; ++n) pw[static_cast<size_t>(n)] = static_cast<float>(std::pow(lambda, n));
+    HeadState st(p);
+    st.load(p, b, h);
+    std::vector<float> q(static_cast<size_t>(C * F)), k(static_cast<size_t>(C * F)), v(static_cast<size_t>(C * Dv)),
+        a(static_cast<size_t>(C * C)), out(static_cast<size_t>(C * Dv)), den(static_cast<size_t>(C));
+    AlignedFloats kt(static_cast<size_t>(groups * F * kT)), ones(kT);
+    std::fill(ones.data(), ones.data() + kT, 1.0f);
+    bool stored = false;
+    for (int64_t s0 = 0; s0 < p.N; s0 += C) {
+      const int64_t c = std::min(C, p.N - s0), ce = std::clamp<int64_t>(len - s0, 0, c);  // ce keys are valid
+      load_rows(kern, p.q, b, h, s0, c, p.N, &p.mech.map, static_cast<float>(p.scale), q.data(), F);
+      load_rows(kern, p.k, b, hk, s0, c, len, &p.mech.map, 1.0f, k.data(), F);
+      load_rows(kern, p.v, b, hk, s0, c, len, nullptr, 1.0f, v.data(), Dv);
+      // A = Q_b K_b^T, through K_b^T in 64-key groups, then the causal decay mask.
+      for (int64_t g = 0; g * kT < c; ++g) {
+        const int n = static_cast<int>(std::min(kT, c - g * kT));
+        float* kt_g = kt.data() + g * F * kT;
+        kern.pack_qt(k.data() + g * kT * F, F, n, F, ones.data(), kt_g);
+        kern.gemm(c, n, F, q.data(), F, 1, kt_g, kT, a.data() + g * kT, C, false);
+      }
+      for (int64_t r = 0; r < c; ++r) {
+        float* ar = a.data() + r * C;
+        float sum = 0;
+        for (int64_t s = 0; s <= r; ++s) sum += (ar[s] *= pw[static_cast<size_t>(r - s)]);
+        std::fill(ar + r + 1, ar + c, 0.0f);
+        den[static_cast<size_t>(r)] = sum;
+      }
+      // O_b = diag(lambda^(r+1)) Q_b S + A V_b; the denominators likewise.
+      kern.gemm(c, Dv, F, q.data(), F, 1, st.S.data(), Dv, out.data(), Dv, false);
+      for (int64_t r = 0; r < c; ++r) {
+        const float t = pw[static_cast<size_t>(std::min(r + 1, C))];
+        if (t != 1.0f)
+          for (int64_t x = 0; x < Dv; ++x) out[static_cast<size_t>(r * Dv + x)] *= t;
+        if (p.mech.normalize) {
+          float qz = 0;
+          for (int64_t f = 0; f < F; ++f) qz += q[static_cast<size_t>(r * F + f)] * st.z[static_cast<size_t>(f)];
+          den[static_cast<size_t>(r)] += t * qz;
+        }
+      }
+      kern.gemm(c, Dv, c, a.data(), C, 1, v.data(), Dv, out.data(), Dv, true);
+      for (int64_t r = 0; r < c; ++r)
+        write_row(kern, p, o, b, h, s0 + r, out.data() + r * Dv, den[static_cast<size_t>(r)]);
+      // S = lambda^ce S + sum_(s < ce) lambda^(ce - 1 - s) k_s v_s^T: the state after the block's
+      // last valid key (the final state when that is the last valid key of the sequence) ...
+      st.decay(pw[static_cast<size_t>(ce)]);
+      for (int64_t s = 0; s < ce; ++s) {
+        const float t = pw[static_cast<size_t>(ce - 1 - s)];
+        if (t != 1.0f)
+          for (int64_t f = 0; f < F; ++f) k[static_cast<size_t>(s * F + f)] *= t;
+      }
+      if (ce > 0) kern.gemm(F, Dv, ce, k.data(), 1, F, v.data(), Dv, st.S.data(), Dv, true);
+      if (p.mech.normalize)
+        for (int64_t s = 0; s < ce; ++s)
+          for (int64_t f = 0; f < F; ++f) st.z[static_cast<size_t>(f)] += k[static_cast<size_t>(s * F + f)];
+      if (!stored && s0 + c >= len) st.store(p, o, b, h), stored = true;
+      st.decay(pw[static_cast<size_t>(c - ce)]);  // ... then decayed over the padded positions after it
+    }
+    if (!stored) st.store(p, o, b, h);  // no tokens: the initial state
+  });
+}
+
+}  // namespace attn::linear

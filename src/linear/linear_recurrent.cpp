@@ -1,0 +1,53 @@
+// The causal recurrence, one token at a time: S = decay S + phi(k_t) v_t^T, z = decay z + phi(k_t),
+// o_t = phi(q_t) S / phi(q_t) . z. O(F Dv) per token whatever its position: the decoding form
+// (pass the state along with initial_state / final_state).
+#include "base/parallel.hpp"
+#include "linear/head_state.hpp"
+
+namespace attn::linear {
+namespace {
+
+constexpr int64_t kMaxTokens = 64;
+
+}  // namespace
+
+void refuse_recurrent(const LinearProblem& p, const core::Outputs& o, core::Reasons& why) {
+  if (!p.mech.causal) why.push_back("not causal (the right product sums all keys at once)");
+  if (p.N > kMaxTokens)
+    why.push_back(std::to_string(p.N) + " tokens > " + std::to_string(kMaxTokens) +
+                  " (the chunked form runs them as matrix products)");
+  core::refuse_probs(p, o, why);
+}
+
+void run_recurrent(const LinearProblem& p, const core::Outputs& o, const core::Context& ctx) {
+  const kernels::TileKernels& kern = *ctx.kern;
+  const int64_t items = p.B * p.H;
+  parallel_for(items, resolve_threads(ctx.threads, items), [&](int64_t item, int) {
+    const int64_t b = item / p.H, h = item % p.H, hk = p.kv_head(h), len = p.kv_len[static_cast<size_t>(b)];
+    const float lambda = static_cast<float>(p.decay[static_cast<size_t>(h)]);
+    HeadState st(p);
+    st.load(p, b, h);
+    if (len == 0) st.store(p, o, b, h);
+    std::vector<float> fq(static_cast<size_t>(p.F)), fk(static_cast<size_t>(p.F)), v(static_cast<size_t>(p.Dv)),
+        num(static_cast<size_t>(p.Dv));
+    for (int64_t t = 0; t < p.N; ++t) {
+      st.decay(lambda);
+      if (t < len) {
+        load_rows(kern, p.k, b, hk, t, 1, len, &p.mech.map, 1.0f, fk.data(), p.F);
+        load_rows(kern, p.v, b, hk, t, 1, len, nullptr, 1.0f, v.data(), p.Dv);
+        kern.axpy_rows(fk.data(), p.F, v.data(), DType::f32, p.Dv, st.S.data());
+        if (p.mech.normalize)
+          for (int64_t f = 0; f < p.F; ++f) st.z[static_cast<size_t>(f)] += fk[static_cast<size_t>(f)];
+        if (t == len - 1) st.store(p, o, b, h);
+      }
+      load_rows(kern, p.q, b, h, t, 1, p.N, &p.mech.map, static_cast<float>(p.scale), fq.data(), p.F);
+      kern.gemm(1, p.Dv, p.F, fq.data(), p.F, 1, st.S.data(), p.Dv, num.data(), p.Dv, false);
+      float den = 0;
+      if (p.mech.normalize)
+        for (int64_t f = 0; f < p.F; ++f) den += fq[static_cast<size_t>(f)] * st.z[static_cast<size_t>(f)];
+      write_row(kern, p, o, b, h, t, num.data(), den);
+    }
+  });
+}
+
+}  // namespace attn::linear

@@ -1,0 +1,93 @@
+// The quadratic reference: every weight w_ij = scale * phi(q_i) . phi(k_j) * decay^(i - j) written
+// out, the rows summed directly, the final state summed from its definition. No recurrence, no
+// chunks: what the three fast forms must reproduce.
+#include <algorithm>
+#include <cmath>
+
+#include "linear/feature_map.hpp"
+#include "linear/linear.hpp"
+
+namespace attn::linear {
+namespace {
+
+template <class T>
+core::ReferenceResult reference_impl(const LinearProblem& p, bool plain) {
+  const DType dt = p.q.dtype;
+  auto rnd = [&](T x) { return plain ? static_cast<T>(round_to(dt, static_cast<float>(x))) : x; };
+  const int64_t cols = p.state_cols(), F = p.F;
+  core::ReferenceResult r;
+  r.B = p.B, r.H = p.H, r.N = p.N, r.M = p.M, r.Dv = p.Dv, r.F = F, r.state_cols = cols;
+  r.out.assign(static_cast<size_t>(p.B * p.H * p.N * p.Dv), 0.0);
+  r.probs.assign(static_cast<size_t>(p.B * p.H * p.N * p.M), 0.0);
+  r.state.assign(static_cast<size_t>(p.B * p.H * F * cols), 0.0);
+  std::vector<T> fq(static_cast<size_t>(F)), fk(static_cast<size_t>(p.M * F)), w(static_cast<size_t>(p.M)),
+      num(static_cast<size_t>(p.Dv));
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.H; ++h) {
+      const int64_t hk = p.kv_head(h), len = p.kv_len[static_cast<size_t>(b)];
+      const T lambda = static_cast<T>(p.decay[static_cast<size_t>(h)]);
+      const float* s0 = p.initial.empty() ? nullptr : p.initial.data() + (b * p.H + h) * F * cols;
+      for (int64_t j = 0; j < len; ++j)
+        for (int64_t c = 0; c < F; ++c)
+          fk[static_cast<size_t>(j * F + c)] = rnd(feature(p.mech.map, static_cast<T>(p.k.at(b, hk, j, c))));
+      for (int64_t i = 0; i < p.N; ++i) {
+        const int64_t pos = i + p.M - p.N;  // causal calls have N = M
+        for (int64_t c = 0; c < F; ++c)
+          fq[static_cast<size_t>(c)] = rnd(feature(p.mech.map, static_cast<T>(p.q.at(b, h, i, c))));
+        std::fill(num.begin(), num.end(), T(0));
+        T den = 0;
+        for (int64_t j = 0; j < len; ++j) {
+          w[static_cast<size_t>(j)] = 0;
+          if (p.mech.causal && j > pos) continue;
+          T dot = 0;
+          for (int64_t c = 0; c < F; ++c) dot += fq[static_cast<size_t>(c)] * fk[static_cast<size_t>(j * F + c)];
+          const T x = rnd(rnd(dot * static_cast<T>(p.scale)) * std::pow(lambda, static_cast<T>(pos - j)));
+          w[static_cast<size_t>(j)] = x;
+          den += x;
+          for (int64_t c = 0; c < p.Dv; ++c) num[static_cast<size_t>(c)] += x * static_cast<T>(p.v.at(b, hk, j, c));
+        }
+        if (s0) {  // the tokens before this call, all behind every query
+          const T t = static_cast<T>(p.scale) * (p.mech.causal ? std::pow(lambda, static_cast<T>(pos + 1)) : T(1));
+          for (int64_t f = 0; f < F; ++f) {
+            const T a = t * fq[static_cast<size_t>(f)];
+            for (int64_t c = 0; c < p.Dv; ++c) num[static_cast<size_t>(c)] += a * static_cast<T>(s0[f * cols + c]);
+            if (p.mech.normalize) den += a * static_cast<T>(s0[f * cols + p.Dv]);
+          }
+        }
+        const size_t at = static_cast<size_t>((b * p.H + h) * p.N + i);
+        for (int64_t c = 0; c < p.Dv; ++c) {
+          const T x = rnd(num[static_cast<size_t>(c)]);
+          r.out[at * p.Dv + c] = !p.mech.normalize ? x : den != 0 ? rnd(x / rnd(den)) : 0;
+        }
+        for (int64_t j = 0; j < len; ++j) {
+          const T x = w[static_cast<size_t>(j)];
+          r.probs[at * p.M + j] = !p.mech.normalize ? x : den != 0 ? x / den : 0;
+        }
+      }
+      // Final state: what the keys of this call (decayed to the last valid one) and the initial
+      // state add up to.
+      std::vector<T> st(static_cast<size_t>(F * cols), T(0));
+      const T start = p.mech.causal ? std::pow(lambda, static_cast<T>(len)) : T(1);
+      if (s0)
+        for (int64_t e = 0; e < F * cols; ++e) st[static_cast<size_t>(e)] = start * static_cast<T>(s0[e]);
+      for (int64_t j = 0; j < len; ++j) {
+        const T a = p.mech.causal ? std::pow(lambda, static_cast<T>(len - 1 - j)) : T(1);
+        for (int64_t f = 0; f < F; ++f) {
+          const T x = a * fk[static_cast<size_t>(j * F + f)];
+          T* row = &st[static_cast<size_t>(f * cols)];
+          for (int64_t c = 0; c < p.Dv; ++c) row[c] += x * static_cast<T>(p.v.at(b, hk, j, c));
+          if (p.mech.normalize) row[p.Dv] += x;
+        }
+      }
+      std::copy(st.begin(), st.end(), r.state.begin() + (b * p.H + h) * F * cols);
+    }
+  return r;
+}
+
+}  // namespace
+
+core::ReferenceResult linear_reference(const LinearProblem& p, core::RefPrecision precision) {
+  return precision == core::RefPrecision::f64 ? reference_impl<double>(p, false) : reference_impl<float>(p, true);
+}
+
+}  // namespace attn::linear

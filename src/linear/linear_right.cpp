@@ -1,0 +1,45 @@
+// The non-causal right product: S = S0 + phi(K)^T V and z = z0 + sum_j phi(k_j) once per head
+// (O(M F Dv)), then every query row against them (O(N F Dv)); no N x M anything.
+#include "base/parallel.hpp"
+#include "linear/head_state.hpp"
+
+namespace attn::linear {
+
+void refuse_right(const LinearProblem& p, const core::Outputs& o, core::Reasons& why) {
+  if (p.mech.causal) why.push_back("causal (each query sees only the keys before it: recurrent or chunked)");
+  core::refuse_probs(p, o, why);
+}
+
+void run_right(const LinearProblem& p, const core::Outputs& o, const core::Context& ctx) {
+  const kernels::TileKernels& kern = *ctx.kern;
+  const int64_t items = p.B * p.H, rows = 64;
+  parallel_for(items, resolve_threads(ctx.threads, items), [&](int64_t item, int) {
+    const int64_t b = item / p.H, h = item % p.H, hk = p.kv_head(h), len = p.kv_len[static_cast<size_t>(b)];
+    HeadState st(p);
+    st.load(p, b, h);
+    std::vector<float> x(static_cast<size_t>(rows * p.F)), y(static_cast<size_t>(rows * p.Dv)), den(rows);
+    for (int64_t j0 = 0; j0 < len; j0 += rows) {  // S += phi(K)^T V, z += the rows of phi(K)
+      const int64_t n = std::min(rows, len - j0);
+      load_rows(kern, p.k, b, hk, j0, n, len, &p.mech.map, 1.0f, x.data(), p.F);
+      load_rows(kern, p.v, b, hk, j0, n, len, nullptr, 1.0f, y.data(), p.Dv);
+      kern.gemm(p.F, p.Dv, n, x.data(), 1, p.F, y.data(), p.Dv, st.S.data(), p.Dv, true);
+      if (p.mech.normalize)
+        for (int64_t j = 0; j < n; ++j)
+          for (int64_t f = 0; f < p.F; ++f) st.z[static_cast<size_t>(f)] += x[static_cast<size_t>(j * p.F + f)];
+    }
+    for (int64_t i0 = 0; i0 < p.N; i0 += rows) {  // o_i = phi(q_i) S / phi(q_i) . z
+      const int64_t n = std::min(rows, p.N - i0);
+      load_rows(kern, p.q, b, h, i0, n, p.N, &p.mech.map, static_cast<float>(p.scale), x.data(), p.F);
+      kern.gemm(n, p.Dv, p.F, x.data(), p.F, 1, st.S.data(), p.Dv, y.data(), p.Dv, false);
+      for (int64_t i = 0; i < n; ++i) {
+        float d = 0;
+        if (p.mech.normalize)
+          for (int64_t f = 0; f < p.F; ++f) d += x[static_cast<size_t>(i * p.F + f)] * st.z[static_cast<size_t>(f)];
+        write_row(kern, p, o, b, h, i0 + i, y.data() + i * p.Dv, d);
+      }
+    }
+    st.store(p, o, b, h);
+  });
+}
+
+}  // namespace attn::linear
