@@ -85,7 +85,7 @@ void make_inputs(const Case& c, Inputs& in, bool shapes_only) {
     opt.params["decay"] = make_array_view(in.decay.data(), DType::f32, {c.H});
   }
   if (x.state) {  // after every other option: the state's shape depends on them
-    const std::array<int64_t, 4> s = core::state_shape(in.q.view, in.k.view, in.v.view, in.mechanism, opt);
+    const std::array<int64_t, 4> s = state_shape(in.q.view, in.k.view, in.v.view, in.mechanism, opt);
     std::normal_distribution<float> d(0.0f, 1.0f);
     in.state.resize(static_cast<size_t>(s[0] * s[1] * s[2] * s[3]));
     for (size_t i = 0; i < in.state.size(); ++i)  // the normaliser column stays positive

@@ -120,10 +120,12 @@ void attend_into(const Array& q, const Array& k, const Array& v, const std::stri
                  std::vector<int64_t> key_padding_lengths, std::optional<Array> mask, std::optional<Array> bias,
                  std::optional<Array> alibi_slopes, std::optional<Array> block_mask,
                  std::pair<int64_t, int64_t> block_size, const std::map<std::string, Array>& params, int threads,
-                 const std::string& form, const std::string& isa) {
+                 const std::string& form, const std::string& isa, std::optional<OutArray> final_state) {
   const Call c = make_call(q, k, v, mechanism, layout, std::move(key_padding_lengths), mask, bias, alibi_slopes,
                            block_mask, block_size, params, threads, form, isa);
   const attn::TensorView ov = view_of(out, "out", c.bnhd);
+  std::optional<attn::TensorView> sv;
+  if (final_state) sv = view_of(*final_state, "final_state", false);  // (B, H, F, columns)
   std::optional<attn::TensorView> lv, pv;
   if (lse) {  // (B, H, N) float32
     if (lse->ndim() != 3) throw nb::value_error("lse must have 3 dimensions (B, H, N)");
@@ -137,7 +139,7 @@ void attend_into(const Array& q, const Array& k, const Array& v, const std::stri
   }
   if (probs) pv = view_of(*probs, "probs", false);
   nb::gil_scoped_release release;
-  attn::attend_into(c.q, c.k, c.v, c.mech, c.opt, ov, lv ? &*lv : nullptr, pv ? &*pv : nullptr);
+  attn::attend_into(c.q, c.k, c.v, c.mech, c.opt, ov, lv ? &*lv : nullptr, pv ? &*pv : nullptr, sv ? &*sv : nullptr);
 }
 
 std::string explain(const Array& q, const Array& k, const Array& v, const std::string& mechanism,
@@ -172,7 +174,19 @@ NB_MODULE(_attn, m) {
   m.doc() = "Low-level bindings of the attn C++ library; use the functions of the attn package.";
   m.def("attend_into", &attend_into, "q"_a, "k"_a, "v"_a, "mechanism"_a, "out"_a, "lse"_a.none(), "probs"_a.none(),
         "layout"_a, "key_padding_lengths"_a, "mask"_a.none(), "bias"_a.none(), "alibi_slopes"_a.none(),
-        "block_mask"_a.none(), "block_size"_a, "params"_a, "threads"_a, "form"_a, "isa"_a, "Runs attn::attend_into on caller-allocated outputs (no copies of inputs).");
+        "block_mask"_a.none(), "block_size"_a, "params"_a, "threads"_a, "form"_a, "isa"_a,
+        "final_state"_a.none() = nb::none(), "Runs attn::attend_into on caller-allocated outputs (no copies of inputs).");
+  m.def(
+      "state_shape",
+      [](const Array& q, const Array& k, const Array& v, const std::string& mechanism, const std::string& layout,
+         std::vector<int64_t> key_padding_lengths, const std::map<std::string, Array>& params) {
+        const Call c = make_call(q, k, v, mechanism, layout, std::move(key_padding_lengths), std::nullopt, std::nullopt,
+                                 std::nullopt, std::nullopt, {128, 128}, params, 0, "", "");
+        const std::array<int64_t, 4> s = attn::state_shape(c.q, c.k, c.v, c.mech, c.opt);
+        return std::vector<int64_t>(s.begin(), s.end());
+      },
+      "q"_a, "k"_a, "v"_a, "mechanism"_a, "layout"_a, "key_padding_lengths"_a, "params"_a,
+      "(B, H, F, columns) of the call's recurrent state (attn::state_shape); zeros without one.");
   m.def("explain", &explain, "q"_a, "k"_a, "v"_a, "mechanism"_a, "layout"_a, "key_padding_lengths"_a, "mask"_a.none(),
         "bias"_a.none(), "alibi_slopes"_a.none(), "block_mask"_a.none(), "block_size"_a, "params"_a, "threads"_a,
         "form"_a, "isa"_a, "return_lse"_a,

@@ -143,6 +143,17 @@ std::string Explanation::text() const {
   return o;
 }
 
+std::array<int64_t, 4> state_shape(const TensorView& q, const TensorView& k, const TensorView& v,
+                                   const Mechanism& mechanism, const AttendOptions& options) {
+  return core::visit_family(mechanism, [&](const auto& mech, auto family) -> std::array<int64_t, 4> {
+    using Family = decltype(family);
+    if constexpr (has_state<Family>())
+      return Family::state_shape(Family::validate(q, k, v, mech, options, core::Outputs{}));
+    else
+      return {0, 0, 0, 0};
+  });
+}
+
 namespace core {
 
 ReferenceResult reference_outputs(const TensorView& q, const TensorView& k, const TensorView& v,
@@ -159,17 +170,6 @@ bool has_lse(const Mechanism& mechanism) {
 
 bool has_state(const Mechanism& mechanism) {
   return visit_family(mechanism, [](const auto&, auto family) { return has_state<decltype(family)>(); });
-}
-
-std::array<int64_t, 4> state_shape(const TensorView& q, const TensorView& k, const TensorView& v,
-                                   const Mechanism& mechanism, const AttendOptions& options) {
-  return visit_family(mechanism, [&](const auto& mech, auto family) -> std::array<int64_t, 4> {
-    using Family = decltype(family);
-    if constexpr (has_state<Family>())
-      return Family::state_shape(Family::validate(q, k, v, mech, options, Outputs{}));
-    else
-      return {0, 0, 0, 0};
-  });
 }
 
 std::vector<std::string> form_names(const Mechanism& mechanism) {

@@ -17,6 +17,7 @@
 //
 // A query row that sees no key returns zeros, and its log-sum-exp is -inf.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -87,6 +88,13 @@ void attend_into(const TensorView& q, const TensorView& k, const TensorView& v,
                  const Mechanism& mechanism, const AttendOptions& options,
                  const TensorView& out, const TensorView* lse, const TensorView* probs,
                  const TensorView* final_state = nullptr);
+
+// The shape of the recurrent state this call would take as params["initial_state"] and return
+// as final_state: (B, H, F, Dv + 1) for normalised linear attention (the last column is the
+// normaliser z), (B, H, F, Dv) without normalize; all zeros for mechanisms without a state.
+// Validates like attend().
+std::array<int64_t, 4> state_shape(const TensorView& q, const TensorView& k, const TensorView& v,
+                                   const Mechanism& mechanism, const AttendOptions& options = {});
 
 // Floating-point operations of the call: 2 * (D + Dv) per (query, key) pair the mechanism
 // evaluates, counted from the same key ranges the kernels use (causal, window, padding).

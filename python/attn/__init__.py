@@ -10,6 +10,9 @@ returning the same kind of array they were given:
   mechanisms added to the C++ library are reachable here without new bindings. Extra tensors
   a mechanism takes (e.g. the additive score's ``wq``, ``wk``, ``w``) go in ``params={...}``
   or as keyword arguments.
+* :func:`linear_attention` -- linear attention and retention with flash-linear-attention's
+  argument names (``feature_map``, ``causal``, ``decay``, ``chunk_size``, ``initial_state``,
+  ``output_final_state``), returning ``(o, final_state)``.
 * :func:`explain` -- which implementation ("form") :func:`attend` would run, and why the
   others would not.
 
@@ -30,7 +33,7 @@ import numpy as np
 
 from . import _attn
 
-__all__ = ["attention", "attend", "explain", "rope", "mask_of", "lsh_buckets", "active_isa", "supported_isas", "set_isa",
+__all__ = ["attention", "attend", "linear_attention", "explain", "rope", "mask_of", "lsh_buckets", "active_isa", "supported_isas", "set_isa",
            "canonical_mechanism"]
 __version__ = "0.1.0"
 
@@ -210,7 +213,8 @@ def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any
            key_padding_lengths: Optional[Sequence[int]] = None, alibi_slopes: Any = None,
            block_mask: Any = None, block_size: Tuple[int, int] = (128, 128),
            params: Optional[Mapping[str, Any]] = None, additive_weights: Optional[Tuple[Any, Any, Any]] = None,
-           layout: str = "bnhd", return_lse: bool = False, return_probs: bool = False, threads: int = 0,
+           layout: str = "bnhd", return_lse: bool = False, return_probs: bool = False,
+           return_final_state: bool = False, threads: int = 0,
            form: Optional[str] = None, isa: Optional[str] = None, use_reference: bool = False, **named_params: Any):
     """Attention by mechanism text form.
 
@@ -226,7 +230,9 @@ def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any
             "bigbird:block=64,window=3,global=2,random=3,seed=7" (see :func:`mask_of`);
             Reformer "lsh:buckets=32,rounds=2,chunk=64,seed=1" (add ",causal", ",shared_qk"; see
             :func:`lsh_buckets`); Dual Chunk Attention "dca:chunk=4096,local=1024,theta=10000"
-            (q and k without RoPE: it rotates them); "linformer:k=256,seed=1".
+            (q and k without RoPE: it rotates them); "linformer:k=256,seed=1"; linear attention
+            "linear:map=elu", "linear:map=relu,causal", "linear:map=identity,causal,normalize=0",
+            "retention:decay=0.97" (see :func:`linear_attention`).
         attn_mask: bool (True = may attend) or float (added to the scores) array broadcastable
             to (B, H, N, M), as in torch SDPA; always in (B, H, N, M) order whatever the layout.
         key_padding_lengths: valid keys per batch entry; keys at or past it are hidden.
@@ -244,6 +250,8 @@ def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any
         layout: "bnhd" (default) or "bhnd".
         return_lse: also return the row log-sum-exp, (B, H, N) float32 (natural log).
         return_probs: also return the weights (B, H, N, M) float32, before dropout.
+        return_final_state: also return the recurrent state after the last token (linear
+            attention), (B, H, F, Dv [+ 1]) float32; pass it back as params["initial_state"].
         threads: 0 = all cores (OMP_NUM_THREADS).
         form: force an implementation ("rows", "tiled", "reference" for softmax); None = the
             first that supports the call. See :func:`explain`.
@@ -253,9 +261,10 @@ def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any
 
     Returns:
         out in the layout and dtype of q (same kind: NumPy or torch), or a tuple
-        (out, lse[, probs]) / (out, probs) when those are requested.
+        (out[, lse][, probs][, final_state]) when those are requested.
     """
-    _check_scalars(mechanism, threads, return_lse=return_lse, return_probs=return_probs, use_reference=use_reference)
+    _check_scalars(mechanism, threads, return_lse=return_lse, return_probs=return_probs,
+                   return_final_state=return_final_state, use_reference=use_reference)
     q, k, v, (b, h, n, m), mask, bias, lengths, slopes, blocks, bsize, named, form_, isa_ = _call_args(
         q, k, v, layout, attn_mask, key_padding_lengths, alibi_slopes, {**(params or {}), **named_params},
         additive_weights, form, use_reference, isa, block_mask, block_size)
@@ -264,10 +273,77 @@ def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any
     f32 = _float32_of(q)
     lse = _empty_like_kind(q, (b, h, n), f32) if return_lse else None
     probs = _empty_like_kind(q, (b, h, n, m), f32) if return_probs else None
+    state = None
+    if return_final_state:
+        shape = _attn.state_shape(q, k, v, mechanism, layout, lengths, named)
+        if shape[0] == 0 and b > 0:
+            raise ValueError(f"{mechanism!r} has no recurrent state; do not ask for return_final_state")
+        state = _empty_like_kind(q, tuple(shape), f32)
     _attn.attend_into(q, k, v, mechanism, out, lse, probs, layout, lengths, mask, bias, slopes, blocks, bsize, named,
-                      int(threads), form_, isa_)
-    extra = tuple(x for x in (lse, probs) if x is not None)
+                      int(threads), form_, isa_, state)
+    extra = tuple(x for x in (lse, probs, state) if x is not None)
     return (out,) + extra if extra else out
+
+
+_FEATURE_MAPS = ("elu", "relu", "identity", "exp", "relu2")
+
+
+def linear_attention(q: Any, k: Any, v: Any, *, feature_map: str = "elu", causal: bool = True,
+                     decay: Any = None, chunk_size: int = 64, initial_state: Any = None,
+                     output_final_state: bool = False, normalize: bool = True, scale: Optional[float] = None,
+                     key_padding_lengths: Optional[Sequence[int]] = None, layout: str = "bnhd", threads: int = 0,
+                     form: Optional[str] = None, isa: Optional[str] = None) -> Tuple[Any, Any]:
+    """Linear attention with flash-linear-attention's argument names; returns (o, final_state).
+
+    Weights w_ij = scale * phi(q_i) . phi(k_j) * decay^(i - j) over the keys j <= i (causal) or
+    all keys, and o_i = sum_j w_ij v_j / sum_j w_ij (normalize) or sum_j w_ij v_j. Computed in
+    O(N d^2) without the N x M matrix: the right product (non-causal), token by token through
+    the state (a few tokens: decoding) or in chunks of chunk_size (Lightning), chosen per call.
+
+    Args:
+        q, k, v: (B, T, H, D) for layout "bnhd" (default, as fla) or (B, H, T, D); k and v may
+            have fewer heads. Causal calls take as many queries as keys.
+        feature_map: "elu" (elu + 1), "relu", "identity", "exp" or "relu2".
+        causal: each token sees itself and the tokens before it (default True, as fla's ops).
+        decay: None, a float in (0, 1] (retention), or one per query head (H,); needs causal.
+        chunk_size: rows per block of the chunked form.
+        initial_state: the state of earlier tokens, (B, H, D, Dv + 1) with normalize (the last
+            column is the normaliser z) or (B, H, D, Dv) without; float32.
+        output_final_state: also return the state after the last token (same shape).
+        normalize: divide by the weights' row sum (a zero sum gives a zero row).
+        scale: multiplies every weight; None = 1 (the formula's plain phi(q).phi(k); fla's ops
+            default to D^-0.5, which only matters with normalize=False).
+        key_padding_lengths: valid tokens per batch entry; the state stops at the last one.
+
+    Returns:
+        (o, final_state): o like q with v's head dim; final_state None unless asked for.
+
+    Example::
+
+        o, state = attn.linear_attention(q[:, :100], k[:, :100], v[:, :100], output_final_state=True)
+        o2, state = attn.linear_attention(q[:, 100:], k[:, 100:], v[:, 100:], initial_state=state,
+                                          output_final_state=True)   # == one call on all tokens
+    """
+    if feature_map not in _FEATURE_MAPS:
+        raise ValueError(f"feature_map must be one of {', '.join(_FEATURE_MAPS)}, got {feature_map!r}")
+    _flag(causal, "causal")
+    _flag(normalize, "normalize")
+    _flag(output_final_state, "output_final_state")
+    opts = [f"map={feature_map}"] + (["causal"] if causal else []) + ([] if normalize else ["normalize=0"])
+    params = {}
+    if decay is not None:
+        if not _is_torch(decay) and np.ndim(decay) == 0:
+            opts.append(f"decay={_real(decay, 'decay')!r}")
+        else:
+            params["decay"] = decay
+    opts.append(f"chunk={_integer(chunk_size, 'chunk_size', 1, 4096)}")
+    if scale is not None:
+        opts.append(f"scale={_real(scale, 'scale')!r}")
+    if initial_state is not None:
+        params["initial_state"] = initial_state
+    res = attend(q, k, v, "linear:" + ",".join(opts), params=params, key_padding_lengths=key_padding_lengths,
+                 layout=layout, return_final_state=output_final_state, threads=threads, form=form, isa=isa)
+    return (res[0], res[1]) if output_final_state else (res, None)
 
 
 def explain(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any = None,

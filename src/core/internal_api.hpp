@@ -1,6 +1,5 @@
 // Library internals the test/benchmark harness needs beyond the public API (harness/).
 #pragma once
-#include <array>
 #include <string>
 #include <vector>
 
@@ -18,9 +17,6 @@ ReferenceResult reference_outputs(const TensorView& q, const TensorView& k, cons
 bool has_lse(const Mechanism& mechanism);
 // Whether the family has a recurrent state (final_state, initial_state).
 bool has_state(const Mechanism& mechanism);
-// The recurrent state's shape for this call (B, H, F, columns); zeros for families without one.
-std::array<int64_t, 4> state_shape(const TensorView& q, const TensorView& k, const TensorView& v,
-                                   const Mechanism& mechanism, const AttendOptions& options);
 
 // The names of the family's forms, in priority order.
 std::vector<std::string> form_names(const Mechanism& mechanism);

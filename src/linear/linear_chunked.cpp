@@ -12,6 +12,22 @@
 
 namespace attn::linear {
 
+namespace {
+
+constexpr int64_t kBand = 16;  // rows per band of the block's triangular products
+
+// Sum of x[0..n) in 8 interleaved partial sums (vectorisable; the order is fixed).
+float row_sum(const float* x, int64_t n) {
+  float part[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) part[l] += x[i + l];
+  for (; i < n; ++i) part[i % 8] += x[i];
+  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
+}  // namespace
+
 void refuse_chunked(const LinearProblem& p, const core::Outputs& o, core::Reasons& why) {
   if (!p.mech.causal) why.push_back("not causal (the right product sums all keys at once)");
   core::refuse_probs(p, o, why);
@@ -39,19 +55,23 @@ void run_chunked(const LinearProblem& p, const core::Outputs& o, const core::Con
       load_rows(kern, p.q, b, h, s0, c, p.N, &p.mech.map, static_cast<float>(p.scale), q.data(), F);
       load_rows(kern, p.k, b, hk, s0, c, len, &p.mech.map, 1.0f, k.data(), F);
       load_rows(kern, p.v, b, hk, s0, c, len, nullptr, 1.0f, v.data(), Dv);
-      // A = Q_b K_b^T, through K_b^T in 64-key groups, then the causal decay mask.
-      for (int64_t g = 0; g * kT < c; ++g) {
-        const int n = static_cast<int>(std::min(kT, c - g * kT));
-        float* kt_g = kt.data() + g * F * kT;
-        kern.pack_qt(k.data() + g * kT * F, F, n, F, ones.data(), kt_g);
-        kern.gemm(c, n, F, q.data(), F, 1, kt_g, kT, a.data() + g * kT, C, false);
+      // A = Q_b K_b^T on and below the diagonal (rows in bands of kBand: a band needs the keys up
+      // to its last row only), through K_b^T in 64-key groups, then the causal decay mask.
+      for (int64_t g = 0; g * kT < c; ++g)
+        kern.pack_qt(k.data() + g * kT * F, F, static_cast<int>(std::min(kT, c - g * kT)), F, ones.data(),
+                     kt.data() + g * F * kT);
+      for (int64_t r0 = 0; r0 < c; r0 += kBand) {
+        const int64_t rows = std::min(kBand, c - r0), keys = r0 + rows;
+        for (int64_t g = 0; g * kT < keys; ++g)
+          kern.gemm(rows, std::min(kT, keys - g * kT), F, q.data() + r0 * F, F, 1, kt.data() + g * F * kT, kT,
+                    a.data() + r0 * C + g * kT, C, false);
       }
       for (int64_t r = 0; r < c; ++r) {
         float* ar = a.data() + r * C;
-        float sum = 0;
-        for (int64_t s = 0; s <= r; ++s) sum += (ar[s] *= pw[static_cast<size_t>(r - s)]);
+        if (lambda != 1.0)
+          for (int64_t s = 0; s <= r; ++s) ar[s] *= pw[static_cast<size_t>(r - s)];
         std::fill(ar + r + 1, ar + c, 0.0f);
-        den[static_cast<size_t>(r)] = sum;
+        if (p.mech.normalize) den[static_cast<size_t>(r)] = row_sum(ar, r + 1);
       }
       // O_b = diag(lambda^(r+1)) Q_b S + A V_b; the denominators likewise.
       kern.gemm(c, Dv, F, q.data(), F, 1, st.S.data(), Dv, out.data(), Dv, false);
@@ -65,7 +85,10 @@ void run_chunked(const LinearProblem& p, const core::Outputs& o, const core::Con
           den[static_cast<size_t>(r)] += t * qz;
         }
       }
-      kern.gemm(c, Dv, c, a.data(), C, 1, v.data(), Dv, out.data(), Dv, true);
+      for (int64_t r0 = 0; r0 < c; r0 += kBand) {  // A V_b: a band's keys end at its last row
+        const int64_t rows = std::min(kBand, c - r0);
+        kern.gemm(rows, Dv, r0 + rows, a.data() + r0 * C, C, 1, v.data(), Dv, out.data() + r0 * Dv, Dv, true);
+      }
       for (int64_t r = 0; r < c; ++r)
         write_row(kern, p, o, b, h, s0 + r, out.data() + r * Dv, den[static_cast<size_t>(r)]);
       // S = lambda^ce S + sum_(s < ce) lambda^(ce - 1 - s) k_s v_s^T: the state after the block's

@@ -1,0 +1,124 @@
+"""Linear attention from Python: attn.linear_attention and attend("linear:...") against a literal
+NumPy quadratic formula, the state passed between calls, torch in / torch out, errors."""
+import numpy as np
+import pytest
+import torch
+
+import attn
+
+MAPS = {
+    "elu": lambda x: np.where(x > 0, x + 1, np.exp(np.minimum(x, 0))),
+    "relu": lambda x: np.maximum(x, 0),
+    "identity": lambda x: x,
+    "exp": np.exp,
+    "relu2": lambda x: np.maximum(x, 0) ** 2,
+}
+
+
+def literal(q, k, v, feature_map="elu", causal=True, decay=None, normalize=True, scale=1.0):
+    """The formula written out in float64, (B, T, H, D) layout, grouped heads."""
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    b, n, h, _ = q.shape
+    m, hkv = k.shape[1], k.shape[2]
+    phi = MAPS[feature_map]
+    out = np.zeros((b, n, h, v.shape[3]))
+    lam = np.broadcast_to(np.asarray(1.0 if decay is None else decay, np.float64), (h,))
+    for hh in range(h):
+        kv = hh // (h // hkv)
+        w = scale * np.einsum("bid,bjd->bij", phi(q[:, :, hh]), phi(k[:, :, kv]))
+        if causal:
+            i, j = np.arange(n)[:, None], np.arange(m)[None, :]
+            w = np.where(j <= i, w * lam[hh] ** np.maximum(i - j, 0), 0.0)
+        num = np.einsum("bij,bjd->bid", w, v[:, :, kv])
+        if normalize:
+            den = w.sum(-1, keepdims=True)
+            num = np.where(den != 0, num / np.where(den != 0, den, 1), 0)
+        out[:, :, hh] = num
+    return out
+
+
+def qkv(seed, b=2, n=150, h=4, hkv=2, d=16, dv=12, m=None):
+    rng = np.random.default_rng(seed)
+    m = n if m is None else m
+    return (rng.standard_normal((b, n, h, d), dtype=np.float32), rng.standard_normal((b, m, hkv, d), dtype=np.float32),
+            rng.standard_normal((b, m, hkv, dv), dtype=np.float32))
+
+
+@pytest.mark.parametrize("feature_map", sorted(MAPS))
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("normalize", [True, False])
+def test_matches_the_literal_formula(feature_map, causal, normalize):
+    q, k, v = qkv(1)
+    q, k = q * 0.5, k * 0.5  # exp features stay moderate
+    o, _ = attn.linear_attention(q, k, v, feature_map=feature_map, causal=causal, normalize=normalize, chunk_size=32)
+    want = literal(q, k, v, feature_map, causal, normalize=normalize)
+    np.testing.assert_allclose(o, want, rtol=2e-4, atol=2e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("decay", [0.97, 0.5, np.array([0.9, 0.8, 0.99, 1.0], np.float32)])
+def test_retention_and_per_head_decay(decay):
+    q, k, v = qkv(2, n=200)
+    o, _ = attn.linear_attention(q, k, v, feature_map="identity", decay=decay, normalize=False, scale=0.25)
+    want = literal(q, k, v, "identity", True, decay=decay, normalize=False, scale=0.25)
+    np.testing.assert_allclose(o, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    if np.ndim(decay) == 0:
+        same = attn.attend(q, k, v, f"retention:decay={decay},scale=0.25")
+        np.testing.assert_array_equal(same, o)
+
+
+@pytest.mark.parametrize("cut", [1, 64, 97])
+def test_state_carries_a_sequence_across_calls(cut):
+    q, k, v = qkv(3, n=180)
+    whole, state = attn.linear_attention(q, k, v, decay=0.95, output_final_state=True, chunk_size=16)
+    a, s = attn.linear_attention(q[:, :cut], k[:, :cut], v[:, :cut], decay=0.95, output_final_state=True,
+                                 chunk_size=16)
+    b, s2 = attn.linear_attention(q[:, cut:], k[:, cut:], v[:, cut:], decay=0.95, initial_state=s,
+                                  output_final_state=True, chunk_size=16)
+    assert state.shape == (2, 4, 16, 13)  # (B, H, F, Dv + 1): the last column is the normaliser
+    np.testing.assert_allclose(np.concatenate([a, b], axis=1), whole, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(s2, state, rtol=1e-5, atol=1e-4)
+
+
+def test_decoding_one_token_at_a_time_equals_the_prefill():
+    q, k, v = qkv(4, b=1, n=40)
+    whole, _ = attn.linear_attention(q, k, v, feature_map="relu2", normalize=False)
+    state = np.zeros((1, 4, 16, 12), np.float32)
+    for t in range(40):
+        o, state = attn.linear_attention(q[:, t:t + 1], k[:, t:t + 1], v[:, t:t + 1], feature_map="relu2",
+                                         normalize=False, initial_state=state, output_final_state=True)
+        np.testing.assert_allclose(o[:, 0], whole[:, t], rtol=1e-5, atol=1e-4)
+
+
+def test_torch_in_torch_out_and_bfloat16():
+    q, k, v = (torch.from_numpy(x) for x in qkv(5, n=70))
+    o, s = attn.linear_attention(q, k, v, output_final_state=True)
+    assert isinstance(o, torch.Tensor) and isinstance(s, torch.Tensor) and s.dtype == torch.float32
+    np.testing.assert_allclose(o.numpy(), literal(q.numpy(), k.numpy(), v.numpy()), rtol=1e-4, atol=1e-4)
+    ob, _ = attn.linear_attention(q.bfloat16(), k.bfloat16(), v.bfloat16())
+    assert ob.dtype == torch.bfloat16
+    want = literal(q.bfloat16().float().numpy(), k.bfloat16().float().numpy(), v.bfloat16().float().numpy())
+    np.testing.assert_allclose(ob.float().numpy(), want, rtol=3e-2, atol=3e-2)
+
+
+def test_non_causal_cross_attention_and_padding():
+    q, k, v = qkv(6, n=33, m=90)
+    o, _ = attn.linear_attention(q, k, v, causal=False, key_padding_lengths=[90, 41])
+    want = np.concatenate([literal(q[:1], k[:1], v[:1], causal=False),
+                           literal(q[1:], k[1:, :41], v[1:, :41], causal=False)])
+    np.testing.assert_allclose(o, want, rtol=1e-4, atol=1e-4)
+
+
+def test_bad_input_names_the_argument():
+    q, k, v = qkv(7, n=8)
+    with pytest.raises(ValueError, match="feature_map must be one of"):
+        attn.linear_attention(q, k, v, feature_map="tanh")
+    with pytest.raises(ValueError, match="a decay needs causal"):
+        attn.linear_attention(q, k, v, causal=False, decay=0.9)
+    with pytest.raises(ValueError, match=r"initial_state'\] must have shape"):
+        attn.linear_attention(q, k, v, initial_state=np.zeros((2, 4, 16, 12), np.float32))
+    with pytest.raises(ValueError, match="has no log-sum-exp"):
+        attn.attend(q, k, v, "linear", return_lse=True)
+    with pytest.raises(ValueError, match="has no recurrent state"):
+        attn.attend(q, k, v, "softmax", return_final_state=True)
+    with pytest.raises(ValueError, match="N .queries. must equal M"):
+        attn.linear_attention(q, k[:, :5], v[:, :5])
