@@ -6,6 +6,7 @@ same thread count, in one run. Prints time per call and the speed ratio (torch t
     python bench/peers.py                          # the issue's 32 cases (a few minutes)
     python bench/peers.py --sizes 1024 --json peers.jsonl
     python bench/peers.py --sparse --sizes 16384 --dims 64 --dtypes f32   # patterns vs FlexAttention
+    python bench/peers.py --linear --sizes 4096 16384 --dims 128 --dtypes f32  # chunked linear vs a torch loop
 """
 from __future__ import annotations
 
@@ -135,6 +136,89 @@ def sparse(args, out) -> int:
     return 0
 
 
+def torch_chunked_linear(q, k, v, chunk: int, normalize: bool):
+    """The chunked causal form written in PyTorch the way a user would (fla's naive chunk loop):
+    per block the masked left product inside it, the running state for the blocks before.
+    q and k are feature-mapped already; (B, H, N, d)."""
+    b, h, n, d = q.shape
+    state = q.new_zeros(b, h, d, v.shape[-1])
+    z = q.new_zeros(b, h, d, 1)
+    tril = torch.ones(chunk, chunk, dtype=q.dtype).tril()
+    out = torch.empty(b, h, n, v.shape[-1], dtype=q.dtype)
+    for s0 in range(0, n, chunk):
+        qc, kc, vc = q[:, :, s0:s0 + chunk], k[:, :, s0:s0 + chunk], v[:, :, s0:s0 + chunk]
+        c = qc.shape[2]
+        a = (qc @ kc.transpose(-1, -2)) * tril[:c, :c]
+        o = qc @ state + a @ vc
+        if normalize:
+            o = o / (qc @ z + a.sum(-1, keepdim=True))
+            z = z + kc.sum(-2).unsqueeze(-1)
+        state = state + kc.transpose(-1, -2) @ vc
+        out[:, :, s0:s0 + c] = o
+    return out
+
+
+def linear(args, out) -> int:
+    """Chunked causal linear attention: attn.linear_attention vs the same chunk loop in PyTorch, on
+    the FLOPs the chunked form does, 4 H N d (C + d); then the time per decoded token with a
+    recurrent state after 1k and 64k tokens, beside softmax decoding against a KV cache that long."""
+    dtypes = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+    chunk = args.chunk
+    for t in args.threads:
+        roof = sgemm_gflops(t)
+        print(f"torch {torch.__version__}, attn isa {attn.active_isa()}; {t} threads; torch sgemm n=2048 "
+              f"{roof:.0f} GFLOP/s; chunk {chunk}")
+        print(f"{'N':>6} {'d':>4} {'dtype':>5} {'map':<9} {'attn ms':>9} {'torch ms':>9} {'attn/sg':>7} {'torch/sg':>8} "
+              f"{'speedup':>8} {'max|diff|':>9} {'t(N)/t(N/2)':>11}")
+        for d in args.dims:
+            for dt in args.dtypes:
+                for fmap, normalize in (("identity", False), ("elu", True)):
+                    last = None
+                    for n in args.sizes:
+                        torch.set_num_threads(t)
+                        g = torch.Generator().manual_seed(0)
+                        q, k, v = (torch.randn(1, args.heads, n, d, generator=g).to(dtypes[dt]) * 0.3 for _ in range(3))
+                        call = lambda: attn.linear_attention(q, k, v, feature_map=fmap, normalize=normalize,
+                                                             chunk_size=chunk, layout="bhnd", threads=t)[0]
+                        phi = (lambda x: F.elu(x) + 1) if fmap == "elu" else (lambda x: x)
+                        theirs_fn = lambda: torch_chunked_linear(phi(q), phi(k), v, chunk, normalize)
+                        ours = best_time(call, args.reps)
+                        theirs = best_time(theirs_fn, args.reps)
+                        ref = theirs_fn().float()
+                        err = float((call().float() - ref).abs().max() / ref.abs().max())
+                        flops = 4.0 * args.heads * n * d * (min(chunk, n) + d)
+                        scaling = ours / last[1] if last and n == 2 * last[0] else float("nan")
+                        last = (n, ours)
+                        row = dict(q_len=n, head_dim=d, heads=args.heads, dtype=dt, threads=t, feature_map=fmap,
+                                   normalize=normalize, chunk=chunk, attn_seconds=ours, torch_seconds=theirs,
+                                   attn_ratio=flops / ours / 1e9 / roof, torch_ratio=flops / theirs / 1e9 / roof,
+                                   speedup=theirs / ours, rel_diff=err, time_ratio_vs_half=scaling,
+                                   torch_sgemm_gflops=roof)
+                        print(f"{n:>6} {d:>4} {dt:>5} {fmap:<9} {ours*1e3:>9.2f} {theirs*1e3:>9.2f} "
+                              f"{row['attn_ratio']:>7.3f} {row['torch_ratio']:>8.3f} {row['speedup']:>7.2f}x "
+                              f"{err:>9.1e} {scaling:>11.3f}", flush=True)
+                        if out:
+                            out.write(json.dumps(row) + "\n")
+        # Decoding: one token against a recurrent state vs one query against a KV cache, per step.
+        d, h = args.dims[-1], args.heads
+        print(f"decode, one token, H={h}, d={d}: {'position':>9} {'linear us':>10} {'softmax us':>11}")
+        for pos in (1024, 65536):
+            g = torch.Generator().manual_seed(1)
+            q, k, v = (torch.randn(1, pos + 1, h, d, generator=g) * 0.3 for _ in range(3))
+            _, state = attn.linear_attention(q[:, :pos], k[:, :pos], v[:, :pos], feature_map="identity",
+                                             normalize=False, output_final_state=True, threads=t)
+            step = lambda: attn.linear_attention(q[:, pos:], k[:, pos:], v[:, pos:], feature_map="identity",
+                                                 normalize=False, initial_state=state, output_final_state=True,
+                                                 threads=t)
+            lin = best_time(step, max(args.reps, 20))
+            soft = best_time(lambda: attn.attention(q[:, pos:], k, v, causal=True, threads=t), max(args.reps, 20))
+            print(f"{'':>35} {pos:>9} {lin*1e6:>10.1f} {soft*1e6:>11.1f}", flush=True)
+            if out:
+                out.write(json.dumps(dict(decode_position=pos, heads=h, head_dim=d, threads=t,
+                                          linear_seconds=lin, softmax_seconds=soft)) + "\n")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="+", default=[1024, 4096])
@@ -150,6 +234,10 @@ def main(argv=None) -> int:
                          "reported in GB/s of K+V read")
     ap.add_argument("--sparse", action="store_true",
                     help="time the sparse patterns against FlexAttention and SDPA with a dense mask")
+    ap.add_argument("--linear", action="store_true",
+                    help="time chunked causal linear attention against the same chunk loop in PyTorch, its scaling "
+                         "in N, and decoding with a recurrent state")
+    ap.add_argument("--chunk", type=int, default=64, help="chunk size for --linear")
     ap.add_argument("--json", help="write one JSON object per case to this file")
     args = ap.parse_args(argv)
     dtypes = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
@@ -158,6 +246,8 @@ def main(argv=None) -> int:
         return decode(args, out)
     if args.sparse:
         return sparse(args, out)
+    if args.linear:
+        return linear(args, out)
     roof = {t: sgemm_gflops(t) for t in args.threads}
     print(f"torch {torch.__version__}, attn isa {attn.active_isa()}; torch sgemm n=2048: "
           + ", ".join(f"{t}T {g:.0f} GFLOP/s" for t, g in roof.items()))

@@ -275,7 +275,8 @@ def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any
     probs = _empty_like_kind(q, (b, h, n, m), f32) if return_probs else None
     state = None
     if return_final_state:
-        shape = _attn.state_shape(q, k, v, mechanism, layout, lengths, named)
+        shape = _attn.state_shape(q, k, v, mechanism, layout, lengths,  # the shape does not depend on the state
+                                  {n: x for n, x in named.items() if n != "initial_state"})
         if shape[0] == 0 and b > 0:
             raise ValueError(f"{mechanism!r} has no recurrent state; do not ask for return_final_state")
         state = _empty_like_kind(q, tuple(shape), f32)

@@ -26,6 +26,9 @@ using Symbols = std::map<std::string, int64_t, std::less<>>;
 void check_params(const Params& given, const std::vector<ParamSpec>& specs, const std::string& mechanism,
                   Symbols& symbols);
 
+// The data of a float32 parameter laid out in C order without gaps, or null.
+const float* contiguous_f32(const ArrayView& a);
+
 // A contiguous float32 copy of a validated parameter (C order).
 std::vector<float> to_floats(const ArrayView& a);
 

@@ -35,16 +35,22 @@ struct HeadState {
 
   // The initial state of (b, h), or zeros.
   void load(const LinearProblem& p, int64_t b, int64_t h) {
-    const int64_t cols = p.state_cols();
-    if (p.initial.empty()) {
+    if (!p.initial) {
       std::fill(S.begin(), S.end(), 0.0f);
       std::fill(z.begin(), z.end(), 0.0f);
       return;
     }
-    const float* s0 = p.initial.data() + (b * p.H + h) * p.F * cols;
+    const ArrayView& a = *p.initial;
+    const bool rows = a.dtype == DType::f32 && a.strides[3] == 1;  // copy rows as they are
     for (int64_t f = 0; f < p.F; ++f) {
-      std::copy(s0 + f * cols, s0 + f * cols + p.Dv, S.begin() + f * p.Dv);
-      z[static_cast<size_t>(f)] = p.mech.normalize ? s0[f * cols + p.Dv] : 0.0f;
+      float* dst = S.data() + f * p.Dv;
+      if (rows) {
+        const float* src = static_cast<const float*>(a.data) + b * a.strides[0] + h * a.strides[1] + f * a.strides[2];
+        std::copy(src, src + p.Dv, dst);
+      } else {
+        for (int64_t c = 0; c < p.Dv; ++c) dst[c] = p.initial_at(b, h, f, c);
+      }
+      z[static_cast<size_t>(f)] = p.mech.normalize ? p.initial_at(b, h, f, p.Dv) : 0.0f;
     }
   }
 
@@ -54,8 +60,13 @@ struct HeadState {
     const TensorView& t = *o.final_state;
     float* base = static_cast<float*>(t.data);
     for (int64_t f = 0; f < p.F; ++f) {
-      for (int64_t c = 0; c < p.Dv; ++c) base[t.offset(b, h, f, c)] = S[static_cast<size_t>(f * p.Dv + c)];
-      if (p.mech.normalize) base[t.offset(b, h, f, p.Dv)] = z[static_cast<size_t>(f)];
+      float* row = base + t.offset(b, h, f, 0);
+      const float* src = S.data() + f * p.Dv;
+      if (t.strides[3] == 1)
+        std::copy(src, src + p.Dv, row);
+      else
+        for (int64_t c = 0; c < p.Dv; ++c) row[c * t.strides[3]] = src[c];
+      if (p.mech.normalize) row[p.Dv * t.strides[3]] = z[static_cast<size_t>(f)];
     }
   }
 

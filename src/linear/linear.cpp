@@ -22,6 +22,12 @@ bool LinearProblem::decays() const {
   return false;
 }
 
+float LinearProblem::initial_at(int64_t b, int64_t h, int64_t f, int64_t c) const {
+  if (!initial) return 0.0f;
+  const std::vector<int64_t>& st = initial->strides;
+  return load_as_float(initial->data, initial->dtype, b * st[0] + h * st[1] + f * st[2] + c * st[3]);
+}
+
 LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, const TensorView& v, const Linear& m,
                                      const AttendOptions& opt, const core::Outputs& outs) {
   LinearProblem p;
@@ -63,7 +69,7 @@ LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, c
   }
   if (p.decays() && !m.causal)
     fail(kWhere, text + ": a decay needs causal (it weighs keys by their distance back from the query)");
-  if (const auto it = opt.params.find("initial_state"); it != opt.params.end()) p.initial = core::to_floats(it->second);
+  if (const auto it = opt.params.find("initial_state"); it != opt.params.end()) p.initial = it->second;
   return p;
 }
 

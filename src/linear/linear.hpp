@@ -10,6 +10,7 @@
 //   reference  quadratic, float64, with the weights and the final state
 #pragma once
 #include <array>
+#include <optional>
 #include <vector>
 
 #include "core/form.hpp"
@@ -23,7 +24,9 @@ struct LinearProblem : core::Dims {
   double scale = 1.0;
   std::vector<double> decay;    // per query head, in (0, 1]; 1 everywhere without decay
   int64_t F = 0;                // features per row (the head dim for the elementwise maps)
-  std::vector<float> initial;   // (B, H, F, state_cols) C order, or empty (a zero state)
+  std::optional<ArrayView> initial;  // (B, H, F, state_cols), validated; none: a zero state
+  // Element (b, h, f, c) of the initial state (0 without one).
+  float initial_at(int64_t b, int64_t h, int64_t f, int64_t c) const;
   int64_t state_cols() const { return Dv + (mech.normalize ? 1 : 0); }
   bool decays() const;
 };

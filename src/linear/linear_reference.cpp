@@ -26,7 +26,11 @@ core::ReferenceResult reference_impl(const LinearProblem& p, bool plain) {
     for (int64_t h = 0; h < p.H; ++h) {
       const int64_t hk = p.kv_head(h), len = p.kv_len[static_cast<size_t>(b)];
       const T lambda = static_cast<T>(p.decay[static_cast<size_t>(h)]);
-      const float* s0 = p.initial.empty() ? nullptr : p.initial.data() + (b * p.H + h) * F * cols;
+      std::vector<T> s0v;  // the initial state of this head, (F, cols)
+      if (p.initial)
+        for (int64_t f = 0; f < F; ++f)
+          for (int64_t c = 0; c < cols; ++c) s0v.push_back(static_cast<T>(p.initial_at(b, h, f, c)));
+      const T* s0 = p.initial ? s0v.data() : nullptr;
       for (int64_t j = 0; j < len; ++j)
         for (int64_t c = 0; c < F; ++c)
           fk[static_cast<size_t>(j * F + c)] = rnd(feature(p.mech.map, static_cast<T>(p.k.at(b, hk, j, c))));
