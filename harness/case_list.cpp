@@ -81,6 +81,7 @@ std::vector<Case> demo_cases(int64_t n, int64_t d, int64_t heads) {
     int64_t kv_heads = 0;  // 0: same as heads
     bool alibi = false;
     bool decode = false;  // one query per head against the n keys
+    bool state = false;   // one token against a recurrent state (linear decoding)
   };
   const int64_t gqa = std::max<int64_t>(1, heads / 4);
   const Row rows[] = {
@@ -106,6 +107,10 @@ std::vector<Case> demo_cases(int64_t n, int64_t d, int64_t heads) {
       {"Linformer k=64 (low rank)", "linformer:k=64,seed=1"},
       {"Reformer LSH, 2 rounds, chunks of 64", "lsh:buckets=16,rounds=2,chunk=64,seed=1,causal,shared_qk"},
       {"Dual Chunk Attention, chunks of 128", "dca:chunk=128,local=32"},
+      {"linear elu+1 (right product)", "linear:map=elu"},
+      {"linear elu+1 causal (chunked Lightning)", "linear:map=elu,causal"},
+      {"retention decay 0.97 (chunked)", "retention:decay=0.97"},
+      {"linear decode: 1 token + state (recurrent)", "linear:map=relu,causal", DType::f32, 0, false, false, true},
   };
   std::vector<Case> out;
   for (const Row& r : rows) {
@@ -113,6 +118,7 @@ std::vector<Case> demo_cases(int64_t n, int64_t d, int64_t heads) {
     c.label = r.label, c.mechanism = r.mechanism, c.dtype = r.dtype;
     c.B = 1, c.H = heads, c.Hkv = r.kv_heads ? r.kv_heads : heads, c.N = r.decode ? 1 : n, c.M = n, c.D = c.Dv = d;
     c.extras.alibi = r.alibi;
+    if (r.state) c.N = c.M = 1, c.extras.state = true;
     c.suites = kDemo;
     c.seed = 42;
     out.push_back(c);

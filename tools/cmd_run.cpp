@@ -12,7 +12,7 @@ namespace attn::cli {
 namespace {
 
 struct RunArgs {
-  std::string mechanism = "softmax", q, k, v, out, lse, probs, layout = "bhnd", mask, bias, wq, wk, w, isa, form,
+  std::string mechanism = "softmax", q, k, v, out, lse, probs, final_state, layout = "bhnd", mask, bias, wq, wk, w, isa, form,
       block_mask;
   std::vector<int64_t> block_size = {128, 128};
   std::vector<std::string> params;  // NAME=file.npy
@@ -57,7 +57,7 @@ int run(const RunArgs& r) {
       {"--q", r.q}, {"--k", r.k}, {"--v", r.v}, {"--mask", r.mask}, {"--bias", r.bias}, {"--block-mask", r.block_mask},
       {"--wq", r.wq}, {"--wk", r.wk}, {"--w", r.w}};
   for (const std::string& p : r.params) inputs.emplace_back("--param", p.substr(p.find('=') + 1));
-  OutputFiles files(inputs, {{"--out", r.out}, {"--lse", r.lse}, {"--probs", r.probs}});
+  OutputFiles files(inputs, {{"--out", r.out}, {"--lse", r.lse}, {"--probs", r.probs}, {"--final-state", r.final_state}});
   NpyArray qa = read_npy(r.q), ka = read_npy(r.k), va = read_npy(r.v);
   const TensorView q = view_of(qa, r.q, layout), k = view_of(ka, r.k, layout), v = view_of(va, r.v, layout);
   AttendOptions opt;
@@ -71,6 +71,7 @@ int run(const RunArgs& r) {
   opt.alibi_slopes = r.alibi;
   opt.return_lse = !r.lse.empty();
   opt.return_probs = !r.probs.empty();
+  opt.return_final_state = !r.final_state.empty();
   NpyArray ma, ba, bm;
   if (!r.block_mask.empty()) {
     bm = read_npy(r.block_mask);
@@ -114,6 +115,10 @@ int run(const RunArgs& r) {
   const auto& s = q.shape;
   if (!r.lse.empty()) files.write(r.lse, DType::f32, {s[0], s[1], s[2]}, res.lse.view().data);
   if (!r.probs.empty()) files.write(r.probs, DType::f32, {s[0], s[1], s[2], k.shape[2]}, res.probs.view().data);
+  if (!r.final_state.empty()) {
+    const auto& f = res.final_state.view().shape;
+    files.write(r.final_state, DType::f32, {f[0], f[1], f[2], f[3]}, res.final_state.view().data);
+  }
   files.commit();
   fmt::print("{}: q {} -> {}\n", to_string(mech), describe(q), r.out);
   return 0;
@@ -140,6 +145,9 @@ Runner add_run(CLI::App& app) {
   c->add_option("--out", args->out, "Output .npy (same layout as q; float16 stays float16); not needed with --explain");
   c->add_option("--lse", args->lse, "Also write the row log-sum-exp, (B, H, N) float32");
   c->add_option("--probs", args->probs, "Also write the weights (B, H, N, M) float32 (before dropout)");
+  c->add_option("--final-state", args->final_state,
+                "Also write the recurrent state after the last token (linear attention), (B, H, F, Dv [+ 1]) float32; "
+                "continue a sequence with --param initial_state=FILE");
   c->add_option("--layout", args->layout, "Memory layout of q, k, v, out")->check(CLI::IsMember({"bhnd", "bnhd"}))->capture_default_str();
   c->add_option("--kv-lengths", args->kv_lengths, "Key padding: valid keys per batch entry");
   c->add_option("--mask", args->mask, "Boolean mask .npy, (N, M) / (H, N, M) / (B, H, N, M); true = attend");
