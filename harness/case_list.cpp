@@ -471,17 +471,25 @@ void linear_check_cases(std::vector<Case>& out) {
       "linear:map=relu2,causal,decay=0.8,chunk=5",
       "linear:map=relu2,scale=0.25",
       "linear:map=elu,causal,normalize=0,scale=0.125,chunk=100",
+      "normattn:map=elu,norm=rms",
+      "normattn:map=relu,norm=layer,causal,decay=0.95,chunk=16",
+      "performer:features=40,seed=3",
+      "performer:features=24,seed=4,causal,chunk=8",
+      "sana",
+      "sana:causal,eps=0.001,chunk=32",
   };
   int k = 0;
   for (const char* mech : mechs) {
     ++k;
     const bool causal = std::string(mech).find("causal") != std::string::npos ||
                         std::string(mech).find("retention") != std::string::npos;
+    const bool performer = std::string(mech).find("performer") != std::string::npos;
     Case c;  // odd sizes, grouped heads, every dtype and layout in turn
     c.mechanism = mech;
     c.B = 2, c.H = 4, c.Hkv = 2, c.N = c.M = 131, c.D = 16, c.Dv = 24;
     c.dtype = k % 3 == 0 ? DType::bf16 : k % 3 == 1 ? DType::f32 : DType::f16;
     c.layout = k % 2 ? Layout::bhnd : Layout::bnhd;
+    if (performer) c.extras.magnitude = 0.7f;  // random features: moderate exponents
     out.push_back(c);
     Case st = c;  // a state passed in, padded keys, strided rows
     st.B = 3, st.H = 2, st.Hkv = 1, st.N = st.M = 70, st.D = 8, st.Dv = 8, st.dtype = DType::f32;

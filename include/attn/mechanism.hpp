@@ -19,6 +19,9 @@
 //   dca:chunk=4096,local=1024,theta=10000     Dual Chunk Attention (RoPE applied inside)
 //   linear:map=elu,causal,chunk=64  linear attention, phi(q).phi(k) weights, O(N d^2)
 //   linear:map=identity,causal,normalize=0,decay=0.97   retention (alias: retention:decay=0.97)
+//   normattn:map=elu,norm=rms       TransNormer: no denominator, the output RMS-normalised
+//   performer:features=256,seed=1   FAVOR+ random features estimating softmax attention
+//   sana                            SANA's ReLU linear attention (eps 1e-15 in the denominator)
 //
 // A family is a struct with `static constexpr std::string_view kind`, an alternative of the
 // Mechanism variant, and a text parser/printer beside its kernels (src/exact/softmax_text.cpp
@@ -166,8 +169,51 @@ struct Linear {
   bool operator==(const Linear&) const = default;
 };
 
+// TransNormer's NormAttention (Qin et al. 2022): linear attention without the denominator, the
+// output normalised instead (RMSNorm or LayerNorm over its Dv channels, no affine, eps 1e-6).
+enum class OutputNorm { none, rms, layer };
+struct NormAttn {
+  static constexpr std::string_view kind = "normattn";
+  FeatureMap map = FeatureMap::elu;
+  OutputNorm norm = OutputNorm::rms;  // rms or layer
+  bool causal = false;
+  std::optional<double> decay;    // in (0, 1]; needs causal
+  int64_t chunk = 64;
+
+  bool operator==(const NormAttn&) const = default;
+};
+
+// Performer's FAVOR+ (Choromanski et al. 2021): positive random features
+//   phi(x) = exp(w_f . x' - |x'|^2 / 2) / sqrt(m),  x' = x d^(-1/4),  f < m = features
+// so that phi(q) . phi(k) estimates exp(q . k / sqrt(d)) and the normalised linear attention
+// estimates softmax attention. The rows w_f come in blocks of d orthonormal rows (Gram-Schmidt
+// of a Gaussian matrix: R's diagonal is positive, so each block is Haar-distributed), each row
+// rescaled to the norm of an independent Gaussian vector; drawn from `seed`, or given as the
+// named param "omega" (features, d). Queries are shifted by their row maximum (it cancels in the
+// normalisation); keys are not (their shift would not cancel across calls with a state).
+struct Performer {
+  static constexpr std::string_view kind = "performer";
+  int64_t features = 256;
+  uint64_t seed = 0;
+  bool causal = false;
+  int64_t chunk = 64;
+
+  bool operator==(const Performer&) const = default;
+};
+
+// SANA's ReLU linear attention (Xie et al. 2024, LiteLA): relu features, normalised with eps
+// added to the denominator: o_i = sum_j (relu(q_i).relu(k_j)) v_j / (sum_j relu(q_i).relu(k_j) + eps).
+struct Sana {
+  static constexpr std::string_view kind = "sana";
+  bool causal = false;
+  double eps = 1e-15;
+  int64_t chunk = 64;
+
+  bool operator==(const Sana&) const = default;
+};
+
 // The families. The model issues append theirs.
-using Mechanism = std::variant<Softmax, Longformer, BigBird, Linformer, Lsh, Dca, Linear>;
+using Mechanism = std::variant<Softmax, Longformer, BigBird, Linformer, Lsh, Dca, Linear, NormAttn, Performer, Sana>;
 
 // For exhaustive visits: std::visit(overloaded{[](const Softmax&) {...}, ...}, mechanism).
 template <class... Fs>
@@ -184,6 +230,7 @@ Mechanism parse_mechanism(std::string_view text);
 std::string to_string(const Mechanism& m);
 std::string to_string(ScoreKind s);
 std::string to_string(FeatureMap f);
+std::string to_string(OutputNorm n);
 // The family's kind ("softmax").
 std::string_view kind_of(const Mechanism& m);
 // Every family's kind, in variant order ("softmax").

@@ -21,6 +21,9 @@ decltype(auto) visit_family(const Mechanism& m, F&& f) {
                         [&](const Lsh& l) { return f(l, sparse::LshFamily{}); },
                         [&](const Dca& d) { return f(d, positional::DcaFamily{}); },
                         [&](const Linear& l) { return f(l, linear::LinearFamily{}); },
+                        [&](const NormAttn& l) { return f(l, linear::LinearFamily{}); },
+                        [&](const Performer& l) { return f(l, linear::LinearFamily{}); },
+                        [&](const Sana& l) { return f(l, linear::LinearFamily{}); },
                     },
                     m);
 }

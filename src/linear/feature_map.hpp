@@ -5,8 +5,11 @@
 #include <cmath>
 #include <cstdint>
 
+#include <vector>
+
 #include "attn/mechanism.hpp"
 #include "kernels/kernel_table.hpp"
+#include "linear/linear.hpp"
 
 namespace attn::linear {
 
@@ -42,6 +45,56 @@ inline void map_features(const kernels::TileKernels& kern, FeatureMap f, float* 
     case FeatureMap::relu2:
       for (int64_t i = 0; i < n; ++i) x[i] = x[i] > 0 ? x[i] * x[i] : 0.0f;
       return;
+  }
+}
+
+// The features of one row x (D values) into out (F values), in T (the references): the
+// elementwise map, or Performer's random features (queries shifted by their maximum).
+template <class T>
+void reference_features(const LinearProblem& p, bool query, const T* x, T* out) {
+  if (p.omega_t.empty()) {
+    for (int64_t c = 0; c < p.D; ++c) out[c] = feature(p.mech.map, x[c]);
+    return;
+  }
+  const T s = std::pow(static_cast<T>(p.D), T(-0.25));
+  T half = 0;
+  for (int64_t c = 0; c < p.D; ++c) half += x[c] * s * x[c] * s;
+  half /= 2;
+  T most = -INFINITY;
+  for (int64_t f = 0; f < p.F; ++f) {
+    T u = 0;
+    for (int64_t c = 0; c < p.D; ++c) u += static_cast<T>(p.omega_t[static_cast<size_t>(c * p.F + f)]) * (x[c] * s);
+    out[f] = u;
+    most = std::max(most, u);
+  }
+  const T sub = query ? most : half, norm = 1 / std::sqrt(static_cast<T>(p.F));
+  for (int64_t f = 0; f < p.F; ++f) out[f] = std::exp(out[f] - sub) * norm;
+}
+
+// The same over n float rows: x (n x D, overwritten) -> out (n x F).
+inline void fast_features(const kernels::TileKernels& kern, const LinearProblem& p, bool query, float* x, int64_t n,
+                          float* out) {
+  if (p.omega_t.empty()) {
+    if (out != x) std::copy(x, x + n * p.D, out);
+    map_features(kern, p.mech.map, out, n * p.D);
+    return;
+  }
+  const float s = static_cast<float>(std::pow(static_cast<double>(p.D), -0.25));
+  for (int64_t e = 0; e < n * p.D; ++e) x[e] *= s;
+  kern.gemm(n, p.F, p.D, x, p.D, 1, p.omega_t.data(), p.F, out, p.F, false);
+  const float norm = static_cast<float>(1 / std::sqrt(static_cast<double>(p.F)));
+  for (int64_t r = 0; r < n; ++r) {
+    float* u = out + r * p.F;
+    float sub = 0;
+    if (query) {
+      sub = -INFINITY;
+      for (int64_t f = 0; f < p.F; ++f) sub = std::max(sub, u[f]);
+    } else {
+      for (int64_t c = 0; c < p.D; ++c) sub += x[r * p.D + c] * x[r * p.D + c];
+      sub /= 2;
+    }
+    kern.exp_shift_sum(u, p.F, sub);
+    for (int64_t f = 0; f < p.F; ++f) u[f] *= norm;
   }
 }
 

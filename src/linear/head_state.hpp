@@ -6,24 +6,35 @@
 
 #include "linear/feature_map.hpp"
 #include "linear/linear.hpp"
+#include "linear/output_norm.hpp"
 
 namespace attn::linear {
 
-// dst[r * ld + c] = factor * phi(x[b, h, r0 + r, c]) for r < n (rows r0 + r >= valid are zero:
-// padded keys), c < x.dim(); identity when `map` is null.
+// dst[r * ld + c] = x[b, h, r0 + r, c] as float for r < n (rows r0 + r >= valid are zero: padded
+// keys), c < x.dim().
 inline void load_rows(const kernels::TileKernels& kern, const TensorView& x, int64_t b, int64_t h, int64_t r0,
-                      int64_t n, int64_t valid, const FeatureMap* map, float factor, float* dst, int64_t ld) {
+                      int64_t n, int64_t valid, float* dst, int64_t ld) {
   const int64_t d = x.dim();
   for (int64_t r = 0; r < n; ++r) {
     float* row = dst + r * ld;
-    if (r0 + r >= valid) {
+    if (r0 + r >= valid)
       std::fill(row, row + d, 0.0f);
-      continue;
-    }
-    kern.to_float(x.ptr(b, h, r0 + r), x.dtype, x.strides[3], d, row);
-    if (map) map_features(kern, *map, row, d);
-    if (factor != 1.0f)
-      for (int64_t c = 0; c < d; ++c) row[c] *= factor;
+    else
+      kern.to_float(x.ptr(b, h, r0 + r), x.dtype, x.strides[3], d, row);
+  }
+}
+
+// out (n x F) = factor * phi(rows r0.. of q (query) or k), rows >= valid zero; raw: n x D scratch.
+inline void load_features(const kernels::TileKernels& kern, const LinearProblem& p, bool query, int64_t b, int64_t h,
+                          int64_t r0, int64_t n, int64_t valid, float factor, float* raw, float* out) {
+  load_rows(kern, query ? p.q : p.k, b, h, r0, n, valid, raw, p.D);
+  fast_features(kern, p, query, raw, n, out);
+  for (int64_t r = 0; r < n; ++r) {
+    float* row = out + r * p.F;
+    if (r0 + r >= valid)
+      std::fill(row, row + p.F, 0.0f);
+    else if (factor != 1.0f)
+      for (int64_t f = 0; f < p.F; ++f) row[f] *= factor;
   }
 }
 
@@ -77,12 +88,15 @@ struct HeadState {
   }
 };
 
-// Row r of the numerators `num` (Dv floats) divided by its denominator (normalize; a zero
-// denominator gives a zero row) and written to out[b, h, i].
+// Row r of the numerators `num` (Dv floats) divided by its denominator (normalize: a zero
+// denominator gives a zero row; eps is added first), normalised (normattn), written to out[b, h, i].
 inline void write_row(const kernels::TileKernels& kern, const LinearProblem& p, const core::Outputs& o, int64_t b,
                       int64_t h, int64_t i, float* num, float den) {
-  if (p.mech.normalize)
-    for (int64_t c = 0; c < p.Dv; ++c) num[c] = den != 0.0f ? num[c] / den : 0.0f;
+  if (p.mech.normalize) {
+    const float d = den + static_cast<float>(p.eps);
+    for (int64_t c = 0; c < p.Dv; ++c) num[c] = d != 0.0f ? num[c] / d : 0.0f;
+  }
+  if (p.norm != OutputNorm::none) normalise_row(p.norm, num, p.Dv);
   kern.from_float(num, o.out->dtype, o.out->strides[3], p.Dv, o.out->ptr(b, h, i));
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "attn/error.hpp"
+#include "base/counter_random.hpp"
 #include "core/params.hpp"
 
 namespace attn::linear {
@@ -14,7 +15,92 @@ void refuse_option(bool given, const std::string& kind, const std::string& what)
   if (given) fail(kWhere, kind + " does not take " + what + " (its weights are phi(q).phi(k), not a score matrix)");
 }
 
+// Everything the family's kinds share: inputs, the kernel `core`, decays, the state param.
+// `extra` are further named params the kind takes (performer's omega).
+LinearProblem validate_kernel(const TensorView& q, const TensorView& k, const TensorView& v, const Linear& core,
+                              const std::string& kind, const std::string& text, const AttendOptions& opt,
+                              const core::Outputs& outs, int64_t F, std::vector<core::ParamSpec> extra = {}) {
+  LinearProblem p;
+  static_cast<core::Dims&>(p) = core::check_io(q, k, v, outs, opt);
+  p.mech = core;
+  p.text = text;
+  refuse_option(opt.mask.has_value(), kind, "a boolean mask");
+  refuse_option(opt.block_mask.has_value() || static_cast<bool>(opt.mask_mod), kind, "a block mask or mask_mod");
+  refuse_option(opt.bias.has_value(), kind, "an additive bias");
+  refuse_option(!opt.alibi_slopes.empty(), kind, "ALiBi slopes");
+  if (core.causal && p.N != p.M)
+    fail(kWhere, text + " is causal: each token brings its q, k and v, so N (queries) must equal M (keys), got N = " +
+                     std::to_string(p.N) + ", M = " + std::to_string(p.M) + " (pass earlier tokens as initial_state)");
+  if (core.chunk < 1 || core.chunk > 4096)
+    fail(kWhere, kind + " chunk must be in [1, 4096], got " + std::to_string(core.chunk));
+  if (core.scale) core::check_positive_float32(*core.scale, "scale");
+  p.scale = core.scale ? *core.scale : 1.0;
+  p.F = F;
+  if (core.decay) {
+    core::check_finite(*core.decay, "decay");
+    if (!(*core.decay > 0 && *core.decay <= 1))
+      fail(kWhere, kind + " decay must be in (0, 1], got " + std::to_string(*core.decay));
+  }
+  core::Symbols symbols{{"B", p.B}, {"H", p.H}, {"F", p.F}, {"D", p.D}, {"state_cols", p.state_cols()}};
+  std::vector<core::ParamSpec> specs = {
+      {"decay", {"H"}, "a decay in (0, 1] per query head", true},
+      {"initial_state", {"B", "H", "F", "state_cols"}, "the state (S, z) a previous call returned as final_state",
+       true}};
+  specs.insert(specs.end(), extra.begin(), extra.end());
+  core::check_params(opt.params, specs, text, symbols);
+  p.decay.assign(static_cast<size_t>(p.H), core.decay.value_or(1.0));
+  if (const auto it = opt.params.find("decay"); it != opt.params.end()) {
+    if (core.decay) fail(kWhere, text + " has a decay in its text and params['decay'] too: give one of them");
+    const std::vector<float> d = core::to_floats(it->second);
+    for (int64_t h = 0; h < p.H; ++h) {
+      if (!(d[static_cast<size_t>(h)] > 0 && d[static_cast<size_t>(h)] <= 1))
+        fail(kWhere, "params['decay'][" + std::to_string(h) + "] must be in (0, 1], got " +
+                         std::to_string(d[static_cast<size_t>(h)]));
+      p.decay[static_cast<size_t>(h)] = d[static_cast<size_t>(h)];
+    }
+  }
+  if (p.decays() && !core.causal)
+    fail(kWhere, text + ": a decay needs causal (it weighs keys by their distance back from the query)");
+  if (const auto it = opt.params.find("initial_state"); it != opt.params.end()) p.initial = it->second;
+  return p;
+}
+
 }  // namespace
+
+// Performer's omega (F, D): blocks of D orthonormal rows from Gram-Schmidt on Gaussian columns
+// (R's diagonal is positive by construction, which makes each block Haar-distributed), every
+// row rescaled to the norm of an independent Gaussian vector of D entries. Stream 0: the blocks,
+// stream 1: the norms.
+std::vector<double> performer_omega(int64_t F, int64_t D, uint64_t seed) {
+  std::vector<double> omega(static_cast<size_t>(F * D));
+  std::vector<double> g(static_cast<size_t>(D * D));
+  for (int64_t block = 0; block * D < F; ++block) {
+    for (int64_t c = 0; c < D; ++c)  // column c of a Gaussian matrix, orthogonalised against 0..c-1 (twice)
+      for (int64_t r = 0; r < D; ++r) g[static_cast<size_t>(c * D + r)] = counter_normal(seed, 0, block, c * D + r);
+    for (int64_t c = 0; c < D; ++c) {
+      double* col = &g[static_cast<size_t>(c * D)];
+      for (int pass = 0; pass < 2; ++pass)
+        for (int64_t e = 0; e < c; ++e) {
+          const double* other = &g[static_cast<size_t>(e * D)];
+          double dot = 0;
+          for (int64_t r = 0; r < D; ++r) dot += col[r] * other[r];
+          for (int64_t r = 0; r < D; ++r) col[r] -= dot * other[r];
+        }
+      double norm = 0;
+      for (int64_t r = 0; r < D; ++r) norm += col[r] * col[r];
+      norm = std::sqrt(norm);
+      for (int64_t r = 0; r < D; ++r) col[r] /= norm;
+    }
+    for (int64_t c = 0; c < D && block * D + c < F; ++c) {
+      const int64_t f = block * D + c;
+      double len = 0;  // the norm of a fresh Gaussian vector: chi with D degrees of freedom
+      for (int64_t r = 0; r < D; ++r) len += std::pow(counter_normal(seed, 1, f, r), 2);
+      len = std::sqrt(len);
+      for (int64_t r = 0; r < D; ++r) omega[static_cast<size_t>(f * D + r)] = len * g[static_cast<size_t>(c * D + r)];
+    }
+  }
+  return omega;
+}
 
 bool LinearProblem::decays() const {
   for (double d : decay)
@@ -30,46 +116,49 @@ float LinearProblem::initial_at(int64_t b, int64_t h, int64_t f, int64_t c) cons
 
 LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, const TensorView& v, const Linear& m,
                                      const AttendOptions& opt, const core::Outputs& outs) {
-  LinearProblem p;
-  static_cast<core::Dims&>(p) = core::check_io(q, k, v, outs, opt);
-  p.mech = m;
-  const std::string kind(Linear::kind), text = to_string(Mechanism{m});
-  refuse_option(opt.mask.has_value(), kind, "a boolean mask");
-  refuse_option(opt.block_mask.has_value() || static_cast<bool>(opt.mask_mod), kind, "a block mask or mask_mod");
-  refuse_option(opt.bias.has_value(), kind, "an additive bias");
-  refuse_option(!opt.alibi_slopes.empty(), kind, "ALiBi slopes");
-  if (m.causal && p.N != p.M)
-    fail(kWhere, text + " is causal: each token brings its q, k and v, so N (queries) must equal M (keys), got N = " +
-                     std::to_string(p.N) + ", M = " + std::to_string(p.M) + " (pass earlier tokens as initial_state)");
-  if (m.chunk < 1 || m.chunk > 4096) fail(kWhere, "linear chunk must be in [1, 4096], got " + std::to_string(m.chunk));
-  if (m.scale) core::check_positive_float32(*m.scale, "scale");
-  p.scale = m.scale ? *m.scale : 1.0;
-  p.F = p.D;
-  if (m.decay) {
-    core::check_finite(*m.decay, "decay");
-    if (!(*m.decay > 0 && *m.decay <= 1))
-      fail(kWhere, "linear decay must be in (0, 1], got " + std::to_string(*m.decay));
+  return validate_kernel(q, k, v, m, "linear", to_string(Mechanism{m}), opt, outs, q.dim());
+}
+
+LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, const TensorView& v, const NormAttn& m,
+                                     const AttendOptions& opt, const core::Outputs& outs) {
+  Linear core;
+  core.map = m.map, core.causal = m.causal, core.normalize = false, core.decay = m.decay, core.chunk = m.chunk;
+  LinearProblem p = validate_kernel(q, k, v, core, "normattn", to_string(Mechanism{m}), opt, outs, q.dim());
+  p.norm = m.norm;
+  return p;
+}
+
+LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, const TensorView& v, const Performer& m,
+                                     const AttendOptions& opt, const core::Outputs& outs) {
+  if (m.features < 1 || m.features > 65536)
+    fail(kWhere, "performer features must be in [1, 65536], got " + std::to_string(m.features));
+  Linear core;
+  core.causal = m.causal, core.chunk = m.chunk;
+  LinearProblem p = validate_kernel(q, k, v, core, "performer", to_string(Mechanism{m}), opt, outs, m.features,
+                                    {{"omega", {"F", "D"}, "the random feature rows (features, head dim)", true}});
+  const int64_t F = p.F, D = p.D;
+  std::vector<double> omega;
+  if (const auto it = opt.params.find("omega"); it != opt.params.end()) {
+    const std::vector<float> given = core::to_floats(it->second);
+    omega.assign(given.begin(), given.end());
+  } else {
+    omega = performer_omega(F, D, m.seed);
   }
-  core::Symbols symbols{{"B", p.B}, {"H", p.H}, {"F", p.F}, {"state_cols", p.state_cols()}};
-  core::check_params(opt.params,
-                     {{"decay", {"H"}, "a decay in (0, 1] per query head", true},
-                      {"initial_state", {"B", "H", "F", "state_cols"},
-                       "the state (S, z) a previous call returned as final_state", true}},
-                     text, symbols);
-  p.decay.assign(static_cast<size_t>(p.H), m.decay.value_or(1.0));
-  if (const auto it = opt.params.find("decay"); it != opt.params.end()) {
-    if (m.decay) fail(kWhere, text + " has a decay in its text and params['decay'] too: give one of them");
-    const std::vector<float> d = core::to_floats(it->second);
-    for (int64_t h = 0; h < p.H; ++h) {
-      if (!(d[static_cast<size_t>(h)] > 0 && d[static_cast<size_t>(h)] <= 1))
-        fail(kWhere, "params['decay'][" + std::to_string(h) + "] must be in (0, 1], got " +
-                         std::to_string(d[static_cast<size_t>(h)]));
-      p.decay[static_cast<size_t>(h)] = d[static_cast<size_t>(h)];
-    }
-  }
-  if (p.decays() && !m.causal)
-    fail(kWhere, text + ": a decay needs causal (it weighs keys by their distance back from the query)");
-  if (const auto it = opt.params.find("initial_state"); it != opt.params.end()) p.initial = it->second;
+  p.omega_t.resize(static_cast<size_t>(D * F));
+  for (int64_t f = 0; f < F; ++f)
+    for (int64_t c = 0; c < D; ++c)
+      p.omega_t[static_cast<size_t>(c * F + f)] = static_cast<float>(omega[static_cast<size_t>(f * D + c)]);
+  return p;
+}
+
+LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, const TensorView& v, const Sana& m,
+                                     const AttendOptions& opt, const core::Outputs& outs) {
+  core::check_finite(m.eps, "eps");
+  if (m.eps < 0) fail(kWhere, "sana eps must be >= 0, got " + std::to_string(m.eps));
+  Linear core;
+  core.map = FeatureMap::relu, core.causal = m.causal, core.chunk = m.chunk;
+  LinearProblem p = validate_kernel(q, k, v, core, "sana", to_string(Mechanism{m}), opt, outs, q.dim());
+  p.eps = m.eps;
   return p;
 }
 

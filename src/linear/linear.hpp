@@ -11,6 +11,7 @@
 #pragma once
 #include <array>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/form.hpp"
@@ -20,8 +21,12 @@
 namespace attn::linear {
 
 struct LinearProblem : core::Dims {
-  Linear mech;
+  Linear mech;                  // the kernel: map, causal, normalize, decay, chunk (any of the family's kinds)
+  std::string text;             // the mechanism as the caller wrote it (canonical), for messages
   double scale = 1.0;
+  double eps = 0.0;             // added to every denominator (sana)
+  OutputNorm norm = OutputNorm::none;  // of each output row (normattn)
+  std::vector<float> omega_t;   // performer: random features transposed, (D, F) row-major; empty: mech.map
   std::vector<double> decay;    // per query head, in (0, 1]; 1 everywhere without decay
   int64_t F = 0;                // features per row (the head dim for the elementwise maps)
   std::optional<ArrayView> initial;  // (B, H, F, state_cols), validated; none: a zero state
@@ -34,7 +39,14 @@ struct LinearProblem : core::Dims {
 struct LinearFamily {
   using Problem = LinearProblem;
   static constexpr bool has_lse = false;  // the weights are not a softmax
+  // linear (and retention), normattn, performer, sana: each a kernel, a feature map and extras.
   static Problem validate(const TensorView& q, const TensorView& k, const TensorView& v, const Linear& m,
+                          const AttendOptions& options, const core::Outputs& outs);
+  static Problem validate(const TensorView& q, const TensorView& k, const TensorView& v, const NormAttn& m,
+                          const AttendOptions& options, const core::Outputs& outs);
+  static Problem validate(const TensorView& q, const TensorView& k, const TensorView& v, const Performer& m,
+                          const AttendOptions& options, const core::Outputs& outs);
+  static Problem validate(const TensorView& q, const TensorView& k, const TensorView& v, const Sana& m,
                           const AttendOptions& options, const core::Outputs& outs);
   static const std::vector<core::Form<Problem>>& forms();
   // Causal: 2 C (F + Dv) + 4 F Dv per query (the chunked form, C = min(chunk, N));
@@ -44,6 +56,9 @@ struct LinearFamily {
   // (B, H, F, state_cols) of the recurrent state.
   static std::array<int64_t, 4> state_shape(const Problem& p);
 };
+
+// Performer's random feature rows (F, D) row-major for `seed` (see Performer in mechanism.hpp).
+std::vector<double> performer_omega(int64_t F, int64_t D, uint64_t seed);
 
 // The forms (one file each).
 void refuse_right(const LinearProblem& p, const core::Outputs& o, core::Reasons& why);

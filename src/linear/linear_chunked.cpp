@@ -46,15 +46,16 @@ void run_chunked(const LinearProblem& p, const core::Outputs& o, const core::Con
     HeadState st(p);
     st.load(p, b, h);
     std::vector<float> q(static_cast<size_t>(C * F)), k(static_cast<size_t>(C * F)), v(static_cast<size_t>(C * Dv)),
-        a(static_cast<size_t>(C * C)), out(static_cast<size_t>(C * Dv)), den(static_cast<size_t>(C));
+        a(static_cast<size_t>(C * C)), out(static_cast<size_t>(C * Dv)), den(static_cast<size_t>(C)),
+        raw(static_cast<size_t>(C * p.D));
     AlignedFloats kt(static_cast<size_t>(groups * F * kT)), ones(kT);
     std::fill(ones.data(), ones.data() + kT, 1.0f);
     bool stored = false;
     for (int64_t s0 = 0; s0 < p.N; s0 += C) {
       const int64_t c = std::min(C, p.N - s0), ce = std::clamp<int64_t>(len - s0, 0, c);  // ce keys are valid
-      load_rows(kern, p.q, b, h, s0, c, p.N, &p.mech.map, static_cast<float>(p.scale), q.data(), F);
-      load_rows(kern, p.k, b, hk, s0, c, len, &p.mech.map, 1.0f, k.data(), F);
-      load_rows(kern, p.v, b, hk, s0, c, len, nullptr, 1.0f, v.data(), Dv);
+      load_features(kern, p, true, b, h, s0, c, p.N, static_cast<float>(p.scale), raw.data(), q.data());
+      load_features(kern, p, false, b, hk, s0, c, len, 1.0f, raw.data(), k.data());
+      load_rows(kern, p.v, b, hk, s0, c, len, v.data(), Dv);
       // A = Q_b K_b^T on and below the diagonal (rows in bands of kBand: a band needs the keys up
       // to its last row only), through K_b^T in 64-key groups, then the causal decay mask.
       for (int64_t g = 0; g * kT < c; ++g)

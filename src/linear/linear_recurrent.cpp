@@ -29,18 +29,18 @@ void run_recurrent(const LinearProblem& p, const core::Outputs& o, const core::C
     st.load(p, b, h);
     if (len == 0) st.store(p, o, b, h);
     std::vector<float> fq(static_cast<size_t>(p.F)), fk(static_cast<size_t>(p.F)), v(static_cast<size_t>(p.Dv)),
-        num(static_cast<size_t>(p.Dv));
+        num(static_cast<size_t>(p.Dv)), raw(static_cast<size_t>(p.D));
     for (int64_t t = 0; t < p.N; ++t) {
       st.decay(lambda);
       if (t < len) {
-        load_rows(kern, p.k, b, hk, t, 1, len, &p.mech.map, 1.0f, fk.data(), p.F);
-        load_rows(kern, p.v, b, hk, t, 1, len, nullptr, 1.0f, v.data(), p.Dv);
+        load_features(kern, p, false, b, hk, t, 1, len, 1.0f, raw.data(), fk.data());
+        load_rows(kern, p.v, b, hk, t, 1, len, v.data(), p.Dv);
         kern.axpy_rows(fk.data(), p.F, v.data(), DType::f32, p.Dv, st.S.data());
         if (p.mech.normalize)
           for (int64_t f = 0; f < p.F; ++f) st.z[static_cast<size_t>(f)] += fk[static_cast<size_t>(f)];
         if (t == len - 1) st.store(p, o, b, h);
       }
-      load_rows(kern, p.q, b, h, t, 1, p.N, &p.mech.map, static_cast<float>(p.scale), fq.data(), p.F);
+      load_features(kern, p, true, b, h, t, 1, p.N, static_cast<float>(p.scale), raw.data(), fq.data());
       kern.gemm(1, p.Dv, p.F, fq.data(), p.F, 1, st.S.data(), p.Dv, num.data(), p.Dv, false);
       float den = 0;
       if (p.mech.normalize)

@@ -6,6 +6,7 @@
 
 #include "linear/feature_map.hpp"
 #include "linear/linear.hpp"
+#include "linear/output_norm.hpp"
 
 namespace attn::linear {
 namespace {
@@ -31,13 +32,17 @@ core::ReferenceResult reference_impl(const LinearProblem& p, bool plain) {
         for (int64_t f = 0; f < F; ++f)
           for (int64_t c = 0; c < cols; ++c) s0v.push_back(static_cast<T>(p.initial_at(b, h, f, c)));
       const T* s0 = p.initial ? s0v.data() : nullptr;
-      for (int64_t j = 0; j < len; ++j)
-        for (int64_t c = 0; c < F; ++c)
-          fk[static_cast<size_t>(j * F + c)] = rnd(feature(p.mech.map, static_cast<T>(p.k.at(b, hk, j, c))));
+      std::vector<T> raw(static_cast<size_t>(p.D));  // one q or k row
+      for (int64_t j = 0; j < len; ++j) {
+        for (int64_t c = 0; c < p.D; ++c) raw[static_cast<size_t>(c)] = static_cast<T>(p.k.at(b, hk, j, c));
+        reference_features(p, false, raw.data(), &fk[static_cast<size_t>(j * F)]);
+        for (int64_t c = 0; c < F; ++c) fk[static_cast<size_t>(j * F + c)] = rnd(fk[static_cast<size_t>(j * F + c)]);
+      }
       for (int64_t i = 0; i < p.N; ++i) {
         const int64_t pos = i + p.M - p.N;  // causal calls have N = M
-        for (int64_t c = 0; c < F; ++c)
-          fq[static_cast<size_t>(c)] = rnd(feature(p.mech.map, static_cast<T>(p.q.at(b, h, i, c))));
+        for (int64_t c = 0; c < p.D; ++c) raw[static_cast<size_t>(c)] = static_cast<T>(p.q.at(b, h, i, c));
+        reference_features(p, true, raw.data(), fq.data());
+        for (int64_t c = 0; c < F; ++c) fq[static_cast<size_t>(c)] = rnd(fq[static_cast<size_t>(c)]);
         std::fill(num.begin(), num.end(), T(0));
         T den = 0;
         for (int64_t j = 0; j < len; ++j) {
@@ -59,13 +64,16 @@ core::ReferenceResult reference_impl(const LinearProblem& p, bool plain) {
           }
         }
         const size_t at = static_cast<size_t>((b * p.H + h) * p.N + i);
+        den += static_cast<T>(p.eps);
         for (int64_t c = 0; c < p.Dv; ++c) {
-          const T x = rnd(num[static_cast<size_t>(c)]);
-          r.out[at * p.Dv + c] = !p.mech.normalize ? x : den != 0 ? rnd(x / rnd(den)) : 0;
+          const T y = rnd(num[static_cast<size_t>(c)]);
+          num[static_cast<size_t>(c)] = !p.mech.normalize ? y : den != 0 ? rnd(y / rnd(den)) : 0;
         }
+        normalise_row(p.norm, num.data(), p.Dv);
+        for (int64_t c = 0; c < p.Dv; ++c) r.out[at * p.Dv + c] = static_cast<double>(rnd(num[static_cast<size_t>(c)]));
         for (int64_t j = 0; j < len; ++j) {
-          const T x = w[static_cast<size_t>(j)];
-          r.probs[at * p.M + j] = !p.mech.normalize ? x : den != 0 ? x / den : 0;
+          const T y = w[static_cast<size_t>(j)];
+          r.probs[at * p.M + j] = static_cast<double>(!p.mech.normalize ? y : den != 0 ? y / den : 0);
         }
       }
       // Final state: what the keys of this call (decayed to the last valid one) and the initial

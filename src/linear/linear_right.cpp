@@ -17,11 +17,12 @@ void run_right(const LinearProblem& p, const core::Outputs& o, const core::Conte
     const int64_t b = item / p.H, h = item % p.H, hk = p.kv_head(h), len = p.kv_len[static_cast<size_t>(b)];
     HeadState st(p);
     st.load(p, b, h);
-    std::vector<float> x(static_cast<size_t>(rows * p.F)), y(static_cast<size_t>(rows * p.Dv)), den(rows);
+    std::vector<float> x(static_cast<size_t>(rows * p.F)), y(static_cast<size_t>(rows * p.Dv)),
+        raw(static_cast<size_t>(rows * p.D));
     for (int64_t j0 = 0; j0 < len; j0 += rows) {  // S += phi(K)^T V, z += the rows of phi(K)
       const int64_t n = std::min(rows, len - j0);
-      load_rows(kern, p.k, b, hk, j0, n, len, &p.mech.map, 1.0f, x.data(), p.F);
-      load_rows(kern, p.v, b, hk, j0, n, len, nullptr, 1.0f, y.data(), p.Dv);
+      load_features(kern, p, false, b, hk, j0, n, len, 1.0f, raw.data(), x.data());
+      load_rows(kern, p.v, b, hk, j0, n, len, y.data(), p.Dv);
       kern.gemm(p.F, p.Dv, n, x.data(), 1, p.F, y.data(), p.Dv, st.S.data(), p.Dv, true);
       if (p.mech.normalize)
         for (int64_t j = 0; j < n; ++j)
@@ -29,7 +30,7 @@ void run_right(const LinearProblem& p, const core::Outputs& o, const core::Conte
     }
     for (int64_t i0 = 0; i0 < p.N; i0 += rows) {  // o_i = phi(q_i) S / phi(q_i) . z
       const int64_t n = std::min(rows, p.N - i0);
-      load_rows(kern, p.q, b, h, i0, n, p.N, &p.mech.map, static_cast<float>(p.scale), x.data(), p.F);
+      load_features(kern, p, true, b, h, i0, n, p.N, static_cast<float>(p.scale), raw.data(), x.data());
       kern.gemm(n, p.Dv, p.F, x.data(), p.F, 1, st.S.data(), p.Dv, y.data(), p.Dv, false);
       for (int64_t i = 0; i < n; ++i) {
         float d = 0;

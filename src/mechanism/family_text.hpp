@@ -32,4 +32,13 @@ void write_options(OptionWriter& w, const Linear& m);
 // retention[:decay=..]: Linear with map=identity, causal, normalize=0 (written as linear:...).
 void read_retention(OptionReader& r, Linear& m);
 
+void read_options(OptionReader& r, NormAttn& m);
+void write_options(OptionWriter& w, const NormAttn& m);
+
+void read_options(OptionReader& r, Performer& m);
+void write_options(OptionWriter& w, const Performer& m);
+
+void read_options(OptionReader& r, Sana& m);
+void write_options(OptionWriter& w, const Sana& m);
+
 }  // namespace attn::mechanism

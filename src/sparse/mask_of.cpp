@@ -14,6 +14,11 @@ Tensor mask_of(const Mechanism& mechanism, int64_t n, int64_t m) {
   if (static_cast<double>(n) * static_cast<double>(m) > 4294967296.0)
     fail("mask_of", "n * m must be at most 2^32 (a dense boolean matrix), got " + std::to_string(n) + " x " +
                         std::to_string(m));
+  auto dense = [&](bool causal) {  // the linear family: every key (before the query when causal)
+    Softmax s;
+    s.causal = causal;
+    return sparse::pattern_of(s, n, m);
+  };
   const sparse::Pattern pattern = std::visit(
       overloaded{[&](const Linformer&) -> sparse::Pattern {
                    fail("mask_of", "linformer has no key pattern (it attends to k projected rows, not to the keys)");
@@ -26,11 +31,10 @@ Tensor mask_of(const Mechanism& mechanism, int64_t n, int64_t m) {
                    causal.causal = true;
                    return sparse::pattern_of(causal, n, m);
                  },
-                 [&](const Linear& l) {  // every key (before the query when causal), no sparsity
-                   Softmax dense;
-                   dense.causal = l.causal;
-                   return sparse::pattern_of(dense, n, m);
-                 },
+                 [&](const Linear& l) { return dense(l.causal); },
+                 [&](const NormAttn& l) { return dense(l.causal); },
+                 [&](const Performer& l) { return dense(l.causal); },
+                 [&](const Sana& l) { return dense(l.causal); },
                  [&](const auto& mech) { return sparse::pattern_of(mech, n, m); }},
       mechanism);
   Tensor t(DType::boolean, {1, 1, n, m});

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "support/expect_error.hpp"
+#include "linear/linear.hpp"
 #include "support/random_inputs.hpp"
 
 namespace attn {
@@ -179,3 +180,80 @@ TEST(Linear, PerHeadDecaysAndTheirErrors) {
 
 }  // namespace
 }  // namespace attn
+
+namespace attn::linear {
+namespace {
+
+TEST(Performer, FeatureRowsAreOrthogonalBlocksWithChiNorms) {
+  const int64_t D = 16, F = 40;  // two full blocks and a part
+  double mean_sq = 0;
+  int rows = 0;
+  for (uint64_t seed = 1; seed <= 50; ++seed) {
+    const std::vector<double> w = performer_omega(F, D, seed);
+    for (int64_t f = 0; f < F; ++f) {
+      double n2 = 0;
+      for (int64_t c = 0; c < D; ++c) n2 += w[static_cast<size_t>(f * D + c)] * w[static_cast<size_t>(f * D + c)];
+      mean_sq += n2, ++rows;
+      for (int64_t g = f - f % D; g < f; ++g) {  // earlier rows of the same block
+        double dot = 0;
+        for (int64_t c = 0; c < D; ++c) dot += w[static_cast<size_t>(f * D + c)] * w[static_cast<size_t>(g * D + c)];
+        EXPECT_NEAR(dot, 0.0, 1e-9 * n2) << seed << " " << f << " " << g;
+      }
+    }
+  }
+  EXPECT_NEAR(mean_sq / rows, static_cast<double>(D), 0.05 * D);  // E |g|^2 = D for g ~ N(0, I_D)
+}
+
+TEST(Performer, EstimateApproachesSoftmaxAsFeaturesGrow) {
+  const int64_t N = 64, D = 16;
+  std::mt19937 rng(9);
+  auto q = testing::random_tensor(rng, DType::f32, 1, 2, N, D, Layout::bhnd, 0.7f);
+  auto k = testing::random_tensor(rng, DType::f32, 1, 2, N, D, Layout::bhnd, 0.7f);
+  auto v = testing::random_tensor(rng, DType::f32, 1, 2, N, D);
+  const AttendResult exact = attend(q.view, k.view, v.view, Softmax{});
+  double last = INFINITY;
+  for (int64_t features : {16, 64, 256, 1024}) {
+    double err = 0;  // mean |performer - softmax| over outputs and 8 seeds
+    for (uint64_t seed = 1; seed <= 8; ++seed) {
+      Performer m;
+      m.features = features, m.seed = seed;
+      const AttendResult r = attend(q.view, k.view, v.view, m);
+      for (int64_t h = 0; h < 2; ++h)
+        for (int64_t i = 0; i < N; ++i)
+          for (int64_t c = 0; c < D; ++c) err += std::abs(r.out.at(0, h, i, c) - exact.out.at(0, h, i, c));
+    }
+    err /= 8.0 * 2 * N * D;
+    EXPECT_LT(err, 0.75 * last) << features << " features";
+    last = err;
+  }
+  EXPECT_LT(last, 0.03);
+}
+
+TEST(NormAttnAndSana, MatchTheirDefinitions) {
+  // normattn = unnormalised linear attention, each output row RMS-normalised; sana = relu linear
+  // attention with eps in the denominator.
+  const int64_t N = 20, D = 8;
+  std::mt19937 rng(10);
+  auto q = testing::random_tensor(rng, DType::f32, 1, 1, N, D);
+  auto k = testing::random_tensor(rng, DType::f32, 1, 1, N, D);
+  auto v = testing::random_tensor(rng, DType::f32, 1, 1, N, D);
+  const AttendResult plain = attend(q.view, k.view, v.view, parse_mechanism("linear:map=elu,causal,normalize=0"));
+  const AttendResult norm = attend(q.view, k.view, v.view, parse_mechanism("normattn:map=elu,causal"));
+  for (int64_t i = 0; i < N; ++i) {
+    double sq = 0;
+    for (int64_t c = 0; c < D; ++c) sq += std::pow(plain.out.at(0, 0, i, c), 2);
+    const double inv = 1 / std::sqrt(sq / D + 1e-6);
+    for (int64_t c = 0; c < D; ++c) EXPECT_NEAR(norm.out.at(0, 0, i, c), plain.out.at(0, 0, i, c) * inv, 1e-5);
+  }
+  const AttendResult relu = attend(q.view, k.view, v.view, parse_mechanism("linear:map=relu"));
+  const AttendResult sana = attend(q.view, k.view, v.view, parse_mechanism("sana"));
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t c = 0; c < D; ++c) EXPECT_NEAR(sana.out.at(0, 0, i, c), relu.out.at(0, 0, i, c), 1e-6);
+  testing::expect_error([&] { attend(q.view, k.view, v.view, parse_mechanism("sana:eps=-1")); },
+                        "sana eps must be >= 0");
+  testing::expect_error([&] { attend(q.view, k.view, v.view, parse_mechanism("performer:features=0")); },
+                        "performer features must be in [1, 65536], got 0");
+}
+
+}  // namespace
+}  // namespace attn::linear

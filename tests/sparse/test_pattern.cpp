@@ -23,6 +23,9 @@ Pattern compile(const std::string& text, int64_t N, int64_t M) {
                                [&](const Lsh&) -> Pattern { throw std::logic_error("no pattern"); },
                                [&](const Dca&) -> Pattern { throw std::logic_error("no pattern"); },
                                [&](const Linear&) -> Pattern { throw std::logic_error("no pattern"); },
+                               [&](const NormAttn&) -> Pattern { throw std::logic_error("no pattern"); },
+                               [&](const Performer&) -> Pattern { throw std::logic_error("no pattern"); },
+                               [&](const Sana&) -> Pattern { throw std::logic_error("no pattern"); },
                                [&](const auto& m) { return pattern_of(m, N, M); }},
                     parse_mechanism(text));
 }
