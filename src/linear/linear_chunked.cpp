@@ -80,11 +80,7 @@ void run_chunked(const LinearProblem& p, const core::Outputs& o, const core::Con
         const float t = pw[static_cast<size_t>(std::min(r + 1, C))];
         if (t != 1.0f)
           for (int64_t x = 0; x < Dv; ++x) out[static_cast<size_t>(r * Dv + x)] *= t;
-        if (p.mech.normalize) {
-          float qz = 0;
-          for (int64_t f = 0; f < F; ++f) qz += q[static_cast<size_t>(r * F + f)] * st.z[static_cast<size_t>(f)];
-          den[static_cast<size_t>(r)] += t * qz;
-        }
+        if (p.mech.normalize) den[static_cast<size_t>(r)] += t * dot(q.data() + r * F, st.z.data(), F);
       }
       for (int64_t r0 = 0; r0 < c; r0 += kBand) {  // A V_b: a band's keys end at its last row
         const int64_t rows = std::min(kBand, c - r0);

@@ -42,9 +42,7 @@ void run_recurrent(const LinearProblem& p, const core::Outputs& o, const core::C
       }
       load_features(kern, p, true, b, h, t, 1, p.N, static_cast<float>(p.scale), raw.data(), fq.data());
       kern.gemm(1, p.Dv, p.F, fq.data(), p.F, 1, st.S.data(), p.Dv, num.data(), p.Dv, false);
-      float den = 0;
-      if (p.mech.normalize)
-        for (int64_t f = 0; f < p.F; ++f) den += fq[static_cast<size_t>(f)] * st.z[static_cast<size_t>(f)];
+      const float den = p.mech.normalize ? dot(fq.data(), st.z.data(), p.F) : 0.0f;
       write_row(kern, p, o, b, h, t, num.data(), den);
     }
   });

@@ -33,9 +33,7 @@ void run_right(const LinearProblem& p, const core::Outputs& o, const core::Conte
       load_features(kern, p, true, b, h, i0, n, p.N, static_cast<float>(p.scale), raw.data(), x.data());
       kern.gemm(n, p.Dv, p.F, x.data(), p.F, 1, st.S.data(), p.Dv, y.data(), p.Dv, false);
       for (int64_t i = 0; i < n; ++i) {
-        float d = 0;
-        if (p.mech.normalize)
-          for (int64_t f = 0; f < p.F; ++f) d += x[static_cast<size_t>(i * p.F + f)] * st.z[static_cast<size_t>(f)];
+        const float d = p.mech.normalize ? dot(x.data() + i * p.F, st.z.data(), p.F) : 0.0f;
         write_row(kern, p, o, b, h, i0 + i, y.data() + i * p.Dv, d);
       }
     }
