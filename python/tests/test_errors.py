@@ -38,7 +38,7 @@ def _odd_strides(q):
     (lambda q, k, v: attn.attention(q, k, v, alibi_slopes=np.ones(3, np.float32)), ValueError, "alibi_slopes must have H (4) or B*H (8) values, got 3"),
     (lambda q, k, v: attn.attention(q, k, v, alibi_slopes=np.array([1, 1, 1, np.inf], np.float32)), ValueError, "must be finite"),
     (lambda q, k, v: attn.attend(q, k, v, "softmax:casual"), ValueError, "unknown softmax option 'casual'"),
-    (lambda q, k, v: attn.attend(q, k, v, "linear"), ValueError, "unknown mechanism 'linear'"),
+    (lambda q, k, v: attn.attend(q, k, v, "flash"), ValueError, "unknown mechanism 'flash'"),
     (lambda q, k, v: attn.attend(q, k, v, "softmax:score=additive"), ValueError,
      "softmax:score=additive needs params['wq'] of shape (A, D)"),
     (lambda q, k, v: attn.attend(q, k, v, "softmax", wq=np.ones((3, 8), np.float32)), ValueError,
