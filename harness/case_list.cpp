@@ -110,6 +110,8 @@ std::vector<Case> demo_cases(int64_t n, int64_t d, int64_t heads) {
       {"linear elu+1 (right product)", "linear:map=elu"},
       {"linear elu+1 causal (chunked Lightning)", "linear:map=elu,causal"},
       {"retention decay 0.97 (chunked)", "retention:decay=0.97"},
+      {"GAU relu^2 (quadratic, tiled)", "gau:causal"},
+      {"Performer 256 features (estimates softmax)", "performer:features=256,seed=1"},
       {"linear decode: 1 token + state (recurrent)", "linear:map=relu,causal", DType::f32, 0, false, false, true},
   };
   std::vector<Case> out;
@@ -521,6 +523,24 @@ void linear_check_cases(std::vector<Case>& out) {
   out.push_back(heads);
 }
 
+// ---- gau: squared-ReLU weights (quadratic) --------------------------------------------------
+void gau_check_cases(std::vector<Case>& out) {
+  const char* mechs[] = {"gau", "gau:bias=0.5,causal", "gau:bias=-0.2,scale=0.5", "gau:causal,bias=1"};
+  int k = 0;
+  for (const char* mech : mechs) {
+    ++k;
+    Case c;  // straddling the 64-query and 64-key blocks, grouped heads, each dtype and layout
+    c.mechanism = mech;
+    c.B = 2, c.H = 4, c.Hkv = 2, c.N = 131, c.M = k % 2 ? 131 : 70, c.D = 16, c.Dv = 24;
+    c.dtype = k % 3 == 0 ? DType::bf16 : k % 3 == 1 ? DType::f32 : DType::f16;
+    c.layout = k % 2 ? Layout::bhnd : Layout::bnhd;
+    out.push_back(c);
+    Case pad = c;
+    pad.B = 3, pad.N = 65, pad.M = 129, pad.dtype = DType::f32, pad.extras.padding = true, pad.extras.pad = 2;
+    out.push_back(pad);
+  }
+}
+
 void linear_bad_cases(std::vector<BadCase>& out) {
   Case c = small_case();
   auto add = [&](const char* name, const char* mech, const char* message) { add_bad_text(out, c, name, mech, message); };
@@ -552,6 +572,7 @@ std::vector<Case> build() {
   lsh_check_cases(all);
   dca_check_cases(all);
   linear_check_cases(all);
+  gau_check_cases(all);
   // Bench suite: the foundation's grid (N = M = 1024, 4096; d = 64, 128; softmax and causal;
   // f32 and bf16; 8 heads) and decode against 4096 / 16384 / 65536 cached keys.
   for (Case& c : bench_grid({1024, 4096}, {64, 128}, {"softmax", "softmax:causal"}, {DType::f32, DType::bf16}, 8, 0))

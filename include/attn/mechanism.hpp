@@ -22,6 +22,7 @@
 //   normattn:map=elu,norm=rms       TransNormer: no denominator, the output RMS-normalised
 //   performer:features=256,seed=1   FAVOR+ random features estimating softmax attention
 //   sana                            SANA's ReLU linear attention (eps 1e-15 in the denominator)
+//   gau:bias=0,causal               GAU's relu^2(q.k/sqrt(d) + b)/n weights (quadratic)
 //
 // A family is a struct with `static constexpr std::string_view kind`, an alternative of the
 // Mechanism variant, and a text parser/printer beside its kernels (src/exact/softmax_text.cpp
@@ -212,8 +213,21 @@ struct Sana {
   bool operator==(const Sana&) const = default;
 };
 
+// GAU / FLASH's squared-ReLU attention (Hua et al. 2022): un-normalised weights
+//   a_ij = relu(scale * q_i . k_j + bias)^2 / n,   n = the batch entry's valid key count
+// over the keys the query sees (all, or j <= i + M - N when causal). No factorisation: a
+// quadratic family (tiled products, no N x M buffer) with a float64 reference.
+struct Gau {
+  static constexpr std::string_view kind = "gau";
+  double bias = 0.0;
+  bool causal = false;
+  std::optional<double> scale;    // none: 1/sqrt(d)
+
+  bool operator==(const Gau&) const = default;
+};
+
 // The families. The model issues append theirs.
-using Mechanism = std::variant<Softmax, Longformer, BigBird, Linformer, Lsh, Dca, Linear, NormAttn, Performer, Sana>;
+using Mechanism = std::variant<Softmax, Longformer, BigBird, Linformer, Lsh, Dca, Linear, NormAttn, Performer, Sana, Gau>;
 
 // For exhaustive visits: std::visit(overloaded{[](const Softmax&) {...}, ...}, mechanism).
 template <class... Fs>

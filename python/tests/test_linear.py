@@ -122,3 +122,31 @@ def test_bad_input_names_the_argument():
         attn.attend(q, k, v, "softmax", return_final_state=True)
     with pytest.raises(ValueError, match="N .queries. must equal M"):
         attn.linear_attention(q, k[:, :5], v[:, :5])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_gau_squared_relu_matches_its_formula(causal):
+    q, k, v = qkv(8, n=100, m=100)
+    o = attn.attend(q, k, v, "gau:bias=0.3" + (",causal" if causal else ""))
+    q64, k64, v64 = (np.asarray(x, np.float64) for x in (q, k, v))
+    want = np.zeros(o.shape)
+    for h in range(4):
+        s = np.einsum("bid,bjd->bij", q64[:, :, h], k64[:, :, h // 2]) / 4.0 + 0.3  # d = 16: 1/sqrt(d)
+        a = np.maximum(s, 0) ** 2 / 100
+        if causal:
+            a = np.tril(a)
+        want[:, :, h] = np.einsum("bij,bjd->bid", a, v64[:, :, h // 2])
+    np.testing.assert_allclose(o, want, rtol=1e-4, atol=1e-5)
+
+
+def test_performer_normattn_sana_through_attend():
+    q, k, v = qkv(9, n=64)
+    exact = attn.attend(q * 0.5, k * 0.5, v, "softmax")
+    est = attn.attend(q * 0.5, k * 0.5, v, "performer:features=2048,seed=3")
+    assert np.abs(est - exact).mean() < 0.02  # FAVOR+ estimates softmax attention
+    o, state = attn.attend(q, k, v, "performer:features=32,seed=1,causal", return_final_state=True)
+    assert state.shape == (2, 4, 32, 13)  # F = features
+    n = attn.attend(q, k, v, "normattn:map=relu,norm=layer,causal")
+    np.testing.assert_allclose(n.mean(-1), 0, atol=1e-5)  # each row layer-normalised
+    s = attn.attend(q, k, v, "sana")
+    np.testing.assert_allclose(s, literal(q, k, v, "relu", causal=False), rtol=1e-4, atol=1e-5)

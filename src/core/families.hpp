@@ -6,6 +6,7 @@
 #include "lowrank/linformer.hpp"
 #include "sparse/lsh.hpp"
 #include "positional/dca.hpp"
+#include "linear/gau.hpp"
 #include "linear/linear.hpp"
 
 namespace attn::core {
@@ -24,6 +25,7 @@ decltype(auto) visit_family(const Mechanism& m, F&& f) {
                         [&](const NormAttn& l) { return f(l, linear::LinearFamily{}); },
                         [&](const Performer& l) { return f(l, linear::LinearFamily{}); },
                         [&](const Sana& l) { return f(l, linear::LinearFamily{}); },
+                        [&](const Gau& g) { return f(g, linear::GauFamily{}); },
                     },
                     m);
 }

@@ -60,6 +60,8 @@ struct TileKernels {
   // C row i at c + i*ldc. Summation runs over p in order, per element.
   void (*gemm)(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs, const float* b,
                int64_t ldb, float* c, int64_t ldc, bool accumulate);
+  // x[i] = max(x[i] * scale + bias, 0)^2 * mul for i < n (squared-ReLU weights).
+  void (*relu2_rows)(float* x, int64_t n, float scale, float bias, float mul);
 };
 
 // The kernel set for `isa` (throws Error if this CPU cannot run it).

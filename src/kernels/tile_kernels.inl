@@ -410,6 +410,20 @@ void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t
     }
 }
 
+// x[i] = max(x[i] * scale + bias, 0)^2 * mul for i < n (GAU's squared-ReLU weights).
+void relu2_rows(float* x, int64_t n, float scale, float bias, float mul) {
+  const Vec s = Vec::set1(scale), b = Vec::set1(bias), m = Vec::set1(mul), zero = Vec::zero();
+  int64_t i = 0;
+  for (; i + Vec::W <= n; i += Vec::W) {
+    const Vec y = Vec::max(Vec::fma(Vec::loadu(x + i), s, b), zero);
+    (y * y * m).storeu(x + i);
+  }
+  for (; i < n; ++i) {
+    const float y = std::max(x[i] * scale + bias, 0.0f);
+    x[i] = y * y * mul;
+  }
+}
+
 inline const TileKernels& table(Isa isa) {
   static const TileKernels t{.isa = isa,
                              .qk = qk,
@@ -424,6 +438,7 @@ inline const TileKernels& table(Isa isa) {
                              .from_float = from_float,
                              .pack_qt = pack_qt,
                              .unpack_ot = unpack_ot,
-                             .gemm = gemm};
+                             .gemm = gemm,
+                             .relu2_rows = relu2_rows};
   return t;
 }

@@ -2,7 +2,8 @@
 //   linear[:map=elu|relu|identity|exp|relu2,causal,normalize=0|1,decay=L,chunk=C,scale=S]
 //       (elu, normalised, non-causal, chunks of 64, scale 1)
 //   retention[:decay=L,chunk=C,scale=S]   alias of linear:map=identity,causal,normalize=0,...
-// and its relatives (one family, src/linear/): normattn, performer, sana.
+// and its relatives (one family, src/linear/): normattn, performer, sana; and gau (its own,
+// quadratic family beside them).
 #include <optional>
 
 #include "attn/error.hpp"
@@ -115,6 +116,19 @@ void write_options(OptionWriter& w, const Sana& m) {
   if (m.causal) w.flag("causal");
   if (m.eps != 1e-15) w.number("eps", m.eps);
   if (m.chunk != 64) w.integer("chunk", m.chunk);
+}
+
+// gau[:bias=B,causal,scale=S]   (bias 0, scale 1/sqrt(d))
+void read_options(OptionReader& r, Gau& m) {
+  m.bias = r.number("bias").value_or(0.0);
+  m.causal = r.flag("causal");
+  m.scale = r.number("scale");
+}
+
+void write_options(OptionWriter& w, const Gau& m) {
+  if (m.bias != 0) w.number("bias", m.bias);
+  if (m.causal) w.flag("causal");
+  if (m.scale) w.number("scale", *m.scale);
 }
 
 }  // namespace mechanism

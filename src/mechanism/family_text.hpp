@@ -41,4 +41,7 @@ void write_options(OptionWriter& w, const Performer& m);
 void read_options(OptionReader& r, Sana& m);
 void write_options(OptionWriter& w, const Sana& m);
 
+void read_options(OptionReader& r, Gau& m);
+void write_options(OptionWriter& w, const Gau& m);
+
 }  // namespace attn::mechanism

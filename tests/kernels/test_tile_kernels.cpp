@@ -4,8 +4,11 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <tuple>
+#include <vector>
 
 #include "base/aligned_buffer.hpp"
+#include "attn/isa.hpp"
 #include "kernels/kernel_table.hpp"
 
 namespace attn::kernels {
@@ -164,6 +167,54 @@ TEST(TileKernels, PackAndUnpackAreScaledTransposes) {
                       i < n && c < d ? qt.data()[c * 64 + i] * scale.data()[i] : -7.0f)
                 << isa_name(isa) << " n " << n << " d " << d << " c " << c << " i " << i;
       }
+}
+
+TEST(TileKernels, GemmMatchesLoopsInBothOrientations) {
+  std::mt19937 rng(21);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (Isa isa : supported_isas())
+    for (auto [m, n, kk] : {std::tuple{1, 1, 1}, {7, 13, 5}, {6, 64, 128}, {17, 150, 33}, {64, 129, 64}})
+      for (bool transposed : {false, true})
+        for (bool accumulate : {false, true}) {
+          const TileKernels& k = kernels_for(isa);
+          const int64_t lda = transposed ? m + 3 : kk + 2, ldb = n + 5, ldc = n + 1;
+          std::vector<float> a(static_cast<size_t>((transposed ? kk : m) * lda)), b(static_cast<size_t>(kk * ldb)),
+              c(static_cast<size_t>(m * ldc));
+          for (float& x : a) x = d(rng);
+          for (float& x : b) x = d(rng);
+          for (float& x : c) x = d(rng);
+          std::vector<double> want(c.begin(), c.end());
+          auto at = [&](int64_t i, int64_t p) { return transposed ? a[static_cast<size_t>(p * lda + i)] : a[static_cast<size_t>(i * lda + p)]; };
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+              double acc = accumulate ? c[static_cast<size_t>(i * ldc + j)] : 0.0;
+              for (int64_t p = 0; p < kk; ++p) acc += static_cast<double>(at(i, p)) * b[static_cast<size_t>(p * ldb + j)];
+              want[static_cast<size_t>(i * ldc + j)] = acc;
+            }
+          if (transposed)
+            k.gemm(m, n, kk, a.data(), 1, lda, b.data(), ldb, c.data(), ldc, accumulate);
+          else
+            k.gemm(m, n, kk, a.data(), lda, 1, b.data(), ldb, c.data(), ldc, accumulate);
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < ldc; ++j)  // the columns past n are left as they were
+              ASSERT_NEAR(c[static_cast<size_t>(i * ldc + j)], want[static_cast<size_t>(i * ldc + j)],
+                          1e-5 * (1 + std::sqrt(static_cast<double>(kk))) * 4)
+                  << isa_name(isa) << " " << m << "x" << n << "x" << kk << (transposed ? " At" : "") << " " << i << "," << j;
+        }
+}
+
+TEST(TileKernels, SquaredReluRows) {
+  for (Isa isa : supported_isas()) {
+    const TileKernels& k = kernels_for(isa);
+    std::vector<float> x(37);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i) * 0.25f - 4.0f;
+    std::vector<float> y = x;
+    k.relu2_rows(y.data(), 37, 0.5f, 0.75f, 0.1f);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float r = std::max(x[i] * 0.5f + 0.75f, 0.0f);
+      EXPECT_FLOAT_EQ(y[i], r * r * 0.1f) << isa_name(isa) << " " << i;
+    }
+  }
 }
 
 }  // namespace
