@@ -4,6 +4,13 @@
 
 namespace attn::core {
 
+ReferenceResult zero_result(int64_t B, int64_t H, int64_t N, int64_t M, int64_t Dv) {
+  ReferenceResult r;
+  r.B = B, r.H = H, r.N = N, r.M = M, r.Dv = Dv;
+  r.out.assign(static_cast<size_t>(B * H * N * Dv), 0.0);
+  return r;
+}
+
 void write_reference(const ReferenceResult& r, const Outputs& o) {
   for (int64_t b = 0; b < r.B; ++b)
     for (int64_t h = 0; h < r.H; ++h)

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "attn/dtype.hpp"
+
 namespace attn::core {
 
 // f64: float64 throughout (the oracle). plain: the same algorithm in float with intermediates
@@ -22,6 +24,18 @@ struct ReferenceResult {
   double l(int64_t b, int64_t h, int64_t i) const { return lse[(b * H + h) * N + i]; }
   double p(int64_t b, int64_t h, int64_t i, int64_t j) const { return probs[((b * H + h) * N + i) * M + j]; }
 };
+
+// The rounding of a reference's intermediates: to the storage dtype in the plain baseline, none in
+// the float64 oracle.
+template <class T>
+struct Rounding {
+  DType dtype;
+  bool plain;
+  T operator()(T x) const { return plain ? static_cast<T>(round_to(dtype, static_cast<float>(x))) : x; }
+};
+
+// A result of the call's shape with out zeroed (lse, probs and state are the family's to fill).
+ReferenceResult zero_result(int64_t B, int64_t H, int64_t N, int64_t M, int64_t Dv);
 
 struct Outputs;
 // The reference as a form: writes out (rounded to its dtype), and lse, probs and the final state

@@ -10,7 +10,7 @@ namespace {
 template <class T>
 T score(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t j, DType round_dtype, bool plain) {
   const int64_t hk = p.kv_head(h);
-  auto rnd = [&](T x) { return plain ? static_cast<T>(round_to(round_dtype, static_cast<float>(x))) : x; };
+  const core::Rounding<T> rnd{round_dtype, plain};
   T s = 0;
   if (p.mech.score == ScoreKind::additive) {
         for (int64_t a = 0; a < p.A; ++a) {
@@ -45,13 +45,11 @@ T score(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t j, DType roun
 
 template <class T>
 core::ReferenceResult run(const Problem& p, bool plain) {
-  core::ReferenceResult r;
-  r.B = p.B, r.H = p.H, r.N = p.N, r.M = p.M, r.Dv = p.Dv;
-  r.out.assign(static_cast<size_t>(p.B * p.H * p.N * p.Dv), 0.0);
+  core::ReferenceResult r = core::zero_result(p.B, p.H, p.N, p.M, p.Dv);
   r.lse.assign(static_cast<size_t>(p.B * p.H * p.N), -std::numeric_limits<double>::infinity());
   r.probs.assign(static_cast<size_t>(p.B * p.H * p.N * p.M), 0.0);
   const DType dt = p.q.dtype;
-  auto rnd = [&](T x) { return plain ? static_cast<T>(round_to(dt, static_cast<float>(x))) : x; };
+  const core::Rounding<T> rnd{dt, plain};
   const T neg_inf = -std::numeric_limits<T>::infinity();
   std::vector<T> s(static_cast<size_t>(p.M)), w(static_cast<size_t>(p.M)), acc(static_cast<size_t>(p.Dv));
   for (int64_t b = 0; b < p.B; ++b)

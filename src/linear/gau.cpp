@@ -63,10 +63,8 @@ void run_tiled(const GauProblem& p, const core::Outputs& o, const core::Context&
 template <class T>
 core::ReferenceResult reference_impl(const GauProblem& p, bool plain) {
   const DType dt = p.q.dtype;
-  auto rnd = [&](T x) { return plain ? static_cast<T>(round_to(dt, static_cast<float>(x))) : x; };
-  core::ReferenceResult r;
-  r.B = p.B, r.H = p.H, r.N = p.N, r.M = p.M, r.Dv = p.Dv;
-  r.out.assign(static_cast<size_t>(p.B * p.H * p.N * p.Dv), 0.0);
+  const core::Rounding<T> rnd{dt, plain};
+  core::ReferenceResult r = core::zero_result(p.B, p.H, p.N, p.M, p.Dv);
   r.probs.assign(static_cast<size_t>(p.B * p.H * p.N * p.M), 0.0);
   std::vector<T> acc(static_cast<size_t>(p.Dv));
   for (int64_t b = 0; b < p.B; ++b)

@@ -14,11 +14,10 @@ namespace {
 template <class T>
 core::ReferenceResult reference_impl(const LinearProblem& p, bool plain) {
   const DType dt = p.q.dtype;
-  auto rnd = [&](T x) { return plain ? static_cast<T>(round_to(dt, static_cast<float>(x))) : x; };
+  const core::Rounding<T> rnd{dt, plain};
   const int64_t cols = p.state_cols(), F = p.F;
-  core::ReferenceResult r;
-  r.B = p.B, r.H = p.H, r.N = p.N, r.M = p.M, r.Dv = p.Dv, r.F = F, r.state_cols = cols;
-  r.out.assign(static_cast<size_t>(p.B * p.H * p.N * p.Dv), 0.0);
+  core::ReferenceResult r = core::zero_result(p.B, p.H, p.N, p.M, p.Dv);
+  r.F = F, r.state_cols = cols;
   r.probs.assign(static_cast<size_t>(p.B * p.H * p.N * p.M), 0.0);
   r.state.assign(static_cast<size_t>(p.B * p.H * F * cols), 0.0);
   std::vector<T> fq(static_cast<size_t>(F)), fk(static_cast<size_t>(p.M * F)), w(static_cast<size_t>(p.M)),

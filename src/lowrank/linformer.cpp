@@ -110,10 +110,8 @@ void run_projected(const LinformerProblem& p, const core::Outputs& o, const core
 template <class T>
 core::ReferenceResult reference_impl(const LinformerProblem& p, bool plain) {
   const DType dt = p.q.dtype;
-  auto rnd = [&](T x) { return plain ? static_cast<T>(round_to(dt, static_cast<float>(x))) : x; };
-  core::ReferenceResult r;
-  r.B = p.B, r.H = p.H, r.N = p.N, r.M = p.M, r.Dv = p.Dv;
-  r.out.assign(static_cast<size_t>(p.B * p.H * p.N * p.Dv), 0.0);
+  const core::Rounding<T> rnd{dt, plain};
+  core::ReferenceResult r = core::zero_result(p.B, p.H, p.N, p.M, p.Dv);
   r.lse.assign(static_cast<size_t>(p.B * p.H * p.N), 0.0);
   std::vector<T> kp(static_cast<size_t>(p.K * p.D)), vp(static_cast<size_t>(p.K * p.Dv)), s(static_cast<size_t>(p.K));
   for (int64_t b = 0; b < p.B; ++b)

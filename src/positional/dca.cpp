@@ -142,10 +142,8 @@ template <class T>
 core::ReferenceResult reference_impl(const DcaProblem& dp, bool plain) {
   const exact::Problem& p = dp;
   const Rope rope = rope_of(dp.dca);
-  auto rnd = [&](T x) { return plain ? static_cast<T>(round_to(p.q.dtype, static_cast<float>(x))) : x; };
-  core::ReferenceResult r;
-  r.B = p.B, r.H = p.H, r.N = p.N, r.M = p.M, r.Dv = p.Dv;
-  r.out.assign(static_cast<size_t>(p.B * p.H * p.N * p.Dv), 0.0);
+  const core::Rounding<T> rnd{p.q.dtype, plain};
+  core::ReferenceResult r = core::zero_result(p.B, p.H, p.N, p.M, p.Dv);
   r.lse.assign(static_cast<size_t>(p.B * p.H * p.N), -std::numeric_limits<double>::infinity());
   r.probs.assign(static_cast<size_t>(p.B * p.H * p.N * p.M), 0.0);
   std::vector<double> kr(static_cast<size_t>(p.M * p.D)), qr(static_cast<size_t>(3 * p.D));
