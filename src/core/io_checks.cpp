@@ -24,6 +24,16 @@ void check_shape(const TensorView& v, const std::string& name, std::array<int64_
 
 }  // namespace
 
+void refuse_score_options(const AttendOptions& opt, const std::string& kind, const std::string& why) {
+  auto refuse = [&](bool given, const char* what) {
+    if (given) fail(kWhere, kind + " does not take " + what + " (" + why + ")");
+  };
+  refuse(opt.mask.has_value(), "a boolean mask");
+  refuse(opt.block_mask.has_value() || static_cast<bool>(opt.mask_mod), "a block mask or mask_mod");
+  refuse(opt.bias.has_value(), "an additive bias");
+  refuse(!opt.alibi_slopes.empty(), "ALiBi slopes");
+}
+
 std::string dims_text(const TensorView& v) {
   return "(" + std::to_string(v.shape[0]) + ", " + std::to_string(v.shape[1]) + ", " + std::to_string(v.shape[2]) +
          ", " + std::to_string(v.shape[3]) + ")";

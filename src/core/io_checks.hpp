@@ -25,6 +25,10 @@ struct Dims {
 Dims check_io(const TensorView& q, const TensorView& k, const TensorView& v, const Outputs& outs,
               const AttendOptions& options);
 
+// For families whose weights are no score matrix to mask: a boolean mask, a block mask or
+// mask_mod, an additive bias or ALiBi slopes is an Error "<kind> does not take <what> (<why>)".
+void refuse_score_options(const AttendOptions& options, const std::string& kind, const std::string& why);
+
 // Shared helpers for family checks.
 std::string dims_text(const TensorView& v);
 void check_view(const TensorView& v, const std::string& name);

@@ -92,13 +92,7 @@ GauProblem GauFamily::validate(const TensorView& q, const TensorView& k, const T
   GauProblem p;
   static_cast<core::Dims&>(p) = core::check_io(q, k, v, outs, opt);
   p.mech = m;
-  auto refuse = [](bool given, const char* what) {
-    if (given) fail(kWhere, std::string("gau does not take ") + what + " (only causal and key padding)");
-  };
-  refuse(opt.mask.has_value(), "a boolean mask");
-  refuse(opt.block_mask.has_value() || static_cast<bool>(opt.mask_mod), "a block mask or mask_mod");
-  refuse(opt.bias.has_value(), "an additive bias");
-  refuse(!opt.alibi_slopes.empty(), "ALiBi slopes");
+  core::refuse_score_options(opt, "gau", "only causal and key padding");
   if (!opt.params.empty()) fail(kWhere, "gau takes no named params, got '" + opt.params.begin()->first + "'");
   core::check_finite(m.bias, "bias");
   if (m.scale) core::check_positive_float32(*m.scale, "scale");

@@ -11,9 +11,6 @@ namespace {
 
 const char* kWhere = "attend";
 
-void refuse_option(bool given, const std::string& kind, const std::string& what) {
-  if (given) fail(kWhere, kind + " does not take " + what + " (its weights are phi(q).phi(k), not a score matrix)");
-}
 
 // Everything the family's kinds share: inputs, the kernel `core`, decays, the state param.
 // `extra` are further named params the kind takes (performer's omega).
@@ -24,10 +21,7 @@ LinearProblem validate_kernel(const TensorView& q, const TensorView& k, const Te
   static_cast<core::Dims&>(p) = core::check_io(q, k, v, outs, opt);
   p.mech = core;
   p.text = text;
-  refuse_option(opt.mask.has_value(), kind, "a boolean mask");
-  refuse_option(opt.block_mask.has_value() || static_cast<bool>(opt.mask_mod), kind, "a block mask or mask_mod");
-  refuse_option(opt.bias.has_value(), kind, "an additive bias");
-  refuse_option(!opt.alibi_slopes.empty(), kind, "ALiBi slopes");
+  core::refuse_score_options(opt, kind, "its weights are phi(q).phi(k), not a score matrix");
   if (core.causal && p.N != p.M)
     fail(kWhere, text + " is causal: each token brings its q, k and v, so N (queries) must equal M (keys), got N = " +
                      std::to_string(p.N) + ", M = " + std::to_string(p.M) + " (pass earlier tokens as initial_state)");

@@ -15,13 +15,6 @@ namespace {
 
 const char* kWhere = "attend";
 
-// ---- validation ------------------------------------------------------------------------------
-
-void refuse_option(bool given, const std::string& what) {
-  if (given)
-    fail(kWhere, "linformer does not take " + what + " (it attends to k projected rows, not to the keys)");
-}
-
 }  // namespace
 
 LinformerProblem LinformerFamily::validate(const TensorView& q, const TensorView& k, const TensorView& v,
@@ -31,10 +24,7 @@ LinformerProblem LinformerFamily::validate(const TensorView& q, const TensorView
   LinformerProblem p;
   static_cast<core::Dims&>(p) = core::check_io(q, k, v, outs, opt);
   p.mech = m;
-  refuse_option(opt.mask.has_value(), "a boolean mask");
-  refuse_option(opt.block_mask.has_value() || static_cast<bool>(opt.mask_mod), "a block mask or mask_mod");
-  refuse_option(opt.bias.has_value(), "an additive bias");
-  refuse_option(!opt.alibi_slopes.empty(), "ALiBi slopes");
+  core::refuse_score_options(opt, "linformer", "it attends to k projected rows, not to the keys");
   if (m.k < 1 || m.k > (int64_t{1} << 20))
     fail(kWhere, "linformer k must be in [1, 2^20], got " + std::to_string(m.k));
   p.K = m.k;

@@ -24,10 +24,6 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int32_t kNoKey = std::numeric_limits<int32_t>::max() / 2;
 constexpr int32_t kNoChunk = std::numeric_limits<int32_t>::min() / 2;
 
-void refuse_option(bool given, const std::string& what) {
-  if (given) fail(kWhere, "lsh does not take " + what + " (its keys are chosen by hashing)");
-}
-
 }  // namespace
 
 LshProblem LshFamily::validate(const TensorView& q, const TensorView& k, const TensorView& v, const Lsh& m,
@@ -35,10 +31,7 @@ LshProblem LshFamily::validate(const TensorView& q, const TensorView& k, const T
   LshProblem p;
   static_cast<core::Dims&>(p) = core::check_io(q, k, v, outs, opt);
   p.mech = m;
-  refuse_option(opt.mask.has_value(), "a boolean mask");
-  refuse_option(opt.block_mask.has_value() || static_cast<bool>(opt.mask_mod), "a block mask or mask_mod");
-  refuse_option(opt.bias.has_value(), "an additive bias");
-  refuse_option(!opt.alibi_slopes.empty(), "ALiBi slopes");
+  core::refuse_score_options(opt, "lsh", "its keys are chosen by hashing");
   if (m.buckets < 2 || m.buckets % 2 != 0 || m.buckets > 65536)
     fail(kWhere, "lsh buckets must be even and in [2, 65536] (a rotation gives buckets/2 directions and their "
                  "opposites), got " + std::to_string(m.buckets));
