@@ -111,6 +111,7 @@ std::vector<Case> demo_cases(int64_t n, int64_t d, int64_t heads) {
       {"linear elu+1 causal (chunked Lightning)", "linear:map=elu,causal"},
       {"retention decay 0.97 (chunked)", "retention:decay=0.97"},
       {"GAU relu^2 (quadratic, tiled)", "gau:causal"},
+      {"PolaFormer power 3, causal (two streams)", "polaformer:power=3,causal"},
       {"Performer 256 features (estimates softmax)", "performer:features=256,seed=1"},
       {"linear decode: 1 token + state (recurrent)", "linear:map=relu,causal", DType::f32, 0, false, false, true},
   };
@@ -479,6 +480,8 @@ void linear_check_cases(std::vector<Case>& out) {
       "performer:features=24,seed=4,causal,chunk=8",
       "sana",
       "sana:causal,eps=0.001,chunk=32",
+      "polaformer:power=3",
+      "polaformer:power=1.5,causal,chunk=16",
   };
   int k = 0;
   for (const char* mech : mechs) {

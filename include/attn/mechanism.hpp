@@ -22,6 +22,7 @@
 //   normattn:map=elu,norm=rms       TransNormer: no denominator, the output RMS-normalised
 //   performer:features=256,seed=1   FAVOR+ random features estimating softmax attention
 //   sana                            SANA's ReLU linear attention (eps 1e-15 in the denominator)
+//   polaformer:power=3              PolaFormer: same- and opposite-sign streams, sharpened by a power
 //   gau:bias=0,causal               GAU's relu^2(q.k/sqrt(d) + b)/n weights (quadratic)
 //
 // A family is a struct with `static constexpr std::string_view kind`, an alternative of the
@@ -213,6 +214,23 @@ struct Sana {
   bool operator==(const Sana&) const = default;
 };
 
+// PolaFormer (Meng et al. 2025): q and k split into positive and negative parts raised to a
+// per-channel power p > 1 (sharper, lower-entropy weights), x+ = relu(x)^p, x- = relu(-x)^p.
+// Two normalised linear-attention streams, each on half of the value channels:
+//   same-sign      phi(q) = [q+, q-], psi(k) = [k+, k-]   -> o[:, :Dv/2]
+//   opposite-sign  phi(q) = [q+, q-], psi(k) = [k-, k+]   -> o[:, Dv/2:]
+// each output channel then scaled by a coefficient. Named params (optional): "power" (D) per
+// channel (default: `power` everywhere) and "coefficients" (Dv) (default 1). The state holds both
+// streams: (B, H, 4 D, Dv / 2 + 1), the same-sign stream's 2 D rows first.
+struct PolaFormer {
+  static constexpr std::string_view kind = "polaformer";
+  double power = 3.0;
+  bool causal = false;
+  int64_t chunk = 64;
+
+  bool operator==(const PolaFormer&) const = default;
+};
+
 // GAU / FLASH's squared-ReLU attention (Hua et al. 2022): un-normalised weights
 //   a_ij = relu(scale * q_i . k_j + bias)^2 / n,   n = the batch entry's valid key count
 // over the keys the query sees (all, or j <= i + M - N when causal). No factorisation: a
@@ -227,7 +245,7 @@ struct Gau {
 };
 
 // The families. The model issues append theirs.
-using Mechanism = std::variant<Softmax, Longformer, BigBird, Linformer, Lsh, Dca, Linear, NormAttn, Performer, Sana, Gau>;
+using Mechanism = std::variant<Softmax, Longformer, BigBird, Linformer, Lsh, Dca, Linear, NormAttn, Performer, Sana, PolaFormer, Gau>;
 
 // For exhaustive visits: std::visit(overloaded{[](const Softmax&) {...}, ...}, mechanism).
 template <class... Fs>

@@ -150,3 +150,17 @@ def test_performer_normattn_sana_through_attend():
     np.testing.assert_allclose(n.mean(-1), 0, atol=1e-5)  # each row layer-normalised
     s = attn.attend(q, k, v, "sana")
     np.testing.assert_allclose(s, literal(q, k, v, "relu", causal=False), rtol=1e-4, atol=1e-5)
+
+
+def test_polaformer_streams_match_their_formula():
+    q, k, v = qkv(10, n=40, h=2, hkv=2, d=8, dv=6)
+    o, state = attn.attend(q, k, v, "polaformer:power=2,causal", return_final_state=True)
+    assert state.shape == (2, 2, 32, 4)  # (B, H, 4 D, Dv / 2 + 1): both streams
+    pos, neg = np.maximum(q, 0) ** 2, np.maximum(-q, 0) ** 2
+    kp, kn = np.maximum(k, 0) ** 2, np.maximum(-k, 0) ** 2
+    for s, (a, b) in enumerate(((kp, kn), (kn, kp))):  # same-sign, opposite-sign
+        w = np.einsum("bihd,bjhd->bhij", pos.astype(np.float64), a) + np.einsum("bihd,bjhd->bhij", neg, b)
+        w = np.tril(w)
+        num = np.einsum("bhij,bjhd->bihd", w, v[..., 3 * s:3 * s + 3].astype(np.float64))
+        want = num / w.sum(-1).transpose(0, 2, 1)[..., None]
+        np.testing.assert_allclose(o[..., 3 * s:3 * s + 3], want, rtol=1e-4, atol=1e-5)

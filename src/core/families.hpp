@@ -25,6 +25,7 @@ decltype(auto) visit_family(const Mechanism& m, F&& f) {
                         [&](const NormAttn& l) { return f(l, linear::LinearFamily{}); },
                         [&](const Performer& l) { return f(l, linear::LinearFamily{}); },
                         [&](const Sana& l) { return f(l, linear::LinearFamily{}); },
+                        [&](const PolaFormer& l) { return f(l, linear::LinearFamily{}); },
                         [&](const Gau& g) { return f(g, linear::GauFamily{}); },
                     },
                     m);

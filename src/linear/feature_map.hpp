@@ -50,8 +50,22 @@ inline void map_features(const kernels::TileKernels& kern, FeatureMap f, float* 
 
 // The features of one row x (D values) into out (F values), in T (the references): the
 // elementwise map, or Performer's random features (queries shifted by their maximum).
+// PolaFormer's [x+, x-] (queries and same-sign keys) or [x-, x+] (opposite-sign keys), with
+// x+ = relu(x)^p, x- = relu(-x)^p per channel.
+template <class T>
+void polar_features(const LinearProblem& p, bool query, const T* x, T* out) {
+  const bool swap = !query && p.stream == 1;
+  for (int64_t c = 0; c < p.D; ++c) {
+    const T e = static_cast<T>(p.power[static_cast<size_t>(c)]);
+    const T pos = x[c] > 0 ? std::pow(x[c], e) : T(0), neg = x[c] < 0 ? std::pow(-x[c], e) : T(0);
+    out[c] = swap ? neg : pos;
+    out[p.D + c] = swap ? pos : neg;
+  }
+}
+
 template <class T>
 void reference_features(const LinearProblem& p, bool query, const T* x, T* out) {
+  if (p.polar()) return polar_features(p, query, x, out);
   if (p.omega_t.empty()) {
     for (int64_t c = 0; c < p.D; ++c) out[c] = feature(p.mech.map, x[c]);
     return;
@@ -74,6 +88,10 @@ void reference_features(const LinearProblem& p, bool query, const T* x, T* out) 
 // The same over n float rows: x (n x D, overwritten) -> out (n x F).
 inline void fast_features(const kernels::TileKernels& kern, const LinearProblem& p, bool query, float* x, int64_t n,
                           float* out) {
+  if (p.polar()) {
+    for (int64_t r = 0; r < n; ++r) polar_features(p, query, x + r * p.D, out + r * p.F);
+    return;
+  }
   if (p.omega_t.empty()) {
     if (out != x) std::copy(x, x + n * p.D, out);
     map_features(kern, p.mech.map, out, n * p.D);

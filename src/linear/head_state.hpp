@@ -109,6 +109,8 @@ inline void write_row(const kernels::TileKernels& kern, const LinearProblem& p, 
     for (int64_t c = 0; c < p.Dv; ++c) num[c] = d != 0.0f ? num[c] / d : 0.0f;
   }
   if (p.norm != OutputNorm::none) normalise_row(p.norm, num, p.Dv);
+  if (!p.coef.empty())
+    for (int64_t c = 0; c < p.Dv; ++c) num[c] *= p.coef[static_cast<size_t>(c)];
   kern.from_float(num, o.out->dtype, o.out->strides[3], p.Dv, o.out->ptr(b, h, i));
 }
 

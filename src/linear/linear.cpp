@@ -16,7 +16,8 @@ const char* kWhere = "attend";
 // `extra` are further named params the kind takes (performer's omega).
 LinearProblem validate_kernel(const TensorView& q, const TensorView& k, const TensorView& v, const Linear& core,
                               const std::string& kind, const std::string& text, const AttendOptions& opt,
-                              const core::Outputs& outs, int64_t F, std::vector<core::ParamSpec> extra = {}) {
+                              const core::Outputs& outs, int64_t F, std::vector<core::ParamSpec> extra = {},
+                              bool polar = false) {
   LinearProblem p;
   static_cast<core::Dims&>(p) = core::check_io(q, k, v, outs, opt);
   p.mech = core;
@@ -35,12 +36,14 @@ LinearProblem validate_kernel(const TensorView& q, const TensorView& k, const Te
     if (!(*core.decay > 0 && *core.decay <= 1))
       fail(kWhere, kind + " decay must be in (0, 1], got " + std::to_string(*core.decay));
   }
-  core::Symbols symbols{{"B", p.B}, {"H", p.H}, {"F", p.F}, {"D", p.D}, {"state_cols", p.state_cols()}};
+  core::Symbols symbols{{"B", p.B}, {"H", p.H}, {"F", p.F}, {"D", p.D}, {"Dv", p.Dv}};
   std::vector<core::ParamSpec> specs = {
       {"decay", {"H"}, "a decay in (0, 1] per query head", true},
-      {"initial_state", {"B", "H", "F", "state_cols"}, "the state (S, z) a previous call returned as final_state",
-       true}};
+      {"initial_state", {"B", "H", "state_rows", "state_cols"},
+       "the state (S, z) a previous call returned as final_state", true}};
   specs.insert(specs.end(), extra.begin(), extra.end());
+  symbols["state_rows"] = polar ? 4 * p.D : p.F;  // PolaFormer: both streams' states
+  symbols["state_cols"] = (polar ? p.Dv / 2 : p.Dv) + (core.normalize ? 1 : 0);
   core::check_params(opt.params, specs, text, symbols);
   p.decay.assign(static_cast<size_t>(p.H), core.decay.value_or(1.0));
   if (const auto it = opt.params.find("decay"); it != opt.params.end()) {
@@ -156,18 +159,84 @@ LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, c
   return p;
 }
 
+LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, const TensorView& v,
+                                     const PolaFormer& m, const AttendOptions& opt, const core::Outputs& outs) {
+  core::check_finite(m.power, "power");
+  if (!(m.power > 1)) fail(kWhere, "polaformer power must be > 1, got " + std::to_string(m.power));
+  if (v.dim() % 2 != 0 || v.dim() == 0)
+    fail(kWhere, "polaformer needs an even value head dim (two streams on its halves), got Dv = " +
+                     std::to_string(v.dim()));
+  Linear core;
+  core.causal = m.causal, core.chunk = m.chunk;
+  LinearProblem p = validate_kernel(q, k, v, core, "polaformer", to_string(Mechanism{m}), opt, outs, 2 * q.dim(),
+                                    {{"power", {"D"}, "a power > 1 per channel", true},
+                                     {"coefficients", {"Dv"}, "a factor per output channel", true}},
+                                    true);
+  p.power.assign(static_cast<size_t>(p.D), static_cast<float>(m.power));
+  if (const auto it = opt.params.find("power"); it != opt.params.end()) {
+    p.power = core::to_floats(it->second);
+    for (int64_t c = 0; c < p.D; ++c)
+      if (!(p.power[static_cast<size_t>(c)] > 1))
+        fail(kWhere, "params['power'][" + std::to_string(c) + "] must be > 1, got " +
+                         std::to_string(p.power[static_cast<size_t>(c)]));
+  }
+  if (const auto it = opt.params.find("coefficients"); it != opt.params.end()) p.coef = core::to_floats(it->second);
+  return p;
+}
+
+LinearProblem stream_problem(const LinearProblem& p, int s) {
+  LinearProblem sub = p;
+  sub.stream = s;
+  sub.Dv = p.Dv / 2;
+  sub.F = 2 * p.D;
+  sub.v.data = p.v.ptr(0, 0, 0, s * sub.Dv);
+  sub.v.shape[3] = sub.Dv;
+  if (!p.coef.empty()) sub.coef.assign(p.coef.begin() + s * sub.Dv, p.coef.begin() + (s + 1) * sub.Dv);
+  if (p.initial) {  // rows [s 2D, (s + 1) 2D) of the whole state
+    ArrayView& a = *sub.initial;
+    a.data = static_cast<const char*>(a.data) + s * sub.F * a.strides[2] * static_cast<int64_t>(dtype_size(a.dtype));
+    a.shape[2] = sub.F;
+  }
+  return sub;
+}
+
+namespace {
+
+// Runs `run` on the problem, or on each of PolaFormer's streams with the outputs of its half.
+template <void (*Run)(const LinearProblem&, const core::Outputs&, const core::Context&)>
+void by_stream(const LinearProblem& p, const core::Outputs& o, const core::Context& ctx) {
+  if (!p.polar()) return Run(p, o, ctx);
+  for (int s = 0; s < 2; ++s) {
+    const LinearProblem sub = stream_problem(p, s);
+    TensorView out = *o.out, state;
+    out.data = o.out->ptr(0, 0, 0, s * sub.Dv);
+    out.shape[3] = sub.Dv;
+    core::Outputs so{&out, nullptr, nullptr, nullptr};
+    if (o.final_state) {
+      state = *o.final_state;
+      state.data = o.final_state->ptr(0, 0, s * sub.F, 0);
+      state.shape[2] = sub.F;
+      so.final_state = &state;
+    }
+    Run(sub, so, ctx);
+  }
+}
+
+void run_reference(const LinearProblem& p, const core::Outputs& o, const core::Context&) {
+  core::write_reference(linear_reference(p, core::RefPrecision::f64), o);
+}
+
+}  // namespace
+
 const std::vector<core::Form<LinearProblem>>& LinearFamily::forms() {
   static const std::vector<core::Form<LinearProblem>> list = {
       {"right", "non-causal right product: the state phi(K)^T [V 1] once, then each row against it", refuse_right,
-       run_right},
+       by_stream<run_right>},
       {"recurrent", "causal, token by token through the state (decoding: O(F Dv) per token)", refuse_recurrent,
-       run_recurrent},
+       by_stream<run_recurrent>},
       {"chunked", "causal Lightning blocks: masked product inside a block, the state across blocks", refuse_chunked,
-       run_chunked},
-      {"reference", "quadratic weights in float64 (slow, exact)", core::refuse_nothing<LinearProblem>,
-       [](const LinearProblem& p, const core::Outputs& o, const core::Context&) {
-         core::write_reference(linear_reference(p, core::RefPrecision::f64), o);
-       }},
+       by_stream<run_chunked>},
+      {"reference", "quadratic weights in float64 (slow, exact)", core::refuse_nothing<LinearProblem>, run_reference},
   };
   return list;
 }
@@ -184,6 +253,8 @@ core::ReferenceResult LinearFamily::reference(const LinearProblem& p, core::RefP
   return linear_reference(p, precision);
 }
 
-std::array<int64_t, 4> LinearFamily::state_shape(const LinearProblem& p) { return {p.B, p.H, p.F, p.state_cols()}; }
+std::array<int64_t, 4> LinearFamily::state_shape(const LinearProblem& p) {
+  return {p.B, p.H, p.state_rows(), p.state_cols()};
+}
 
 }  // namespace attn::linear

@@ -29,10 +29,17 @@ struct LinearProblem : core::Dims {
   std::vector<float> omega_t;   // performer: random features transposed, (D, F) row-major; empty: mech.map
   std::vector<double> decay;    // per query head, in (0, 1]; 1 everywhere without decay
   int64_t F = 0;                // features per row (the head dim for the elementwise maps)
-  std::optional<ArrayView> initial;  // (B, H, F, state_cols), validated; none: a zero state
+  // PolaFormer: per-channel powers (D), output coefficients (Dv); each of its two streams runs as
+  // a sub-problem (stream 0 same-sign, 1 opposite-sign) on half of the value channels.
+  std::vector<float> power, coef;
+  int stream = -1;
+  std::optional<ArrayView> initial;  // (B, H, state_rows, state_cols), validated; none: a zero state
   // Element (b, h, f, c) of the initial state (0 without one).
   float initial_at(int64_t b, int64_t h, int64_t f, int64_t c) const;
-  int64_t state_cols() const { return Dv + (mech.normalize ? 1 : 0); }
+  bool polar() const { return !power.empty(); }
+  // The state's rows and columns: F x (Dv [+ 1]); PolaFormer's whole problem: 4 D x (Dv / 2 + 1).
+  int64_t state_rows() const { return polar() && stream < 0 ? 4 * D : F; }
+  int64_t state_cols() const { return (polar() && stream < 0 ? Dv / 2 : Dv) + (mech.normalize ? 1 : 0); }
   bool decays() const;
 };
 
@@ -48,6 +55,8 @@ struct LinearFamily {
                           const AttendOptions& options, const core::Outputs& outs);
   static Problem validate(const TensorView& q, const TensorView& k, const TensorView& v, const Sana& m,
                           const AttendOptions& options, const core::Outputs& outs);
+  static Problem validate(const TensorView& q, const TensorView& k, const TensorView& v, const PolaFormer& m,
+                          const AttendOptions& options, const core::Outputs& outs);
   static const std::vector<core::Form<Problem>>& forms();
   // Causal: 2 C (F + Dv) + 4 F Dv per query (the chunked form, C = min(chunk, N));
   // non-causal: 2 F Dv per key and per query (the right product).
@@ -56,6 +65,10 @@ struct LinearFamily {
   // (B, H, F, state_cols) of the recurrent state.
   static std::array<int64_t, 4> state_shape(const Problem& p);
 };
+
+// PolaFormer's stream s of a whole problem: F = 2 D, the value, output and state columns of its
+// half (views into the caller's arrays, no copies).
+LinearProblem stream_problem(const LinearProblem& p, int s);
 
 // Performer's random feature rows (F, D) row-major for `seed` (see Performer in mechanism.hpp).
 std::vector<double> performer_omega(int64_t F, int64_t D, uint64_t seed);

@@ -69,6 +69,8 @@ core::ReferenceResult reference_impl(const LinearProblem& p, bool plain) {
           num[static_cast<size_t>(c)] = !p.mech.normalize ? y : den != 0 ? rnd(y / rnd(den)) : 0;
         }
         normalise_row(p.norm, num.data(), p.Dv);
+        if (!p.coef.empty())
+          for (int64_t c = 0; c < p.Dv; ++c) num[static_cast<size_t>(c)] *= static_cast<T>(p.coef[static_cast<size_t>(c)]);
         for (int64_t c = 0; c < p.Dv; ++c) r.out[at * p.Dv + c] = static_cast<double>(rnd(num[static_cast<size_t>(c)]));
         for (int64_t j = 0; j < len; ++j) {
           const T y = w[static_cast<size_t>(j)];
@@ -98,7 +100,25 @@ core::ReferenceResult reference_impl(const LinearProblem& p, bool plain) {
 }  // namespace
 
 core::ReferenceResult linear_reference(const LinearProblem& p, core::RefPrecision precision) {
-  return precision == core::RefPrecision::f64 ? reference_impl<double>(p, false) : reference_impl<float>(p, true);
+  if (!p.polar() || p.stream >= 0)
+    return precision == core::RefPrecision::f64 ? reference_impl<double>(p, false) : reference_impl<float>(p, true);
+  // PolaFormer: each stream on its half of the value channels and its rows of the state; no
+  // single weight matrix (probs stay empty).
+  core::ReferenceResult r = core::zero_result(p.B, p.H, p.N, p.M, p.Dv);
+  r.F = p.state_rows(), r.state_cols = p.state_cols();
+  r.state.assign(static_cast<size_t>(p.B * p.H * r.F * r.state_cols), 0.0);
+  for (int s = 0; s < 2; ++s) {
+    const core::ReferenceResult h = linear_reference(stream_problem(p, s), precision);
+    for (int64_t row = 0; row < p.B * p.H * p.N; ++row)
+      for (int64_t c = 0; c < h.Dv; ++c)
+        r.out[static_cast<size_t>(row * p.Dv + s * h.Dv + c)] = h.out[static_cast<size_t>(row * h.Dv + c)];
+    for (int64_t bh = 0; bh < p.B * p.H; ++bh)
+      for (int64_t f = 0; f < h.F; ++f)
+        for (int64_t c = 0; c < h.state_cols; ++c)
+          r.state[static_cast<size_t>((bh * r.F + s * h.F + f) * r.state_cols + c)] =
+              h.state[static_cast<size_t>((bh * h.F + f) * h.state_cols + c)];
+  }
+  return r;
 }
 
 }  // namespace attn::linear

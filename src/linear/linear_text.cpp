@@ -2,7 +2,7 @@
 //   linear[:map=elu|relu|identity|exp|relu2,causal,normalize=0|1,decay=L,chunk=C,scale=S]
 //       (elu, normalised, non-causal, chunks of 64, scale 1)
 //   retention[:decay=L,chunk=C,scale=S]   alias of linear:map=identity,causal,normalize=0,...
-// and its relatives (one family, src/linear/): normattn, performer, sana; and gau (its own,
+// and its relatives (one family, src/linear/): normattn, performer, sana, polaformer; and gau (its own,
 // quadratic family beside them).
 #include <optional>
 
@@ -115,6 +115,19 @@ void read_options(OptionReader& r, Sana& m) {
 void write_options(OptionWriter& w, const Sana& m) {
   if (m.causal) w.flag("causal");
   if (m.eps != 1e-15) w.number("eps", m.eps);
+  if (m.chunk != 64) w.integer("chunk", m.chunk);
+}
+
+// polaformer[:power=P,causal,chunk=C]   (power 3)
+void read_options(OptionReader& r, PolaFormer& m) {
+  m.power = r.number("power").value_or(3.0);
+  m.causal = r.flag("causal");
+  m.chunk = r.integer("chunk").value_or(64);
+}
+
+void write_options(OptionWriter& w, const PolaFormer& m) {
+  if (m.power != 3.0) w.number("power", m.power);
+  if (m.causal) w.flag("causal");
   if (m.chunk != 64) w.integer("chunk", m.chunk);
 }
 

@@ -41,6 +41,9 @@ void write_options(OptionWriter& w, const Performer& m);
 void read_options(OptionReader& r, Sana& m);
 void write_options(OptionWriter& w, const Sana& m);
 
+void read_options(OptionReader& r, PolaFormer& m);
+void write_options(OptionWriter& w, const PolaFormer& m);
+
 void read_options(OptionReader& r, Gau& m);
 void write_options(OptionWriter& w, const Gau& m);
 

@@ -43,7 +43,8 @@ TEST(Linear, SplitCallsWithTheStateEqualOneCall) {
   const int64_t B = 2, H = 4, Hkv = 2, N = 57, D = 16, Dv = 12, cut = 23;
   const Qkv x = random_qkv(3, B, H, Hkv, N, D, Dv);
   for (const char* mech : {"linear:map=elu,causal,chunk=8", "retention:decay=0.9,chunk=16",
-                           "linear:map=relu2,causal,decay=0.7,chunk=5"})
+                           "linear:map=relu2,causal,decay=0.7,chunk=5", "polaformer:power=2,causal,chunk=8",
+                           "performer:features=20,seed=2,causal,chunk=8"})
     for (const char* form : {"chunked", "recurrent"}) {
       AttendOptions o;
       o.form = form;
@@ -253,6 +254,46 @@ TEST(NormAttnAndSana, MatchTheirDefinitions) {
                         "sana eps must be >= 0");
   testing::expect_error([&] { attend(q.view, k.view, v.view, parse_mechanism("performer:features=0")); },
                         "performer features must be in [1, 65536], got 0");
+  testing::expect_error([&] { attend(q.view, k.view, v.view, parse_mechanism("polaformer:power=1")); },
+                        "polaformer power must be > 1, got 1");
+}
+
+TEST(PolaFormer, StreamsOnValueHalvesWithPowersAndCoefficients) {
+  // Written out: same-sign weights on the first half of v, opposite-sign on the second, each
+  // normalised, times the coefficients.
+  const int64_t N = 11, D = 4, Dv = 6;
+  std::mt19937 rng(12);
+  auto q = testing::random_tensor(rng, DType::f32, 1, 1, N, D);
+  auto k = testing::random_tensor(rng, DType::f32, 1, 1, N, D);
+  auto v = testing::random_tensor(rng, DType::f32, 1, 1, N, Dv);
+  std::vector<float> power = {1.5f, 2.0f, 3.0f, 2.5f}, coef = {1, 2, 3, 4, 5, 6};
+  AttendOptions o;
+  o.params["power"] = make_array_view(power.data(), DType::f32, {D});
+  o.params["coefficients"] = make_array_view(coef.data(), DType::f32, {Dv});
+  o.return_final_state = true;
+  const AttendResult r = attend(q.view, k.view, v.view, parse_mechanism("polaformer:causal"), o);
+  EXPECT_EQ(r.final_state.view().shape, (std::array<int64_t, 4>{1, 1, 4 * D, Dv / 2 + 1}));
+  auto pos = [&](float x, int64_t c) { return x > 0 ? std::pow(double(x), double(power[static_cast<size_t>(c)])) : 0.0; };
+  auto neg = [&](float x, int64_t c) { return x < 0 ? std::pow(double(-x), double(power[static_cast<size_t>(c)])) : 0.0; };
+  for (int64_t i = 0; i < N; ++i)
+    for (int s = 0; s < 2; ++s) {
+      std::vector<double> num(Dv / 2, 0.0);
+      double den = 0;
+      for (int64_t j = 0; j <= i; ++j) {
+        double w = 0;
+        for (int64_t c = 0; c < D; ++c) {
+          const float a = q.view.at(0, 0, i, c), b = k.view.at(0, 0, j, c);
+          w += s == 0 ? pos(a, c) * pos(b, c) + neg(a, c) * neg(b, c) : pos(a, c) * neg(b, c) + neg(a, c) * pos(b, c);
+        }
+        den += w;
+        for (int64_t c = 0; c < Dv / 2; ++c) num[static_cast<size_t>(c)] += w * v.view.at(0, 0, j, s * Dv / 2 + c);
+      }
+      for (int64_t c = 0; c < Dv / 2; ++c) {
+        const int64_t ch = s * Dv / 2 + c;
+        const double want = den != 0 ? num[static_cast<size_t>(c)] / den * coef[static_cast<size_t>(ch)] : 0.0;
+        EXPECT_NEAR(r.out.at(0, 0, i, ch), want, 1e-5 * (1 + std::abs(want))) << i << " " << ch;
+      }
+    }
 }
 
 }  // namespace
