@@ -112,6 +112,7 @@ std::vector<Case> demo_cases(int64_t n, int64_t d, int64_t heads) {
       {"retention decay 0.97 (chunked)", "retention:decay=0.97"},
       {"GAU relu^2 (quadratic, tiled)", "gau:causal"},
       {"PolaFormer power 3, causal (two streams)", "polaformer:power=3,causal"},
+      {"efficient attention (key softmax over tokens)", "efficient"},
       {"Performer 256 features (estimates softmax)", "performer:features=256,seed=1"},
       {"linear decode: 1 token + state (recurrent)", "linear:map=relu,causal", DType::f32, 0, false, false, true},
   };
@@ -544,6 +545,29 @@ void gau_check_cases(std::vector<Case>& out) {
   }
 }
 
+// ---- efficient: per-feature softmax of the keys over the sequence ----------------------------
+void efficient_check_cases(std::vector<Case>& out) {
+  const char* mechs[] = {"efficient", "efficient:causal", "efficient:scale=0.5", "efficient:causal,scale=2"};
+  int k = 0;
+  for (const char* mech : mechs) {
+    ++k;
+    const bool causal = std::string(mech).find("causal") != std::string::npos;
+    Case c;
+    c.mechanism = mech;
+    c.B = 2, c.H = 4, c.Hkv = 2, c.N = 131, c.M = causal ? 131 : 70, c.D = 16, c.Dv = 24;
+    c.dtype = k % 3 == 0 ? DType::bf16 : k % 3 == 1 ? DType::f32 : DType::f16;
+    c.layout = k % 2 ? Layout::bhnd : Layout::bnhd;
+    c.extras.magnitude = 3.0f;  // wide key softmaxes: the running maximum matters
+    out.push_back(c);
+    Case st = c;  // a state passed in, padded keys, strided rows
+    st.B = 3, st.H = 2, st.Hkv = 1, st.N = st.M = 40, st.D = 8, st.Dv = 8, st.dtype = DType::f32;
+    st.extras.state = true, st.extras.padding = true, st.extras.pad = 3;
+    out.push_back(st);
+    st.N = st.M = 1, st.extras.padding = false;  // one token against a state
+    out.push_back(st);
+  }
+}
+
 void linear_bad_cases(std::vector<BadCase>& out) {
   Case c = small_case();
   auto add = [&](const char* name, const char* mech, const char* message) { add_bad_text(out, c, name, mech, message); };
@@ -576,6 +600,7 @@ std::vector<Case> build() {
   dca_check_cases(all);
   linear_check_cases(all);
   gau_check_cases(all);
+  efficient_check_cases(all);
   // Bench suite: the foundation's grid (N = M = 1024, 4096; d = 64, 128; softmax and causal;
   // f32 and bf16; 8 heads) and decode against 4096 / 16384 / 65536 cached keys.
   for (Case& c : bench_grid({1024, 4096}, {64, 128}, {"softmax", "softmax:causal"}, {DType::f32, DType::bf16}, 8, 0))

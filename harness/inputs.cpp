@@ -88,8 +88,10 @@ void make_inputs(const Case& c, Inputs& in, bool shapes_only) {
     const std::array<int64_t, 4> s = state_shape(in.q.view, in.k.view, in.v.view, in.mechanism, opt);
     std::normal_distribution<float> d(0.0f, 1.0f);
     in.state.resize(static_cast<size_t>(s[0] * s[1] * s[2] * s[3]));
-    for (size_t i = 0; i < in.state.size(); ++i)  // the last column (the normaliser, when there is one) > 0
-      in.state[i] = i % static_cast<size_t>(s[3]) == static_cast<size_t>(s[3] - 1) ? 2.0f + std::abs(d(rng)) : d(rng);
+    for (size_t i = 0; i < in.state.size(); ++i) {  // normalisers (the last column, any past Dv) > 0
+      const int64_t col = static_cast<int64_t>(i % static_cast<size_t>(s[3]));
+      in.state[i] = col == s[3] - 1 || col >= c.Dv ? 2.0f + std::abs(d(rng)) : d(rng);
+    }
     opt.params["initial_state"] = make_array_view(in.state.data(), DType::f32, {s[0], s[1], s[2], s[3]});
   }
   opt.return_lse = core::has_lse(in.mechanism);

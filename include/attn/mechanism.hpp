@@ -23,6 +23,7 @@
 //   performer:features=256,seed=1   FAVOR+ random features estimating softmax attention
 //   sana                            SANA's ReLU linear attention (eps 1e-15 in the denominator)
 //   polaformer:power=3              PolaFormer: same- and opposite-sign streams, sharpened by a power
+//   efficient                       efficient attention: softmax of q over features, of k over tokens
 //   gau:bias=0,causal               GAU's relu^2(q.k/sqrt(d) + b)/n weights (quadratic)
 //
 // A family is a struct with `static constexpr std::string_view kind`, an alternative of the
@@ -231,6 +232,21 @@ struct PolaFormer {
   bool operator==(const PolaFormer&) const = default;
 };
 
+// Efficient attention (Shen et al. 2021): the query's features softmax-normalised over the head
+// dim, the keys' over the sequence, nothing else normalised:
+//   o_i = scale * sum_f softmax_f(q_i)[f] * sum_j softmax_j(k_j[f]) v_j
+// over the keys the query sees (all of them; causal: j <= i, the key softmax then runs over the
+// prefix). Padded keys take no part in the key softmax. Its state is per feature f: the context
+// C_f = sum_j e^(k_j[f] - m_f) v_j / z_f, the sum z_f = sum_j e^(k_j[f] - m_f) and the running
+// maximum m_f: (B, H, D, Dv + 2) = [C | z | m] (z = 0: no tokens yet).
+struct Efficient {
+  static constexpr std::string_view kind = "efficient";
+  bool causal = false;
+  std::optional<double> scale;    // none: 1/sqrt(d)
+
+  bool operator==(const Efficient&) const = default;
+};
+
 // GAU / FLASH's squared-ReLU attention (Hua et al. 2022): un-normalised weights
 //   a_ij = relu(scale * q_i . k_j + bias)^2 / n,   n = the batch entry's valid key count
 // over the keys the query sees (all, or j <= i + M - N when causal). No factorisation: a
@@ -245,7 +261,7 @@ struct Gau {
 };
 
 // The families. The model issues append theirs.
-using Mechanism = std::variant<Softmax, Longformer, BigBird, Linformer, Lsh, Dca, Linear, NormAttn, Performer, Sana, PolaFormer, Gau>;
+using Mechanism = std::variant<Softmax, Longformer, BigBird, Linformer, Lsh, Dca, Linear, NormAttn, Performer, Sana, PolaFormer, Efficient, Gau>;
 
 // For exhaustive visits: std::visit(overloaded{[](const Softmax&) {...}, ...}, mechanism).
 template <class... Fs>

@@ -164,3 +164,22 @@ def test_polaformer_streams_match_their_formula():
         num = np.einsum("bhij,bjhd->bihd", w, v[..., 3 * s:3 * s + 3].astype(np.float64))
         want = num / w.sum(-1).transpose(0, 2, 1)[..., None]
         np.testing.assert_allclose(o[..., 3 * s:3 * s + 3], want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_efficient_attention_matches_its_formula(causal):
+    q, k, v = qkv(11, n=50, h=2, hkv=2, d=8, dv=6)
+    q, k = q * 3, k * 3  # wide softmaxes
+    o = attn.attend(q, k, v, "efficient:causal" if causal else "efficient", key_padding_lengths=[50, 31])
+    q64, k64, v64 = (np.asarray(x, np.float64) for x in (q, k, v))
+    qs = np.exp(q64 - q64.max(-1, keepdims=True))
+    qs = qs / qs.sum(-1, keepdims=True) / np.sqrt(8)
+    want = np.zeros(o.shape)
+    for b, length in enumerate([50, 31]):
+        for i in range(50):
+            end = min(i + 1, length) if causal else length
+            ks = np.exp(k64[b, :end] - k64[b, :end].max(0))  # (end, H, D): softmax over the tokens
+            ks = ks / ks.sum(0)
+            ctx = np.einsum("jhf,jhc->hfc", ks, v64[b, :end])
+            want[b, i] = np.einsum("hf,hfc->hc", qs[b, i], ctx)
+    np.testing.assert_allclose(o, want, rtol=1e-4, atol=1e-5)

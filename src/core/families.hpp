@@ -6,6 +6,7 @@
 #include "lowrank/linformer.hpp"
 #include "sparse/lsh.hpp"
 #include "positional/dca.hpp"
+#include "linear/efficient.hpp"
 #include "linear/gau.hpp"
 #include "linear/linear.hpp"
 
@@ -26,6 +27,7 @@ decltype(auto) visit_family(const Mechanism& m, F&& f) {
                         [&](const Performer& l) { return f(l, linear::LinearFamily{}); },
                         [&](const Sana& l) { return f(l, linear::LinearFamily{}); },
                         [&](const PolaFormer& l) { return f(l, linear::LinearFamily{}); },
+                        [&](const Efficient& e) { return f(e, linear::EfficientFamily{}); },
                         [&](const Gau& g) { return f(g, linear::GauFamily{}); },
                     },
                     m);

@@ -2,8 +2,8 @@
 //   linear[:map=elu|relu|identity|exp|relu2,causal,normalize=0|1,decay=L,chunk=C,scale=S]
 //       (elu, normalised, non-causal, chunks of 64, scale 1)
 //   retention[:decay=L,chunk=C,scale=S]   alias of linear:map=identity,causal,normalize=0,...
-// and its relatives (one family, src/linear/): normattn, performer, sana, polaformer; and gau (its own,
-// quadratic family beside them).
+// and its relatives (one family, src/linear/): normattn, performer, sana, polaformer; and two families beside
+// it: efficient (per-feature key softmax) and gau (quadratic).
 #include <optional>
 
 #include "attn/error.hpp"
@@ -129,6 +129,17 @@ void write_options(OptionWriter& w, const PolaFormer& m) {
   if (m.power != 3.0) w.number("power", m.power);
   if (m.causal) w.flag("causal");
   if (m.chunk != 64) w.integer("chunk", m.chunk);
+}
+
+// efficient[:causal,scale=S]   (scale 1/sqrt(d))
+void read_options(OptionReader& r, Efficient& m) {
+  m.causal = r.flag("causal");
+  m.scale = r.number("scale");
+}
+
+void write_options(OptionWriter& w, const Efficient& m) {
+  if (m.causal) w.flag("causal");
+  if (m.scale) w.number("scale", *m.scale);
 }
 
 // gau[:bias=B,causal,scale=S]   (bias 0, scale 1/sqrt(d))

@@ -44,6 +44,9 @@ void write_options(OptionWriter& w, const Sana& m);
 void read_options(OptionReader& r, PolaFormer& m);
 void write_options(OptionWriter& w, const PolaFormer& m);
 
+void read_options(OptionReader& r, Efficient& m);
+void write_options(OptionWriter& w, const Efficient& m);
+
 void read_options(OptionReader& r, Gau& m);
 void write_options(OptionWriter& w, const Gau& m);
 

@@ -36,6 +36,7 @@ Tensor mask_of(const Mechanism& mechanism, int64_t n, int64_t m) {
                  [&](const Performer& l) { return dense(l.causal); },
                  [&](const Sana& l) { return dense(l.causal); },
                  [&](const PolaFormer& l) { return dense(l.causal); },
+                 [&](const Efficient& e) { return dense(e.causal); },
                  [&](const Gau& g) { return dense(g.causal); },
                  [&](const auto& mech) { return sparse::pattern_of(mech, n, m); }},
       mechanism);

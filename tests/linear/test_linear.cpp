@@ -298,3 +298,47 @@ TEST(PolaFormer, StreamsOnValueHalvesWithPowersAndCoefficients) {
 
 }  // namespace
 }  // namespace attn::linear
+
+namespace attn {
+namespace {
+
+TEST(Efficient, SplitCallsWithTheStateEqualOneCall) {
+  const int64_t B = 2, H = 2, N = 30, D = 8, cut = 11;
+  std::mt19937 rng(13);
+  auto q = testing::random_tensor(rng, DType::f32, B, H, N, D, Layout::bhnd, 3.0f);
+  auto k = testing::random_tensor(rng, DType::f32, B, H, N, D, Layout::bhnd, 3.0f);
+  auto v = testing::random_tensor(rng, DType::f32, B, H, N, D);
+  auto part = [](TensorView t, int64_t t0, int64_t n) {
+    t.data = t.ptr(0, 0, t0);
+    t.shape[2] = n;
+    return t;
+  };
+  for (const char* mech : {"efficient:causal", "efficient"}) {
+    const bool causal = std::string(mech).find("causal") != std::string::npos;
+    AttendOptions o;
+    o.return_final_state = true;
+    const Mechanism m = parse_mechanism(mech);
+    const AttendResult whole = attend(q.view, k.view, v.view, m, o);
+    // non-causal: the first call's keys enter the second call's queries through the state
+    const AttendResult first = attend(part(q.view, 0, cut), part(k.view, 0, cut), part(v.view, 0, cut), m, o);
+    const TensorView& s = first.final_state.view();
+    o.params["initial_state"] = make_array_view(s.data, DType::f32, {s.shape[0], s.shape[1], s.shape[2], s.shape[3]});
+    const AttendResult second = attend(part(q.view, cut, N - cut), part(k.view, cut, N - cut), part(v.view, cut, N - cut), m, o);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = cut; i < N; ++i)
+          for (int64_t c = 0; c < D; ++c)
+            ASSERT_NEAR(second.out.at(b, h, i - cut, c), whole.out.at(b, h, i, c), 2e-5f) << mech << " " << i;
+    if (causal)
+      for (int64_t i = 0; i < cut; ++i)
+        for (int64_t c = 0; c < D; ++c) ASSERT_NEAR(first.out.at(0, 0, i, c), whole.out.at(0, 0, i, c), 2e-5f);
+    const TensorView& w = whole.final_state.view();
+    for (int64_t e = 0; e < w.numel(); ++e) {
+      const float want = static_cast<const float*>(w.data)[e];
+      EXPECT_NEAR(static_cast<const float*>(second.final_state.view().data)[e], want, 2e-5f * (1 + std::abs(want)));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attn

@@ -33,7 +33,7 @@ TEST(MechanismText, UnknownOptionListsTheKnownOnes) {
 }
 
 TEST(MechanismText, KindsComeFromTheVariant) {
-  EXPECT_EQ(known_kinds(), "softmax, longformer, bigbird, linformer, lsh, dca, linear, normattn, performer, sana, polaformer, gau");
+  EXPECT_EQ(known_kinds(), "softmax, longformer, bigbird, linformer, lsh, dca, linear, normattn, performer, sana, polaformer, efficient, gau");
   EXPECT_EQ(kind_of(parse_mechanism("softmax:causal")), "softmax");
   EXPECT_EQ(kind_of(parse_mechanism("linformer:k=64")), "linformer");
 }

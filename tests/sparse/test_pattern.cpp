@@ -27,6 +27,7 @@ Pattern compile(const std::string& text, int64_t N, int64_t M) {
                                [&](const Performer&) -> Pattern { throw std::logic_error("no pattern"); },
                                [&](const Sana&) -> Pattern { throw std::logic_error("no pattern"); },
                                [&](const PolaFormer&) -> Pattern { throw std::logic_error("no pattern"); },
+                               [&](const Efficient&) -> Pattern { throw std::logic_error("no pattern"); },
                                [&](const Gau&) -> Pattern { throw std::logic_error("no pattern"); },
                                [&](const auto& m) { return pattern_of(m, N, M); }},
                     parse_mechanism(text));
