@@ -113,6 +113,8 @@ std::vector<Case> demo_cases(int64_t n, int64_t d, int64_t heads) {
       {"GAU relu^2 (quadratic, tiled)", "gau:causal"},
       {"PolaFormer power 3, causal (two streams)", "polaformer:power=3,causal"},
       {"efficient attention (key softmax over tokens)", "efficient"},
+      {"TransNormer NormAttention (RMS-normalised)", "normattn:map=elu,norm=rms,causal"},
+      {"SANA ReLU linear attention", "sana"},
       {"Performer 256 features (estimates softmax)", "performer:features=256,seed=1"},
       {"linear decode: 1 token + state (recurrent)", "linear:map=relu,causal", DType::f32, 0, false, false, true},
   };
@@ -585,6 +587,22 @@ void linear_bad_cases(std::vector<BadCase>& out) {
                    static const float zeros[2 * 8 * 8] = {};
                    in.options.params["initial_state"] = make_array_view(zeros, DType::f32, {1, 2, 8, 8});
                  }, "params['initial_state'] must have shape"});
+  c.N = 5, c.Dv = 7;  // the family's other kinds
+  add("efficient_causal_needs_square", "efficient:causal", "so N (queries) must equal M (keys), got N = 5, M = 6");
+  add("polaformer_odd_value_dim", "polaformer", "polaformer needs an even value head dim (two streams on its halves), got Dv = 7");
+  c.Dv = 8;
+  add("polaformer_power", "polaformer:power=1", "polaformer power must be > 1, got 1");
+  add("performer_features", "performer:features=0", "performer features must be in [1, 65536], got 0");
+  add("sana_eps", "sana:eps=-1", "sana eps must be >= 0");
+  add("normattn_decay_needs_causal", "normattn:decay=0.9", "a decay needs causal");
+  c.mechanism = "gau", c.extras.mask = true;
+  out.push_back({"gau_mask", c, [](Inputs&) {}, "gau does not take a boolean mask"});
+  c.mechanism = "efficient", c.extras.mask = false, c.N = c.M = 6;
+  out.push_back({"efficient_negative_sums", c, [](Inputs& in) {
+                   static std::vector<float> state(2 * 8 * 10, 0.0f);
+                   state[8] = -1.0f;  // z of (b 0, h 0, f 0)
+                   in.options.params["initial_state"] = make_array_view(state.data(), DType::f32, {1, 2, 8, 10});
+                 }, "params['initial_state'] column Dv (the sums z) must be >= 0, got -1"});
   Case softmax = c;
   softmax.mechanism = "softmax";
   out.push_back({"softmax_final_state", softmax, [](Inputs& in) { in.options.return_final_state = true; },

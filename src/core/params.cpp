@@ -132,6 +132,11 @@ void check_params(const Params& given, const std::vector<ParamSpec>& specs, cons
   }
 }
 
+float element_at(const ArrayView& a, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+  const std::vector<int64_t>& st = a.strides;
+  return load_as_float(a.data, a.dtype, i0 * st[0] + i1 * st[1] + i2 * st[2] + i3 * st[3]);
+}
+
 std::vector<float> to_floats(const ArrayView& a) {
   int64_t n = 1;
   for (int64_t d : a.shape) n *= d;

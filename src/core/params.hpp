@@ -29,6 +29,9 @@ void check_params(const Params& given, const std::vector<ParamSpec>& specs, cons
 // The data of a float32 parameter laid out in C order without gaps, or null.
 const float* contiguous_f32(const ArrayView& a);
 
+// Element (i0, i1, i2, i3) of a validated 4-D parameter, as float.
+float element_at(const ArrayView& a, int64_t i0, int64_t i1, int64_t i2, int64_t i3);
+
 // A contiguous float32 copy of a validated parameter (C order).
 std::vector<float> to_floats(const ArrayView& a);
 

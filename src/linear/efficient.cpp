@@ -22,10 +22,7 @@ struct FeatureSoftmax {
       : C(static_cast<size_t>(p.D * p.Dv), 0.0f), z(static_cast<size_t>(p.D), 0.0f), m(static_cast<size_t>(p.D), 0.0f),
         D(p.D), Dv(p.Dv) {
     if (!p.initial) return;
-    const ArrayView& a = *p.initial;
-    auto at = [&](int64_t f, int64_t c) {
-      return load_as_float(a.data, a.dtype, b * a.strides[0] + h * a.strides[1] + f * a.strides[2] + c * a.strides[3]);
-    };
+    auto at = [&](int64_t f, int64_t c) { return core::element_at(*p.initial, b, h, f, c); };
     for (int64_t f = 0; f < D; ++f) {
       for (int64_t c = 0; c < Dv; ++c) C[static_cast<size_t>(f * Dv + c)] = at(f, c);
       z[static_cast<size_t>(f)] = at(f, Dv), m[static_cast<size_t>(f)] = at(f, Dv + 1);
@@ -51,7 +48,7 @@ struct FeatureSoftmax {
     }
   }
 
-  void store(const EfficientProblem& p, const core::Outputs& o, int64_t b, int64_t h) const {
+  void store(const core::Outputs& o, int64_t b, int64_t h) const {
     if (!o.final_state) return;
     const TensorView& t = *o.final_state;
     float* base = static_cast<float*>(t.data);
@@ -60,7 +57,6 @@ struct FeatureSoftmax {
       base[t.offset(b, h, f, Dv)] = z[static_cast<size_t>(f)];
       base[t.offset(b, h, f, Dv + 1)] = m[static_cast<size_t>(f)];
     }
-    (void)p;
   }
 };
 
@@ -91,16 +87,16 @@ void run_online(const EfficientProblem& p, const core::Outputs& o, const core::C
         st.absorb(k.data(), v.data());
       }
       for (int64_t i = 0; i < p.N; ++i) write_output(kern, p, o, st, b, h, i, q.data(), out.data());
-      st.store(p, o, b, h);
+      st.store(o, b, h);
       return;
     }
-    if (len == 0) st.store(p, o, b, h);
+    if (len == 0) st.store(o, b, h);
     for (int64_t t = 0; t < p.N; ++t) {
       if (t < len) {
         load_rows(kern, p.k, b, hk, t, 1, len, k.data(), p.D);
         load_rows(kern, p.v, b, hk, t, 1, len, v.data(), p.Dv);
         st.absorb(k.data(), v.data());
-        if (t == len - 1) st.store(p, o, b, h);
+        if (t == len - 1) st.store(o, b, h);
       }
       write_output(kern, p, o, st, b, h, t, q.data(), out.data());
     }
@@ -132,11 +128,7 @@ core::ReferenceResult reference_impl(const EfficientProblem& p, bool plain) {
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t h = 0; h < p.H; ++h) {
       const int64_t hk = p.kv_head(h), len = p.kv_len[static_cast<size_t>(b)];
-      auto init = [&](int64_t f, int64_t c) {
-        const ArrayView& a = *p.initial;
-        return static_cast<T>(
-            load_as_float(a.data, a.dtype, b * a.strides[0] + h * a.strides[1] + f * a.strides[2] + c * a.strides[3]));
-      };
+      auto init = [&](int64_t f, int64_t c) { return static_cast<T>(core::element_at(*p.initial, b, h, f, c)); };
       auto over = [&](int64_t f, int64_t end) {  // written out: max, then the weights, then the sums
         Softmax1 s;
         s.ctx.assign(static_cast<size_t>(Dv), T(0));
@@ -190,9 +182,7 @@ EfficientProblem EfficientFamily::validate(const TensorView& q, const TensorView
   p.mech = m;
   const std::string text = to_string(Mechanism{m});
   core::refuse_score_options(opt, "efficient", "its weights are softmax(q) . softmax_seq(k), not a score matrix");
-  if (m.causal && p.N != p.M)
-    fail(kWhere, text + " is causal: each token brings its q, k and v, so N (queries) must equal M (keys), got N = " +
-                     std::to_string(p.N) + ", M = " + std::to_string(p.M) + " (pass earlier tokens as initial_state)");
+  if (m.causal) check_causal_tokens(p, text);
   if (m.scale) core::check_positive_float32(*m.scale, "scale");
   p.scale = m.scale ? *m.scale : 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(p.D, 1)));
   core::Symbols symbols{{"B", p.B}, {"H", p.H}, {"D", p.D}, {"state_cols", p.Dv + 2}};
@@ -205,8 +195,7 @@ EfficientProblem EfficientFamily::validate(const TensorView& q, const TensorView
     for (int64_t b = 0; b < p.B; ++b)  // z is a sum of exponentials: >= 0
       for (int64_t h = 0; h < p.H; ++h)
         for (int64_t f = 0; f < p.D; ++f) {
-          const ArrayView& a = it->second;
-          const float z = load_as_float(a.data, a.dtype, b * a.strides[0] + h * a.strides[1] + f * a.strides[2] + p.Dv * a.strides[3]);
+          const float z = core::element_at(it->second, b, h, f, p.Dv);
           if (z < 0) fail(kWhere, "params['initial_state'] column Dv (the sums z) must be >= 0, got " + std::to_string(z));
         }
   }

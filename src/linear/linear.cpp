@@ -23,9 +23,7 @@ LinearProblem validate_kernel(const TensorView& q, const TensorView& k, const Te
   p.mech = core;
   p.text = text;
   core::refuse_score_options(opt, kind, "its weights are phi(q).phi(k), not a score matrix");
-  if (core.causal && p.N != p.M)
-    fail(kWhere, text + " is causal: each token brings its q, k and v, so N (queries) must equal M (keys), got N = " +
-                     std::to_string(p.N) + ", M = " + std::to_string(p.M) + " (pass earlier tokens as initial_state)");
+  if (core.causal) check_causal_tokens(p, text);
   if (core.chunk < 1 || core.chunk > 4096)
     fail(kWhere, kind + " chunk must be in [1, 4096], got " + std::to_string(core.chunk));
   if (core.scale) core::check_positive_float32(*core.scale, "scale");
@@ -99,6 +97,12 @@ std::vector<double> performer_omega(int64_t F, int64_t D, uint64_t seed) {
   return omega;
 }
 
+void check_causal_tokens(const core::Dims& p, const std::string& text) {
+  if (p.N != p.M)
+    fail(kWhere, text + " is causal: each token brings its q, k and v, so N (queries) must equal M (keys), got N = " +
+                     std::to_string(p.N) + ", M = " + std::to_string(p.M) + " (pass earlier tokens as initial_state)");
+}
+
 bool LinearProblem::decays() const {
   for (double d : decay)
     if (d != 1.0) return true;
@@ -106,9 +110,7 @@ bool LinearProblem::decays() const {
 }
 
 float LinearProblem::initial_at(int64_t b, int64_t h, int64_t f, int64_t c) const {
-  if (!initial) return 0.0f;
-  const std::vector<int64_t>& st = initial->strides;
-  return load_as_float(initial->data, initial->dtype, b * st[0] + h * st[1] + f * st[2] + c * st[3]);
+  return initial ? core::element_at(*initial, b, h, f, c) : 0.0f;
 }
 
 LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, const TensorView& v, const Linear& m,

@@ -77,7 +77,7 @@ void run_chunked(const LinearProblem& p, const core::Outputs& o, const core::Con
       // O_b = diag(lambda^(r+1)) Q_b S + A V_b; the denominators likewise.
       kern.gemm(c, Dv, F, q.data(), F, 1, st.S.data(), Dv, out.data(), Dv, false);
       for (int64_t r = 0; r < c; ++r) {
-        const float t = pw[static_cast<size_t>(std::min(r + 1, C))];
+        const float t = pw[static_cast<size_t>(r + 1)];  // r < C
         if (t != 1.0f)
           for (int64_t x = 0; x < Dv; ++x) out[static_cast<size_t>(r * Dv + x)] *= t;
         if (p.mech.normalize) den[static_cast<size_t>(r)] += t * dot(q.data() + r * F, st.z.data(), F);
