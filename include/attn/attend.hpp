@@ -32,9 +32,25 @@
 
 namespace attn {
 
+// A paged KV cache (the memory layout of vLLM's PagedAttention): k and v are pools of
+// fixed-size blocks of rows, (num_blocks, Hkv, block_size, D) and (num_blocks, Hkv, block_size,
+// Dv), any strides; the keys of batch entry b are, in order, the rows of the blocks its row of
+// the block table names: key j is row j % block_size of block
+// block_table[b * blocks_per_seq + j / block_size]. Blocks may be shared between entries
+// (a common prefix). Read by the softmax family (softmax, longformer, bigbird).
+struct PagedKv {
+  std::vector<int32_t> block_table;  // B x blocks_per_seq, row-major
+  int64_t blocks_per_seq = 0;
+  // M, the keys of the call (causal alignment, probs' width); -1: blocks_per_seq * block_size.
+  // Entries of a row beyond the blocks its valid keys (key_padding_lengths) need are not read.
+  int64_t tokens = -1;
+};
+
 struct AttendOptions {
   // Keys j >= key_padding_lengths[b] are hidden from every query of batch b (length B).
   std::vector<int64_t> key_padding_lengths;
+  // k and v are page pools read through a block table (see PagedKv); none: plain views.
+  std::optional<PagedKv> paged;
   // Boolean mask (true = may attend) with shape (B|1, H|1, N, M); size-1 dims broadcast.
   std::optional<TensorView> mask;
   // Your own sparsity, in the spirit of FlexAttention's BlockMask and mask_mod, combined with

@@ -7,5 +7,6 @@
 #include "attn/mechanism.hpp"
 #include "attn/npy.hpp"
 #include "attn/pattern.hpp"
+#include "attn/kv_cache.hpp"
 #include "attn/rope.hpp"
 #include "attn/tensor.hpp"

@@ -36,6 +36,12 @@ void apply_rope(const TensorView& x, const Rope& rope, const std::vector<int64_t
 // values, the same for every batch), for schemes that remap positions (Dual Chunk Attention).
 void apply_rope_at(const TensorView& x, const Rope& rope, const std::vector<int64_t>& positions);
 
+// Rotates x (B, H, N, D) in place with given tables (flash-attn's rotary_cos / rotary_sin):
+// cos and sin (1, 1, P, R/2), any float dtype and strides, rotary dims R = 2 * their last dim
+// (<= D); token n of batch b is at position positions[b * N + n], which must be < P.
+void apply_rope_table(const TensorView& x, const TensorView& cos, const TensorView& sin, RopeStyle style,
+                      const std::vector<int64_t>& positions);
+
 // The float64 reference of the same rotation (tests): returns the rotated values of x,
 // (B, H, N, D) row-major.
 std::vector<double> rope_reference(const TensorView& x, const Rope& rope, const std::vector<int64_t>& batch_offsets = {});

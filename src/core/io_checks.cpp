@@ -22,6 +22,40 @@ void check_shape(const TensorView& v, const std::string& name, std::array<int64_
                      "), got " + dims_text(v));
 }
 
+// A paged call's M (tokens, or every row of every block of a table row).
+int64_t check_pages(const PagedKv& pg, const Dims& d, const TensorView& pool) {
+  const int64_t page = pool.shape[2];
+  if (page < 1) fail(kWhere, "a paged k must have a block size (dim 2) of at least 1, got shape " + dims_text(pool));
+  if (pg.blocks_per_seq < 0)
+    fail(kWhere, "paged.blocks_per_seq must be >= 0, got " + std::to_string(pg.blocks_per_seq));
+  int64_t entries, capacity;
+  if (__builtin_mul_overflow(d.B, pg.blocks_per_seq, &entries) || static_cast<int64_t>(pg.block_table.size()) != entries)
+    fail(kWhere, "paged.block_table must have batch x blocks_per_seq = " + std::to_string(d.B) + " x " +
+                     std::to_string(pg.blocks_per_seq) + " entries, got " + std::to_string(pg.block_table.size()));
+  if (__builtin_mul_overflow(pg.blocks_per_seq, page, &capacity))
+    fail(kWhere, "paged.blocks_per_seq x block size overflows 64-bit sizes");
+  if (pg.tokens < -1 || pg.tokens > capacity)
+    fail(kWhere, "paged.tokens must be in [0, blocks_per_seq x block size = " + std::to_string(capacity) +
+                     "] (or -1 for all of them), got " + std::to_string(pg.tokens));
+  return pg.tokens < 0 ? capacity : pg.tokens;
+}
+
+// Every block a batch entry's valid keys live in must be a block of the pool.
+std::shared_ptr<const PageTable> checked_block_table(const PagedKv& pg, const Dims& d, const TensorView& pool) {
+  auto t = std::make_shared<PageTable>();
+  t->table = pg.block_table, t->per_seq = pg.blocks_per_seq, t->page = pool.shape[2];
+  for (int64_t b = 0; b < d.B; ++b) {
+    const int64_t used = (d.kv_len[static_cast<size_t>(b)] + t->page - 1) / t->page;
+    for (int64_t i = 0; i < used; ++i) {
+      const int32_t blk = t->table[static_cast<size_t>(b * t->per_seq + i)];
+      if (blk < 0 || blk >= pool.shape[0])
+        fail(kWhere, "paged.block_table[" + std::to_string(b) + "][" + std::to_string(i) + "] must name a block in [0, " +
+                         std::to_string(pool.shape[0]) + ") (the pool's blocks), got " + std::to_string(blk));
+    }
+  }
+  return t;
+}
+
 }  // namespace
 
 void refuse_score_options(const AttendOptions& opt, const std::string& kind, const std::string& why) {
@@ -83,7 +117,7 @@ void check_positive_float32(double x, const std::string& name) {
 }
 
 Dims check_io(const TensorView& q, const TensorView& k, const TensorView& v, const Outputs& outs,
-              const AttendOptions& opt) {
+              const AttendOptions& opt, Paging paging) {
   check_view(q, "q");
   check_view(k, "k");
   check_view(v, "v");
@@ -102,9 +136,17 @@ Dims check_io(const TensorView& q, const TensorView& k, const TensorView& v, con
   if (d.Hkv < 1) fail(kWhere, "k must have at least one head, got shape " + dims_text(k));
   if (d.D < 1) fail(kWhere, "head_dim of q must be at least 1, got shape " + dims_text(q));
   if (d.Dv < 1) fail(kWhere, "head_dim of v must be at least 1, got shape " + dims_text(v));
-  if (k.shape[0] != d.B) fail(kWhere, "k has batch " + std::to_string(k.shape[0]) + ", q has " + std::to_string(d.B));
   if (k.shape[3] != d.D) fail(kWhere, "k has head_dim " + std::to_string(k.shape[3]) + ", q has " + std::to_string(d.D));
-  check_shape(v, "v", {d.B, d.Hkv, d.M, d.Dv}, "(batch of q, heads of k, tokens of k, Dv)");
+  if (opt.paged) {
+    if (paging == Paging::refused)
+      fail(kWhere, "a paged KV cache (options.paged) is read by the softmax family only (softmax, longformer, "
+                   "bigbird); pass k and v as plain views");
+    check_shape(v, "v", {k.shape[0], d.Hkv, k.shape[2], d.Dv}, "(blocks of k, heads of k, block size of k, Dv)");
+    d.M = check_pages(*opt.paged, d, k);  // the table itself once the valid lengths are known (below)
+  } else {
+    if (k.shape[0] != d.B) fail(kWhere, "k has batch " + std::to_string(k.shape[0]) + ", q has " + std::to_string(d.B));
+    check_shape(v, "v", {d.B, d.Hkv, d.M, d.Dv}, "(batch of q, heads of k, tokens of k, Dv)");
+  }
   if (d.H % d.Hkv != 0)
     fail(kWhere, "k has " + std::to_string(d.Hkv) + " heads, which does not divide q's " + std::to_string(d.H));
   d.group = d.H / d.Hkv;
@@ -138,6 +180,7 @@ Dims check_io(const TensorView& q, const TensorView& k, const TensorView& v, con
       d.kv_len[b] = len;
     }
   }
+  if (opt.paged) d.pages = checked_block_table(*opt.paged, d, k);
   if (opt.threads < 0 || opt.threads > kMaxThreads)
     fail(kWhere, "threads must be in [0, " + std::to_string(kMaxThreads) + "] (0 = all CPUs), got " +
                      std::to_string(opt.threads));

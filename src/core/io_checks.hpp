@@ -3,27 +3,37 @@
 // own checks on top (src/exact/validate.cpp).
 #pragma once
 #include <array>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "attn/attend.hpp"
 #include "core/form.hpp"
+#include "core/kv_rows.hpp"
 
 namespace attn::core {
 
-// Sizes of a validated call: q (B, H, N, D), k (B, Hkv, M, D), v (B, Hkv, M, Dv).
+// Sizes of a validated call: q (B, H, N, D), k (B, Hkv, M, D), v (B, Hkv, M, Dv) (or page
+// pools with a block table: AttendOptions::paged).
 struct Dims {
   TensorView q, k, v;
   int64_t B = 0, H = 0, Hkv = 0, N = 0, M = 0, D = 0, Dv = 0;
   int64_t group = 1;   // query heads per kv head: kv head of h is h / group
   std::vector<int64_t> kv_len;  // valid keys per batch (key_padding_lengths; M when none given)
+  std::shared_ptr<const PageTable> pages;  // set when k and v are page pools
   int64_t kv_head(int64_t h) const { return h / group; }
+  // The rows of kv head hk of batch entry b: read K and V through these, never through k/v.
+  KvRows keys(int64_t b, int64_t hk) const { return KvRows(k, b, hk, pages.get()); }
+  KvRows values(int64_t b, int64_t hk) const { return KvRows(v, b, hk, pages.get()); }
 };
 
-// Validates q, k, v, the outputs that are given (none when explaining), key padding and the run
-// options.
+enum class Paging { refused, accepted };
+
+// Validates q, k, v, the outputs that are given (none when explaining), key padding, the block
+// table of a paged cache (families that read K and V through Dims::keys/values say
+// Paging::accepted; the others refuse a paged call) and the run options.
 Dims check_io(const TensorView& q, const TensorView& k, const TensorView& v, const Outputs& outs,
-              const AttendOptions& options);
+              const AttendOptions& options, Paging paging = Paging::refused);
 
 // For families whose weights are no score matrix to mask: a boolean mask, a block mask or
 // mask_mod, an additive bias or ALiBi slopes is an Error "<kind> does not take <what> (<why>)".

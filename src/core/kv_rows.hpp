@@ -1,35 +1,63 @@
 // Where the rows of K or V live: the one accessor every kernel reads them through.
 //
-// Today a head's rows are one strided run in a TensorView: row j at base + j * row_stride.
-// A paged KV cache (fixed-size blocks addressed through a block table, as vLLM lays memory
-// out) will map j to (block_table[j / page], j % page); kernels already ask for rows by runs
-// (rows(j0) and run_end(j0)) and clip their key tiles at run ends, so they need no change.
+// A head's rows are either one strided run in a TensorView (row j at base + j * row_stride) or,
+// for a paged KV cache (AttendOptions::paged, vLLM's layout), blocks of `page` rows addressed
+// through the batch entry's row of the block table: row j is row j % page of block
+// table[j / page]. Kernels ask for rows by runs (row(j0), run_end(j0): rows up to run_end are
+// evenly spaced) and clip their key tiles at run ends, so paging needs nothing of them.
 #pragma once
+#include <algorithm>
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "attn/tensor.hpp"
 
 namespace attn::core {
 
+// A validated block table (core::check_io): every entry a batch entry's valid keys need is a
+// block of the pool.
+struct PageTable {
+  std::vector<int32_t> table;  // B x per_seq
+  int64_t per_seq = 0, page = 0;
+};
+
 class KvRows {
  public:
-  KvRows(const TensorView& t, int64_t b, int64_t h)
-      : base_(t.ptr(b, h, 0)), row_bytes_(t.strides[2] * static_cast<int64_t>(dtype_size(t.dtype))),
-        rows_(t.tokens()), elem_stride_(t.strides[3]), dim_(t.dim()), dtype_(t.dtype) {}
+  // Head h of batch entry b of t: plain (pages null) or a page pool (num_blocks, heads, page, dim).
+  KvRows(const TensorView& t, int64_t b, int64_t h, const PageTable* pages = nullptr)
+      : row_bytes_(t.strides[2] * static_cast<int64_t>(dtype_size(t.dtype))), rows_(t.tokens()),
+        elem_stride_(t.strides[3]), dim_(t.dim()), dtype_(t.dtype) {
+    if (pages) {
+      blocks_ = pages->table.data() + b * pages->per_seq;
+      page_ = pages->page;
+      block_bytes_ = t.strides[0] * static_cast<int64_t>(dtype_size(t.dtype));
+      base_ = t.ptr(0, h, 0);
+      rows_ = pages->per_seq * page_;
+    } else {
+      base_ = t.ptr(b, h, 0);
+    }
+  }
 
   // Address of row j (storage type; elements elem_stride() apart).
-  const char* row(int64_t j) const { return base_ + j * row_bytes_; }
+  const char* row(int64_t j) const {
+    if (!blocks_) return base_ + j * row_bytes_;
+    return base_ + blocks_[j / page_] * block_bytes_ + (j % page_) * row_bytes_;
+  }
   // Rows [j0, run_end(j0)) are evenly spaced, row_stride_bytes() apart, starting at row(j0).
-  int64_t run_end(int64_t) const { return rows_; }
+  int64_t run_end(int64_t j0) const { return blocks_ ? std::min(rows_, (j0 / page_ + 1) * page_) : rows_; }
   int64_t row_stride_bytes() const { return row_bytes_; }
   int64_t elem_stride() const { return elem_stride_; }
   int64_t dim() const { return dim_; }
   DType dtype() const { return dtype_; }
   // Rows are float32 with unit element stride: kernels may read them in place.
   bool plain_f32() const { return dtype_ == DType::f32 && elem_stride_ == 1; }
+  float at(int64_t j, int64_t c) const { return load_as_float(row(j), dtype_, c * elem_stride_); }
 
  private:
-  const char* base_;
+  const char* base_ = nullptr;
+  const int32_t* blocks_ = nullptr;  // this entry's row of the block table; null: not paged
+  int64_t page_ = 0, block_bytes_ = 0;
   int64_t row_bytes_, rows_, elem_stride_, dim_;
   DType dtype_;
 };

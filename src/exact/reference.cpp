@@ -9,7 +9,7 @@ namespace {
 
 template <class T>
 T score(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t j, DType round_dtype, bool plain) {
-  const int64_t hk = p.kv_head(h);
+  const core::KvRows keys = p.keys(b, p.kv_head(h));
   const core::Rounding<T> rnd{round_dtype, plain};
   T s = 0;
   if (p.mech.score == ScoreKind::additive) {
@@ -17,14 +17,14 @@ T score(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t j, DType roun
       T hq = 0, hk_ = 0;
       for (int64_t c = 0; c < p.D; ++c) {
         hq += static_cast<T>(p.wq[a * p.D + c]) * p.q.at(b, h, i, c);
-        hk_ += static_cast<T>(p.wk[a * p.D + c]) * p.k.at(b, hk, j, c);
+        hk_ += static_cast<T>(p.wk[a * p.D + c]) * keys.at(j, c);
       }
       s += static_cast<T>(p.w[a]) * std::tanh(hq + hk_);
     }
   } else {
     T nq = 0, nk = 0;
     for (int64_t c = 0; c < p.D; ++c) {
-      const T qc = p.q.at(b, h, i, c), kc = p.k.at(b, hk, j, c);
+      const T qc = p.q.at(b, h, i, c), kc = keys.at(j, c);
       s += qc * kc;
       nq += qc * qc;
       nk += kc * kc;
@@ -74,7 +74,7 @@ core::ReferenceResult run(const Problem& p, bool plain) {
         T sum = 0;
         for (int64_t j = 0; j < p.M; ++j) sum += (w[j] = std::exp(s[j] - mx));
         r.lse[row] = static_cast<double>(mx + std::log(sum));
-        const int64_t hk = p.kv_head(h);
+        const core::KvRows values = p.values(b, p.kv_head(h));
         std::fill(acc.begin(), acc.end(), T(0));
         for (int64_t j = 0; j < p.M; ++j) {
           const T pj = rnd(w[j] / sum);
@@ -84,7 +84,7 @@ core::ReferenceResult run(const Problem& p, bool plain) {
             pd = dropout_keep(p.mech.seed, p.mech.dropout, b, h, i, j) ? pj / static_cast<T>(1 - p.mech.dropout) : 0;
           if (pd == 0) continue;  // also keeps NaN in hidden values out of the sum
           for (int64_t c = 0; c < p.Dv; ++c)
-            acc[c] += pd * static_cast<T>(p.v.at(b, hk, j, c));
+            acc[c] += pd * static_cast<T>(values.at(j, c));
         }
         for (int64_t c = 0; c < p.Dv; ++c) r.out[row * p.Dv + c] = static_cast<double>(rnd(acc[c]));
       }

@@ -26,6 +26,7 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 struct Scratch {
   std::vector<float> q, row, kbuf, vbuf;
   std::vector<uint8_t> vis;  // (keys, N) visibility of a partial block
+  std::vector<const void*> kptr, vptr;  // addresses of the block's K and V rows
   AlignedFloats s;  // (R, kKeyChunk) scores, 64-byte aligned for the softcap kernel
   // Sized by the problem: the float32 copies of K/V rows exist only for a non-unit inner stride,
   // and hold at most min(M, kKeyChunk) rows (memory in proportion to the inputs).
@@ -35,24 +36,28 @@ struct Scratch {
     s.resize(static_cast<size_t>(R * rows));
     row.resize(static_cast<size_t>(std::max({p.D, p.Dv, R})));  // also holds R scores / weights
     vis.resize(static_cast<size_t>(rows * p.N));
+    kptr.resize(static_cast<size_t>(rows));
+    vptr.resize(static_cast<size_t>(rows));
     if (p.k.strides[3] != 1) kbuf.resize(static_cast<size_t>(rows * p.D));
     if (p.v.strides[3] != 1) vbuf.resize(static_cast<size_t>(rows * p.Dv));
   }
 };
 
-// Rows [j0, j0+n) of K or V with unit inner stride, in their storage type: in place, or (for a
-// non-unit inner stride) converted to float32 into buf. `type` says which.
-const void* rows_of(const kernels::TileKernels& kern, const core::KvRows& t, int64_t j0, int64_t n, float* buf,
-                    int64_t& stride_bytes, DType& type) {
+// Addresses of rows [j0, j0+n) of K or V in ptr[0..n), row by row (so a paged cache's block
+// boundaries change nothing: the same keys meet in the same order). Rows with unit inner stride
+// are read in place in their storage type; others are converted to float32 into buf. Returns
+// the type the rows are in.
+DType row_pointers(const kernels::TileKernels& kern, const core::KvRows& t, int64_t j0, int64_t n, float* buf,
+                   const void** ptr) {
   if (t.elem_stride() == 1) {
-    stride_bytes = t.row_stride_bytes();
-    type = t.dtype();
-    return t.row(j0);
+    for (int64_t j = 0; j < n; ++j) ptr[j] = t.row(j0 + j);
+    return t.dtype();
   }
-  for (int64_t j = 0; j < n; ++j) kern.to_float(t.row(j0 + j), t.dtype(), t.elem_stride(), t.dim(), buf + j * t.dim());
-  stride_bytes = t.dim() * static_cast<int64_t>(sizeof(float));
-  type = DType::f32;
-  return buf;
+  for (int64_t j = 0; j < n; ++j) {
+    kern.to_float(t.row(j0 + j), t.dtype(), t.elem_stride(), t.dim(), buf + j * t.dim());
+    ptr[j] = buf + j * t.dim();
+  }
+  return DType::f32;
 }
 
 // Query row r of kv head hk is query i = r % N of head h = hk * group + r / N.
@@ -77,11 +82,11 @@ class Chunk {
  public:
   Chunk(const Problem& p, const kernels::TileKernels& kern, Scratch& s, int64_t b, int64_t hk, float* m, float* l,
         float* acc)
-      : p_(p), kern_(kern), s_(s), b_(b), hk_(hk), R_(p.group * p.N), m_(m), l_(l), acc_(acc), krows_(p.k, b, hk),
-        vrows_(p.v, b, hk) {}
+      : p_(p), kern_(kern), s_(s), b_(b), hk_(hk), R_(p.group * p.N), m_(m), l_(l), acc_(acc), krows_(p.keys(b, hk)),
+        vrows_(p.values(b, hk)) {}
 
   // Online softmax over the visited keys [first, last) of `pieces` (counted in visiting order),
-  // in sub-blocks of at most kKeyChunk keys, each within one run of evenly spaced K and V rows.
+  // in sub-blocks of at most kKeyChunk keys.
   void run(const std::vector<sparse::Run>& pieces, int64_t first, int64_t last) {
     std::fill(acc_, acc_ + R_ * p_.Dv, 0.0f);
     std::fill(m_, m_ + R_, kNegInf);
@@ -93,7 +98,7 @@ class Chunk {
       const int64_t len = piece.end - piece.begin;
       const int64_t j1 = piece.begin + std::min(last - pos, len);
       for (int64_t a = piece.begin + std::max<int64_t>(first - pos, 0); a < j1;) {
-        const int64_t e = std::min({j1, a + kKeyChunk, krows_.run_end(a), vrows_.run_end(a)});
+        const int64_t e = std::min(j1, a + kKeyChunk);
         block(a, e, piece.full);
         a = e;
       }
@@ -105,13 +110,11 @@ class Chunk {
  private:
   void block(int64_t a, int64_t e, bool full) {
     const int64_t n = e - a;
-    int64_t ks, vs;
-    DType kt, vt;
-    const auto* k = static_cast<const char*>(rows_of(kern_, krows_, a, n, s_.kbuf.data(), ks, kt));
+    const DType kt = row_pointers(kern_, krows_, a, n, s_.kbuf.data(), s_.kptr.data());
     float* s = s_.s.data();  // s[r * n + j]
     float* col = s_.row.data();
     for (int64_t j = 0; j < n; ++j) {
-      kern_.dot_rows(s_.q.data(), R_, p_.D, k + j * ks, kt, col);
+      kern_.dot_rows(s_.q.data(), R_, p_.D, s_.kptr[static_cast<size_t>(j)], kt, col);
       for (int64_t r = 0; r < R_; ++r) s[r * n + j] = col[r];
     }
     if (p_.mech.softcap > 0) kern_.softcap(s, R_ * n, static_cast<float>(p_.mech.softcap));
@@ -147,12 +150,12 @@ class Chunk {
       l_[r] = l_[r] * alpha + kern_.exp_shift_sum(sr, n, mx);
       m_[r] = mx;
     }
-    const auto* v = static_cast<const char*>(rows_of(kern_, vrows_, a, n, s_.vbuf.data(), vs, vt));
+    const DType vt = row_pointers(kern_, vrows_, a, n, s_.vbuf.data(), s_.vptr.data());
     float* pcol = s_.row.data();
     for (int64_t j = 0; j < n; ++j) {
       bool any = false;
       for (int64_t r = 0; r < R_; ++r) any |= (pcol[r] = s[r * n + j]) != 0.0f;
-      if (any) kern_.axpy_rows(pcol, R_, v + j * vs, vt, p_.Dv, acc_);  // keys no row sees are skipped
+      if (any) kern_.axpy_rows(pcol, R_, s_.vptr[static_cast<size_t>(j)], vt, p_.Dv, acc_);  // keys no row sees are skipped
     }
   }
 

@@ -93,7 +93,7 @@ class Block {
   Block(const Problem& p, const sparse::BlockMask& mask, const kernels::TileKernels& kern, Scratch& s, int64_t b,
         int64_t h, int64_t i0)
       : p_(p), kern_(kern), s_(s), b_(b), h_(h), hk_(p.kv_head(h)), i0_(i0),
-        nq_(std::min<int64_t>(L, p.N - i0)), runs_(mask.runs(i0 / L)), krows_(p.k, b, hk_), vrows_(p.v, b, hk_) {}
+        nq_(std::min<int64_t>(L, p.N - i0)), runs_(mask.runs(i0 / L)), krows_(p.keys(b, hk_)), vrows_(p.values(b, hk_)) {}
 
   void run(const TensorView& out, const TensorView* lse, const TensorView* probs) {
     pack_queries();
@@ -206,13 +206,15 @@ class Block {
   // Keys of the tile starting at j0: at most kKeyTile, within [j0, hi) and within one run of
   // evenly spaced K and V rows (a page of a paged cache).
   int64_t tile_size(int64_t j0, int64_t hi) const {
-    return std::min({kKeyTile, hi - j0, krows_.run_end(j0) - j0, vrows_.run_end(j0) - j0});
+    return std::min(kKeyTile, hi - j0);
   }
 
   // Rows [j0, j0+bc) of K (or V) as float32 with unit inner stride: in place when the input
-  // already is, else from the thread's row cache, else converted into `buf`.
+  // already is and the rows are evenly spaced (a tile across a paged cache's block boundary is
+  // gathered, so tiles stay where they would be without paging), else from the thread's row
+  // cache, else converted into `buf`.
   const float* rows_f32(const core::KvRows& t, RowCache& cache, int64_t j0, int64_t bc, float* buf, int64_t& stride) const {
-    if (t.plain_f32()) {
+    if (t.plain_f32() && t.run_end(j0) >= j0 + bc) {
       stride = t.row_stride_bytes() / static_cast<int64_t>(sizeof(float));
       return reinterpret_cast<const float*>(t.row(j0));
     }

@@ -44,7 +44,7 @@ std::vector<core::ParamSpec> param_specs(const Softmax& m) {
 Problem validate_scores(const TensorView& q, const TensorView& k, const TensorView& v, const Softmax& mech,
                         const std::string& text, const AttendOptions& opt, const core::Outputs& outs) {
   Problem p;
-  static_cast<core::Dims&>(p) = core::check_io(q, k, v, outs, opt);
+  static_cast<core::Dims&>(p) = core::check_io(q, k, v, outs, opt, core::Paging::accepted);
   p.offset = p.M - p.N;
 
   // mechanism parameters

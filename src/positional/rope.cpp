@@ -10,6 +10,7 @@
 #include "base/checked_math.hpp"
 #include "base/parallel.hpp"
 #include "core/io_checks.hpp"
+#include "positional/rope_tables.hpp"
 
 namespace attn {
 namespace {
@@ -135,6 +136,44 @@ void apply_rope_at(const TensorView& x, const Rope& r, const std::vector<int64_t
   rotate(x, r, p, [&](int64_t, int64_t n, float* cs) {
     const auto u = std::lower_bound(distinct.begin(), distinct.end(), positions[static_cast<size_t>(n)]) - distinct.begin();
     std::copy_n(table.data() + u * 2 * p.half, 2 * p.half, cs);
+  });
+}
+
+void positional::check_rope_tables(int64_t head_dim, const TensorView& cos, const TensorView& sin) {
+  core::check_view(cos, "rotary_cos");
+  core::check_view(sin, "rotary_sin");
+  for (auto [t, name] : {std::pair{&cos, "rotary_cos"}, {&sin, "rotary_sin"}}) {
+    if (!core::is_float(t->dtype)) fail(kWhere, std::string(name) + " must be a float dtype, got " + dtype_name(t->dtype));
+    if (t->shape[0] != 1 || t->shape[1] != 1)
+      fail(kWhere, std::string(name) + " must be (positions, rotary_dim / 2), got shape " + core::dims_text(*t));
+  }
+  if (sin.shape != cos.shape)
+    fail(kWhere, "rotary_sin must have the shape of rotary_cos " + core::dims_text(cos) + ", got " + core::dims_text(sin));
+  if (2 * cos.dim() > head_dim || cos.dim() < 1)
+    fail(kWhere, "rotary_cos must have 1 to head_dim / 2 = " + std::to_string(head_dim / 2) +
+                     " columns (rotary_dim / 2), got " + std::to_string(cos.dim()));
+}
+
+void apply_rope_table(const TensorView& x, const TensorView& cos, const TensorView& sin, RopeStyle style,
+                      const std::vector<int64_t>& positions) {
+  core::check_view(x, "x");
+  if (!core::is_float(x.dtype)) fail(kWhere, "x must be float32, bfloat16 or float16, got " + dtype_name(x.dtype));
+  positional::check_rope_tables(x.dim(), cos, sin);
+  if (static_cast<int64_t>(positions.size()) != x.batch() * x.tokens())
+    fail(kWhere, "positions must have batch x tokens = " + std::to_string(x.batch() * x.tokens()) + " values, got " +
+                     std::to_string(positions.size()));
+  for (size_t i = 0; i < positions.size(); ++i)
+    if (positions[i] < 0 || positions[i] >= cos.tokens())
+      fail(kWhere, "position " + std::to_string(positions[i]) + " (batch " + std::to_string(i / std::max<int64_t>(1, x.tokens())) +
+                       ", token " + std::to_string(i % std::max<int64_t>(1, x.tokens())) +
+                       ") is outside the rotary tables' " + std::to_string(cos.tokens()) + " positions");
+  Plan p;
+  p.half = cos.dim(), p.R = 2 * p.half;
+  Rope r;
+  r.style = style;
+  rotate(x, r, p, [&](int64_t b, int64_t n, float* cs) {
+    const int64_t pos = positions[static_cast<size_t>(b * x.tokens() + n)];
+    for (int64_t c = 0; c < p.half; ++c) cs[2 * c] = cos.at(0, 0, pos, c), cs[2 * c + 1] = sin.at(0, 0, pos, c);
   });
 }
 
