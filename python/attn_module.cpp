@@ -154,6 +154,97 @@ std::string explain(const Array& q, const Array& k, const Array& v, const std::s
   return attn::explain(c.q, c.k, c.v, c.mech, c.opt).text();
 }
 
+// A 2-D (P, R/2) rotary table as a (1, 1, P, R/2) view.
+attn::TensorView table_view(const Array& a, const char* name) {
+  if (a.ndim() != 2)
+    throw nb::value_error((std::string(name) + " must have 2 dimensions (positions, rotary_dim / 2), got " +
+                           std::to_string(a.ndim())).c_str());
+  attn::TensorView v;
+  v.data = const_cast<void*>(a.data());
+  v.dtype = dtype_of(a, name);
+  v.shape = {1, 1, static_cast<int64_t>(a.shape(0)), static_cast<int64_t>(a.shape(1))};
+  v.strides = {0, 0, a.stride(0), a.stride(1)};
+  return v;
+}
+
+// A packed (total, H, D) array as a (1, H, total, D) view.
+template <class A>
+attn::TensorView packed_view(const A& a, const char* name) {
+  if (a.ndim() != 3)
+    throw nb::value_error((std::string(name) + " must have 3 dimensions (total tokens, heads, head_dim), got " +
+                           std::to_string(a.ndim())).c_str());
+  attn::TensorView v;
+  v.data = const_cast<void*>(static_cast<const void*>(a.data()));
+  v.dtype = dtype_of(a, name);
+  v.shape = {1, static_cast<int64_t>(a.shape(1)), static_cast<int64_t>(a.shape(0)), static_cast<int64_t>(a.shape(2))};
+  v.strides = {0, a.stride(1), a.stride(0), a.stride(2)};
+  return v;
+}
+
+// An lse array as a (B, H, N, 1) view: (B, H, N) as given, or (H, total) as (1, H, total).
+attn::TensorView lse_view(const OutArray& a) {
+  attn::TensorView t;
+  t.data = a.data();
+  t.dtype = dtype_of(a, "lse");
+  if (a.ndim() == 3) {
+    t.shape = {static_cast<int64_t>(a.shape(0)), static_cast<int64_t>(a.shape(1)), static_cast<int64_t>(a.shape(2)), 1};
+    t.strides = {a.stride(0), a.stride(1), a.stride(2), 1};
+  } else if (a.ndim() == 2) {
+    t.shape = {1, static_cast<int64_t>(a.shape(0)), static_cast<int64_t>(a.shape(1)), 1};
+    t.strides = {0, a.stride(0), a.stride(1), 1};
+  } else {
+    throw nb::value_error("lse must have 3 dimensions (B, H, N) or 2 (H, total)");
+  }
+  return t;
+}
+
+using BlockTable = nb::ndarray<const int32_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+
+void kvcache_into(const Array& q, const OutArray& k_cache, const OutArray& v_cache, std::optional<Array> k,
+                  std::optional<Array> v, std::optional<Array> rotary_cos, std::optional<Array> rotary_sin,
+                  bool rotary_interleaved, std::vector<int64_t> cache_seqlens, std::optional<BlockTable> block_table,
+                  const std::string& mechanism, std::optional<Array> alibi_slopes, const OutArray& out,
+                  std::optional<OutArray> lse, int threads) {
+  attn::KvCacheUpdate u;
+  u.cache_seqlens = std::move(cache_seqlens);
+  if (k) u.k = view_of(*k, "k", true);
+  if (v) u.v = view_of(*v, "v", true);
+  if (rotary_cos.has_value() != rotary_sin.has_value())
+    throw nb::value_error("give both rotary_cos and rotary_sin, or neither");
+  if (rotary_cos)
+    u.rotary = attn::RotaryTables{table_view(*rotary_cos, "rotary_cos"), table_view(*rotary_sin, "rotary_sin"),
+                                  rotary_interleaved ? attn::RopeStyle::interleaved : attn::RopeStyle::half};
+  if (block_table) {
+    const auto* p = block_table->data();
+    u.paged = attn::PagedKv{std::vector<int32_t>(p, p + block_table->size()), static_cast<int64_t>(block_table->shape(1)), -1};
+  }
+  attn::AttendOptions opt;
+  opt.threads = threads;
+  opt.alibi_slopes = floats(alibi_slopes, "alibi_slopes");
+  const attn::Mechanism mech = attn::parse_mechanism(mechanism);
+  const attn::TensorView qv = view_of(q, "q", true), kc = view_of(k_cache, "k_cache", true),
+                         vc = view_of(v_cache, "v_cache", true), ov = view_of(out, "out", true);
+  std::optional<attn::TensorView> lv;
+  if (lse) lv = lse_view(*lse);
+  nb::gil_scoped_release release;
+  attn::attend_with_kvcache_into(qv, kc, vc, u, mech, opt, ov, lv ? &*lv : nullptr);
+}
+
+void varlen_into(const Array& q, const Array& k, const Array& v, std::vector<int64_t> cu_q, std::vector<int64_t> cu_k,
+                 int64_t max_q, int64_t max_k, const std::string& mechanism, std::optional<Array> alibi_slopes,
+                 const OutArray& out, std::optional<OutArray> lse, int threads) {
+  attn::AttendOptions opt;
+  opt.threads = threads;
+  opt.alibi_slopes = floats(alibi_slopes, "alibi_slopes");
+  const attn::Mechanism mech = attn::parse_mechanism(mechanism);
+  const attn::TensorView qv = packed_view(q, "q"), kv = packed_view(k, "k"), vv = packed_view(v, "v"),
+                         ov = packed_view(out, "out");
+  std::optional<attn::TensorView> lv;
+  if (lse) lv = lse_view(*lse);
+  nb::gil_scoped_release release;
+  attn::attend_varlen_into(qv, kv, vv, cu_q, cu_k, max_q, max_k, mech, opt, ov, lv ? &*lv : nullptr);
+}
+
 void rope_inplace(const OutArray& x, const std::string& layout, int64_t offset, double theta, const std::string& style,
                   int64_t rotary_dim, std::vector<int64_t> batch_offsets) {
   if (layout != "bnhd" && layout != "bhnd")
@@ -191,6 +282,13 @@ NB_MODULE(_attn, m) {
         "bias"_a.none(), "alibi_slopes"_a.none(), "block_mask"_a.none(), "block_size"_a, "params"_a, "threads"_a,
         "form"_a, "isa"_a, "return_lse"_a,
         "return_probs"_a, "Which form attn::attend would run for this call, and why the others would not.");
+  m.def("kvcache_into", &kvcache_into, "q"_a, "k_cache"_a, "v_cache"_a, "k"_a.none(), "v"_a.none(),
+        "rotary_cos"_a.none(), "rotary_sin"_a.none(), "rotary_interleaved"_a, "cache_seqlens"_a,
+        "block_table"_a.none(), "mechanism"_a, "alibi_slopes"_a.none(), "out"_a, "lse"_a.none(), "threads"_a,
+        "Runs attn::attend_with_kvcache_into: appends k/v to the caches in place, then attends (flash-attn layout).");
+  m.def("varlen_into", &varlen_into, "q"_a, "k"_a, "v"_a, "cu_seqlens_q"_a, "cu_seqlens_k"_a, "max_seqlen_q"_a,
+        "max_seqlen_k"_a, "mechanism"_a, "alibi_slopes"_a.none(), "out"_a, "lse"_a.none(), "threads"_a,
+        "Runs attn::attend_varlen_into on packed (total, H, D) arrays.");
   m.def("rope_inplace", &rope_inplace, "x"_a, "layout"_a, "offset"_a, "theta"_a, "style"_a, "rotary_dim"_a,
         "batch_offsets"_a, "Rotates x in place with RoPE (attn::apply_rope).");
   m.def("data_pointer", [](const Array& a) { return reinterpret_cast<uintptr_t>(a.data()); }, "a"_a,

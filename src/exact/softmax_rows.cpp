@@ -111,12 +111,11 @@ class Chunk {
   void block(int64_t a, int64_t e, bool full) {
     const int64_t n = e - a;
     const DType kt = row_pointers(kern_, krows_, a, n, s_.kbuf.data(), s_.kptr.data());
+    const DType vt = row_pointers(kern_, vrows_, a, n, s_.vbuf.data(), s_.vptr.data());
     float* s = s_.s.data();  // s[r * n + j]
-    float* col = s_.row.data();
-    for (int64_t j = 0; j < n; ++j) {
-      kern_.dot_rows(s_.q.data(), R_, p_.D, s_.kptr[static_cast<size_t>(j)], kt, col);
-      for (int64_t r = 0; r < R_; ++r) s[r * n + j] = col[r];
-    }
+    // V rows are fetched while the scores are computed (the two reads overlap)
+    kern_.qk_rows(s_.q.data(), R_, p_.D, s_.kptr.data(), kt, n, s, n, s_.vptr.data(),
+                  p_.Dv * static_cast<int64_t>(dtype_size(vt)));
     if (p_.mech.softcap > 0) kern_.softcap(s, R_ * n, static_cast<float>(p_.mech.softcap));
     uint8_t* vis = s_.vis.data();  // vis[j * N + i]: key a + j visible to query i (pattern only)
     if (!full)
@@ -150,13 +149,25 @@ class Chunk {
       l_[r] = l_[r] * alpha + kern_.exp_shift_sum(sr, n, mx);
       m_[r] = mx;
     }
-    const DType vt = row_pointers(kern_, vrows_, a, n, s_.vbuf.data(), s_.vptr.data());
-    float* pcol = s_.row.data();
+    kern_.pv_rows(s, n, R_, s_.vptr.data(), vt, weighted_keys(s, n), p_.Dv, acc_);
+  }
+
+  // Keys no row gives weight are left out (as the reference does: a zero weight never meets its
+  // value, so a NaN there stays out): their columns of p and their V addresses are squeezed out
+  // in place. Returns how many keys remain.
+  int64_t weighted_keys(float* s, int64_t n) {
+    int64_t live = 0;
     for (int64_t j = 0; j < n; ++j) {
       bool any = false;
-      for (int64_t r = 0; r < R_; ++r) any |= (pcol[r] = s[r * n + j]) != 0.0f;
-      if (any) kern_.axpy_rows(pcol, R_, s_.vptr[static_cast<size_t>(j)], vt, p_.Dv, acc_);  // keys no row sees are skipped
+      for (int64_t r = 0; r < R_; ++r) any |= s[r * n + j] != 0.0f;
+      if (!any) continue;
+      if (live != j) {
+        for (int64_t r = 0; r < R_; ++r) s[r * n + live] = s[r * n + j];
+        s_.vptr[static_cast<size_t>(live)] = s_.vptr[static_cast<size_t>(j)];
+      }
+      ++live;
     }
+    return live;
   }
 
   RowIndex index(int64_t r) const { return {hk_ * p_.group + r / p_.N, r % p_.N}; }

@@ -62,6 +62,16 @@ struct TileKernels {
                int64_t ldb, float* c, int64_t ldc, bool accumulate);
   // x[i] = max(x[i] * scale + bias, 0)^2 * mul for i < n (squared-ReLU weights).
   void (*relu2_rows)(float* x, int64_t n, float scale, float bias, float mul);
+  // Decode-shaped blocks of keys given by row addresses (paged or not; unit inner stride, `kt`):
+  // s[r * lds + j] = q[r] . K_j for r < R, j < n (q: R rows of d floats), register-blocked over
+  // rows, each key row read once for up to 4 query rows. `next` (null, or n addresses of rows of
+  // next_bytes each, e.g. the block's V rows) is prefetched into L2 alongside, key by key.
+  void (*qk_rows)(const float* q, int64_t R, int64_t d, const void* const* k, DType kt, int64_t n, float* s,
+                  int64_t lds, const void* const* next, int64_t next_bytes);
+  // acc[r * dv + c] += sum_j p[r * ldp + j] * V_j[c] for r < R, c < dv, keys j < n summed in order,
+  // accumulators held in registers across the keys.
+  void (*pv_rows)(const float* p, int64_t ldp, int64_t R, const void* const* v, DType vt, int64_t n, int64_t dv,
+                  float* acc);
 };
 
 // The kernel set for `isa` (throws Error if this CPU cannot run it).

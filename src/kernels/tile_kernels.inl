@@ -242,7 +242,7 @@ inline Vec load_elems(const void* p, int64_t c) {
 // heads share it).
 // Dot products of up to 4 query rows with one key row, accumulators in registers.
 template <DType T, int NR>
-inline void dot_block(const float* q, int64_t d, const void* k, float* out) {
+inline void dot_block(const float* q, int64_t d, const void* k, float* out, int64_t out_stride = 1) {
   Vec acc[NR];
 #pragma GCC unroll 4
   for (int r = 0; r < NR; ++r) acc[r] = Vec::zero();
@@ -255,7 +255,7 @@ inline void dot_block(const float* q, int64_t d, const void* k, float* out) {
   for (int r = 0; r < NR; ++r) {
     float s = acc[r].reduce_add();
     for (int64_t t = c; t < d; ++t) s += q[r * d + t] * load_as_float(k, T, t);
-    out[r] = s;
+    out[r * out_stride] = s;
   }
 }
 
@@ -297,6 +297,145 @@ void axpy_rows(const float* p, int64_t R, const void* v, DType vt, int64_t dv, f
     case DType::bf16: return axpy_rows_t<DType::bf16>(p, R, v, dv, acc);
     case DType::f16: return axpy_rows_t<DType::f16>(p, R, v, dv, acc);
     default: return axpy_rows_t<DType::f32>(p, R, v, dv, acc);
+  }
+}
+
+// Forms of the two for a block of keys given by row addresses (decode: K and V rows are read
+// once from memory and reused from registers / L1 by every query row). Key rows are read one
+// after the other, each from its start: rows read side by side (several keys per register tile)
+// ran ~25% slower from memory here, the hardware prefetchers following such streams poorly;
+// rows a few keys ahead are prefetched into L2 (+30% on one thread).
+constexpr int64_t kPrefetchKeys = 8;
+
+inline void prefetch_row(const void* row, int64_t bytes) {
+  const char* p = static_cast<const char*>(row);
+  for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 2);
+}
+
+// Four query rows against two consecutive keys: each chunk of q is loaded once for both keys,
+// and each key's four sums come out of one shared shuffle tree (Vec::reduce4).
+template <DType T>
+inline void dot4_keys2(const float* q, int64_t d, const void* k0, const void* k1, float* s, int64_t lds) {
+  Vec a0[4], a1[4];
+  for (int r = 0; r < 4; ++r) a0[r] = a1[r] = Vec::zero();
+  int64_t c = 0;
+  for (; c + Vec::W <= d; c += Vec::W) {
+    const Vec x0 = load_elems<T>(k0, c), x1 = load_elems<T>(k1, c);
+    for (int r = 0; r < 4; ++r) {
+      const Vec qv = Vec::loadu(q + r * d + c);
+      a0[r] = Vec::fma(qv, x0, a0[r]);
+      a1[r] = Vec::fma(qv, x1, a1[r]);
+    }
+  }
+  float t0[4], t1[4];
+  Vec::reduce4(a0[0], a0[1], a0[2], a0[3], t0);
+  Vec::reduce4(a1[0], a1[1], a1[2], a1[3], t1);
+  for (int r = 0; r < 4; ++r) {
+    for (int64_t t = c; t < d; ++t) {
+      t0[r] += q[r * d + t] * load_as_float(k0, T, t);
+      t1[r] += q[r * d + t] * load_as_float(k1, T, t);
+    }
+    s[r * lds] = t0[r];
+    s[r * lds + 1] = t1[r];
+  }
+}
+
+template <DType T>
+void qk_rows_t(const float* q, int64_t R, int64_t d, const void* const* k, int64_t n, float* s, int64_t lds,
+               const void* const* next, int64_t next_bytes) {
+  const int64_t bytes = d * static_cast<int64_t>(dtype_size(T));
+  int64_t j = 0;
+  if (R >= 4)  // keys in pairs for the groups of four rows
+    for (; j + 2 <= n; j += 2) {
+      if (j + kPrefetchKeys + 1 < n) prefetch_row(k[j + kPrefetchKeys], bytes), prefetch_row(k[j + kPrefetchKeys + 1], bytes);
+      if (next) prefetch_row(next[j], next_bytes), prefetch_row(next[j + 1], next_bytes);
+      int64_t r = 0;
+      for (; r + 4 <= R; r += 4) dot4_keys2<T>(q + r * d, d, k[j], k[j + 1], s + r * lds + j, lds);
+      for (int64_t jj = j; jj < j + 2; ++jj) switch (R - r) {
+          case 3: dot_block<T, 3>(q + r * d, d, k[jj], s + r * lds + jj, lds); break;
+          case 2: dot_block<T, 2>(q + r * d, d, k[jj], s + r * lds + jj, lds); break;
+          case 1: dot_block<T, 1>(q + r * d, d, k[jj], s + r * lds + jj, lds); break;
+          default: break;
+        }
+    }
+  for (; j < n; ++j) {
+    if (j + kPrefetchKeys < n) prefetch_row(k[j + kPrefetchKeys], bytes);
+    if (next) prefetch_row(next[j], next_bytes);
+    int64_t r = 0;
+    for (; r + 4 <= R; r += 4) dot_block<T, 4>(q + r * d, d, k[j], s + r * lds + j, lds);
+    switch (R - r) {
+      case 3: dot_block<T, 3>(q + r * d, d, k[j], s + r * lds + j, lds); break;
+      case 2: dot_block<T, 2>(q + r * d, d, k[j], s + r * lds + j, lds); break;
+      case 1: dot_block<T, 1>(q + r * d, d, k[j], s + r * lds + j, lds); break;
+      default: break;
+    }
+  }
+}
+
+// acc[r][c0 + ...] += sum_j p[r * ldp + j] * V_j[c0 + ...] over NC vectors of channels, the
+// accumulators in registers across the keys (summed in key order).
+template <DType T, int NR, int NC>
+inline void pv_tile(const float* p, int64_t ldp, const void* const* v, int64_t n, int64_t c0, float* acc, int64_t dv) {
+  Vec a[NR][NC];
+  for (int r = 0; r < NR; ++r)
+    for (int k = 0; k < NC; ++k) a[r][k] = Vec::loadu(acc + r * dv + c0 + k * Vec::W);
+  for (int64_t j = 0; j < n; ++j) {
+    Vec vv[NC];
+    for (int k = 0; k < NC; ++k) vv[k] = load_elems<T>(v[j], c0 + k * Vec::W);
+    for (int r = 0; r < NR; ++r) {
+      const Vec pr = Vec::set1(p[r * ldp + j]);
+      for (int k = 0; k < NC; ++k) a[r][k] = Vec::fma(pr, vv[k], a[r][k]);
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int k = 0; k < NC; ++k) a[r][k].storeu(acc + r * dv + c0 + k * Vec::W);
+}
+
+template <DType T, int NR, int NC>
+inline void pv_channels(const float* p, int64_t ldp, const void* const* v, int64_t n, float* acc, int64_t dv) {
+  int64_t c = 0;
+  for (; c + NC * Vec::W <= dv; c += NC * Vec::W) pv_tile<T, NR, NC>(p, ldp, v, n, c, acc, dv);
+  for (; c + Vec::W <= dv; c += Vec::W) pv_tile<T, NR, 1>(p, ldp, v, n, c, acc, dv);
+  for (; c < dv; ++c)
+    for (int r = 0; r < NR; ++r) {
+      float x = acc[r * dv + c];
+      for (int64_t j = 0; j < n; ++j) x += p[r * ldp + j] * load_as_float(v[j], T, c);
+      acc[r * dv + c] = x;
+    }
+}
+
+template <DType T>
+void pv_rows_t(const float* p, int64_t ldp, int64_t R, const void* const* v, int64_t n, int64_t dv, float* acc) {
+  constexpr int64_t kKeys = 16;  // keys per pass: their V rows stay in L1 across the row groups
+  const int64_t bytes = dv * static_cast<int64_t>(dtype_size(T));
+  for (int64_t j = 0; j < n; j += kKeys) {
+    const int64_t nj = std::min(kKeys, n - j);
+    for (int64_t f = j + kKeys; f < std::min(n, j + 2 * kKeys); ++f) prefetch_row(v[f], bytes);
+    int64_t r = 0;
+    for (; r + 4 <= R; r += 4) pv_channels<T, 4, 4>(p + r * ldp + j, ldp, v + j, nj, acc + r * dv, dv);
+    switch (R - r) {
+      case 3: pv_channels<T, 3, 4>(p + r * ldp + j, ldp, v + j, nj, acc + r * dv, dv); break;
+      case 2: pv_channels<T, 2, 8>(p + r * ldp + j, ldp, v + j, nj, acc + r * dv, dv); break;
+      case 1: pv_channels<T, 1, 8>(p + r * ldp + j, ldp, v + j, nj, acc + r * dv, dv); break;
+      default: break;
+    }
+  }
+}
+
+void qk_rows(const float* q, int64_t R, int64_t d, const void* const* k, DType kt, int64_t n, float* s, int64_t lds,
+             const void* const* next, int64_t next_bytes) {
+  switch (kt) {
+    case DType::bf16: return qk_rows_t<DType::bf16>(q, R, d, k, n, s, lds, next, next_bytes);
+    case DType::f16: return qk_rows_t<DType::f16>(q, R, d, k, n, s, lds, next, next_bytes);
+    default: return qk_rows_t<DType::f32>(q, R, d, k, n, s, lds, next, next_bytes);
+  }
+}
+
+void pv_rows(const float* p, int64_t ldp, int64_t R, const void* const* v, DType vt, int64_t n, int64_t dv, float* acc) {
+  switch (vt) {
+    case DType::bf16: return pv_rows_t<DType::bf16>(p, ldp, R, v, n, dv, acc);
+    case DType::f16: return pv_rows_t<DType::f16>(p, ldp, R, v, n, dv, acc);
+    default: return pv_rows_t<DType::f32>(p, ldp, R, v, n, dv, acc);
   }
 }
 
@@ -439,6 +578,8 @@ inline const TileKernels& table(Isa isa) {
                              .pack_qt = pack_qt,
                              .unpack_ot = unpack_ot,
                              .gemm = gemm,
-                             .relu2_rows = relu2_rows};
+                             .relu2_rows = relu2_rows,
+                             .qk_rows = qk_rows,
+                             .pv_rows = pv_rows};
   return t;
 }

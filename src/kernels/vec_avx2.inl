@@ -16,6 +16,11 @@ struct Vec {
     const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
     return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
   }
+  // The four sums of a, b, c, d at once (shuffles shared): out[0..3].
+  static void reduce4(Vec a, Vec b, Vec c, Vec d, float* out) {
+    const __m256 q = _mm256_hadd_ps(_mm256_hadd_ps(a.v, b.v), _mm256_hadd_ps(c.v, d.v));
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(q), _mm256_extractf128_ps(q, 1)));
+  }
   static Vec set1(float x) { return {_mm256_set1_ps(x)}; }
   static Vec zero() { return {_mm256_setzero_ps()}; }
   void store(float* p) const { _mm256_store_ps(p, v); }

@@ -8,6 +8,15 @@ struct Vec {
   static Vec loadu(const float* p) { return {_mm512_loadu_ps(p)}; }
   void storeu(float* p) const { _mm512_storeu_ps(p, v); }
   float reduce_add() const { return _mm512_reduce_add_ps(v); }
+  // The four sums of a, b, c, d at once (shuffles shared): out[0..3].
+  static void reduce4(Vec a, Vec b, Vec c, Vec d, float* out) {
+    const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a.v, b.v), _mm512_unpackhi_ps(a.v, b.v));
+    const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c.v, d.v), _mm512_unpackhi_ps(c.v, d.v));
+    const __m512d abd = _mm512_castps_pd(ab), cdd = _mm512_castps_pd(cd);
+    const __m512 q = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(abd, cdd)), _mm512_castpd_ps(_mm512_unpackhi_pd(abd, cdd)));
+    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(q), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(q), 1)));
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+  }
   static Vec loadu_bf16(const uint16_t* p) {
     return {_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16))};
   }

@@ -9,6 +9,7 @@ struct Vec {
   static Vec loadu(const float* p) { return {*p}; }
   void storeu(float* p) const { *p = v; }
   float reduce_add() const { return v; }
+  static void reduce4(Vec a, Vec b, Vec c, Vec d, float* out) { out[0] = a.v, out[1] = b.v, out[2] = c.v, out[3] = d.v; }
   static Vec loadu_bf16(const uint16_t* p) { return {bf16_to_float(*p)}; }
   static Vec loadu_f16(const uint16_t* p) { return {f16_to_float(*p)}; }
   static Vec set1(float x) { return {x}; }
