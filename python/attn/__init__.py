@@ -13,6 +13,9 @@ returning the same kind of array they were given:
 * :func:`linear_attention` -- linear attention and retention with flash-linear-attention's
   argument names (``feature_map``, ``causal``, ``decay``, ``chunk_size``, ``initial_state``,
   ``output_final_state``), returning ``(o, final_state)``.
+* :func:`flash_attn_with_kvcache` and :func:`flash_attn_varlen_func` -- decoding against a KV
+  cache (contiguous or paged, appended in place) and packed sequences of different lengths,
+  with flash-attn's names and semantics.
 * :func:`explain` -- which implementation ("form") :func:`attend` would run, and why the
   others would not.
 
@@ -33,7 +36,7 @@ import numpy as np
 
 from . import _attn
 
-__all__ = ["attention", "attend", "linear_attention", "explain", "rope", "mask_of", "lsh_buckets", "active_isa", "supported_isas", "set_isa",
+__all__ = ["attention", "attend", "linear_attention", "flash_attn_with_kvcache", "flash_attn_varlen_func", "explain", "rope", "mask_of", "lsh_buckets", "active_isa", "supported_isas", "set_isa",
            "canonical_mechanism"]
 __version__ = "0.1.0"
 
@@ -286,6 +289,140 @@ def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any
     return (out,) + extra if extra else out
 
 
+def _int_list(x: Any, name: str, count: Optional[int] = None) -> list:
+    """Integers from an int, a list, a NumPy array or a torch tensor (cache_seqlens, cu_seqlens)."""
+    if _is_torch(x):
+        x = x.detach().cpu().numpy()
+    if isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
+        if count is None:
+            raise TypeError(f"{name} must be a sequence of integers, got {x!r}")
+        return [int(x)] * count
+    arr = np.asarray(x)
+    if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+        raise TypeError(f"{name} must be a 1-D sequence of integers, got {arr.dtype} with shape {arr.shape}")
+    if count is not None and arr.size != count:
+        raise ValueError(f"{name} must have one value per sequence ({count}), got {arr.size}")
+    return [int(v) for v in arr]
+
+
+def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = None,
+                            rotary_cos: Any = None, rotary_sin: Any = None, cache_seqlens: Any = None,
+                            block_table: Any = None, softmax_scale: Optional[float] = None, causal: bool = False,
+                            window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                            rotary_interleaved: bool = True, alibi_slopes: Any = None,
+                            return_softmax_lse: bool = False, *, threads: int = 0):
+    """Attention against a KV cache, with flash-attn's names and semantics (decoding).
+
+    If k and v are given, they are first written into the caches at positions
+    cache_seqlens[b] .. cache_seqlens[b] + seqlen_new - 1 of each sequence (in place; the caches
+    must be writable), rotated by rotary_cos/rotary_sin when given; then q attends to the first
+    cache_seqlens[b] + seqlen_new keys of its sequence. Causal masks and windows are aligned
+    bottom-right to each sequence's own length. Every argument is checked before the first
+    write: a call that raises leaves the caches as they were. cache_seqlens is not updated
+    (add seqlen_new yourself, as with flash-attn).
+
+    Args:
+        q: (batch, seqlen, nheads, headdim).
+        k_cache, v_cache: (batch, capacity, nheads_k, headdim) or, with block_table, page pools
+            (num_blocks, page_block_size, nheads_k, headdim) (vLLM's paged layout; any block size).
+        k, v: new keys and values (batch, seqlen_new, nheads_k, headdim), the caches' dtype.
+        rotary_cos, rotary_sin: (seqlen_ro, rotary_dim / 2); rotate the new k at its positions and
+            q at cache_seqlens + i (causal or windowed) or at cache_seqlens (otherwise).
+        cache_seqlens: int or (batch,) ints: tokens already cached per sequence; None = the whole
+            capacity.
+        block_table: (batch, max_blocks_per_seq) int32: sequence b's key j is row
+            j % page_block_size of block block_table[b, j // page_block_size].
+        softmax_scale: None = 1/sqrt(headdim).
+        causal, window_size, softcap, alibi_slopes: as in :func:`attention`.
+        rotary_interleaved: rotate channel pairs (2i, 2i+1) (True) or (i, i + rotary_dim/2).
+        return_softmax_lse: also return the log-sum-exp (batch, nheads, seqlen) float32.
+        threads: 0 = all cores.
+
+    Returns:
+        out (batch, seqlen, nheads, headdim) like q; (out, lse) with return_softmax_lse.
+
+    Example::
+
+        k_cache = torch.zeros(1, 4096, 8, 128); v_cache = torch.zeros_like(k_cache)
+        out = attn.flash_attn_with_kvcache(q_prompt, k_cache, v_cache, k_prompt, v_prompt,
+                                           cache_seqlens=0, causal=True)          # prefill
+        out = attn.flash_attn_with_kvcache(q_tok, k_cache, v_cache, k_tok, v_tok,
+                                           cache_seqlens=len_prompt, causal=True)  # one token
+    """
+    mechanism = _softmax_text(causal, softmax_scale, window_size, softcap)
+    _flag(rotary_interleaved, "rotary_interleaved")
+    _flag(return_softmax_lse, "return_softmax_lse")
+    _integer(threads, "threads", 0, _MAX_THREADS)
+    q = _prepare(q, "q")
+    k_cache, v_cache = _prepare(k_cache, "k_cache"), _prepare(v_cache, "v_cache")
+    if (k is None) != (v is None):
+        raise ValueError("give both k and v (the new tokens), or neither")
+    if (rotary_cos is None) != (rotary_sin is None):
+        raise ValueError("give both rotary_cos and rotary_sin, or neither")
+    k = _prepare(k, "k") if k is not None else None
+    v = _prepare(v, "v") if v is not None else None
+    rotary_cos = _prepare(rotary_cos, "rotary_cos") if rotary_cos is not None else None
+    rotary_sin = _prepare(rotary_sin, "rotary_sin") if rotary_sin is not None else None
+    b, h, n, _ = _dims(q, "bnhd", "q")
+    dv = _dims(v_cache, "bnhd", "v_cache")[3]
+    seqlens = [] if cache_seqlens is None else _int_list(cache_seqlens, "cache_seqlens", b)
+    table = None
+    if block_table is not None:
+        if _is_torch(block_table):
+            block_table = block_table.detach().cpu().numpy()
+        table = np.asarray(block_table)
+        if table.ndim != 2 or table.dtype.kind not in "iu":
+            raise TypeError(f"block_table must be a 2-D integer array (batch, blocks per sequence), got "
+                            f"{table.dtype} with shape {table.shape}")
+        if table.size and (table.min() < -2**31 or table.max() >= 2**31):
+            raise ValueError("block_table entries must fit int32")
+        table = np.ascontiguousarray(table, dtype=np.int32)
+    out = _empty_like_kind(q, (b, n, h, dv))
+    lse = _empty_like_kind(q, (b, h, n), _float32_of(q)) if return_softmax_lse else None
+    _attn.kvcache_into(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, bool(rotary_interleaved), seqlens, table,
+                       mechanism, _as_float32_1d(alibi_slopes, "alibi_slopes"), out, lse, int(threads))
+    return (out, lse) if return_softmax_lse else out
+
+
+def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, max_seqlen_q: int,
+                           max_seqlen_k: int, softmax_scale: Optional[float] = None, causal: bool = False,
+                           window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0, alibi_slopes: Any = None,
+                           return_attn_probs: bool = False, *, threads: int = 0):
+    """Attention over packed sequences of different lengths, with flash-attn's names (no padding).
+
+    Sequence b is rows cu_seqlens_q[b] .. cu_seqlens_q[b+1] - 1 of q against rows
+    cu_seqlens_k[b] .. cu_seqlens_k[b+1] - 1 of k and v; causal masks are aligned bottom-right
+    per sequence.
+
+    Args:
+        q: (total_q, nheads, headdim); k, v: (total_k, nheads_k, headdim).
+        cu_seqlens_q, cu_seqlens_k: (batch + 1,) ints from 0 to the totals, non-decreasing.
+        max_seqlen_q, max_seqlen_k: at least the longest sequence (checked).
+        softmax_scale, causal, window_size, softcap, alibi_slopes: as in :func:`attention`.
+        return_attn_probs: also return the log-sum-exp (nheads, total_q) float32 (flash-attn
+            returns (out, lse, S_dmask); the third is None here: no dropout).
+
+    Returns:
+        out (total_q, nheads, headdim) like q; (out, lse, None) with return_attn_probs.
+    """
+    mechanism = _softmax_text(causal, softmax_scale, window_size, softcap)
+    _flag(return_attn_probs, "return_attn_probs")
+    _integer(threads, "threads", 0, _MAX_THREADS)
+    q, k, v = _prepare(q, "q"), _prepare(k, "k"), _prepare(v, "v")
+    for x, name in ((q, "q"), (k, "k"), (v, "v")):
+        if getattr(x, "ndim", None) != 3:
+            raise ValueError(f"{name} must have 3 dimensions (total tokens, heads, head_dim), got shape "
+                             f"{tuple(getattr(x, 'shape', ()))}")
+    cq, ck = _int_list(cu_seqlens_q, "cu_seqlens_q"), _int_list(cu_seqlens_k, "cu_seqlens_k")
+    total, h, dv = int(q.shape[0]), int(q.shape[1]), int(v.shape[2])
+    out = _empty_like_kind(q, (total, h, dv))
+    lse = _empty_like_kind(q, (h, total), _float32_of(q)) if return_attn_probs else None
+    _attn.varlen_into(q, k, v, cq, ck, _integer(max_seqlen_q, "max_seqlen_q", 0, _INT64_MAX),
+                      _integer(max_seqlen_k, "max_seqlen_k", 0, _INT64_MAX), mechanism,
+                      _as_float32_1d(alibi_slopes, "alibi_slopes"), out, lse, int(threads))
+    return (out, lse, None) if return_attn_probs else out
+
+
 _FEATURE_MAPS = ("elu", "relu", "identity", "exp", "relu2")
 
 
@@ -375,6 +512,27 @@ def explain(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: An
                          form_, isa_, bool(return_lse), bool(return_probs))
 
 
+def _softmax_text(causal: Any, softmax_scale: Any, window_size: Any, softcap: Any, dropout_p: Any = 0.0,
+                  seed: Any = 0) -> str:
+    """The softmax mechanism text for flash-attn's arguments."""
+    opts = []
+    if _flag(causal, "causal"):
+        opts.append("causal")
+    if softmax_scale is not None:
+        opts.append(f"scale={_real(softmax_scale, 'softmax_scale')!r}")
+    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
+        raise TypeError(f"window_size must be a pair (left, right), got {window_size!r}")
+    left, right = (_integer(x, f"window_size[{i}]", -2**63, _INT64_MAX) for i, x in enumerate(window_size))
+    if (left, right) != (-1, -1):
+        opts.append(f"window={left}:{right}")
+    if _real(softcap, "softcap"):
+        opts.append(f"softcap={float(softcap)!r}")
+    if _real(dropout_p, "dropout_p"):
+        opts.append(f"dropout={float(dropout_p)!r}")
+        opts.append(f"seed={_integer(seed, 'seed', 0, 2**64 - 1)}")
+    return "softmax" + (":" + ",".join(opts) if opts else "")
+
+
 def attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_scale: Optional[float] = None,
               window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0, alibi_slopes: Any = None,
               attn_mask: Any = None, key_padding_lengths: Optional[Sequence[int]] = None,
@@ -414,22 +572,7 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_scale: Op
         >>> out.shape
         (1, 128, 8, 64)
     """
-    opts = []
-    if _flag(causal, "causal"):
-        opts.append("causal")
-    if softmax_scale is not None:
-        opts.append(f"scale={_real(softmax_scale, 'softmax_scale')!r}")
-    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
-        raise TypeError(f"window_size must be a pair (left, right), got {window_size!r}")
-    left, right = (_integer(x, f"window_size[{i}]", -2**63, _INT64_MAX) for i, x in enumerate(window_size))
-    if (left, right) != (-1, -1):
-        opts.append(f"window={left}:{right}")
-    if _real(softcap, "softcap"):
-        opts.append(f"softcap={float(softcap)!r}")
-    if _real(dropout_p, "dropout_p"):
-        opts.append(f"dropout={float(dropout_p)!r}")
-        opts.append(f"seed={_integer(seed, 'seed', 0, 2**64 - 1)}")
-    mechanism = "softmax" + (":" + ",".join(opts) if opts else "")
+    mechanism = _softmax_text(causal, softmax_scale, window_size, softcap, dropout_p, seed)
     return attend(q, k, v, mechanism, attn_mask=attn_mask, key_padding_lengths=key_padding_lengths,
                   alibi_slopes=alibi_slopes, layout=layout, return_lse=return_lse,
                   return_probs=return_probs, threads=threads)

@@ -158,11 +158,15 @@ void check_rotary(const Plan& p, const RotaryTables& r, bool per_token) {
   positional::check_rope_tables(p.D, r.cos, r.sin);
   const int64_t P = r.cos.tokens();
   for (int64_t b = 0; b < p.B; ++b) {
-    const int64_t last = std::max(p.after(b), query_position(p, per_token, b, p.N - 1) + 1);
-    if (last > P || query_position(p, per_token, b, 0) < 0)
-      fail(kWhere, "sequence " + std::to_string(b) + " needs rotary positions up to " + std::to_string(last - 1) +
-                       ", the tables have " + std::to_string(P) + " (and positions must be >= 0: q has " +
-                       std::to_string(p.N) + " tokens, the cache " + std::to_string(p.after(b)) + ")");
+    const int64_t first = std::min(p.before[static_cast<size_t>(b)], query_position(p, per_token, b, 0));
+    const int64_t last = std::max(p.after(b) - 1, query_position(p, per_token, b, p.N - 1));
+    if (first < 0)
+      fail(kWhere, "sequence " + std::to_string(b) + " has " + std::to_string(p.N) + " queries but only " +
+                       std::to_string(p.after(b)) + " keys: its first query would sit at rotary position " +
+                       std::to_string(first));
+    if (last >= P)
+      fail(kWhere, "sequence " + std::to_string(b) + " needs rotary positions up to " + std::to_string(last) +
+                       ", the tables have " + std::to_string(P));
   }
 }
 
