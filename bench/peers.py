@@ -7,6 +7,7 @@ same thread count, in one run. Prints time per call and the speed ratio (torch t
     python bench/peers.py --sizes 1024 --json peers.jsonl
     python bench/peers.py --sparse --sizes 16384 --dims 64 --dtypes f32   # patterns vs FlexAttention
     python bench/peers.py --linear --sizes 4096 16384 --dims 128 --dtypes f32  # chunked linear vs a torch loop
+    python bench/peers.py --kvcache --heads 32 --kv-heads 8 --dims 128 --threads 1 2  # KV-cache decode, paged too
 """
 from __future__ import annotations
 
@@ -64,6 +65,78 @@ def decode(args, out) -> int:
                               f"{row['attn_gbs']:>9.1f} {row['torch_gbs']:>10.1f} {row['speedup']:>7.2f}x", flush=True)
                         if out:
                             out.write(json.dumps(row) + "\n")
+    return 0
+
+
+def read_bandwidth(threads: int, nbytes: int = 1 << 30) -> float:
+    """GB/s of torch summing a buffer far larger than the last-level cache (the roofline)."""
+    torch.set_num_threads(threads)
+    x = torch.ones(nbytes // 4)
+    t = best_time(lambda: x.sum(), 5)
+    return nbytes / t / 1e9
+
+
+def kvcache(args, out) -> int:
+    """The issue's decode case: one token per head against a cache of M keys through
+    flash_attn_with_kvcache (contiguous, and paged with two block sizes) and torch SDPA, in GB/s of
+    K+V read and as a ratio to the read bandwidth measured here. Several caches are cycled so
+    each call reads from memory, not the last-level cache."""
+    dtypes = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+    h, hkv, d = args.heads, args.kv_heads, args.dims[0]
+    print(f"torch {torch.__version__}, attn isa {attn.active_isa()}; B=1, H={h}, Hkv={hkv}, d={d}, one new token")
+    print(f"{'M':>6} {'dtype':>5} {'T':>2} {'roof GB/s':>9} {'form':>14} {'ms':>8} {'GB/s':>6} {'ratio':>6} "
+          f"{'vs torch':>8}")
+    for m in args.kvcache:
+        for dt in args.dtypes:
+            for t in args.threads:
+                roof = read_bandwidth(t)
+                torch.set_num_threads(t)
+                g = torch.Generator().manual_seed(0)
+                nbytes = 2 * hkv * m * d * torch.tensor([], dtype=dtypes[dt]).element_size()
+                copies = max(2, -(-(768 << 20) // nbytes))  # >= 768 MiB in all: far past any LLC here
+                q = torch.randn(1, 1, h, d, generator=g).to(dtypes[dt])
+                caches = [(torch.randn(1, m, hkv, d, generator=g).to(dtypes[dt]),
+                           torch.randn(1, m, hkv, d, generator=g).to(dtypes[dt])) for _ in range(copies)]
+                cycle = {"i": 0}
+
+                def nxt():
+                    cycle["i"] = (cycle["i"] + 1) % copies
+                    return caches[cycle["i"]]
+
+                def contiguous():
+                    kc, vc = nxt()
+                    attn.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=m, threads=t)
+
+                def paged_of(page):
+                    table = torch.randperm(m // page, generator=g).to(torch.int32)[None]
+                    pools = [(kc.reshape(m // page, page, hkv, d), vc.reshape(m // page, page, hkv, d))
+                             for kc, vc in caches]
+
+                    def run():
+                        cycle["i"] = (cycle["i"] + 1) % copies
+                        kp, vp = pools[cycle["i"]]
+                        attn.flash_attn_with_kvcache(q, kp, vp, cache_seqlens=m, block_table=table, threads=t)
+                    return run
+
+                qt = q.transpose(1, 2)
+
+                def sdpa():
+                    kc, vc = nxt()
+                    F.scaled_dot_product_attention(qt, kc.transpose(1, 2), vc.transpose(1, 2), enable_gqa=hkv != h)
+
+                times = {"contiguous": best_time(contiguous, args.reps * 5),
+                         "paged 256": best_time(paged_of(256), args.reps * 5),
+                         "paged 16": best_time(paged_of(16), args.reps * 5),
+                         "torch sdpa": best_time(sdpa, args.reps * 5)}
+                for form, sec in times.items():
+                    gbs = nbytes / sec / 1e9
+                    row = dict(kv_len=m, heads=h, kv_heads=hkv, head_dim=d, dtype=dt, threads=t, form=form,
+                               seconds=sec, gbs=gbs, ratio=gbs / roof, read_gbs=roof,
+                               speedup_vs_torch=times["torch sdpa"] / sec)
+                    print(f"{m:>6} {dt:>5} {t:>2} {roof:>9.1f} {form:>14} {sec*1e3:>8.3f} {gbs:>6.1f} "
+                          f"{gbs/roof:>6.3f} {row['speedup_vs_torch']:>7.2f}x", flush=True)
+                    if out:
+                        out.write(json.dumps(row) + "\n")
     return 0
 
 
@@ -232,6 +305,10 @@ def main(argv=None) -> int:
     ap.add_argument("--decode", type=int, nargs="*", default=None, metavar="M",
                     help="instead: decode-shaped calls (one query per head against M cached keys, MHA and GQA 4:1), "
                          "reported in GB/s of K+V read")
+    ap.add_argument("--kvcache", type=int, nargs="*", default=None, metavar="M",
+                    help="instead: flash_attn_with_kvcache decode (contiguous and paged) vs torch SDPA against "
+                         "caches of M keys (default 32768), H=--heads, Hkv=--kv-heads, d=--dims[0], caches cycled")
+    ap.add_argument("--kv-heads", type=int, default=8, help="kv heads for --kvcache")
     ap.add_argument("--sparse", action="store_true",
                     help="time the sparse patterns against FlexAttention and SDPA with a dense mask")
     ap.add_argument("--linear", action="store_true",
@@ -244,6 +321,9 @@ def main(argv=None) -> int:
     out = open(args.json, "w") if args.json else None
     if args.decode is not None:
         return decode(args, out)
+    if args.kvcache is not None:
+        args.kvcache = args.kvcache or [32768]
+        return kvcache(args, out)
     if args.sparse:
         return sparse(args, out)
     if args.linear:
