@@ -39,10 +39,7 @@ struct TileKernels {
   void (*exp_rows)(float* x, int64_t n, const float* sub);
   // dst[c] = float(src[c * stride]) for c < n.
   void (*to_float)(const void* src, DType dtype, int64_t stride, int64_t n, float* dst);
-  // Row primitives for few queries against many keys (decode-shaped calls), unaligned rows:
-  // out[r] = q[r] . k for r < R (q: R rows of d floats, contiguous; k: d values of `kt`,
-  // unit stride, converted on the fly).
-  void (*dot_rows)(const float* q, int64_t R, int64_t d, const void* k, DType kt, float* out);
+  // Row primitive (linear attention's recurrent state update):
   // acc[r][c] += p[r] * v[c] for r < R, c < dv (acc: R rows of dv floats; v: dv values of `vt`).
   void (*axpy_rows)(const float* p, int64_t R, const void* v, DType vt, int64_t dv, float* acc);
   // x[i] = exp(x[i] - sub) for i < n; returns the sum of the results.

@@ -260,18 +260,6 @@ inline void dot_block(const float* q, int64_t d, const void* k, float* out, int6
 }
 
 template <DType T>
-void dot_rows_t(const float* q, int64_t R, int64_t d, const void* k, float* out) {
-  int64_t r = 0;
-  for (; r + 4 <= R; r += 4) dot_block<T, 4>(q + r * d, d, k, out + r);
-  switch (R - r) {
-    case 3: dot_block<T, 3>(q + r * d, d, k, out + r); break;
-    case 2: dot_block<T, 2>(q + r * d, d, k, out + r); break;
-    case 1: dot_block<T, 1>(q + r * d, d, k, out + r); break;
-    default: break;
-  }
-}
-
-template <DType T>
 void axpy_rows_t(const float* p, int64_t R, const void* v, int64_t dv, float* acc) {
   int64_t c = 0;
   for (; c + Vec::W <= dv; c += Vec::W) {
@@ -281,14 +269,6 @@ void axpy_rows_t(const float* p, int64_t R, const void* v, int64_t dv, float* ac
   for (; c < dv; ++c) {
     const float x = load_as_float(v, T, c);
     for (int64_t r = 0; r < R; ++r) acc[r * dv + c] += p[r] * x;
-  }
-}
-
-void dot_rows(const float* q, int64_t R, int64_t d, const void* k, DType kt, float* out) {
-  switch (kt) {
-    case DType::bf16: return dot_rows_t<DType::bf16>(q, R, d, k, out);
-    case DType::f16: return dot_rows_t<DType::f16>(q, R, d, k, out);
-    default: return dot_rows_t<DType::f32>(q, R, d, k, out);
   }
 }
 
@@ -571,7 +551,6 @@ inline const TileKernels& table(Isa isa) {
                              .softcap = softcap,
                              .exp_rows = exp_rows,
                              .to_float = to_float,
-                             .dot_rows = dot_rows,
                              .axpy_rows = axpy_rows,
                              .exp_shift_sum = exp_shift_sum,
                              .from_float = from_float,

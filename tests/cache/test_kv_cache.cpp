@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "attn/attn.hpp"
+#include "cache/sequence_views.hpp"
 #include "core/internal_api.hpp"
 #include "support/expect_error.hpp"
 #include "support/random_inputs.hpp"
@@ -125,11 +126,7 @@ struct Cache {
   }
 };
 
-TensorView tokens_of(TensorView t, int64_t from, int64_t n) {
-  t.data = t.ptr(0, 0, from, 0);
-  t.shape[2] = n;
-  return t;
-}
+using cache_view::tokens;
 
 TEST(KvCache, AppendingInPiecesEqualsOneRecomputation) {
   std::mt19937 rng(7);
@@ -143,18 +140,18 @@ TEST(KvCache, AppendingInPiecesEqualsOneRecomputation) {
     for (int64_t n : {37, 1, 1, 1, 9, 11}) {
       KvCacheUpdate u;
       u.cache_seqlens = {len};
-      u.k = tokens_of(k_all.view, len, n), u.v = tokens_of(v_all.view, len, n);
-      const TensorView q = tokens_of(q_all.view, len, n);
+      u.k = tokens(k_all.view, len, n), u.v = tokens(v_all.view, len, n);
+      const TensorView q = tokens(q_all.view, len, n);
       const AttendResult got = attend_with_kvcache(q, c.k, c.v, u, parse_mechanism("softmax:causal"));
       len += n;
       // the same call on plain views of everything so far: the same bits
-      const AttendResult want = attend(q, tokens_of(k_all.view, 0, len), tokens_of(v_all.view, 0, len),
+      const AttendResult want = attend(q, tokens(k_all.view, 0, len), tokens(v_all.view, 0, len),
                                        parse_mechanism("softmax:causal"));
       expect_same_bits(want.out.view(), got.out.view(), "step to " + std::to_string(len) + " " + dtype_name(dt));
     }
-    expect_same_bits(tokens_of(c.k, 0, total), k_all.view, "cached keys");
-    expect_same_bits(tokens_of(c.v, 0, total), v_all.view, "cached values");
-    EXPECT_EQ(tokens_of(c.k, total, 4).at(0, 1, 3, 5), 0.0f);  // nothing written past the end
+    expect_same_bits(tokens(c.k, 0, total), k_all.view, "cached keys");
+    expect_same_bits(tokens(c.v, 0, total), v_all.view, "cached values");
+    EXPECT_EQ(tokens(c.k, total, 4).at(0, 1, 3, 5), 0.0f);  // nothing written past the end
   }
 }
 
@@ -343,10 +340,10 @@ TEST(Varlen, PackedEqualsOneCallPerSequence) {
     o.return_lse = std::string(mech).rfind("softmax", 0) == 0;
     const AttendResult got = attend_varlen(q.view, k.view, v.view, cq, ck, 17, 40, parse_mechanism(mech), o);
     for (size_t b = 0; b < lq.size(); ++b) {
-      const AttendResult want = attend(tokens_of(q.view, cq[b], lq[b]), tokens_of(k.view, ck[b], lk[b]),
-                                       tokens_of(v.view, ck[b], lk[b]), parse_mechanism(mech), o);
-      expect_same_bits(want.out.view(), tokens_of(got.out.view(), cq[b], lq[b]), std::string(mech) + " out " + std::to_string(b));
-      if (o.return_lse) expect_same_bits(want.lse.view(), tokens_of(got.lse.view(), cq[b], lq[b]), "lse");
+      const AttendResult want = attend(tokens(q.view, cq[b], lq[b]), tokens(k.view, ck[b], lk[b]),
+                                       tokens(v.view, ck[b], lk[b]), parse_mechanism(mech), o);
+      expect_same_bits(want.out.view(), tokens(got.out.view(), cq[b], lq[b]), std::string(mech) + " out " + std::to_string(b));
+      if (o.return_lse) expect_same_bits(want.lse.view(), tokens(got.lse.view(), cq[b], lq[b]), "lse");
     }
   }
   auto q = testing::random_tensor(rng, DType::f32, 1, H, cq.back(), D);
