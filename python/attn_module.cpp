@@ -259,6 +259,44 @@ void rope_inplace(const OutArray& x, const std::string& layout, int64_t offset, 
   attn::apply_rope(v, r, batch_offsets);
 }
 
+// The layer specs for `mechanisms`: one text per layer, or one text for every layer that is not
+// a lightning layer (those keep theirs: their weights differ).
+std::vector<attn::DecoderLayerSpec> layer_specs(const attn::DecoderConfig& c, const std::vector<std::string>& mechanisms) {
+  if (mechanisms.size() != 1 && mechanisms.size() != c.layers.size())
+    throw nb::value_error(("mechanisms: expected one text or one per layer (" + std::to_string(c.layers.size()) +
+                           "), got " + std::to_string(mechanisms.size())).c_str());
+  std::vector<attn::DecoderLayerSpec> specs = c.layers;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (mechanisms.size() == 1 && specs[i].lightning) continue;
+    specs[i].mechanism = attn::parse_mechanism(mechanisms.size() == 1 ? mechanisms[0] : mechanisms[i]);
+    specs[i].rope = !specs[i].lightning && !std::holds_alternative<attn::Dca>(specs[i].mechanism);
+  }
+  return specs;
+}
+
+attn::Decoder load_decoder(const std::string& path, int threads, const std::optional<std::vector<std::string>>& mechanisms) {
+  if (!mechanisms) return attn::Decoder::from_safetensors(path, threads);
+  const attn::SafetensorsFile f = attn::SafetensorsFile::open(path);
+  const auto it = f.metadata().find("attn.decoder");
+  if (it == f.metadata().end()) return attn::Decoder::from_safetensors(path, threads);  // its error
+  const std::vector<attn::DecoderLayerSpec> specs =
+      layer_specs(attn::DecoderConfig::from_json(it->second, path), *mechanisms);
+  return attn::Decoder::from_safetensors(path, threads, &specs);
+}
+
+nb::ndarray<nb::numpy, float> decoder_forward(attn::Decoder& d, const std::vector<int32_t>& tokens, int64_t pos,
+                                              bool all_logits) {
+  const std::vector<float>* logits = nullptr;
+  {
+    nb::gil_scoped_release release;
+    logits = &d.forward(tokens, pos, all_logits);
+  }
+  const size_t vocab = static_cast<size_t>(d.config().vocab_size), rows = logits->size() / vocab;
+  auto* copy = new std::vector<float>(*logits);
+  nb::capsule owner(copy, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+  return nb::ndarray<nb::numpy, float>(copy->data(), {rows, vocab}, owner);
+}
+
 }  // namespace
 
 NB_MODULE(_attn, m) {
@@ -325,6 +363,28 @@ NB_MODULE(_attn, m) {
       },
       "q"_a, "k"_a, "mechanism"_a, "layout"_a, "key_padding_lengths"_a, "params"_a,
       "Reformer's buckets for q and k (attn::lsh_buckets): ((B, H, rounds, N), (B, Hk, rounds, M)) int32.");
+  nb::class_<attn::Decoder>(m, "Decoder", "attn::Decoder: a llama-style decoder over attn's mechanisms.")
+      .def_static("load", &load_decoder, "path"_a, "threads"_a, "mechanisms"_a.none(),
+                  "Maps a safetensors file written by Decoder.save (config in its metadata).")
+      .def_static(
+          "random",
+          [](const std::string& config_json, uint64_t seed, const std::string& dtype, int threads) {
+            const attn::DType dt = dtype == "float32" ? attn::DType::f32
+                                   : dtype == "bfloat16" ? attn::DType::bf16
+                                   : dtype == "float16" ? attn::DType::f16
+                                   : throw nb::value_error(("dtype must be 'float32', 'bfloat16' or 'float16', got '" + dtype + "'").c_str());
+            return attn::Decoder::random(attn::DecoderConfig::from_json(config_json, "config"), seed, dt, threads);
+          },
+          "config_json"_a, "seed"_a, "dtype"_a, "threads"_a, "Random weights (counter-based from seed).")
+      .def("forward", &decoder_forward, "tokens"_a, "pos"_a, "all_logits"_a,
+           "Runs tokens at positions pos.. and returns logits (rows, vocab) as a new float32 array.")
+      .def("reset", &attn::Decoder::reset, "Forgets the context.")
+      .def_prop_ro("position", &attn::Decoder::position)
+      .def_prop_ro("config_json", [](const attn::Decoder& d) { return d.config().to_json(); })
+      .def_prop_ro("kv_bytes_per_token", &attn::Decoder::kv_bytes_per_token)
+      .def_prop_ro("state_bytes", &attn::Decoder::state_bytes)
+      .def("save", &attn::Decoder::save, "path"_a, "Writes weights and config to a safetensors file.")
+      .def("set_attention_form", &attn::Decoder::set_attention_form, "form"_a);
   m.def("active_isa", [] { return attn::isa_name(attn::active_isa()); }, "Kernel set in use (ATTN_ISA overrides).");
   m.def("supported_isas", [] {
     std::vector<std::string> out;

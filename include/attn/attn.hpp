@@ -8,5 +8,7 @@
 #include "attn/npy.hpp"
 #include "attn/pattern.hpp"
 #include "attn/kv_cache.hpp"
+#include "attn/model.hpp"
 #include "attn/rope.hpp"
+#include "attn/safetensors.hpp"
 #include "attn/tensor.hpp"

@@ -1,0 +1,116 @@
+// A llama-style decoder whose every attention layer is a mechanism of this library.
+//
+//   x = embed(token)
+//   per layer:  h = RMSNorm(x) · w_attn_norm
+//               q, k, v = h Wq^T, h Wk^T, h Wv^T         (GQA: k, v have kv_heads heads)
+//               RoPE on q and k (at the tokens' positions)   -- softmax layers
+//               o = attention(q, k, v) with the layer's mechanism, against the layer's cache
+//               x = x + o Wo^T
+//               h = RMSNorm(x) · w_ffn_norm
+//               x = x + (silu(h W1^T) ⊙ h W3^T) W2^T       (SwiGLU)
+//   logits = (RMSNorm(x) · w_final) Wout^T                  (Wout = the embedding when tied)
+//
+// A layer whose mechanism carries a recurrent state (linear attention and its relatives) keeps
+// that state instead of a KV cache, so its memory does not grow with the context. A "lightning"
+// layer is MiniMax-01's: silu on q, k and v, no RoPE, per-head decays
+// lambda_h = exp(-2^(-8h/H) (1 - l/(L - 1 + 1e-5) + 1e-5)) (h = 1..H, layer l of L), the output
+// RMS-normalised over all its channels (weighted) and gated by sigmoid(h Wg^T). The MiniMax
+// hybrid (every 8th layer softmax, the others lightning) is then a list of layer specs.
+//
+// Config, weights and run state are separate: weights are read-only (mapped from a safetensors
+// file where they lie, or generated), the run state (activations, caches) is allocated once, for
+// max_seq_len tokens, when the Decoder is made.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attn/mechanism.hpp"
+#include "attn/rope.hpp"
+
+namespace attn {
+
+struct DecoderLayerSpec {
+  Mechanism mechanism;     // must be causal
+  bool rope = true;        // rotate q and k (off for lightning layers and for DCA, which rotates itself)
+  bool lightning = false;  // MiniMax's lightning block (see above); needs a linear mechanism
+};
+
+struct DecoderConfig {
+  int64_t vocab_size = 0;
+  int64_t dim = 0;          // model width
+  int64_t hidden_dim = 0;   // SwiGLU width
+  int64_t heads = 0;
+  int64_t kv_heads = 0;     // softmax layers (lightning layers use `heads` for k and v)
+  int64_t head_dim = 0;
+  int64_t max_seq_len = 0;  // positions the run state is allocated for
+  double rope_theta = 10000.0;
+  RopeStyle rope_style = RopeStyle::half;  // Hugging Face llama's rotate-half
+  double norm_eps = 1e-5;
+  bool tied_embeddings = false;  // logits use the embedding matrix
+  std::vector<DecoderLayerSpec> layers;
+
+  // Every layer softmax:causal (RoPE on).
+  static std::vector<DecoderLayerSpec> softmax_layers(int64_t count, const Mechanism& softmax);
+  // `linear` lightning layers, then one softmax layer, repeated (7:1 is MiniMax-01's layout:
+  // layer i is softmax iff (i + 1) % 8 == 0).
+  static std::vector<DecoderLayerSpec> hybrid_layers(int64_t count, int64_t linear, int64_t softmax,
+                                                     const Mechanism& softmax_mechanism);
+  // The mechanism of lightning layers: linear:map=identity,causal,normalize=0,chunk=256.
+  static Mechanism lightning_mechanism();
+
+  // Throws Error naming the first inconsistent field.
+  void validate() const;
+  // The JSON form stored in a safetensors file's metadata under "attn.decoder" (mechanisms as text).
+  std::string to_json() const;
+  static DecoderConfig from_json(const std::string& json, const std::string& where);
+};
+
+// Per-head decays of lightning layer `layer` of `layers` (MiniMax-01's formula, heads h = 1..H).
+std::vector<float> lightning_decays(int64_t heads, int64_t layer, int64_t layers);
+
+struct DecoderWeights;  // src/model/weights.hpp
+
+class Decoder {
+ public:
+  // Loads a safetensors file: the config from its metadata ("attn.decoder"), the tensors by
+  // Hugging Face llama names (model.embed_tokens.weight, model.layers.N.self_attn.q_proj.weight,
+  // ...; lightning layers add self_attn.norm.weight and self_attn.output_gate.weight). F32, BF16
+  // or F16 tensors are used as stored. `layers`, when given, replaces the file's layer specs
+  // (same count; lightning layers stay lightning: their weights differ).
+  static Decoder from_safetensors(const std::string& path, int threads = 0,
+                                  const std::vector<DecoderLayerSpec>* layers = nullptr);
+  // Random weights (counter-based from `seed`: the same on every machine and thread count),
+  // float32 or bfloat16 matrices.
+  static Decoder random(const DecoderConfig& config, uint64_t seed, DType dtype = DType::f32, int threads = 0);
+
+  Decoder(Decoder&&) noexcept;
+  Decoder& operator=(Decoder&&) noexcept;
+  ~Decoder();
+
+  const DecoderConfig& config() const;
+  // Runs tokens[0..n) at positions pos..pos+n-1 (pos = the tokens already run since reset();
+  // anything else is an Error) and returns the logits of the last token, or of every token
+  // (n x vocab_size, row-major) when all_logits. The view is valid until the next call.
+  const std::vector<float>& forward(const std::vector<int32_t>& tokens, int64_t pos, bool all_logits = false);
+  // Forgets the context (caches and states to zero).
+  void reset();
+  int64_t position() const;  // tokens run since reset()
+
+  // Memory the caches hold per token of context: KV-cache layers' K and V rows (bytes), and the
+  // fixed bytes of recurrent states (independent of the context).
+  int64_t kv_bytes_per_token() const;
+  int64_t state_bytes() const;
+  // Writes the weights and config to a safetensors file (random models become files).
+  void save(const std::string& path) const;
+  // Sets the forced attention form ("reference", ...; empty: the engine's choice) and threads.
+  void set_attention_form(const std::string& form);
+
+ private:
+  struct Impl;
+  explicit Decoder(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace attn

@@ -1,0 +1,110 @@
+"""A llama-style decoder whose attention layers are attn mechanisms (C++: attn::Decoder).
+
+    >>> import attn
+    >>> cfg = dict(vocab_size=256, dim=64, hidden_dim=128, heads=4, kv_heads=2, head_dim=16,
+    ...            max_seq_len=512, layers=attn.Decoder.hybrid_layers(8, "7:1"))
+    >>> m = attn.Decoder.random(cfg, seed=1)
+    >>> logits = m.forward([1, 2, 3])          # (3, 256): the prompt
+    >>> nxt = m.forward([int(logits[-1].argmax())])  # (1, 256): one more token, from the cache
+    >>> m.save("tiny.safetensors"); m2 = attn.Decoder.load("tiny.safetensors")
+
+Blocks: RMSNorm -> attention (RoPE, GQA, a KV cache, or a recurrent state for linear mechanisms)
+-> residual -> RMSNorm -> SwiGLU -> residual. Lightning layers (MiniMax-01) apply silu to q, k, v,
+decay per head, RMS-normalise and gate their output. Weights are safetensors files with Hugging
+Face llama tensor names and the config in the metadata entry "attn.decoder".
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from . import _attn
+
+__all__ = ["Decoder"]
+
+_LIGHTNING = "linear:map=identity,causal,normalize=0,chunk=256"
+
+
+class Decoder:
+    """A decoder with its weights and run state (KV caches and recurrent states, allocated once
+    for ``max_seq_len`` tokens). Not thread-safe: one sequence at a time."""
+
+    def __init__(self, impl: Any):
+        self._impl = impl
+
+    @staticmethod
+    def load(path: str, *, mechanisms: Union[None, str, Sequence[str]] = None, threads: int = 0) -> "Decoder":
+        """Maps a safetensors file written by :meth:`save`. ``mechanisms``: one text for every
+        layer that is not a lightning layer, or one text per layer (None: the file's)."""
+        if isinstance(mechanisms, str):
+            mechanisms = [mechanisms]
+        return Decoder(_attn.Decoder.load(str(path), int(threads), None if mechanisms is None else list(mechanisms)))
+
+    @staticmethod
+    def random(config: Mapping[str, Any], seed: int = 0, *, dtype: str = "float32", threads: int = 0) -> "Decoder":
+        """Random weights for ``config`` (keys: vocab_size, dim, hidden_dim, heads, kv_heads,
+        head_dim, max_seq_len, rope_theta, rope_style, norm_eps, tied_embeddings, layers: a list of
+        {"mechanism": text, "rope": bool, "lightning": bool}), the same for a seed everywhere."""
+        return Decoder(_attn.Decoder.random(json.dumps(dict(config)), int(seed), str(dtype), int(threads)))
+
+    @staticmethod
+    def softmax_layers(count: int, mechanism: str = "softmax:causal") -> list:
+        """Layer specs: ``count`` layers of ``mechanism`` with RoPE."""
+        return [{"mechanism": mechanism, "rope": not mechanism.startswith("dca"), "lightning": False}
+                for _ in range(int(count))]
+
+    @staticmethod
+    def hybrid_layers(count: int, ratio: str = "7:1", mechanism: str = "softmax:causal") -> list:
+        """Layer specs of a MiniMax-style hybrid: ``ratio`` "L:S" repeats L lightning layers then
+        S softmax layers (7:1: layer i is softmax iff (i + 1) % 8 == 0)."""
+        lin, soft = (int(x) for x in str(ratio).split(":"))
+        if lin < 0 or soft < 1:
+            raise ValueError(f"ratio: expected L:S with L >= 0 and S >= 1, got {ratio!r}")
+        layers = Decoder.softmax_layers(count, mechanism)
+        for i in range(int(count)):
+            if i % (lin + soft) < lin:
+                layers[i] = {"mechanism": _LIGHTNING, "rope": False, "lightning": True}
+        return layers
+
+    def forward(self, tokens: Sequence[int], pos: Optional[int] = None, *, all_logits: bool = True) -> np.ndarray:
+        """Runs ``tokens`` after the ``pos`` tokens already in the context (default: all of them)
+        and returns float32 logits, (len(tokens), vocab) or (1, vocab) for the last only."""
+        ids = [int(t) for t in np.asarray(tokens).reshape(-1)]
+        return self._impl.forward(ids, self.position if pos is None else int(pos), bool(all_logits))
+
+    def logits(self, tokens: Sequence[int]) -> np.ndarray:
+        """Logits of every position of ``tokens`` from an empty context."""
+        self.reset()
+        return self.forward(tokens, 0)
+
+    def reset(self) -> None:
+        """Forgets the context."""
+        self._impl.reset()
+
+    def save(self, path: str) -> None:
+        """Writes weights and config to a safetensors file (atomically)."""
+        self._impl.save(str(path))
+
+    @property
+    def position(self) -> int:
+        return self._impl.position
+
+    @property
+    def config(self) -> dict:
+        return json.loads(self._impl.config_json)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes the KV caches grow by per token of context (softmax-like layers)."""
+        return self._impl.kv_bytes_per_token
+
+    @property
+    def state_bytes(self) -> int:
+        """Bytes of recurrent states (linear layers), whatever the context length."""
+        return self._impl.state_bytes
+
+    def set_attention_form(self, form: str) -> None:
+        """Forces an attention form ("reference", "tiled", ...; "" for the engine's choice)."""
+        self._impl.set_attention_form(str(form))

@@ -1,0 +1,264 @@
+// The decoder's forward pass and run state (see include/attn/model.hpp for the block).
+//
+// Tokens run in steps of at most kStepTokens: a long prompt is a sequence of steps, each
+// attending to the cache the steps before it filled (causal masks are aligned bottom-right, so
+// a step's queries see exactly the keys a full pass would show them), which bounds the
+// activation buffers and lets them be allocated once.
+#include <algorithm>
+#include <cstring>
+
+#include "attn/attend.hpp"
+#include "attn/error.hpp"
+#include "attn/model.hpp"
+#include "attn/tensor.hpp"
+#include "model/layer_kind.hpp"
+#include "model/ops.hpp"
+#include "model/weights.hpp"
+
+namespace attn {
+namespace {
+
+constexpr int64_t kStepTokens = 256;
+constexpr const char* kWhere = "decoder";
+constexpr const char* kConfigKey = "attn.decoder";
+
+// A (1, heads, n, hd) view of packed (n, heads * hd) rows: token-major memory.
+TensorView token_major(float* data, int64_t heads, int64_t n, int64_t hd) {
+  return make_view(data, DType::f32, 1, heads, n, hd, Layout::bnhd);
+}
+
+// Per layer: a KV cache (1, Hkv, max_seq_len, hd) float32, or a recurrent state.
+struct LayerMemory {
+  Tensor k, v, state;
+};
+
+}  // namespace
+
+struct Decoder::Impl {
+  model::DecoderWeights w;
+  int threads = 0;
+  Isa isa = active_isa();
+  std::string form;
+  int64_t pos = 0;
+  std::vector<LayerMemory> memory;
+  // Activations for one step of up to kStepTokens tokens.
+  int64_t step = 0;
+  std::vector<float> x, h, q, k, v, att, gate, tmp, gated, up, logits;
+
+  explicit Impl(model::DecoderWeights weights, int thread_count) : w(std::move(weights)), threads(thread_count) {
+    const DecoderConfig& c = w.config;
+    step = std::min(kStepTokens, c.max_seq_len);
+    const int64_t qdim = c.heads * c.head_dim;
+    auto rows = [&](int64_t width) { return std::vector<float>(static_cast<size_t>(step * width)); };
+    x = rows(c.dim), h = rows(c.dim), tmp = rows(c.dim);
+    q = rows(qdim), k = rows(qdim), v = rows(qdim), att = rows(qdim), gate = rows(qdim);
+    gated = rows(c.hidden_dim), up = rows(c.hidden_dim);
+    for (size_t i = 0; i < c.layers.size(); ++i) {
+      const model::LayerWeights& l = w.layers[i];
+      LayerMemory& m = memory.emplace_back();
+      if (model::has_state(c.layers[i].mechanism)) {
+        const auto shape = state_shape(token_major(q.data(), c.heads, 1, c.head_dim),
+                                       token_major(k.data(), l.kv_heads, 1, c.head_dim),
+                                       token_major(v.data(), l.kv_heads, 1, c.head_dim), c.layers[i].mechanism);
+        m.state = Tensor(DType::f32, shape);
+      } else {
+        m.k = Tensor(DType::f32, {1, l.kv_heads, c.max_seq_len, c.head_dim});
+        m.v = Tensor(DType::f32, {1, l.kv_heads, c.max_seq_len, c.head_dim});
+      }
+    }
+  }
+
+  void attention(size_t li, int64_t n, int64_t p) {
+    const DecoderConfig& c = w.config;
+    const DecoderLayerSpec& spec = c.layers[li];
+    const model::LayerWeights& l = w.layers[li];
+    LayerMemory& mem = memory[li];
+    model::matmul(h.data(), n, l.wq, q.data(), threads, isa);
+    model::matmul(h.data(), n, l.wk, k.data(), threads, isa);
+    model::matmul(h.data(), n, l.wv, v.data(), threads, isa);
+    const int64_t kv_width = l.kv_heads * c.head_dim, q_width = c.heads * c.head_dim;
+    if (spec.lightning) {
+      for (int64_t i = 0; i < n * q_width; ++i) q[i] = model::silu(q[i]);
+      for (int64_t i = 0; i < n * kv_width; ++i) k[i] = model::silu(k[i]), v[i] = model::silu(v[i]);
+    }
+    const TensorView qv = token_major(q.data(), c.heads, n, c.head_dim);
+    const TensorView kv = token_major(k.data(), l.kv_heads, n, c.head_dim);
+    const TensorView vv = token_major(v.data(), l.kv_heads, n, c.head_dim);
+    const TensorView out = token_major(att.data(), c.heads, n, c.head_dim);
+    if (spec.rope) {
+      const Rope rope{c.rope_theta, c.rope_style, 0, p};
+      apply_rope(qv, rope), apply_rope(kv, rope);
+    }
+    AttendOptions o;
+    o.threads = threads;
+    o.isa = isa;
+    o.form = form;
+    if (mem.state.defined()) {
+      const auto& s = mem.state.view().shape;
+      o.params["initial_state"] = make_array_view(mem.state.view().data, DType::f32, {s[0], s[1], s[2], s[3]});
+      if (spec.lightning) o.params["decay"] = make_array_view(l.decays.data(), DType::f32, {c.heads});
+      attend_into(qv, kv, vv, spec.mechanism, o, out, nullptr, nullptr, &mem.state.view());
+    } else {
+      TensorView kc = mem.k.view(), vc = mem.v.view();
+      for (int64_t hk = 0; hk < l.kv_heads; ++hk)
+        for (int64_t i = 0; i < n; ++i) {
+          std::memcpy(kc.ptr(0, hk, p + i), kv.ptr(0, hk, i), static_cast<size_t>(c.head_dim) * sizeof(float));
+          std::memcpy(vc.ptr(0, hk, p + i), vv.ptr(0, hk, i), static_cast<size_t>(c.head_dim) * sizeof(float));
+        }
+      kc.shape[2] = vc.shape[2] = p + n;
+      attend_into(qv, kc, vc, spec.mechanism, o, out, nullptr, nullptr);
+    }
+    if (spec.lightning) {
+      model::rms_norm(att.data(), n, q_width, q_width, l.out_norm, c.norm_eps, att.data());
+      model::matmul(h.data(), n, l.gate, gate.data(), threads, isa);
+      for (int64_t i = 0; i < n * q_width; ++i) att[i] *= model::sigmoid(gate[i]);
+    }
+    model::matmul(att.data(), n, l.wo, tmp.data(), threads, isa);
+    for (int64_t i = 0; i < n * c.dim; ++i) x[i] += tmp[i];
+  }
+
+  void feed_forward(size_t li, int64_t n) {
+    const DecoderConfig& c = w.config;
+    const model::LayerWeights& l = w.layers[li];
+    model::matmul(h.data(), n, l.w1, gated.data(), threads, isa);
+    model::matmul(h.data(), n, l.w3, up.data(), threads, isa);
+    for (int64_t i = 0; i < n * c.hidden_dim; ++i) gated[i] = model::silu(gated[i]) * up[i];
+    model::matmul(gated.data(), n, l.w2, tmp.data(), threads, isa);
+    for (int64_t i = 0; i < n * c.dim; ++i) x[i] += tmp[i];
+  }
+
+  // Runs n <= step tokens at positions p..; logits of rows [first, n) go to `logits_out`.
+  void run_step(const int32_t* tokens, int64_t n, int64_t p, int64_t first, float* logits_out) {
+    const DecoderConfig& c = w.config;
+    for (int64_t i = 0; i < n; ++i)  // the embedding lookup
+      for (int64_t col = 0; col < c.dim; ++col) x[i * c.dim + col] = load_as_float(w.embed.row(tokens[i]), w.embed.dtype, col);
+    for (size_t li = 0; li < c.layers.size(); ++li) {
+      model::rms_norm(x.data(), n, c.dim, c.dim, w.layers[li].attn_norm, c.norm_eps, h.data());
+      attention(li, n, p);
+      model::rms_norm(x.data(), n, c.dim, c.dim, w.layers[li].ffn_norm, c.norm_eps, h.data());
+      feed_forward(li, n);
+    }
+    if (first >= n) return;
+    model::rms_norm(x.data() + first * c.dim, n - first, c.dim, c.dim, w.final_norm, c.norm_eps, h.data());
+    model::matmul(h.data(), n - first, w.output, logits_out, threads, isa);
+  }
+
+  // Every layer's attention call for a step of n tokens at position p, checked (explain()
+  // validates like attend()) before anything runs: a call that fails leaves caches and states
+  // as they were.
+  void check_step(int64_t n, int64_t p) {
+    const DecoderConfig& c = w.config;
+    for (size_t li = 0; li < c.layers.size(); ++li) {
+      const model::LayerWeights& l = w.layers[li];
+      const LayerMemory& mem = memory[li];
+      const TensorView qv = token_major(q.data(), c.heads, n, c.head_dim);
+      AttendOptions o;
+      o.threads = threads, o.isa = isa, o.form = form;
+      try {
+        if (mem.state.defined()) {
+          const auto& s = mem.state.view().shape;
+          o.params["initial_state"] = make_array_view(mem.state.view().data, DType::f32, {s[0], s[1], s[2], s[3]});
+          if (c.layers[li].lightning) o.params["decay"] = make_array_view(l.decays.data(), DType::f32, {c.heads});
+          const TensorView kv = token_major(k.data(), l.kv_heads, n, c.head_dim);
+          explain(qv, kv, kv, c.layers[li].mechanism, o);
+        } else {
+          TensorView kc = mem.k.view();
+          kc.shape[2] = p + n;
+          explain(qv, kc, kc, c.layers[li].mechanism, o);
+        }
+      } catch (const Error& e) {
+        fail(kWhere, "layer " + std::to_string(li) + " (" + to_string(c.layers[li].mechanism) + "): " + e.what());
+      }
+    }
+  }
+};
+
+Decoder::Decoder(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Decoder::Decoder(Decoder&&) noexcept = default;
+Decoder& Decoder::operator=(Decoder&&) noexcept = default;
+Decoder::~Decoder() = default;
+
+Decoder Decoder::from_safetensors(const std::string& path, int threads, const std::vector<DecoderLayerSpec>* layers) {
+  auto file = std::make_shared<const SafetensorsFile>(SafetensorsFile::open(path));
+  const auto it = file->metadata().find(kConfigKey);
+  if (it == file->metadata().end())
+    fail(path, std::string("has no '") + kConfigKey + "' entry in its metadata (the decoder config attn writes with save())");
+  DecoderConfig config = DecoderConfig::from_json(it->second, path + ": metadata '" + kConfigKey + "'");
+  if (layers) {
+    if (layers->size() != config.layers.size())
+      fail(kWhere, "layers: the file has " + std::to_string(config.layers.size()) + " layers, got " +
+                       std::to_string(layers->size()) + " layer specs");
+    for (size_t i = 0; i < layers->size(); ++i)
+      if ((*layers)[i].lightning != config.layers[i].lightning)
+        fail(kWhere, "layers[" + std::to_string(i) + "]: the file's layer is " +
+                         (config.layers[i].lightning ? "a lightning layer" : "not a lightning layer") +
+                         " (its weights differ), the spec says otherwise");
+    config.layers = *layers;
+    config.validate();
+  }
+  return Decoder(std::make_unique<Impl>(model::load_weights(std::move(file), config), threads));
+}
+
+Decoder Decoder::random(const DecoderConfig& config, uint64_t seed, DType dtype, int threads) {
+  config.validate();
+  return Decoder(std::make_unique<Impl>(model::random_weights(config, seed, dtype), threads));
+}
+
+const DecoderConfig& Decoder::config() const { return impl_->w.config; }
+int64_t Decoder::position() const { return impl_->pos; }
+void Decoder::set_attention_form(const std::string& form) { impl_->form = form; }
+
+void Decoder::reset() {
+  for (LayerMemory& m : impl_->memory)
+    for (Tensor* t : {&m.k, &m.v, &m.state})
+      if (t->defined()) std::memset(t->view().data, 0, static_cast<size_t>(t->view().numel()) * sizeof(float));
+  impl_->pos = 0;
+}
+
+const std::vector<float>& Decoder::forward(const std::vector<int32_t>& tokens, int64_t pos, bool all_logits) {
+  Impl& s = *impl_;
+  const DecoderConfig& c = s.w.config;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n == 0) fail(kWhere, "tokens must not be empty");
+  if (pos != s.pos)
+    fail(kWhere, "pos must be the number of tokens run since reset() (" + std::to_string(s.pos) + "), got " +
+                     std::to_string(pos));
+  if (pos + n > c.max_seq_len)
+    fail(kWhere, "positions " + std::to_string(pos) + ".." + std::to_string(pos + n - 1) + " exceed max_seq_len " +
+                     std::to_string(c.max_seq_len));
+  for (int64_t i = 0; i < n; ++i)
+    if (tokens[i] < 0 || tokens[i] >= c.vocab_size)
+      fail(kWhere, "tokens[" + std::to_string(i) + "] must be in [0, " + std::to_string(c.vocab_size) + "), got " +
+                       std::to_string(tokens[i]));
+  for (int64_t t0 = 0; t0 < n; t0 += s.step) s.check_step(std::min(s.step, n - t0), pos + t0);
+  s.logits.assign(static_cast<size_t>((all_logits ? n : 1) * c.vocab_size), 0.0f);
+  for (int64_t t0 = 0; t0 < n; t0 += s.step) {
+    const int64_t m = std::min(s.step, n - t0);
+    const bool last = t0 + m == n;
+    const int64_t first = all_logits ? 0 : (last ? m - 1 : m);
+    float* out = s.logits.data() + (all_logits ? t0 * c.vocab_size : 0);
+    s.run_step(tokens.data() + t0, m, pos + t0, first, out);
+    s.pos = pos + t0 + m;
+  }
+  return s.logits;
+}
+
+int64_t Decoder::kv_bytes_per_token() const {
+  int64_t bytes = 0;
+  for (const LayerMemory& m : impl_->memory)
+    if (m.k.defined()) bytes += 2 * m.k.view().shape[1] * m.k.view().shape[3] * static_cast<int64_t>(sizeof(float));
+  return bytes;
+}
+
+int64_t Decoder::state_bytes() const {
+  int64_t bytes = 0;
+  for (const LayerMemory& m : impl_->memory)
+    if (m.state.defined()) bytes += m.state.view().numel() * static_cast<int64_t>(sizeof(float));
+  return bytes;
+}
+
+void Decoder::save(const std::string& path) const {
+  write_safetensors(path, model::weight_entries(impl_->w), {{kConfigKey, impl_->w.config.to_json()}});
+}
+
+}  // namespace attn

@@ -1,0 +1,38 @@
+#include "model/ops.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/parallel.hpp"
+#include "kernels/kernel_table.hpp"
+
+namespace attn::model {
+
+// Blocks of 64 weight rows (a thread's item; 64 x cols stays in L2 for typical widths) against
+// blocks of 16 input rows (in L1), four input rows sharing each weight-row load.
+void matmul(const float* x, int64_t n, const Matrix& w, float* y, int threads, Isa isa) {
+  constexpr int64_t kRowsOfW = 64, kRowsOfX = 16;
+  const kernels::TileKernels& k = kernels::kernels_for(isa);
+  const int64_t blocks = (w.rows + kRowsOfW - 1) / kRowsOfW;
+  const int t = resolve_threads(threads, blocks);
+  parallel_for(blocks, t, [&](int64_t b, int) {
+    const int64_t j0 = b * kRowsOfW, nj = std::min(kRowsOfW, w.rows - j0);
+    for (int64_t i0 = 0; i0 < n; i0 += kRowsOfX)
+      k.qk_rows(x + i0 * w.cols, std::min(kRowsOfX, n - i0), w.cols, w.row_ptrs.data() + j0, w.dtype, nj,
+                y + i0 * w.rows + j0, w.rows, nullptr, 0);
+  });
+}
+
+void rms_norm(const float* x, int64_t n, int64_t cols, int64_t ld, const std::vector<float>& weight, double eps,
+              float* y) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xi = x + i * ld;
+    double ss = 0;
+    for (int64_t c = 0; c < cols; ++c) ss += static_cast<double>(xi[c]) * xi[c];
+    const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(cols) + eps));
+    float* yi = y + i * ld;
+    for (int64_t c = 0; c < cols; ++c) yi[c] = xi[c] * inv * weight[static_cast<size_t>(c)];
+  }
+}
+
+}  // namespace attn::model

@@ -1,0 +1,60 @@
+// The decoder's weights: read-only matrices used as stored (float32, bfloat16 or float16), in a
+// mapped safetensors file or in memory of their own (random models), plus small float32 vectors
+// (norm weights, decays).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attn/model.hpp"
+#include "attn/safetensors.hpp"
+
+namespace attn::model {
+
+// rows x cols, row-major, unit inner stride; rows by address for the kernel table.
+struct Matrix {
+  DType dtype = DType::f32;
+  int64_t rows = 0, cols = 0;
+  const uint8_t* data = nullptr;
+  std::vector<const void*> row_ptrs;
+  const void* row(int64_t r) const { return row_ptrs[static_cast<size_t>(r)]; }
+};
+
+struct LayerWeights {
+  std::vector<float> attn_norm, ffn_norm;
+  Matrix wq, wk, wv, wo;         // (H*hd, dim), (Hkv*hd, dim) x2, (dim, H*hd)
+  Matrix w1, w3, w2;             // SwiGLU: gate (hidden, dim), up (hidden, dim), down (dim, hidden)
+  std::vector<float> out_norm;   // lightning: (H*hd)
+  Matrix gate;                   // lightning: (H*hd, dim)
+  std::vector<float> decays;     // lightning: (H)
+  int64_t kv_heads = 0;          // heads of k and v in this layer
+};
+
+struct DecoderWeights {
+  DecoderConfig config;
+  Matrix embed;                  // (vocab, dim)
+  Matrix output;                 // (vocab, dim): lm_head, or the embedding when tied
+  std::vector<float> final_norm;
+  std::vector<LayerWeights> layers;
+  std::shared_ptr<const SafetensorsFile> file;      // keeps the mapping alive
+  std::vector<std::vector<uint8_t>> owned;          // random weights' storage
+};
+
+// The tensor names (Hugging Face llama's) and shapes a config implies, in a stable order.
+struct WeightSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  bool matrix;  // false: a float32 vector (norms)
+};
+std::vector<WeightSpec> weight_specs(const DecoderConfig& config);
+
+// Every tensor is checked against its spec (present, shape, a float dtype); an unexpected
+// tensor is an Error too (a file for another architecture should not half-load).
+DecoderWeights load_weights(std::shared_ptr<const SafetensorsFile> file, const DecoderConfig& config);
+DecoderWeights random_weights(const DecoderConfig& config, uint64_t seed, DType dtype);
+// The tensors of `w` by name (for write_safetensors).
+std::map<std::string, SafetensorsEntry> weight_entries(const DecoderWeights& w);
+
+}  // namespace attn::model

@@ -1,0 +1,239 @@
+// The llama-style decoder: incremental decoding equals one full forward (softmax, windowed and
+// hybrid lightning stacks), results do not depend on the thread count, weights survive a
+// safetensors round trip bit for bit, and bad configs, files and calls are Errors that leave
+// the run state as it was. (The check against a literal PyTorch block is python/tests/test_decoder.py.)
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include "attn/attn.hpp"
+#include "attn/model.hpp"
+#include "attn/safetensors.hpp"
+#include "support/expect_error.hpp"
+
+namespace attn {
+namespace {
+
+using testing::expect_error;
+
+DecoderConfig small_config(std::vector<DecoderLayerSpec> layers, int64_t max_seq = 320) {
+  DecoderConfig c;
+  c.vocab_size = 97, c.dim = 48, c.hidden_dim = 80, c.heads = 4, c.kv_heads = 2, c.head_dim = 12;
+  c.max_seq_len = max_seq, c.rope_theta = 500.0;
+  c.layers = std::move(layers);
+  return c;
+}
+
+std::vector<int32_t> random_tokens(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> id(0, 96);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& x : t) x = id(rng);
+  return t;
+}
+
+// Logits of every position: one call over all tokens.
+std::vector<float> full_pass(Decoder& d, const std::vector<int32_t>& tokens) {
+  d.reset();
+  return d.forward(tokens, 0, true);
+}
+
+// Logits of every position: the first `prompt` tokens in one call, then one token per call.
+std::vector<float> incremental(Decoder& d, const std::vector<int32_t>& tokens, int64_t prompt) {
+  d.reset();
+  std::vector<float> out = d.forward({tokens.begin(), tokens.begin() + prompt}, 0, true);
+  for (size_t i = static_cast<size_t>(prompt); i < tokens.size(); ++i) {
+    const std::vector<float>& row = d.forward({tokens[i]}, static_cast<int64_t>(i));
+    out.insert(out.end(), row.begin(), row.end());
+  }
+  return out;
+}
+
+void expect_close(const std::vector<float>& a, const std::vector<float>& b, double tol) {
+  ASSERT_EQ(a.size(), b.size());
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(a[i]) && std::isfinite(b[i])) << "at " << i;
+    worst = std::max(worst, static_cast<double>(std::abs(a[i] - b[i])));
+    scale = std::max(scale, static_cast<double>(std::abs(b[i])));
+  }
+  EXPECT_LE(worst, tol * std::max(scale, 1.0)) << "largest |logit| " << scale;
+}
+
+struct Stack {
+  const char* name;
+  std::vector<DecoderLayerSpec> layers;
+};
+
+std::vector<Stack> stacks() {
+  const Mechanism causal = parse_mechanism("softmax:causal");
+  return {{"softmax", DecoderConfig::softmax_layers(3, causal)},
+          {"window_sinks", DecoderConfig::softmax_layers(2, parse_mechanism("softmax:causal,window=6:0,sinks=2"))},
+          {"hybrid_3_1", DecoderConfig::hybrid_layers(4, 3, 1, causal)},
+          {"retention", {{parse_mechanism("retention:decay=0.9"), false, false},
+                         {causal, true, false}}}};
+}
+
+TEST(Decoder, IncrementalDecodingEqualsOneFullForward) {
+  const std::vector<int32_t> tokens = random_tokens(40, 1);
+  for (const Stack& s : stacks()) {
+    SCOPED_TRACE(s.name);
+    Decoder d = Decoder::random(small_config(s.layers), 7);
+    const std::vector<float> full = full_pass(d, tokens);
+    EXPECT_EQ(d.position(), 40);
+    expect_close(incremental(d, tokens, 17), full, 2e-5);
+    expect_close(incremental(d, tokens, 1), full, 2e-5);
+  }
+}
+
+TEST(Decoder, LongPromptsRunInStepsThatMatchPieces) {
+  // 300 tokens: more than one internal step of 256; the same tokens fed as 100 + 200.
+  const std::vector<int32_t> tokens = random_tokens(300, 2);
+  for (const Stack& s : stacks()) {
+    SCOPED_TRACE(s.name);
+    Decoder d = Decoder::random(small_config(s.layers), 3);
+    const std::vector<float> full = full_pass(d, tokens);
+    d.reset();
+    std::vector<float> pieces = d.forward({tokens.begin(), tokens.begin() + 100}, 0, true);
+    const std::vector<float>& rest = d.forward({tokens.begin() + 100, tokens.end()}, 100, true);
+    pieces.insert(pieces.end(), rest.begin(), rest.end());
+    expect_close(pieces, full, 2e-5);
+    d.reset();
+    const std::vector<float> last = d.forward(tokens, 0);  // the last row only
+    expect_close(last, std::vector<float>(full.end() - 97, full.end()), 2e-5);
+  }
+}
+
+TEST(Decoder, ResultsAreBitwiseTheSameForAnyThreadCount) {
+  const std::vector<int32_t> tokens = random_tokens(33, 3);
+  for (const Stack& s : stacks()) {
+    SCOPED_TRACE(s.name);
+    Decoder one = Decoder::random(small_config(s.layers), 5, DType::f32, 1);
+    Decoder two = Decoder::random(small_config(s.layers), 5, DType::f32, 2);
+    Decoder three = Decoder::random(small_config(s.layers), 5, DType::f32, 3);
+    const std::vector<float> a = incremental(one, tokens, 20);
+    EXPECT_EQ(a, incremental(two, tokens, 20));
+    EXPECT_EQ(a, incremental(three, tokens, 20));
+  }
+}
+
+TEST(Decoder, WeightsSurviveASafetensorsRoundTrip) {
+  const std::vector<int32_t> tokens = random_tokens(12, 4);
+  for (const DType dt : {DType::f32, DType::bf16}) {
+    DecoderConfig c = small_config(DecoderConfig::hybrid_layers(2, 1, 1, parse_mechanism("softmax:causal")));
+    c.tied_embeddings = dt == DType::bf16;
+    Decoder d = Decoder::random(c, 11, dt);
+    const std::string path = ::testing::TempDir() + "attn_decoder_" + dtype_name(dt) + ".safetensors";
+    d.save(path);
+    const SafetensorsFile f = SafetensorsFile::open(path);
+    EXPECT_EQ(f.at("model.layers.0.self_attn.output_gate.weight").dtype, dt == DType::f32 ? "F32" : "BF16");
+    EXPECT_EQ(f.contains("lm_head.weight"), !c.tied_embeddings);
+    EXPECT_EQ(f.at("model.layers.1.self_attn.k_proj.weight").shape, (std::vector<int64_t>{24, 48}));  // kv_heads 2
+    EXPECT_EQ(f.at("model.layers.0.self_attn.k_proj.weight").shape, (std::vector<int64_t>{48, 48}));  // lightning: heads 4
+    Decoder loaded = Decoder::from_safetensors(path);
+    EXPECT_EQ(loaded.config().to_json(), c.to_json());
+    EXPECT_EQ(full_pass(loaded, tokens), full_pass(d, tokens));
+    std::remove(path.c_str());
+  }
+}
+
+TEST(Decoder, CacheMemoryIsKvRowsForSoftmaxLayersAndAFixedStateForLightning) {
+  const Mechanism causal = parse_mechanism("softmax:causal");
+  Decoder all = Decoder::random(small_config(DecoderConfig::softmax_layers(8, causal)), 1);
+  Decoder hybrid = Decoder::random(small_config(DecoderConfig::hybrid_layers(8, 7, 1, causal)), 1);
+  const int64_t per_layer = 2 * 2 * 12 * 4;  // K and V, 2 kv heads of 12 floats
+  EXPECT_EQ(all.kv_bytes_per_token(), 8 * per_layer);
+  EXPECT_EQ(all.state_bytes(), 0);
+  EXPECT_EQ(hybrid.kv_bytes_per_token(), per_layer);
+  EXPECT_EQ(hybrid.state_bytes(), 7 * 4 * 12 * 12 * 4);  // 4 heads of 12 x 12 floats, no normaliser
+  // MiniMax-01's layout: layer i is softmax iff (i + 1) % 8 == 0.
+  for (int64_t i = 0; i < 8; ++i) EXPECT_EQ(hybrid.config().layers[static_cast<size_t>(i)].lightning, (i + 1) % 8 != 0);
+}
+
+TEST(Decoder, LightningDecaysFollowMiniMaxsFormula) {
+  // H = 8, layer 0: s_h = 2^(-h) (1 + 1e-5) for h = 1..8.
+  const std::vector<float> d = lightning_decays(8, 0, 80);
+  for (int h = 1; h <= 8; ++h)
+    EXPECT_NEAR(d[static_cast<size_t>(h - 1)], std::exp(-std::exp2(-h) * (1 + 1e-5)), 1e-7) << h;
+  const std::vector<float> last = lightning_decays(8, 79, 80);  // the deepest layer barely decays
+  for (const float x : last) EXPECT_GT(x, 0.9999f);
+}
+
+TEST(Decoder, BadCallsAreErrorsAndLeaveTheRunStateAsItWas) {
+  Decoder d = Decoder::random(small_config(DecoderConfig::hybrid_layers(2, 1, 1, parse_mechanism("softmax:causal")), 64), 9);
+  const std::vector<int32_t> tokens = random_tokens(10, 5);
+  const std::vector<float> expected = full_pass(d, tokens);
+  d.reset();
+  d.forward({tokens.begin(), tokens.begin() + 4}, 0);
+  expect_error([&] { d.forward({1}, 3); }, "pos must be the number of tokens run since reset() (4), got 3");
+  expect_error([&] { d.forward({}, 4); }, "tokens must not be empty");
+  expect_error([&] { d.forward({5, 97}, 4); }, "tokens[1] must be in [0, 97), got 97");
+  expect_error([&] { d.forward(std::vector<int32_t>(61, 1), 4); }, "positions 4..64 exceed max_seq_len 64");
+  d.set_attention_form("nonexistent");
+  expect_error([&] { d.forward({tokens.begin() + 4, tokens.end()}, 4); }, "layer 0 (linear:");
+  d.set_attention_form("");
+  EXPECT_EQ(d.position(), 4);
+  std::vector<float> rest = d.forward({tokens.begin() + 4, tokens.end()}, 4, true);
+  expect_close(rest, std::vector<float>(expected.begin() + 4 * 97, expected.end()), 2e-5);
+}
+
+TEST(Decoder, BadConfigsNameTheField) {
+  const Mechanism causal = parse_mechanism("softmax:causal");
+  auto with = [&](auto edit) {
+    DecoderConfig c = small_config(DecoderConfig::softmax_layers(2, causal));
+    edit(c);
+    return c;
+  };
+  expect_error([&] { with([](DecoderConfig& c) { c.kv_heads = 3; }).validate(); }, "kv_heads (3) must divide heads (4)");
+  expect_error([&] { with([](DecoderConfig& c) { c.dim = 0; }).validate(); }, "dim must be >= 1, got 0");
+  expect_error([&] { with([](DecoderConfig& c) { c.head_dim = 7; }).validate(); }, "head_dim must be even");
+  expect_error([&] { with([](DecoderConfig& c) { c.layers.clear(); }).validate(); }, "needs at least one layer");
+  expect_error([&] { with([](DecoderConfig& c) { c.layers[1].mechanism = parse_mechanism("softmax"); }).validate(); },
+               "layers[1] mechanism 'softmax' is not causal");
+  expect_error([&] { with([](DecoderConfig& c) { c.layers[0].lightning = true; }).validate(); },
+               "layers[0] is a lightning layer, which needs a linear mechanism");
+  expect_error([&] { DecoderConfig::hybrid_layers(8, 7, 0, causal); }, "a hybrid needs");
+  expect_error([] { DecoderConfig::from_json("{\"dim\": 4", "f"); }, "f: decoder config is not valid JSON");
+  expect_error([] { DecoderConfig::from_json(R"({"dim": "4", "layers": []})", "f"); }, "dim has the wrong type: \"4\"");
+  expect_error(
+      [] {
+        DecoderConfig::from_json(
+            R"({"vocab_size":5,"dim":4,"hidden_dim":4,"heads":1,"head_dim":4,"max_seq_len":8,"layers":[{"mechanism":"softmax:casual"}]})",
+            "f");
+      },
+      "layers[0].mechanism: unknown softmax option 'casual'");
+}
+
+TEST(Decoder, FilesThatDoNotMatchTheConfigAreRefused) {
+  const std::string path = ::testing::TempDir() + "attn_decoder_bad.safetensors";
+  const float x[4] = {1, 2, 3, 4};
+  write_safetensors(path, {{"model.norm.weight", {DType::f32, {4}, x}}});
+  expect_error([&] { Decoder::from_safetensors(path); }, "has no 'attn.decoder' entry in its metadata");
+  DecoderConfig c = small_config(DecoderConfig::softmax_layers(1, parse_mechanism("softmax:causal")));
+  write_safetensors(path, {{"model.norm.weight", {DType::f32, {4}, x}}}, {{"attn.decoder", c.to_json()}});
+  expect_error([&] { Decoder::from_safetensors(path); }, "has no tensor 'model.embed_tokens.weight'");
+  Decoder d = Decoder::random(c, 1);
+  d.save(path);
+  {  // a tensor of the wrong shape
+    const SafetensorsFile f = SafetensorsFile::open(path);
+    std::map<std::string, SafetensorsEntry> t;
+    for (const auto& [name, e] : f.tensors()) t[name] = {e.float_dtype(name), e.shape, e.data};
+    t["model.norm.weight"].shape = {2, 24};
+    write_safetensors(path + "2", t, f.metadata());
+    t["model.norm.weight"].shape = {48};
+    t["extra.bias"] = {DType::f32, {1}, x};
+    write_safetensors(path + "3", t, f.metadata());
+  }
+  expect_error([&] { Decoder::from_safetensors(path + "2"); }, "tensor 'model.norm.weight' has shape (2, 24), expected (48,)");
+  expect_error([&] { Decoder::from_safetensors(path + "3"); }, "has tensor 'extra.bias', which this decoder config does not use");
+  const std::vector<DecoderLayerSpec> lightning = {{DecoderConfig::lightning_mechanism(), false, true}};
+  expect_error([&] { Decoder::from_safetensors(path, 0, &lightning); }, "layers[0]: the file's layer is not a lightning layer");
+  const std::vector<DecoderLayerSpec> windowed = DecoderConfig::softmax_layers(1, parse_mechanism("softmax:causal,window=3:0"));
+  EXPECT_EQ(to_string(Decoder::from_safetensors(path, 0, &windowed).config().layers[0].mechanism), "softmax:causal,window=3:0");
+  for (const std::string& p : {path, path + "2", path + "3"}) std::remove(p.c_str());
+}
+
+}  // namespace
+}  // namespace attn
