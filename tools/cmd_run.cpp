@@ -2,6 +2,9 @@
 #include <fmt/core.h>
 
 
+#include <algorithm>
+#include <climits>
+#include <cstring>
 #include <map>
 
 #include "attn/attn.hpp"
@@ -18,6 +21,13 @@ struct RunArgs {
   std::vector<std::string> params;  // NAME=file.npy
   std::vector<int64_t> kv_lengths;
   std::vector<float> alibi;
+  // KV cache (attend_with_kvcache): --k/--v are then the new rows, appended at cache_seqlens.
+  std::string k_cache, v_cache, k_cache_out, v_cache_out, rotary_cos, rotary_sin;
+  std::vector<int64_t> cache_seqlens, block_table;
+  int64_t blocks_per_seq = 0;
+  bool rotary_interleaved = false;
+  // Packed ragged batches (attend_varlen).
+  std::vector<int64_t> cu_seqlens_q, cu_seqlens_k;
   int threads = 0;
   bool reference = false, explain = false;
 };
@@ -50,6 +60,85 @@ void add_param(const std::string& name, const std::string& path, std::map<std::s
   params[name] = make_array_view(a.bytes.data(), a.dtype, a.shape);
 }
 
+// A view's elements in the .npy order of `layout` (the inverse of view_of), whatever its strides.
+std::vector<uint8_t> packed(const TensorView& t, Layout layout) {
+  const size_t es = dtype_size(t.dtype);
+  std::vector<uint8_t> out(static_cast<size_t>(t.numel()) * es);
+  uint8_t* dst = out.data();
+  for (int64_t b = 0; b < t.shape[0]; ++b)
+    for (int64_t x = 0; x < (layout == Layout::bhnd ? t.shape[1] : t.shape[2]); ++x)
+      for (int64_t y = 0; y < (layout == Layout::bhnd ? t.shape[2] : t.shape[1]); ++y, dst += t.shape[3] * es) {
+        const int64_t h = layout == Layout::bhnd ? x : y, n = layout == Layout::bhnd ? y : x;
+        for (int64_t c = 0; c < t.shape[3]; ++c) std::memcpy(dst + c * es, t.ptr(b, h, n, c), es);
+      }
+  return out;
+}
+
+std::vector<int64_t> file_shape(const TensorView& t, Layout layout, bool three_d) {
+  std::vector<int64_t> s = layout == Layout::bhnd ? std::vector<int64_t>{t.shape[0], t.shape[1], t.shape[2], t.shape[3]}
+                                                  : std::vector<int64_t>{t.shape[0], t.shape[2], t.shape[1], t.shape[3]};
+  if (three_d) s.erase(s.begin());
+  return s;
+}
+
+// --k-cache/--v-cache: append --k/--v (optional) at --cache-seqlens, attend, write the output and,
+// when asked, the updated caches; --cu-seqlens-q/k: packed ragged batches.
+int run_cache_or_varlen(const RunArgs& r, const Mechanism& mech, Layout layout, const AttendOptions& opt) {
+  const bool cache = !r.k_cache.empty();
+  if (cache && !r.cu_seqlens_q.empty()) fail("--cu-seqlens-q", "packed batches and --k-cache are separate calls: give one");
+  if (r.k.empty() != r.v.empty()) fail(r.k.empty() ? "--k" : "--v", "new keys and values come together: give both or neither");
+  if (!cache && (r.k.empty() || r.cu_seqlens_k.empty())) fail("--cu-seqlens-k", "packed batches need --k, --v, --cu-seqlens-q and --cu-seqlens-k");
+  if (cache && r.v_cache.empty()) fail("--v-cache", "is required with --k-cache");
+  if (r.out.empty()) fail("--out", "is required");
+  std::vector<std::pair<std::string, std::string>> inputs = {{"--q", r.q}, {"--k", r.k}, {"--v", r.v}, {"--k-cache", r.k_cache},
+                                                             {"--v-cache", r.v_cache}, {"--rotary-cos", r.rotary_cos},
+                                                             {"--rotary-sin", r.rotary_sin}};
+  OutputFiles files(inputs, {{"--out", r.out}, {"--lse", r.lse}, {"--k-cache-out", r.k_cache_out}, {"--v-cache-out", r.v_cache_out}});
+  NpyArray qa = read_npy(r.q), ka, va, kca, vca, cosa, sina;
+  const TensorView q = view_of(qa, r.q, layout);
+  AttendResult res;
+  if (!cache) {
+    ka = read_npy(r.k), va = read_npy(r.v);
+    const TensorView k = view_of(ka, r.k, layout), v = view_of(va, r.v, layout);
+    int64_t max_q = 0, max_k = 0;
+    for (size_t b = 1; b < r.cu_seqlens_q.size(); ++b) max_q = std::max(max_q, r.cu_seqlens_q[b] - r.cu_seqlens_q[b - 1]);
+    for (size_t b = 1; b < r.cu_seqlens_k.size(); ++b) max_k = std::max(max_k, r.cu_seqlens_k[b] - r.cu_seqlens_k[b - 1]);
+    res = attend_varlen(q, k, v, r.cu_seqlens_q, r.cu_seqlens_k, max_q, max_k, mech, opt);
+  } else {
+    kca = read_npy(r.k_cache), vca = read_npy(r.v_cache);
+    KvCacheUpdate u;
+    u.cache_seqlens = r.cache_seqlens;
+    if (!r.k.empty()) {
+      ka = read_npy(r.k), va = read_npy(r.v);
+      u.k = view_of(ka, r.k, layout), u.v = view_of(va, r.v, layout);
+    }
+    if (!r.rotary_cos.empty() || !r.rotary_sin.empty()) {
+      if (r.rotary_cos.empty() || r.rotary_sin.empty()) fail("--rotary-cos", "rotary tables come as --rotary-cos and --rotary-sin together");
+      cosa = read_npy(r.rotary_cos), sina = read_npy(r.rotary_sin);
+      for (NpyArray* t : {&cosa, &sina})
+        if (t->shape.size() != 2) fail(t == &cosa ? "--rotary-cos" : "--rotary-sin", "must be 2-D (positions, rotary_dim / 2)");
+      u.rotary = RotaryTables{make_view(cosa.bytes.data(), cosa.dtype, 1, 1, cosa.shape[0], cosa.shape[1]),
+                              make_view(sina.bytes.data(), sina.dtype, 1, 1, sina.shape[0], sina.shape[1]),
+                              r.rotary_interleaved ? RopeStyle::interleaved : RopeStyle::half};
+    }
+    if (!r.block_table.empty() || r.blocks_per_seq) {
+      if (r.blocks_per_seq < 1) fail("--blocks-per-seq", "is required with --block-table (block ids per sequence)");
+      u.paged = PagedKv{std::vector<int32_t>(r.block_table.begin(), r.block_table.end()), r.blocks_per_seq, -1};
+      for (const int64_t id : r.block_table)
+        if (id < INT32_MIN || id > INT32_MAX) fail("--block-table", "ids must fit int32, got " + std::to_string(id));
+    }
+    res = attend_with_kvcache(q, view_of(kca, r.k_cache, layout), view_of(vca, r.v_cache, layout), u, mech, opt);
+  }
+  const auto& o = res.out.view();
+  files.write(r.out, o.dtype, file_shape(o, layout, qa.shape.size() == 3), packed(o, layout).data());
+  if (!r.lse.empty()) files.write(r.lse, DType::f32, {o.shape[0], o.shape[1], o.shape[2]}, res.lse.view().data);
+  if (!r.k_cache_out.empty()) files.write(r.k_cache_out, kca.dtype, kca.shape, kca.bytes.data());
+  if (!r.v_cache_out.empty()) files.write(r.v_cache_out, vca.dtype, vca.shape, vca.bytes.data());
+  files.commit();
+  fmt::print("{}: q {} -> {}\n", to_string(mech), describe(q), r.out);
+  return 0;
+}
+
 int run(const RunArgs& r) {
   const Layout layout = r.layout == "bnhd" ? Layout::bnhd : Layout::bhnd;
   const Mechanism mech = parse_mechanism(r.mechanism);
@@ -58,8 +147,10 @@ int run(const RunArgs& r) {
       {"--wq", r.wq}, {"--wk", r.wk}, {"--w", r.w}};
   for (const std::string& p : r.params) inputs.emplace_back("--param", p.substr(p.find('=') + 1));
   OutputFiles files(inputs, {{"--out", r.out}, {"--lse", r.lse}, {"--probs", r.probs}, {"--final-state", r.final_state}});
-  NpyArray qa = read_npy(r.q), ka = read_npy(r.k), va = read_npy(r.v);
-  const TensorView q = view_of(qa, r.q, layout), k = view_of(ka, r.k, layout), v = view_of(va, r.v, layout);
+  const bool cache_call = !r.k_cache.empty() || !r.v_cache.empty() || !r.cu_seqlens_q.empty() || !r.cu_seqlens_k.empty();
+  if (!cache_call && (r.k.empty() || r.v.empty())) fail(r.k.empty() ? "--k" : "--v", "is required (or --k-cache/--v-cache)");
+  if (cache_call && (!r.probs.empty() || !r.final_state.empty() || r.explain || !r.mask.empty() || !r.kv_lengths.empty()))
+    fail("--k-cache", "KV-cache and packed calls take no --probs, --final-state, --explain, --mask or --kv-lengths");
   AttendOptions opt;
   opt.threads = r.threads;
   opt.form = r.form;
@@ -97,6 +188,9 @@ int run(const RunArgs& r) {
   for (auto [name, path] : {std::pair{"wq", &r.wq}, {"wk", &r.wk}, {"w", &r.w}})
     if (!path->empty()) add_param(name, *path, param_arrays, opt.params);
   if (!r.isa.empty()) opt.isa = parse_isa(r.isa, "--isa");
+  if (cache_call) return run_cache_or_varlen(r, mech, layout, opt);
+  NpyArray qa = read_npy(r.q), ka = read_npy(r.k), va = read_npy(r.v);
+  const TensorView q = view_of(qa, r.q, layout), k = view_of(ka, r.k, layout), v = view_of(va, r.v, layout);
   if (r.explain) {
     opt.return_lse = !r.lse.empty();
     opt.return_probs = !r.probs.empty();
@@ -137,11 +231,15 @@ Runner add_run(CLI::App& app) {
       "  attn run -m softmax:causal --q q.npy --k k.npy --v v.npy --explain      (which form runs, and why)\n"
       "Mechanism text: softmax[:causal,scale=S,window=L:R,softcap=C,score=dot|cosine|additive,\n"
       "  entropy_scale=TRAIN_LEN,dropout=P,seed=N]. Causal is bottom-right aligned (query i sees\n"
-      "  keys j <= i + M - N); rows that see no key give zeros and lse = -inf.");
+      "  keys j <= i + M - N); rows that see no key give zeros and lse = -inf.\n"
+      "KV cache (decode one token of two sequences of 5 and 9 cached tokens, bnhd layout):\n"
+      "  attn run -m softmax:causal --layout bnhd --q q.npy --k-cache kc.npy --v-cache vc.npy --k k.npy --v v.npy\n"
+      "           --cache-seqlens 5,9 --out o.npy --k-cache-out kc2.npy --v-cache-out vc2.npy\n"
+      "Packed sequences of 3 and 4 tokens: --layout bnhd --q q.npy --k k.npy --v v.npy --cu-seqlens-q 0,3,7 --cu-seqlens-k 0,3,7");
   c->add_option("-m,--mechanism", args->mechanism, "Mechanism text form")->capture_default_str();
   c->add_option("--q", args->q, "Queries .npy")->required()->check(CLI::ExistingFile);
-  c->add_option("--k", args->k, "Keys .npy")->required()->check(CLI::ExistingFile);
-  c->add_option("--v", args->v, "Values .npy")->required()->check(CLI::ExistingFile);
+  c->add_option("--k", args->k, "Keys .npy (with --k-cache: new keys to append, optional)")->check(CLI::ExistingFile);
+  c->add_option("--v", args->v, "Values .npy (with --k-cache: new values to append, optional)")->check(CLI::ExistingFile);
   c->add_option("--out", args->out, "Output .npy (same layout as q; float16 stays float16); not needed with --explain");
   c->add_option("--lse", args->lse, "Also write the row log-sum-exp, (B, H, N) float32");
   c->add_option("--probs", args->probs, "Also write the weights (B, H, N, M) float32 (before dropout)");
@@ -163,6 +261,23 @@ Runner add_run(CLI::App& app) {
   c->add_option("--wq", args->wq, "Same as --param wq=FILE (additive score: Wq (A, D))");
   c->add_option("--wk", args->wk, "Same as --param wk=FILE (additive score: Wk (A, D))");
   c->add_option("--w", args->w, "Same as --param w=FILE (additive score: w (A))");
+  c->add_option("--k-cache", args->k_cache,
+                "KV cache (flash_attn_with_kvcache): keys (B, capacity, Hkv, D) in bnhd, or a page pool\n"
+                "(blocks, page, Hkv, D) with --block-table; --k/--v are appended at --cache-seqlens")->check(CLI::ExistingFile);
+  c->add_option("--v-cache", args->v_cache, "KV cache: values, as --k-cache")->check(CLI::ExistingFile);
+  c->add_option("--k-cache-out", args->k_cache_out, "Write the key cache after the append");
+  c->add_option("--v-cache-out", args->v_cache_out, "Write the value cache after the append");
+  c->add_option("--cache-seqlens", args->cache_seqlens, "Tokens already cached per sequence (default: the caches are full)")
+      ->delimiter(',');
+  c->add_option("--block-table", args->block_table, "Paged cache: block ids, B x --blocks-per-seq, row-major")->delimiter(',');
+  c->add_option("--blocks-per-seq", args->blocks_per_seq, "Paged cache: block ids per sequence");
+  c->add_option("--rotary-cos", args->rotary_cos, "RoPE table cos (positions, rotary_dim / 2) for q and the new keys")
+      ->check(CLI::ExistingFile);
+  c->add_option("--rotary-sin", args->rotary_sin, "RoPE table sin, as --rotary-cos")->check(CLI::ExistingFile);
+  c->add_flag("--rotary-interleaved", args->rotary_interleaved, "Rotate channel pairs (2c, 2c+1) instead of (c, c + R/2)");
+  c->add_option("--cu-seqlens-q", args->cu_seqlens_q,
+                "Packed ragged batch (flash_attn_varlen_func): query offsets 0,..,total of q (total, H, D)")->delimiter(',');
+  c->add_option("--cu-seqlens-k", args->cu_seqlens_k, "Packed ragged batch: key offsets of k and v")->delimiter(',');
   c->add_option("--threads", args->threads, "Threads (0 = all cores, at most 256)")->capture_default_str()
       ->check(CLI::Range(0, 256));
   c->add_option("--isa", args->isa, "Force a kernel set: portable (or scalar), avx2, avx512");

@@ -135,3 +135,48 @@ def test_cli_run_block_mask(tmp_path):
                    check=True, capture_output=True)
     want = attn.attend(q, q, q, "softmax:causal", layout="bhnd", block_mask=blocks, block_size=(16, 16))
     assert np.array_equal(np.load(tmp_path / "o.npy"), want)
+
+
+def test_cli_kv_cache_appends_and_attends_like_flash_attn_with_kvcache(tmp_path):
+    r = np.random.default_rng(8)
+    B, cap, Hkv, H, D = 2, 12, 2, 4, 8
+    kc, vc = (r.standard_normal((B, cap, Hkv, D)).astype(np.float32) for _ in range(2))
+    q = r.standard_normal((B, 1, H, D)).astype(np.float32)
+    k, v = (r.standard_normal((B, 1, Hkv, D)).astype(np.float32) for _ in range(2))
+    cos, sin = (f(np.arange(cap)[:, None] * 0.1 * np.arange(1, D // 2 + 1)).astype(np.float32) for f in (np.cos, np.sin))
+    for name, x in dict(q=q, k=k, v=v, kc=kc, vc=vc, cos=cos, sin=sin).items():
+        np.save(tmp_path / f"{name}.npy", x)
+    f = lambda n: str(tmp_path / f"{n}.npy")  # noqa: E731
+    subprocess.run([str(cli_path()), "run", "-m", "softmax:causal", "--layout", "bnhd", "--q", f("q"), "--k", f("k"),
+                    "--v", f("v"), "--k-cache", f("kc"), "--v-cache", f("vc"), "--cache-seqlens", "5,9",
+                    "--rotary-cos", f("cos"), "--rotary-sin", f("sin"), "--out", f("o"), "--lse", f("l"),
+                    "--k-cache-out", f("kc2"), "--v-cache-out", f("vc2")], check=True, capture_output=True)
+    kc_py, vc_py = kc.copy(), vc.copy()
+    out, lse = attn.flash_attn_with_kvcache(q, kc_py, vc_py, k, v, rotary_cos=cos, rotary_sin=sin,
+                                            cache_seqlens=np.array([5, 9], np.int32), causal=True,
+                                            rotary_interleaved=False, return_softmax_lse=True)
+    assert np.array_equal(np.load(f("o")), out)
+    assert np.array_equal(np.load(f("l")), lse)
+    assert np.array_equal(np.load(f("kc2")), kc_py) and np.array_equal(np.load(f("vc2")), vc_py)
+    assert not np.array_equal(kc_py, kc)  # the append happened
+
+
+def test_cli_packed_batches_and_bad_cache_calls(tmp_path):
+    r = np.random.default_rng(9)
+    q, k, v = (r.standard_normal((7, 2, 8)).astype(np.float32) for _ in range(3))
+    for name, x in dict(q=q, k=k, v=v).items():
+        np.save(tmp_path / f"{name}.npy", x)
+    f = lambda n: str(tmp_path / f"{n}.npy")  # noqa: E731
+    subprocess.run([str(cli_path()), "run", "-m", "softmax:causal", "--layout", "bnhd", "--q", f("q"), "--k", f("k"),
+                    "--v", f("v"), "--cu-seqlens-q", "0,3,7", "--cu-seqlens-k", "0,3,7", "--out", f("o")],
+                   check=True, capture_output=True)
+    ref = attn.flash_attn_varlen_func(q, k, v, np.array([0, 3, 7], np.int32), np.array([0, 3, 7], np.int32), 4, 4,
+                                      causal=True)
+    assert np.array_equal(np.load(f("o")), ref)
+    kc = np.zeros((1, 4, 2, 8), np.float32)
+    np.save(tmp_path / "kc.npy", kc)
+    p = subprocess.run([str(cli_path()), "run", "--layout", "bnhd", "--q", f("q"), "--k-cache", f("kc"), "--v-cache",
+                        f("kc"), "--k", f("k"), "--v", f("v"), "--cache-seqlens", "2", "--out", f("o2"),
+                        "--k-cache-out", f("kc3")], capture_output=True, text=True)
+    assert p.returncode == 2 and "7 new ones do not fit its capacity 4" in p.stderr, p.stderr
+    assert not (tmp_path / "o2.npy").exists() and not (tmp_path / "kc3.npy").exists()

@@ -201,7 +201,7 @@ Decoder Decoder::from_safetensors(const std::string& path, int threads, const st
 
 Decoder Decoder::random(const DecoderConfig& config, uint64_t seed, DType dtype, int threads) {
   config.validate();
-  return Decoder(std::make_unique<Impl>(model::random_weights(config, seed, dtype), threads));
+  return Decoder(std::make_unique<Impl>(model::random_weights(config, seed, dtype, threads), threads));
 }
 
 const DecoderConfig& Decoder::config() const { return impl_->w.config; }

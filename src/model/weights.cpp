@@ -7,6 +7,7 @@
 
 #include "attn/error.hpp"
 #include "base/counter_random.hpp"
+#include "base/parallel.hpp"
 #include "model/layer_kind.hpp"
 
 namespace attn::model {
@@ -117,7 +118,7 @@ DecoderWeights load_weights(std::shared_ptr<const SafetensorsFile> file, const D
   return w;
 }
 
-DecoderWeights random_weights(const DecoderConfig& config, uint64_t seed, DType dtype) {
+DecoderWeights random_weights(const DecoderConfig& config, uint64_t seed, DType dtype, int threads) {
   if (dtype != DType::f32 && dtype != DType::bf16 && dtype != DType::f16)
     fail("random weights", "dtype must be float32, bfloat16 or float16, got " + dtype_name(dtype));
   std::vector<std::vector<uint8_t>> owned;
@@ -129,10 +130,11 @@ DecoderWeights random_weights(const DecoderConfig& config, uint64_t seed, DType 
     const int64_t rows = s.shape[0], cols = s.shape[1];
     const double sd = id == 0 ? 1.0 : 1.0 / std::sqrt(static_cast<double>(cols));
     std::vector<uint8_t>& buf = owned.emplace_back(static_cast<size_t>(rows * cols) * dtype_size(dtype));
-    for (int64_t r = 0; r < rows; ++r)
+    parallel_for(rows, resolve_threads(threads, rows), [&](int64_t r, int) {  // counter-based: any order
       for (int64_t c = 0; c < cols; ++c)
         store_from_float(buf.data(), dtype, r * cols + c,
                          static_cast<float>(sd * counter_normal(seed, id, static_cast<uint64_t>(r), static_cast<uint64_t>(c))));
+    });
     return matrix_over(buf.data(), dtype, rows, cols);
   };
   auto vector = [&](const WeightSpec& s) {

@@ -53,7 +53,7 @@ std::vector<WeightSpec> weight_specs(const DecoderConfig& config);
 // Every tensor is checked against its spec (present, shape, a float dtype); an unexpected
 // tensor is an Error too (a file for another architecture should not half-load).
 DecoderWeights load_weights(std::shared_ptr<const SafetensorsFile> file, const DecoderConfig& config);
-DecoderWeights random_weights(const DecoderConfig& config, uint64_t seed, DType dtype);
+DecoderWeights random_weights(const DecoderConfig& config, uint64_t seed, DType dtype, int threads = 0);
 // The tensors of `w` by name (for write_safetensors).
 std::map<std::string, SafetensorsEntry> weight_entries(const DecoderWeights& w);
 

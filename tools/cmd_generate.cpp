@@ -1,0 +1,192 @@
+// attn generate: a decoder (random weights or a safetensors file) prefills a prompt and decodes
+// greedily; prints prefill and decode tokens/s and what the caches hold per token, KV-cache
+// (softmax) layers against recurrent-state (lightning) layers.
+#include <fmt/core.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include "attn/attn.hpp"
+#include "attn/model.hpp"
+#include "base/parallel.hpp"
+#include "commands.hpp"
+
+namespace attn::cli {
+namespace {
+
+struct GenerateArgs {
+  bool random_weights = false;
+  std::string weights, save_weights, hybrid, mechanism = "softmax:causal", weights_dtype = "f32";
+  int64_t layers = 8, dim = 512, heads = 8, kv_heads = 2, head_dim = 64, hidden = 1408, vocab = 32000;
+  int64_t prompt_tokens = 512, new_tokens = 128;
+  uint64_t seed = 1;
+  int threads = 0;
+  bool quiet = false;
+};
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// One progress line on stderr: rewritten in place on a terminal, a new line every 10 s otherwise.
+class Progress {
+ public:
+  explicit Progress(bool quiet) : quiet_(quiet), tty_(isatty(STDERR_FILENO) != 0) { restart(); }
+  void update(const char* what, int64_t done, int64_t total, Clock::time_point start) {
+    if (quiet_) return;
+    const double now = seconds_since(start);
+    if (done < total && now - last_ < (tty_ ? 0.25 : 10.0)) return;
+    last_ = now;
+    const double rate = done / std::max(now, 1e-9);
+    const std::string line = fmt::format("{} {}/{} tokens, {:.0f} tok/s, {:.0f} s left", what, done, total, rate,
+                                         (total - done) / std::max(rate, 1e-9));
+    if (tty_) fmt::print(stderr, "\r{:<70}{}", line, done == total ? "\n" : "");
+    else if (done < total) fmt::print(stderr, "{}\n", line);
+    std::fflush(stderr);
+  }
+  void restart() { last_ = tty_ ? -1e9 : 0.0; }  // logs: the first line after 10 s
+
+ private:
+  bool quiet_, tty_;
+  double last_ = 0;
+};
+
+std::string bytes_text(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) b /= 1024, ++u;
+  return u == 0 ? fmt::format("{:.0f} B", b) : fmt::format("{:.1f} {}", b, units[u]);
+}
+
+Decoder make_decoder(const GenerateArgs& a) {
+  if (a.random_weights == !a.weights.empty())
+    throw Error("generate: give exactly one of --random-weights and --weights FILE");
+  const int64_t max_seq = a.prompt_tokens + a.new_tokens;
+  if (!a.weights.empty()) {
+    Decoder d = Decoder::from_safetensors(a.weights, a.threads);
+    if (d.config().max_seq_len < max_seq)
+      throw Error("generate: --prompt-tokens + --new-tokens (" + std::to_string(max_seq) + ") exceed the file's max_seq_len " +
+                  std::to_string(d.config().max_seq_len));
+    return d;
+  }
+  DecoderConfig c;
+  c.vocab_size = a.vocab, c.dim = a.dim, c.hidden_dim = a.hidden, c.heads = a.heads, c.kv_heads = a.kv_heads;
+  c.head_dim = a.head_dim, c.max_seq_len = max_seq;
+  const Mechanism softmax = parse_mechanism(a.mechanism);
+  if (a.hybrid.empty()) {
+    c.layers = DecoderConfig::softmax_layers(a.layers, softmax);
+  } else {
+    int64_t lin = -1, soft = -1;
+    char colon = 0, extra = 0;
+    if (std::sscanf(a.hybrid.c_str(), "%ld%c%ld%c", &lin, &colon, &soft, &extra) != 3 || colon != ':')
+      throw Error("generate: --hybrid expects L:S (lightning:softmax layers per group, e.g. 7:1), got '" + a.hybrid + "'");
+    c.layers = DecoderConfig::hybrid_layers(a.layers, lin, soft, softmax);
+  }
+  const DType dt = a.weights_dtype == "bf16" ? DType::bf16 : DType::f32;
+  return Decoder::random(c, a.seed, dt, a.threads);
+}
+
+int run(const GenerateArgs& a) {
+  Decoder d = make_decoder(a);
+  const DecoderConfig& c = d.config();
+  int64_t lightning = 0, params = c.vocab_size * c.dim * (c.tied_embeddings ? 1 : 2);
+  for (const DecoderLayerSpec& l : c.layers) {
+    lightning += l.lightning;
+    const int64_t kv = (l.lightning ? c.heads : c.kv_heads) * c.head_dim, q = c.heads * c.head_dim;
+    params += c.dim * (2 * q + 2 * kv) + 3 * c.dim * c.hidden_dim + (l.lightning ? q * c.dim : 0);
+  }
+  const int64_t cached_layers = static_cast<int64_t>(c.layers.size()) - lightning;
+  fmt::print("attn generate: {} layers ({} with a KV cache, {} lightning), dim {}, heads {}/{} x {}, SwiGLU {}, vocab {},\n"
+             "  {:.1f}M parameters; isa {}, {} threads\n",
+             c.layers.size(), cached_layers, lightning, c.dim, c.heads, c.kv_heads, c.head_dim, c.hidden_dim, c.vocab_size,
+             params / 1e6, isa_name(active_isa()), resolve_threads(a.threads, int64_t{1} << 30));
+  if (!a.save_weights.empty()) {
+    d.save(a.save_weights);
+    fmt::print("  weights written to {}\n", a.save_weights);
+  }
+  std::mt19937 rng(static_cast<uint32_t>(a.seed));
+  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(c.vocab_size - 1));
+  std::vector<int32_t> prompt(static_cast<size_t>(a.prompt_tokens));
+  for (int32_t& t : prompt) t = id(rng);
+
+  Progress progress(a.quiet);
+  constexpr int64_t kPiece = 256;  // prefill in pieces, for the progress line
+  auto t0 = Clock::now();
+  std::vector<float> logits;
+  for (int64_t i = 0; i < a.prompt_tokens; i += kPiece) {
+    const int64_t n = std::min(kPiece, a.prompt_tokens - i);
+    logits = d.forward({prompt.begin() + i, prompt.begin() + i + n}, i);
+    progress.update("prefill", i + n, a.prompt_tokens, t0);
+  }
+  const double prefill_s = seconds_since(t0);
+  progress.restart();
+  t0 = Clock::now();
+  std::vector<int32_t> generated;
+  for (int64_t i = 0; i < a.new_tokens; ++i) {
+    const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    generated.push_back(next);
+    logits = d.forward({next}, d.position());
+    progress.update("decode", i + 1, a.new_tokens, t0);
+  }
+  const double decode_s = seconds_since(t0);
+
+  fmt::print("prefill  {:>6} tokens in {:8.3f} s = {:9.1f} tok/s\n", a.prompt_tokens, prefill_s, a.prompt_tokens / prefill_s);
+  if (a.new_tokens > 0)
+    fmt::print("decode   {:>6} tokens in {:8.3f} s = {:9.1f} tok/s  (greedy; context {} -> {})\n", a.new_tokens, decode_s,
+               a.new_tokens / decode_s, a.prompt_tokens, d.position());
+  const int64_t per_layer = 2 * c.kv_heads * c.head_dim * static_cast<int64_t>(sizeof(float));
+  const int64_t all_softmax = per_layer * static_cast<int64_t>(c.layers.size());
+  fmt::print("cache    KV {} per token ({} layer{} x {}, float32); recurrent states {} in all ({} lightning layer{}, fixed)\n",
+             bytes_text(static_cast<double>(d.kv_bytes_per_token())), cached_layers, cached_layers == 1 ? "" : "s",
+             bytes_text(static_cast<double>(per_layer)), bytes_text(static_cast<double>(d.state_bytes())), lightning,
+             lightning == 1 ? "" : "s");
+  const int64_t ctx = d.position();
+  fmt::print("         at {} tokens: {} (an all-softmax stack of this shape: {}, {:.2f}x)\n", ctx,
+             bytes_text(static_cast<double>(d.kv_bytes_per_token() * ctx + d.state_bytes())),
+             bytes_text(static_cast<double>(all_softmax * ctx)),
+             static_cast<double>(d.kv_bytes_per_token() * ctx + d.state_bytes()) / static_cast<double>(all_softmax * ctx));
+  if (!generated.empty()) {
+    fmt::print("tokens   ");
+    for (size_t i = 0; i < std::min<size_t>(generated.size(), 16); ++i) fmt::print("{} ", generated[i]);
+    fmt::print("{}\n", generated.size() > 16 ? "..." : "");
+  }
+  return 0;
+}
+
+}  // namespace
+
+Runner add_generate(CLI::App& app) {
+  auto a = std::make_shared<GenerateArgs>();
+  CLI::App* c = app.add_subcommand(
+      "generate",
+      "A llama-style decoder prefills a prompt and decodes greedily: tokens/s and cache memory per token.\n"
+      "  attn generate --random-weights --layers 8 --hybrid 7:1 --prompt-tokens 512 --new-tokens 128\n"
+      "  attn generate --weights model.safetensors --prompt-tokens 64   (a file Decoder.save() wrote)");
+  c->add_flag("--random-weights", a->random_weights, "Random weights (seeded) of the shape the options below give");
+  c->add_option("--weights", a->weights, "A safetensors file with the decoder config in its metadata")->check(CLI::ExistingFile);
+  c->add_option("--save-weights", a->save_weights, "Write the model to this safetensors file");
+  c->add_option("--layers", a->layers, "Layers")->capture_default_str()->check(CLI::Range(1, 1024));
+  c->add_option("--hybrid", a->hybrid,
+                "L:S: groups of L lightning (linear, recurrent state) then S softmax layers; 7:1 is MiniMax-01's layout");
+  c->add_option("-m,--mechanism", a->mechanism, "Attention of the KV-cache layers (causal), e.g. softmax:causal,window=4095:0")
+      ->capture_default_str();
+  c->add_option("--dim", a->dim, "Model width")->capture_default_str()->check(CLI::Range(1, 1 << 16));
+  c->add_option("--heads", a->heads, "Query heads")->capture_default_str()->check(CLI::Range(1, 1024));
+  c->add_option("--kv-heads", a->kv_heads, "Key/value heads of softmax layers (GQA)")->capture_default_str()->check(CLI::Range(1, 1024));
+  c->add_option("--head-dim", a->head_dim, "Head dimension")->capture_default_str()->check(CLI::Range(2, 1024));
+  c->add_option("--hidden", a->hidden, "SwiGLU width")->capture_default_str()->check(CLI::Range(1, 1 << 18));
+  c->add_option("--vocab", a->vocab, "Vocabulary size")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  c->add_option("--weights-dtype", a->weights_dtype, "Storage of random weight matrices")
+      ->capture_default_str()->check(CLI::IsMember({"f32", "bf16"}));
+  c->add_option("--prompt-tokens", a->prompt_tokens, "Prompt length (random token ids)")->capture_default_str()->check(CLI::Range(1, 1 << 22));
+  c->add_option("--new-tokens", a->new_tokens, "Tokens to generate")->capture_default_str()->check(CLI::Range(0, 1 << 22));
+  c->add_option("--seed", a->seed, "Seed of weights and prompt")->capture_default_str();
+  c->add_option("--threads", a->threads, "Threads (0 = all cores)")->capture_default_str()->check(CLI::Range(0, 256));
+  c->add_flag("-q,--quiet", a->quiet, "No progress line");
+  return [a] { return run(*a); };
+}
+
+}  // namespace attn::cli
