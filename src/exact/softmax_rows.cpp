@@ -24,15 +24,15 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 struct Scratch {
-  std::vector<float> q, row, kbuf, vbuf;
+  std::vector<float> q, row, kbuf, vbuf;  // q: the packed query rows of every kv head an item takes
   std::vector<uint8_t> vis;  // (keys, N) visibility of a partial block
   std::vector<const void*> kptr, vptr;  // addresses of the block's K and V rows
   AlignedFloats s;  // (R, kKeyChunk) scores, 64-byte aligned for the softcap kernel
   // Sized by the problem: the float32 copies of K/V rows exist only for a non-unit inner stride,
   // and hold at most min(M, kKeyChunk) rows (memory in proportion to the inputs).
-  void reserve(const Problem& p, int64_t R) {
+  void reserve(const Problem& p, int64_t R, int64_t heads) {
     const int64_t rows = std::min(p.M, kKeyChunk);
-    q.resize(static_cast<size_t>(R * p.D));
+    q.resize(static_cast<size_t>(heads * R * p.D));
     s.resize(static_cast<size_t>(R * rows));
     row.resize(static_cast<size_t>(std::max({p.D, p.Dv, R})));  // also holds R scores / weights
     vis.resize(static_cast<size_t>(rows * p.N));
@@ -78,6 +78,40 @@ std::vector<sparse::Run> visited_keys(const Problem& p, const sparse::BlockMask&
   return pieces;
 }
 
+// The visited keys [first, last) of `pieces` (counted in visiting order) as blocks of at most
+// kKeyChunk keys, in order.
+std::vector<sparse::Run> blocks_of(const std::vector<sparse::Run>& pieces, int64_t first, int64_t last) {
+  std::vector<sparse::Run> blocks;
+  int64_t pos = 0;  // visiting-order index of the piece's first key
+  for (const sparse::Run& piece : pieces) {
+    if (pos >= last) break;
+    const int64_t len = piece.end - piece.begin;
+    const int64_t j1 = piece.begin + std::min(last - pos, len);
+    for (int64_t a = piece.begin + std::max<int64_t>(first - pos, 0); a < j1; a += kKeyChunk)
+      blocks.push_back({a, std::min(j1, a + kKeyChunk), piece.full});
+    pos += len;
+  }
+  return blocks;
+}
+
+// max(init, x[0..n)), and whether any x[j] is NaN. Four independent maxima (max is exact, so
+// their order does not matter): the loop runs at load speed instead of one compare's latency
+// per key, and keeps its values in registers.
+[[gnu::noinline]] float row_max(const float* x, int64_t n, float init, bool& nan) {
+  float m[4] = {init, init, init, init};
+  bool bad = false;
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4)
+    for (int t = 0; t < 4; ++t) {
+      const float v = x[j + t];
+      bad |= v != v;
+      m[t] = v > m[t] ? v : m[t];
+    }
+  for (; j < n; ++j) bad |= x[j] != x[j], m[0] = x[j] > m[0] ? x[j] : m[0];
+  nan = bad;
+  return std::max(std::max(m[0], m[1]), std::max(m[2], m[3]));
+}
+
 class Chunk {
  public:
   Chunk(const Problem& p, const kernels::TileKernels& kern, Scratch& s, int64_t b, int64_t hk, float* m, float* l,
@@ -85,36 +119,23 @@ class Chunk {
       : p_(p), kern_(kern), s_(s), b_(b), hk_(hk), R_(p.group * p.N), m_(m), l_(l), acc_(acc), krows_(p.keys(b, hk)),
         vrows_(p.values(b, hk)) {}
 
-  // Online softmax over the visited keys [first, last) of `pieces` (counted in visiting order),
-  // in sub-blocks of at most kKeyChunk keys.
-  void run(const std::vector<sparse::Run>& pieces, int64_t first, int64_t last) {
+  // Starts the online softmax (m = -inf, l = 0, acc = 0) with the query rows packed into `q`.
+  void start(float* q) {
+    q_ = q;
     std::fill(acc_, acc_ + R_ * p_.Dv, 0.0f);
     std::fill(m_, m_ + R_, kNegInf);
     std::fill(l_, l_ + R_, 0.0f);
-    if (last <= first) return;
     pack_queries();
-    int64_t pos = 0;  // visiting-order index of the piece's first key
-    for (const sparse::Run& piece : pieces) {
-      const int64_t len = piece.end - piece.begin;
-      const int64_t j1 = piece.begin + std::min(last - pos, len);
-      for (int64_t a = piece.begin + std::max<int64_t>(first - pos, 0); a < j1;) {
-        const int64_t e = std::min(j1, a + kKeyChunk);
-        block(a, e, piece.full);
-        a = e;
-      }
-      pos += len;
-      if (pos >= last) break;
-    }
   }
 
- private:
+  // Keys [a, e) (at most kKeyChunk), `full`: every query row sees all of them (pattern-wise).
   void block(int64_t a, int64_t e, bool full) {
     const int64_t n = e - a;
     const DType kt = row_pointers(kern_, krows_, a, n, s_.kbuf.data(), s_.kptr.data());
     const DType vt = row_pointers(kern_, vrows_, a, n, s_.vbuf.data(), s_.vptr.data());
     float* s = s_.s.data();  // s[r * n + j]
     // V rows are fetched while the scores are computed (the two reads overlap)
-    kern_.qk_rows(s_.q.data(), R_, p_.D, s_.kptr.data(), kt, n, s, n, s_.vptr.data(),
+    kern_.qk_rows(q_, R_, p_.D, s_.kptr.data(), kt, n, s, n, s_.vptr.data(),
                   p_.Dv * static_cast<int64_t>(dtype_size(vt)));
     if (p_.mech.softcap > 0) kern_.softcap(s, R_ * n, static_cast<float>(p_.mech.softcap));
     uint8_t* vis = s_.vis.data();  // vis[j * N + i]: key a + j visible to query i (pattern only)
@@ -131,9 +152,8 @@ class Chunk {
           if (v && p_.has_user_mask()) p_.user_mask_column(b_, q.h, q.i, 1, a + j, &v);
           if (!v) sr[j] = kNegInf;
         }
-      float mx = m_[r];
       bool nan = false;
-      for (int64_t j = 0; j < n; ++j) mx = std::max(mx, sr[j]), nan |= std::isnan(sr[j]);
+      const float mx = row_max(sr, n, m_[r], nan);
       if (nan) {  // a NaN score poisons the row: its partial sum is NaN (merge_partials passes it on)
         l_[r] = std::numeric_limits<float>::quiet_NaN();
         std::fill(sr, sr + n, 0.0f);
@@ -152,6 +172,7 @@ class Chunk {
     kern_.pv_rows(s, n, R_, s_.vptr.data(), vt, weighted_keys(s, n), p_.Dv, acc_);
   }
 
+ private:
   // Keys no row gives weight are left out (as the reference does: a zero weight never meets its
   // value, so a NaN there stays out): their columns of p and their V addresses are squeezed out
   // in place. Returns how many keys remain.
@@ -178,7 +199,7 @@ class Chunk {
       const RowIndex q = index(r);
       kern_.to_float(p_.q.ptr(b_, q.h, q.i), p_.q.dtype, p_.q.strides[3], p_.D, row);
       const auto scale = static_cast<float>(p_.row_scale(b_, q.h, q.i));
-      for (int64_t c = 0; c < p_.D; ++c) s_.q[r * p_.D + c] = row[c] * scale;
+      for (int64_t c = 0; c < p_.D; ++c) q_[r * p_.D + c] = row[c] * scale;
     }
   }
 
@@ -187,6 +208,7 @@ class Chunk {
   Scratch& s_;
   int64_t b_, hk_, R_;
   float *m_, *l_, *acc_;
+  float* q_ = nullptr;  // R packed query rows, scaled
   core::KvRows krows_, vrows_;
 };
 
@@ -220,17 +242,32 @@ void softmax_rows(const Problem& p, const core::Outputs& o, const core::Context&
   const int64_t max_chunks = std::max<int64_t>(1, (most + kKeyChunk - 1) / kKeyChunk);
   const int64_t chunks = std::min(max_chunks, std::max<int64_t>(1, (64 + p.B * p.Hkv - 1) / (p.B * p.Hkv)));
   const int64_t chunk_len = (most + chunks - 1) / chunks;
-  const int64_t items = p.B * p.Hkv * chunks;
-  // partials: per item R maxima, R sums, R x Dv outputs (size ~ B*Hkv*M/256*R*Dv, not N x M)
-  std::vector<float> pm(static_cast<size_t>(items * R)), pl(pm.size()), pacc(static_cast<size_t>(items * R * p.Dv));
+  // Work items: (batch, kv head, chunk), or (batch, chunk) with every kv head when the heads'
+  // rows interleave in memory (flash-attn's (B, M, Hkv, D) caches, page pools): an item then
+  // reads one stretch of memory, block by block, instead of Hkv strided streams. Either way each
+  // (batch, kv head, chunk) partial is the same computation, so the grouping changes no bits.
+  const bool heads_together = p.Hkv > 1 && p.k.strides[1] < p.k.strides[2] && p.v.strides[1] < p.v.strides[2];
+  const int64_t per_item = heads_together ? p.Hkv : 1;
+  const int64_t items = p.B * p.Hkv * chunks / per_item;
+  // partials: per (b, hk, chunk) R maxima, R sums, R x Dv outputs (~ B*Hkv*M/256*R*Dv, not N x M)
+  const int64_t slots = p.B * p.Hkv * chunks;
+  std::vector<float> pm(static_cast<size_t>(slots * R)), pl(pm.size()), pacc(static_cast<size_t>(slots * R * p.Dv));
   const int nthreads = resolve_threads(ctx.threads, items);
   std::vector<Scratch> scratch(static_cast<size_t>(nthreads));
-  for (Scratch& s : scratch) s.reserve(p, R);
+  for (Scratch& s : scratch) s.reserve(p, R, per_item);
   parallel_for(items, nthreads, [&](int64_t item, int tid) {
-    const int64_t c = item % chunks, bh = item / chunks;
-    const int64_t b = bh / p.Hkv, hk = bh % p.Hkv;
-    Chunk(p, kern, scratch[static_cast<size_t>(tid)], b, hk, &pm[item * R], &pl[item * R], &pacc[item * R * p.Dv])
-        .run(pieces[static_cast<size_t>(b)], c * chunk_len, (c + 1) * chunk_len);
+    const int64_t c = item % chunks, group = item / chunks;  // group: (b, hk) or b
+    const int64_t b = heads_together ? group : group / p.Hkv, hk0 = heads_together ? 0 : group % p.Hkv;
+    Scratch& s = scratch[static_cast<size_t>(tid)];
+    std::vector<Chunk> heads;
+    heads.reserve(static_cast<size_t>(per_item));
+    for (int64_t h = 0; h < per_item; ++h) {
+      const int64_t slot = (b * p.Hkv + hk0 + h) * chunks + c;
+      heads.emplace_back(p, kern, s, b, hk0 + h, &pm[slot * R], &pl[slot * R], &pacc[slot * R * p.Dv]);
+      heads.back().start(s.q.data() + h * R * p.D);
+    }
+    for (const sparse::Run& blk : blocks_of(pieces[static_cast<size_t>(b)], c * chunk_len, (c + 1) * chunk_len))
+      for (Chunk& head : heads) head.block(blk.begin, blk.end, blk.full);
   });
   // merge each row's chunk partials in chunk order
   std::vector<float> row(static_cast<size_t>(p.Dv));
