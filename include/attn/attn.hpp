@@ -3,6 +3,7 @@
 #include "attn/attend.hpp"
 #include "attn/dtype.hpp"
 #include "attn/error.hpp"
+#include "attn/gguf.hpp"
 #include "attn/isa.hpp"
 #include "attn/mechanism.hpp"
 #include "attn/npy.hpp"

