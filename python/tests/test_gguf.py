@@ -63,3 +63,18 @@ def test_truncated_and_corrupted_copies_are_refused(tmp_path):
     (tmp_path / "v.gguf").write_bytes(bytes(bad))
     p = attn_gguf(tmp_path / "v.gguf")
     assert p.returncode == 2 and "has GGUF version 9, expected 2 or 3" in p.stderr
+
+
+@pytest.mark.parametrize("name", ["token_embd.weight", "blk.0.attn_q.weight", "blk.29.ffn_down.weight",
+                                  "blk.3.attn_norm.weight"])
+def test_dequantized_tensors_equal_the_gguf_package_bit_for_bit(tmp_path, name):
+    import numpy as np
+    from gguf import quants
+    path = smollm2_path()
+    p = attn_gguf(path, "--dequantize", name, "--out", tmp_path / "x.npy")
+    assert p.returncode == 0, p.stderr
+    t = next(t for t in gguf.GGUFReader(path).tensors if t.name == name)
+    ref = quants.dequantize(t.data, t.tensor_type).astype(np.float32)
+    ours = np.load(tmp_path / "x.npy")
+    assert ours.shape == ref.shape and ours.dtype == np.float32
+    assert np.array_equal(ours, ref), (name, t.tensor_type.name, float(np.abs(ours - ref).max()))
