@@ -92,17 +92,13 @@ Decoder make_decoder(const GenerateArgs& a) {
 int run(const GenerateArgs& a) {
   Decoder d = make_decoder(a);
   const DecoderConfig& c = d.config();
-  int64_t lightning = 0, params = c.vocab_size * c.dim * (c.tied_embeddings ? 1 : 2);
-  for (const DecoderLayerSpec& l : c.layers) {
-    lightning += l.lightning;
-    const int64_t kv = (l.lightning ? c.heads : c.kv_heads) * c.head_dim, q = c.heads * c.head_dim;
-    params += c.dim * (2 * q + 2 * kv) + 3 * c.dim * c.hidden_dim + (l.lightning ? q * c.dim : 0);
-  }
+  int64_t lightning = 0;
+  for (const DecoderLayerSpec& l : c.layers) lightning += l.lightning;
   const int64_t cached_layers = static_cast<int64_t>(c.layers.size()) - lightning;
   fmt::print("attn generate: {} layers ({} with a KV cache, {} lightning), dim {}, heads {}/{} x {}, SwiGLU {}, vocab {},\n"
              "  {:.1f}M parameters; isa {}, {} threads\n",
              c.layers.size(), cached_layers, lightning, c.dim, c.heads, c.kv_heads, c.head_dim, c.hidden_dim, c.vocab_size,
-             params / 1e6, isa_name(active_isa()), resolve_threads(a.threads, int64_t{1} << 30));
+             static_cast<double>(d.parameter_count()) / 1e6, isa_name(active_isa()), resolve_threads(a.threads, int64_t{1} << 30));
   if (!a.save_weights.empty()) {
     d.save(a.save_weights);
     fmt::print("  weights written to {}\n", a.save_weights);

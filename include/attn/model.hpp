@@ -102,6 +102,8 @@ class Decoder {
   // fixed bytes of recurrent states (independent of the context).
   int64_t kv_bytes_per_token() const;
   int64_t state_bytes() const;
+  // Weights in the model (every tensor of its file, the tied embedding once).
+  int64_t parameter_count() const;
   // Writes the weights and config to a safetensors file (random models become files).
   void save(const std::string& path) const;
   // Sets the forced attention form ("reference", ...; empty: the engine's choice) and threads.

@@ -68,6 +68,20 @@ struct Decoder::Impl {
     }
   }
 
+  // The options of layer li's attention call: threads, ISA, forced form, and for a recurrent
+  // layer its state (read and written in place) and, for lightning layers, the per-head decays.
+  AttendOptions layer_options(size_t li) const {
+    AttendOptions o;
+    o.threads = threads, o.isa = isa, o.form = form;
+    if (const Tensor& state = memory[li].state; state.defined()) {
+      const auto& s = state.view().shape;
+      o.params["initial_state"] = make_array_view(state.view().data, DType::f32, {s[0], s[1], s[2], s[3]});
+      if (w.config.layers[li].lightning)
+        o.params["decay"] = make_array_view(w.layers[li].decays.data(), DType::f32, {w.config.heads});
+    }
+    return o;
+  }
+
   void attention(size_t li, int64_t n, int64_t p) {
     const DecoderConfig& c = w.config;
     const DecoderLayerSpec& spec = c.layers[li];
@@ -89,14 +103,8 @@ struct Decoder::Impl {
       const Rope rope{c.rope_theta, c.rope_style, 0, p};
       apply_rope(qv, rope), apply_rope(kv, rope);
     }
-    AttendOptions o;
-    o.threads = threads;
-    o.isa = isa;
-    o.form = form;
+    const AttendOptions o = layer_options(li);
     if (mem.state.defined()) {
-      const auto& s = mem.state.view().shape;
-      o.params["initial_state"] = make_array_view(mem.state.view().data, DType::f32, {s[0], s[1], s[2], s[3]});
-      if (spec.lightning) o.params["decay"] = make_array_view(l.decays.data(), DType::f32, {c.heads});
       attend_into(qv, kv, vv, spec.mechanism, o, out, nullptr, nullptr, &mem.state.view());
     } else {
       TensorView kc = mem.k.view(), vc = mem.v.view();
@@ -152,13 +160,9 @@ struct Decoder::Impl {
       const model::LayerWeights& l = w.layers[li];
       const LayerMemory& mem = memory[li];
       const TensorView qv = token_major(q.data(), c.heads, n, c.head_dim);
-      AttendOptions o;
-      o.threads = threads, o.isa = isa, o.form = form;
+      const AttendOptions o = layer_options(li);
       try {
         if (mem.state.defined()) {
-          const auto& s = mem.state.view().shape;
-          o.params["initial_state"] = make_array_view(mem.state.view().data, DType::f32, {s[0], s[1], s[2], s[3]});
-          if (c.layers[li].lightning) o.params["decay"] = make_array_view(l.decays.data(), DType::f32, {c.heads});
           const TensorView kv = token_major(k.data(), l.kv_heads, n, c.head_dim);
           explain(qv, kv, kv, c.layers[li].mechanism, o);
         } else {
@@ -255,6 +259,16 @@ int64_t Decoder::state_bytes() const {
   for (const LayerMemory& m : impl_->memory)
     if (m.state.defined()) bytes += m.state.view().numel() * static_cast<int64_t>(sizeof(float));
   return bytes;
+}
+
+int64_t Decoder::parameter_count() const {
+  int64_t n = 0;
+  for (const model::WeightSpec& s : model::weight_specs(impl_->w.config)) {
+    int64_t e = 1;
+    for (const int64_t d : s.shape) e *= d;
+    n += e;
+  }
+  return n;
 }
 
 void Decoder::save(const std::string& path) const {

@@ -146,6 +146,10 @@ TEST(Decoder, CacheMemoryIsKvRowsForSoftmaxLayersAndAFixedStateForLightning) {
   const int64_t per_layer = 2 * 2 * 12 * 4;  // K and V, 2 kv heads of 12 floats
   EXPECT_EQ(all.kv_bytes_per_token(), 8 * per_layer);
   EXPECT_EQ(all.state_bytes(), 0);
+  // embedding + lm_head, per layer: 2 norms, q, k, v, o, three SwiGLU matrices; the final norm
+  EXPECT_EQ(all.parameter_count(), 2 * 97 * 48 + 8 * (2 * 48 + 48 * 48 + 2 * 24 * 48 + 48 * 48 + 3 * 80 * 48) + 48);
+  // lightning layers: k and v of every head, the output norm and gate
+  EXPECT_EQ(hybrid.parameter_count() - all.parameter_count(), 7 * (2 * 24 * 48 + 48 + 48 * 48));
   EXPECT_EQ(hybrid.kv_bytes_per_token(), per_layer);
   EXPECT_EQ(hybrid.state_bytes(), 7 * 4 * 12 * 12 * 4);  // 4 heads of 12 x 12 floats, no normaliser
   // MiniMax-01's layout: layer i is softmax iff (i + 1) % 8 == 0.
