@@ -21,6 +21,9 @@ constexpr int kQueryTile = 64;
 // does so for keys that no lane outside the range sees, where skipping them is exact.
 constexpr int kLaneGroup = 16;
 
+// Block-quantized weight rows (ggml's layouts: blocks of 32 values, see model/ggml_blocks.hpp).
+enum class BlockQuant : uint8_t { q4_0, q4_1, q8_0 };
+
 struct TileKernels {
   Isa isa;
   // St[j][i] = sum_c K[j][c] * Qt[c][i]   for j < bc, lo <= i < hi; K row j at k + j*k_stride.
@@ -69,6 +72,13 @@ struct TileKernels {
   // accumulators held in registers across the keys.
   void (*pv_rows)(const float* p, int64_t ldp, int64_t R, const void* const* v, DType vt, int64_t n, int64_t dv,
                   float* acc);
+  // y[r * ldy + j] = sum_c x[r * cols + c] * W_j[c] for r < R, j < n, where W_j (row j of a
+  // block-quantized matrix, at w[j]) is dequantized in registers; cols a multiple of 32, blocks
+  // summed in order.
+  void (*qdot_rows)(const float* x, int64_t R, int64_t cols, const void* const* w, BlockQuant q, int64_t n, float* y,
+                    int64_t ldy);
+  // dst[j * ldd + c] = W_j[c] for j < n, c < cols (the same values qdot_rows multiplies with).
+  void (*dequantize_rows)(const void* const* rows, BlockQuant q, int64_t n, int64_t cols, float* dst, int64_t ldd);
 };
 
 // The kernel set for `isa` (throws Error if this CPU cannot run it).

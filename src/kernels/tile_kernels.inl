@@ -545,6 +545,8 @@ void relu2_rows(float* x, int64_t n, float scale, float bias, float mul) {
   }
 }
 
+#include "kernels/block_quant_kernels.inl"
+
 inline const TileKernels& table(Isa isa) {
   static const TileKernels t{.isa = isa,
                              .qk = qk,
@@ -561,6 +563,8 @@ inline const TileKernels& table(Isa isa) {
                              .gemm = gemm,
                              .relu2_rows = relu2_rows,
                              .qk_rows = qk_rows,
-                             .pv_rows = pv_rows};
+                             .pv_rows = pv_rows,
+                             .qdot_rows = qdot_rows,
+                             .dequantize_rows = dequantize_rows};
   return t;
 }

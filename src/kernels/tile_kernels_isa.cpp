@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <utility>
 #if !defined(ATTN_KERNEL_ISA) || !defined(ATTN_KERNEL_VEC)

@@ -22,6 +22,15 @@ struct Vec {
     _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(q), _mm256_extractf128_ps(q, 1)));
   }
   static Vec set1(float x) { return {_mm256_set1_ps(x)}; }
+  // W bytes (signed) or W nibbles (bits Shift..Shift+3 of W bytes) as floats: ggml blocks.
+  static Vec from_i8(const int8_t* p) {
+    return {_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))))};
+  }
+  template <int Shift>
+  static Vec nibbles(const uint8_t* p) {
+    const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    return {_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(b, Shift), _mm256_set1_epi32(15)))};
+  }
   static Vec zero() { return {_mm256_setzero_ps()}; }
   void store(float* p) const { _mm256_store_ps(p, v); }
   friend Vec operator+(Vec a, Vec b) { return {_mm256_add_ps(a.v, b.v)}; }

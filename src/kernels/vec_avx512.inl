@@ -22,6 +22,15 @@ struct Vec {
   }
   static Vec loadu_f16(const uint16_t* p) { return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))}; }
   static Vec set1(float x) { return {_mm512_set1_ps(x)}; }
+  // W bytes (signed) or W nibbles (bits Shift..Shift+3 of W bytes) as floats: ggml blocks.
+  static Vec from_i8(const int8_t* p) {
+    return {_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))))};
+  }
+  template <int Shift>
+  static Vec nibbles(const uint8_t* p) {
+    const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return {_mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(b, Shift), _mm512_set1_epi32(15)))};
+  }
   static Vec zero() { return {_mm512_setzero_ps()}; }
   void store(float* p) const { _mm512_store_ps(p, v); }
   friend Vec operator+(Vec a, Vec b) { return {_mm512_add_ps(a.v, b.v)}; }

@@ -13,6 +13,10 @@ struct Vec {
   static Vec loadu_bf16(const uint16_t* p) { return {bf16_to_float(*p)}; }
   static Vec loadu_f16(const uint16_t* p) { return {f16_to_float(*p)}; }
   static Vec set1(float x) { return {x}; }
+  // A byte (signed) or a nibble (bits Shift..Shift+3 of a byte) as a float: ggml blocks.
+  static Vec from_i8(const int8_t* p) { return {static_cast<float>(*p)}; }
+  template <int Shift>
+  static Vec nibbles(const uint8_t* p) { return {static_cast<float>((*p >> Shift) & 15)}; }
   static Vec zero() { return {0.0f}; }
   void store(float* p) const { *p = v; }
   friend Vec operator+(Vec a, Vec b) { return {a.v + b.v}; }

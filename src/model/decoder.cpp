@@ -138,8 +138,7 @@ struct Decoder::Impl {
   // Runs n <= step tokens at positions p..; logits of rows [first, n) go to `logits_out`.
   void run_step(const int32_t* tokens, int64_t n, int64_t p, int64_t first, float* logits_out) {
     const DecoderConfig& c = w.config;
-    for (int64_t i = 0; i < n; ++i)  // the embedding lookup
-      for (int64_t col = 0; col < c.dim; ++col) x[i * c.dim + col] = load_as_float(w.embed.row(tokens[i]), w.embed.dtype, col);
+    for (int64_t i = 0; i < n; ++i) model::matrix_row(w.embed, tokens[i], x.data() + i * c.dim, isa);
     for (size_t li = 0; li < c.layers.size(); ++li) {
       model::rms_norm(x.data(), n, c.dim, c.dim, w.layers[li].attn_norm, c.norm_eps, h.data());
       attention(li, n, p);

@@ -14,6 +14,8 @@ namespace attn::model {
 // Work is split by blocks of W's rows, each summed in one fixed order: bitwise the same for any
 // thread count.
 void matmul(const float* x, int64_t n, const Matrix& w, float* y, int threads, Isa isa);
+// dst[c] = W[r][c] for c < W.cols (an embedding lookup).
+void matrix_row(const Matrix& w, int64_t r, float* dst, Isa isa);
 
 // y[i] = x[i] / sqrt(mean(x^2) + eps) * weight, per row of `cols` values (n rows, stride ld).
 void rms_norm(const float* x, int64_t n, int64_t cols, int64_t ld, const std::vector<float>& weight, double eps,

@@ -18,7 +18,7 @@ std::string layer_prefix(size_t i) { return "model.layers." + std::to_string(i) 
 int64_t layer_kv_heads(const DecoderConfig& c, const DecoderLayerSpec& l) { return l.lightning ? c.heads : c.kv_heads; }
 
 Matrix matrix_over(const uint8_t* data, DType dtype, int64_t rows, int64_t cols) {
-  Matrix m{dtype, rows, cols, data, {}};
+  Matrix m{dtype, std::nullopt, rows, cols, data, {}};
   m.row_ptrs.resize(static_cast<size_t>(rows));
   const int64_t row_bytes = cols * static_cast<int64_t>(dtype_size(dtype));
   for (int64_t r = 0; r < rows; ++r) m.row_ptrs[static_cast<size_t>(r)] = data + r * row_bytes;

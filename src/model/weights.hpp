@@ -5,17 +5,21 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "attn/model.hpp"
 #include "attn/safetensors.hpp"
+#include "kernels/kernel_table.hpp"
 
 namespace attn::model {
 
-// rows x cols, row-major, unit inner stride; rows by address for the kernel table.
+// rows x cols, row-major, unit inner stride; rows by address for the kernel table. Elements are
+// `dtype` values, or ggml blocks of 32 values when `quant` is set (cols a multiple of 32).
 struct Matrix {
   DType dtype = DType::f32;
+  std::optional<kernels::BlockQuant> quant;
   int64_t rows = 0, cols = 0;
   const uint8_t* data = nullptr;
   std::vector<const void*> row_ptrs;
