@@ -11,6 +11,7 @@
 
 #include "attn/attn.hpp"
 #include "attn/pattern.hpp"
+#include "attn/sampler.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -384,7 +385,32 @@ NB_MODULE(_attn, m) {
       .def_prop_ro("kv_bytes_per_token", &attn::Decoder::kv_bytes_per_token)
       .def_prop_ro("state_bytes", &attn::Decoder::state_bytes)
       .def("save", &attn::Decoder::save, "path"_a, "Writes weights and config to a safetensors file.")
-      .def("set_attention_form", &attn::Decoder::set_attention_form, "form"_a);
+      .def("set_attention_form", &attn::Decoder::set_attention_form, "form"_a)
+      .def_static(
+          "from_gguf",
+          [](const std::string& path, int threads, bool dequantize, int64_t max_seq_len) {
+            return attn::Decoder::from_gguf(path, {threads, dequantize, max_seq_len});
+          },
+          "path"_a, "threads"_a, "dequantize"_a, "max_seq_len"_a,
+          "Maps a llama-architecture GGUF file (quantized matrices used as stored unless dequantize).")
+      .def(
+          "set_mechanism",
+          [](attn::Decoder& d, int64_t layer, const std::string& text) { d.set_mechanism(layer, attn::parse_mechanism(text)); },
+          "layer"_a, "mechanism"_a, "Replaces layer `layer`'s mechanism (-1: every layer).")
+      .def_prop_ro("parameter_count", &attn::Decoder::parameter_count);
+  nb::class_<attn::Sampler>(m, "Sampler", "attn::Sampler: greedy or nucleus sampling, counter-based draws.")
+      .def(
+          "__init__",
+          [](attn::Sampler* self, double temperature, double top_p, uint64_t seed) {
+            new (self) attn::Sampler(attn::SamplingOptions{temperature, top_p, seed});
+          },
+          "temperature"_a, "top_p"_a, "seed"_a)
+      .def(
+          "next",
+          [](attn::Sampler& s, nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> logits) {
+            return s.next(logits.data(), static_cast<int64_t>(logits.shape(0)));
+          },
+          "logits"_a, "The next token id from a row of logits (advances the draw counter).");
   m.def("active_isa", [] { return attn::isa_name(attn::active_isa()); }, "Kernel set in use (ATTN_ISA overrides).");
   m.def("supported_isas", [] {
     std::vector<std::string> out;

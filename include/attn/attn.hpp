@@ -12,4 +12,5 @@
 #include "attn/model.hpp"
 #include "attn/rope.hpp"
 #include "attn/safetensors.hpp"
+#include "attn/sampler.hpp"
 #include "attn/tensor.hpp"

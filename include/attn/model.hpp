@@ -72,6 +72,15 @@ std::vector<float> lightning_decays(int64_t heads, int64_t layer, int64_t layers
 
 struct DecoderWeights;  // src/model/weights.hpp
 
+// Loading a GGUF file (llama.cpp's format; llama architecture).
+struct GgufLoadOptions {
+  int threads = 0;
+  // false: matrices used as stored (Q4_0/Q4_1/Q8_0 blocks read in place, F16/BF16/F32);
+  // true: dequantized to float32 once at load ("--dtype f32").
+  bool dequantize = false;
+  int64_t max_seq_len = 0;  // positions of context the caches hold; 0: the model's context length
+};
+
 class Decoder {
  public:
   // Loads a safetensors file: the config from its metadata ("attn.decoder"), the tensors by
@@ -81,6 +90,9 @@ class Decoder {
   // (same count; lightning layers stay lightning: their weights differ).
   static Decoder from_safetensors(const std::string& path, int threads = 0,
                                   const std::vector<DecoderLayerSpec>* layers = nullptr);
+  // Loads a llama-architecture GGUF file (mapped): config from its metadata, every layer
+  // softmax:causal, tensors by llama.cpp's names (output tied to the embedding when absent).
+  static Decoder from_gguf(const std::string& path, const GgufLoadOptions& options = {});
   // Random weights (counter-based from `seed`: the same on every machine and thread count),
   // float32 or bfloat16 matrices.
   static Decoder random(const DecoderConfig& config, uint64_t seed, DType dtype = DType::f32, int threads = 0);
@@ -106,6 +118,11 @@ class Decoder {
   int64_t parameter_count() const;
   // Writes the weights and config to a safetensors file (random models become files).
   void save(const std::string& path) const;
+  // Replaces the attention mechanism of layer `layer` (-1: every layer), e.g. a sliding window on
+  // a model trained with full attention. It must be causal and keep the layer's memory kind (a
+  // KV-cache layer takes a mechanism without recurrent state, a recurrent layer one with). The
+  // cached context was computed with the old mechanism: reset() to start over cleanly.
+  void set_mechanism(int64_t layer, const Mechanism& mechanism);
   // Sets the forced attention form ("reference", ...; empty: the engine's choice) and threads.
   void set_attention_form(const std::string& form);
 

@@ -25,6 +25,7 @@ struct Rope {
   RopeStyle style = RopeStyle::half;
   int64_t rotary_dim = 0;  // 0: all D channels; else even, <= D
   int64_t offset = 0;      // position of token 0
+  int threads = 0;         // 0: all cores
 };
 
 // Rotates x (B, H, N, D), float32/bfloat16/float16, any strides, in place. `batch_offsets`

@@ -40,10 +40,12 @@ Tensor::Tensor(DType dtype, std::array<int64_t, 4> shape, Layout layout) {
   }
   const int64_t bytes = checked_mul(n, static_cast<int64_t>(dtype_size(dtype)), "Tensor: bytes");
   const size_t alloc = (static_cast<size_t>(bytes) + 63) / 64 * 64 + 64;
-  void* p = std::aligned_alloc(64, alloc);
-  if (!p) fail("Tensor", "could not allocate " + std::to_string(bytes) + " bytes");
-  std::memset(p, 0, alloc);
-  storage_.reset(p);
+  // calloc: large blocks come zeroed from the system without being touched, so memory such as a
+  // decoder's KV cache for its whole context becomes resident only as it is used.
+  void* raw = std::calloc(alloc + 64, 1);
+  if (!raw) fail("Tensor", "could not allocate " + std::to_string(bytes) + " bytes");
+  storage_.reset(raw);
+  void* p = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(raw) + 63) / 64 * 64);
   view_ = make_view(p, dtype, shape[0], shape[1], shape[2], shape[3], layout);
 }
 

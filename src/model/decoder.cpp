@@ -9,6 +9,7 @@
 
 #include "attn/attend.hpp"
 #include "attn/error.hpp"
+#include "attn/gguf.hpp"
 #include "attn/model.hpp"
 #include "attn/tensor.hpp"
 #include "model/layer_kind.hpp"
@@ -100,7 +101,7 @@ struct Decoder::Impl {
     const TensorView vv = token_major(v.data(), l.kv_heads, n, c.head_dim);
     const TensorView out = token_major(att.data(), c.heads, n, c.head_dim);
     if (spec.rope) {
-      const Rope rope{c.rope_theta, c.rope_style, 0, p};
+      const Rope rope{c.rope_theta, c.rope_style, 0, p, threads};
       apply_rope(qv, rope), apply_rope(kv, rope);
     }
     const AttendOptions o = layer_options(li);
@@ -202,6 +203,13 @@ Decoder Decoder::from_safetensors(const std::string& path, int threads, const st
   return Decoder(std::make_unique<Impl>(model::load_weights(std::move(file), config), threads));
 }
 
+Decoder Decoder::from_gguf(const std::string& path, const GgufLoadOptions& options) {
+  auto file = std::make_shared<const GgufFile>(GgufFile::open(path));
+  const DecoderConfig config = model::gguf_config(*file, options.max_seq_len);
+  return Decoder(std::make_unique<Impl>(model::load_gguf_weights(std::move(file), config, options.dequantize),
+                                        options.threads));
+}
+
 Decoder Decoder::random(const DecoderConfig& config, uint64_t seed, DType dtype, int threads) {
   config.validate();
   return Decoder(std::make_unique<Impl>(model::random_weights(config, seed, dtype, threads), threads));
@@ -209,12 +217,33 @@ Decoder Decoder::random(const DecoderConfig& config, uint64_t seed, DType dtype,
 
 const DecoderConfig& Decoder::config() const { return impl_->w.config; }
 int64_t Decoder::position() const { return impl_->pos; }
+void Decoder::set_mechanism(int64_t layer, const Mechanism& mechanism) {
+  DecoderConfig& c = impl_->w.config;
+  const int64_t count = static_cast<int64_t>(c.layers.size());
+  if (layer < -1 || layer >= count)
+    fail(kWhere, "layer must be -1 (every layer) or in [0, " + std::to_string(count) + "), got " + std::to_string(layer));
+  DecoderConfig next = c;
+  for (int64_t i = 0; i < count; ++i) {
+    if (layer != -1 && i != layer) continue;
+    DecoderLayerSpec& spec = next.layers[static_cast<size_t>(i)];
+    if (model::has_state(mechanism) != model::has_state(spec.mechanism))
+      fail(kWhere, "layer " + std::to_string(i) + " keeps " + (model::has_state(spec.mechanism) ? "a recurrent state" : "a KV cache") +
+                       "; mechanism '" + to_string(mechanism) + "' needs " +
+                       (model::has_state(mechanism) ? "a recurrent state" : "a KV cache"));
+    spec.mechanism = mechanism;
+    if (!spec.lightning) spec.rope = !std::holds_alternative<Dca>(mechanism);
+  }
+  next.validate();
+  c.layers = std::move(next.layers);
+}
+
 void Decoder::set_attention_form(const std::string& form) { impl_->form = form; }
 
 void Decoder::reset() {
+  // Recurrent states restart from zero; cache rows past the position are never read (and are
+  // left untouched, so a long context's cache becomes resident only as it fills).
   for (LayerMemory& m : impl_->memory)
-    for (Tensor* t : {&m.k, &m.v, &m.state})
-      if (t->defined()) std::memset(t->view().data, 0, static_cast<size_t>(t->view().numel()) * sizeof(float));
+    if (m.state.defined()) std::memset(m.state.view().data, 0, static_cast<size_t>(m.state.view().numel()) * sizeof(float));
   impl_->pos = 0;
 }
 

@@ -3,40 +3,66 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/aligned_buffer.hpp"
 #include "base/parallel.hpp"
 #include "kernels/kernel_table.hpp"
 
 namespace attn::model {
 
-// Blocks of 64 weight rows (a thread's item; 64 x cols stays in L2 for typical widths) against
-// blocks of 16 input rows (in L1), four input rows sharing each weight-row load. Quantized rows
-// are dequantized in registers for a few input rows (decode); for more, a thread dequantizes its
-// 64 rows once into a float panel and runs the float kernel over every input row.
+namespace {
+
+constexpr int64_t kRowsOfW = 64;  // a thread's item: 64 weight rows (64 x cols stays in L2)
+constexpr int64_t kTokens = kernels::kQueryTile;
+
+// Prefill-sized inputs: the attention engine's QK^T micro-kernel is a GEMM. Input rows are packed
+// once, 64 at a time, as transposed tiles (the "queries"); each thread turns its 64 weight rows
+// into a float panel (the "keys": dequantized or converted once) and multiplies it with every
+// tile, then writes the 64 x 64 result back transposed.
+void matmul_tiles(const float* x, int64_t n, const Matrix& w, float* y, int t, const kernels::TileKernels& k) {
+  const int64_t cols = w.cols, tiles = (n + kTokens - 1) / kTokens;
+  AlignedFloats packed(static_cast<size_t>(tiles * cols * kTokens));
+  alignas(64) float ones[kTokens];
+  std::fill(ones, ones + kTokens, 1.0f);
+  parallel_for(tiles, t, [&](int64_t b, int) {
+    k.pack_qt(x + b * kTokens * cols, cols, static_cast<int>(std::min(kTokens, n - b * kTokens)), cols, ones,
+              packed.data() + b * cols * kTokens);
+  });
+  std::vector<AlignedFloats> panels(static_cast<size_t>(t)), tiles_out(static_cast<size_t>(t));
+  const int64_t blocks = (w.rows + kRowsOfW - 1) / kRowsOfW;
+  parallel_for(blocks, t, [&](int64_t b, int thread) {
+    const int64_t j0 = b * kRowsOfW, nj = std::min(kRowsOfW, w.rows - j0);
+    AlignedFloats& panel = panels[static_cast<size_t>(thread)];
+    AlignedFloats& st = tiles_out[static_cast<size_t>(thread)];
+    panel.resize(static_cast<size_t>(kRowsOfW * cols)), st.resize(static_cast<size_t>(kRowsOfW * kTokens));
+    const void* const* rows = w.row_ptrs.data() + j0;
+    if (w.quant) k.dequantize_rows(rows, *w.quant, nj, cols, panel.data(), cols);
+    else
+      for (int64_t j = 0; j < nj; ++j) k.to_float(rows[j], w.dtype, 1, cols, panel.data() + j * cols);
+    for (int64_t tb = 0; tb < tiles; ++tb) {
+      const int64_t lanes = std::min(kTokens, n - tb * kTokens);
+      const int hi = static_cast<int>((lanes + kernels::kLaneGroup - 1) / kernels::kLaneGroup * kernels::kLaneGroup);
+      k.qk(packed.data() + tb * cols * kTokens, cols, panel.data(), cols, nj, st.data(), 0, hi);
+      for (int64_t i = 0; i < lanes; ++i)
+        for (int64_t j = 0; j < nj; ++j) y[(tb * kTokens + i) * w.rows + j0 + j] = st.data()[j * kTokens + i];
+    }
+  });
+}
+
+}  // namespace
+
+// Few input rows (decode): blocks of 64 weight rows against blocks of 16 input rows, four input
+// rows sharing each weight-row load; quantized rows are dequantized in registers. From 16 input
+// rows on, matmul_tiles.
 void matmul(const float* x, int64_t n, const Matrix& w, float* y, int threads, Isa isa) {
-  constexpr int64_t kRowsOfW = 64, kRowsOfX = 16, kPanelFromRows = 8;
+  constexpr int64_t kRowsOfX = 16;
   const kernels::TileKernels& k = kernels::kernels_for(isa);
   const int64_t blocks = (w.rows + kRowsOfW - 1) / kRowsOfW;
   const int t = resolve_threads(threads, blocks);
-  const bool panel = w.quant && n >= kPanelFromRows;
-  std::vector<std::vector<float>> panels(panel ? static_cast<size_t>(t) : 0);
-  for (auto& p : panels) p.resize(static_cast<size_t>(kRowsOfW * w.cols));
-  parallel_for(blocks, t, [&](int64_t b, int thread) {
+  if (n >= kRowsOfX) return matmul_tiles(x, n, w, y, t, k);
+  parallel_for(blocks, t, [&](int64_t b, int) {
     const int64_t j0 = b * kRowsOfW, nj = std::min(kRowsOfW, w.rows - j0);
-    const void* const* rows = w.row_ptrs.data() + j0;
-    DType dtype = w.dtype;
-    const void* panel_rows[kRowsOfW];
-    if (panel) {
-      float* p = panels[static_cast<size_t>(thread)].data();
-      k.dequantize_rows(rows, *w.quant, nj, w.cols, p, w.cols);
-      for (int64_t j = 0; j < nj; ++j) panel_rows[j] = p + j * w.cols;
-      rows = panel_rows, dtype = DType::f32;
-    } else if (w.quant) {
-      k.qdot_rows(x, n, w.cols, rows, *w.quant, nj, y + j0, w.rows);
-      return;
-    }
-    for (int64_t i0 = 0; i0 < n; i0 += kRowsOfX)
-      k.qk_rows(x + i0 * w.cols, std::min(kRowsOfX, n - i0), w.cols, rows, dtype, nj, y + i0 * w.rows + j0, w.rows,
-                nullptr, 0);
+    if (w.quant) return k.qdot_rows(x, n, w.cols, w.row_ptrs.data() + j0, *w.quant, nj, y + j0, w.rows);
+    k.qk_rows(x, n, w.cols, w.row_ptrs.data() + j0, w.dtype, nj, y + j0, w.rows, nullptr, 0);
   });
 }
 

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <set>
 
 #include "attn/error.hpp"
@@ -17,10 +18,16 @@ std::string layer_prefix(size_t i) { return "model.layers." + std::to_string(i) 
 
 int64_t layer_kv_heads(const DecoderConfig& c, const DecoderLayerSpec& l) { return l.lightning ? c.heads : c.kv_heads; }
 
+}  // namespace
+
 Matrix matrix_over(const uint8_t* data, DType dtype, int64_t rows, int64_t cols) {
-  Matrix m{dtype, std::nullopt, rows, cols, data, {}};
+  return matrix_over(data, dtype, std::nullopt, rows, cols, cols * static_cast<int64_t>(dtype_size(dtype)));
+}
+
+Matrix matrix_over(const uint8_t* data, DType dtype, std::optional<kernels::BlockQuant> quant, int64_t rows,
+                   int64_t cols, int64_t row_bytes) {
+  Matrix m{dtype, quant, rows, cols, data, {}};
   m.row_ptrs.resize(static_cast<size_t>(rows));
-  const int64_t row_bytes = cols * static_cast<int64_t>(dtype_size(dtype));
   for (int64_t r = 0; r < rows; ++r) m.row_ptrs[static_cast<size_t>(r)] = data + r * row_bytes;
   return m;
 }
@@ -31,9 +38,8 @@ std::string shape_text(const std::vector<int64_t>& s) {
   return t + (s.size() == 1 ? ",)" : ")");
 }
 
-// Binds every spec'd tensor to a Matrix or a float vector, in spec order.
-template <class GetMatrix, class GetVector>
-DecoderWeights bind(const DecoderConfig& config, GetMatrix matrix, GetVector vector) {
+DecoderWeights bind_weights(const DecoderConfig& config, const std::function<Matrix(const WeightSpec&)>& matrix,
+                            const std::function<std::vector<float>(const WeightSpec&)>& vector) {
   DecoderWeights w;
   w.config = config;
   const std::vector<WeightSpec> specs = weight_specs(config);
@@ -60,8 +66,6 @@ DecoderWeights bind(const DecoderConfig& config, GetMatrix matrix, GetVector vec
   else take_matrix(w.output);
   return w;
 }
-
-}  // namespace
 
 std::vector<WeightSpec> weight_specs(const DecoderConfig& c) {
   const int64_t q_out = c.heads * c.head_dim;
@@ -101,7 +105,7 @@ DecoderWeights load_weights(std::shared_ptr<const SafetensorsFile> file, const D
       fail(where, "tensor '" + s.name + "' has shape " + shape_text(t.shape) + ", expected " + shape_text(s.shape));
     return t;
   };
-  DecoderWeights w = bind(
+  DecoderWeights w = bind_weights(
       config,
       [&](const WeightSpec& s) {
         const SafetensorsTensor& t = checked(s);
@@ -143,7 +147,7 @@ DecoderWeights random_weights(const DecoderConfig& config, uint64_t seed, DType 
     for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(1.0 + 0.1 * counter_normal(seed, id, i, 0));
     return v;
   };
-  DecoderWeights w = bind(config, matrix, vector);
+  DecoderWeights w = bind_weights(config, matrix, vector);
   w.owned = std::move(owned);
   return w;
 }

@@ -3,6 +3,7 @@
 // (norm weights, decays).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "attn/model.hpp"
+#include "attn/gguf.hpp"
 #include "attn/safetensors.hpp"
 #include "kernels/kernel_table.hpp"
 
@@ -42,7 +44,7 @@ struct DecoderWeights {
   Matrix output;                 // (vocab, dim): lm_head, or the embedding when tied
   std::vector<float> final_norm;
   std::vector<LayerWeights> layers;
-  std::shared_ptr<const SafetensorsFile> file;      // keeps the mapping alive
+  std::shared_ptr<const void> file;                 // keeps the mapped file alive
   std::vector<std::vector<uint8_t>> owned;          // random weights' storage
 };
 
@@ -54,10 +56,28 @@ struct WeightSpec {
 };
 std::vector<WeightSpec> weight_specs(const DecoderConfig& config);
 
+// A Matrix over rows of `row_bytes` at `data` (float `dtype` elements, or ggml blocks).
+Matrix matrix_over(const uint8_t* data, DType dtype, int64_t rows, int64_t cols);
+Matrix matrix_over(const uint8_t* data, DType dtype, std::optional<kernels::BlockQuant> quant, int64_t rows,
+                   int64_t cols, int64_t row_bytes);
+// "(2, 3)", "(4,)": shapes in error messages.
+std::string shape_text(const std::vector<int64_t>& shape);
+
+// Builds DecoderWeights by asking for every spec'd tensor in weight_specs() order (the embedding,
+// each layer's norms and matrices, the final norm, lm_head unless tied).
+DecoderWeights bind_weights(const DecoderConfig& config, const std::function<Matrix(const WeightSpec&)>& matrix,
+                            const std::function<std::vector<float>(const WeightSpec&)>& vector);
+
 // Every tensor is checked against its spec (present, shape, a float dtype); an unexpected
 // tensor is an Error too (a file for another architecture should not half-load).
 DecoderWeights load_weights(std::shared_ptr<const SafetensorsFile> file, const DecoderConfig& config);
 DecoderWeights random_weights(const DecoderConfig& config, uint64_t seed, DType dtype, int threads = 0);
+// A llama-architecture GGUF file (see gguf_weights.cpp): its config (every layer softmax:causal,
+// max_seq_len 0 = the file's context length) and its weights, used as stored (F32/F16/BF16 and
+// Q4_0/Q4_1/Q8_0 blocks) or, with `dequantize`, copied to float32 once.
+DecoderConfig gguf_config(const GgufFile& file, int64_t max_seq_len);
+DecoderWeights load_gguf_weights(std::shared_ptr<const GgufFile> file, const DecoderConfig& config, bool dequantize);
+
 // The tensors of `w` by name (for write_safetensors).
 std::map<std::string, SafetensorsEntry> weight_entries(const DecoderWeights& w);
 

@@ -68,7 +68,7 @@ void rotate(const TensorView& x, const Rope& r, const Plan& p, AnglesOf angles_o
   if (p.half == 0 || x.numel() == 0) return;
   constexpr int64_t kTokensPerItem = 64;
   const int64_t blocks = (x.tokens() + kTokensPerItem - 1) / kTokensPerItem, items = x.batch() * blocks;
-  const int threads = resolve_threads(0, items);
+  const int threads = resolve_threads(r.threads, items);
   // pair c: channels ia[c], ib[c]
   std::vector<int64_t> ia(static_cast<size_t>(p.half)), ib(static_cast<size_t>(p.half));
   for (int64_t c = 0; c < p.half; ++c) pair(r.style, p.half, c, ia[static_cast<size_t>(c)], ib[static_cast<size_t>(c)]);

@@ -97,7 +97,7 @@ TEST(QuantMatmul, KernelsMatchTheReferenceDecodingOnEveryIsa) {
           if (t.quant == BlockQuant::q4_1) ASSERT_NEAR(panel[i], q.dense[i], 2e-7 * (std::abs(q.dense[i]) + 1)) << i;
           else ASSERT_EQ(panel[i], q.dense[i]) << t.name << " " << i;
         }
-        for (int64_t n : {1, 2, 3, 4, 5, 7, 8, 9, 17, 40}) {  // in registers below 8 rows, a panel from 8
+        for (int64_t n : {1, 2, 3, 4, 5, 7, 9, 15, 16, 17, 40, 64, 65, 130}) {  // in registers below 16 rows, tiles from 16
           const std::vector<float> x = random_rows(n, cols, static_cast<uint32_t>(n));
           std::vector<float> y(static_cast<size_t>(n * 70), NAN);
           matmul(x.data(), n, q.m, y.data(), 2, isa);
@@ -110,7 +110,7 @@ TEST(QuantMatmul, KernelsMatchTheReferenceDecodingOnEveryIsa) {
 TEST(QuantMatmul, BitwiseIndependentOfThreads) {
   for (const QuantType& t : kTypes) {
     const QuantMatrix q = random_matrix(t, 300, 192, 5);
-    for (int64_t n : {1, 3, 12}) {
+    for (int64_t n : {1, 3, 12, 70}) {
       const std::vector<float> x = random_rows(n, 192, 9);
       std::vector<float> one(static_cast<size_t>(n * 300)), two(one.size());
       matmul(x.data(), n, q.m, one.data(), 1, active_isa());

@@ -1,0 +1,27 @@
+// Choosing the next token from a row of logits: greedy (temperature 0), or a draw from
+// softmax(logits / temperature) restricted to the smallest set of most likely tokens whose
+// probability reaches top_p (nucleus sampling). Draws are counter-based on (seed, step), so a
+// seed gives the same text on every machine and thread count.
+#pragma once
+#include <cstdint>
+
+namespace attn {
+
+struct SamplingOptions {
+  double temperature = 0.0;  // 0: greedy; > 0: sample
+  double top_p = 1.0;        // in (0, 1]
+  uint64_t seed = 0;
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingOptions& options);  // throws Error naming a bad option
+  // The next token from logits[0..vocab); every call advances the draw counter.
+  int32_t next(const float* logits, int64_t vocab);
+
+ private:
+  SamplingOptions options_;
+  uint64_t step_ = 0;
+};
+
+}  // namespace attn

