@@ -13,3 +13,4 @@
 #include "attn/rope.hpp"
 #include "attn/safetensors.hpp"
 #include "attn/tensor.hpp"
+#include "attn/tokenizer.hpp"
