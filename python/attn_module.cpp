@@ -397,7 +397,14 @@ NB_MODULE(_attn, m) {
           "set_mechanism",
           [](attn::Decoder& d, int64_t layer, const std::string& text) { d.set_mechanism(layer, attn::parse_mechanism(text)); },
           "layer"_a, "mechanism"_a, "Replaces layer `layer`'s mechanism (-1: every layer).")
-      .def_prop_ro("parameter_count", &attn::Decoder::parameter_count);
+      .def_prop_ro("parameter_count", &attn::Decoder::parameter_count)
+      .def(
+          "token_nll",
+          [](attn::Decoder& d, const std::vector<int32_t>& tokens) {
+            nb::gil_scoped_release release;
+            return attn::token_nll(d, tokens);
+          },
+          "tokens"_a, "Negative log-likelihood of tokens[1:] given their prefixes (one pass from an empty context).");
   nb::class_<attn::Sampler>(m, "Sampler", "attn::Sampler: greedy or nucleus sampling, counter-based draws.")
       .def(
           "__init__",

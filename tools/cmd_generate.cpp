@@ -1,6 +1,7 @@
 // attn generate: a decoder (random weights or a safetensors file) prefills a prompt and decodes
 // greedily; prints prefill and decode tokens/s and what the caches hold per token, KV-cache
-// (softmax) layers against recurrent-state (lightning) layers.
+// (softmax) layers against recurrent-state (lightning) layers. With --model FILE.gguf: a real
+// language model continues a text prompt, streaming its text (text_model.hpp).
 #include <fmt/core.h>
 
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include "attn/model.hpp"
 #include "base/parallel.hpp"
 #include "commands.hpp"
+#include "text_model.hpp"
 
 namespace attn::cli {
 namespace {
@@ -26,6 +28,11 @@ struct GenerateArgs {
   uint64_t seed = 1;
   int threads = 0;
   bool quiet = false;
+  // --model: a GGUF language model and a text prompt
+  std::string model, prompt, dtype = "q4_1";
+  bool chat = false;
+  int64_t max_tokens = 128, max_context = 4096;
+  double temperature = 0.0, top_p = 1.0;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -89,7 +96,28 @@ Decoder make_decoder(const GenerateArgs& a) {
   return Decoder::random(c, a.seed, dt, a.threads);
 }
 
+int run_text_model(const GenerateArgs& a) {
+  if (a.random_weights || !a.weights.empty()) throw Error("generate: --model cannot be combined with --random-weights or --weights");
+  if (a.prompt.empty()) throw Error("generate: --model needs --prompt TEXT");
+  TextModel m({a.model, a.dtype, a.mechanism, a.threads, a.max_context});
+  const Tokenizer& tok = m.tokenizer();
+  const std::string text = a.chat ? tok.chat_prompt({{"user", a.prompt}}, true) : a.prompt;
+  const std::vector<int32_t> prompt = tok.encode(text, true);
+  if (!a.chat) fmt::print("{}", a.prompt);
+  std::fflush(stdout);
+  ReplyStats stats;
+  m.reply(prompt, a.max_tokens, {a.temperature, a.top_p, a.seed}, [](const std::string& piece) {
+    fmt::print("{}", piece);
+    std::fflush(stdout);
+  }, stats);
+  fmt::print("\n");
+  std::fflush(stdout);
+  if (!a.quiet) fmt::print(stderr, "[{}]\n", m.stats_line(stats));
+  return 0;
+}
+
 int run(const GenerateArgs& a) {
+  if (!a.model.empty()) return run_text_model(a);
   Decoder d = make_decoder(a);
   const DecoderConfig& c = d.config();
   int64_t lightning = 0;
@@ -160,7 +188,20 @@ Runner add_generate(CLI::App& app) {
       "generate",
       "A llama-style decoder prefills a prompt and decodes greedily: tokens/s and cache memory per token.\n"
       "  attn generate --random-weights --layers 8 --hybrid 7:1 --prompt-tokens 512 --new-tokens 128\n"
-      "  attn generate --weights model.safetensors --prompt-tokens 64   (a file Decoder.save() wrote)");
+      "  attn generate --weights model.safetensors --prompt-tokens 64   (a file Decoder.save() wrote)\n"
+      "  attn generate --model SmolLM2-135M-Instruct.Q4_1.gguf --prompt \"What is attention?\" --chat\n"
+      "  attn generate --model M.gguf --prompt \"Once upon a time\" --temperature 0.8 --top-p 0.95 --seed 3\n"
+      "  attn generate --model M.gguf --prompt \"...\" -m softmax:causal,window=255:0,sinks=4   (every layer windowed)");
+  c->add_option("--model", a->model, "A llama-architecture GGUF file: continue --prompt as text (streamed)")
+      ->check(CLI::ExistingFile);
+  c->add_option("--prompt", a->prompt, "Text to continue (--model)");
+  c->add_flag("--chat", a->chat, "Wrap --prompt in the model's chat template as one user turn (--model)");
+  c->add_option("--max-tokens", a->max_tokens, "Most tokens to generate (--model)")->capture_default_str()->check(CLI::Range(0, 1 << 20));
+  c->add_option("--temperature", a->temperature, "0: greedy; > 0: sample (--model)")->capture_default_str()->check(CLI::Range(0.0, 100.0));
+  c->add_option("--top-p", a->top_p, "Nucleus sampling mass, in (0, 1] (--model)")->capture_default_str();
+  c->add_option("--dtype", a->dtype, "q4_1: matrices as stored in the file; f32: dequantized once at load (--model)")
+      ->capture_default_str()->check(CLI::IsMember({"q4_1", "f32"}));
+  c->add_option("--max-context", a->max_context, "Context the KV caches hold (--model)")->capture_default_str()->check(CLI::Range(1, 1 << 22));
   c->add_flag("--random-weights", a->random_weights, "Random weights (seeded) of the shape the options below give");
   c->add_option("--weights", a->weights, "A safetensors file with the decoder config in its metadata")->check(CLI::ExistingFile);
   c->add_option("--save-weights", a->save_weights, "Write the model to this safetensors file");

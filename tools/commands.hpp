@@ -19,6 +19,8 @@ Runner add_mask(CLI::App& app);
 Runner add_generate(CLI::App& app);
 Runner add_gguf(CLI::App& app);
 Runner add_tokenize(CLI::App& app);
+Runner add_chat(CLI::App& app);
+Runner add_eval_ppl(CLI::App& app);
 
 // --op, --form, --isa, --case: the filters every mode of the case list takes.
 void add_filter_options(CLI::App* c, harness::Filter& f);

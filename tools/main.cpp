@@ -37,9 +37,11 @@ int main(int argc, char** argv) {
       "  attn list     the runs of the case list (mechanism x form x ISA), with filters\n"
       "  attn check    every form on every ISA against the float64 reference\n"
       "  attn mask     the key pattern a mechanism implies, as .npy and a picture\n"
-      "  attn generate a llama-style decoder (any mechanism per layer, MiniMax hybrids): tokens/s, cache bytes\n"
+      "  attn generate text from a GGUF model (--model), or a llama-style decoder (MiniMax hybrids): tokens/s, cache\n"
       "  attn gguf     what a GGUF model file holds (metadata, tensors), checked\n"
       "  attn tokenize a GGUF file's tokenizer: text -> ids (--chat: its chat prompt), --decode ids -> text\n"
+      "  attn chat     turns with a GGUF language model (e.g. SmolLM2-135M), any attention mechanism\n"
+      "  attn eval-ppl what each mechanism costs a real model: perplexity, time, KV cache (table + chart)\n"
       "Mechanisms are written as text, e.g. softmax:causal,window=128:0,softcap=30.\n"
       "ATTN_ISA=portable|avx2|avx512 forces a kernel set; OMP_NUM_THREADS sets the default threads."};
   app.require_subcommand(1);
@@ -57,6 +59,8 @@ int main(int argc, char** argv) {
   add(attn::cli::add_generate, "generate");
   add(attn::cli::add_gguf, "gguf");
   add(attn::cli::add_tokenize, "tokenize");
+  add(attn::cli::add_chat, "chat");
+  add(attn::cli::add_eval_ppl, "eval-ppl");
   CLI11_PARSE(app, argc, argv);
   try {
     for (auto& [cmd, run] : commands)

@@ -40,15 +40,14 @@ class OutputFiles {
   }
   // Writes the array to a temporary file beside `path`.
   void write(const std::string& path, DType dtype, const std::vector<int64_t>& shape, const void* data) {
-    std::string tmp = path + ".attn-tmp-XXXXXX";
-    const int fd = mkstemp(tmp.data());
-    if (fd < 0) fail(path, std::string("cannot create a file beside it: ") + std::strerror(errno));
-    const mode_t mask = umask(0);  // mkstemp makes 0600 files; give the usual 0666 & ~umask
-    umask(mask);
-    fchmod(fd, 0666 & ~mask);
-    close(fd);
-    pending_.emplace_back(tmp, path);
-    write_npy(tmp, dtype, shape, data);
+    write_npy(temporary_for(path), dtype, shape, data);
+  }
+  // Writes text (CSV, JSON, SVG) to a temporary file beside `path`.
+  void write_text(const std::string& path, const std::string& text) {
+    const std::string tmp = temporary_for(path);
+    std::FILE* f = std::fopen(tmp.c_str(), "wb");
+    if (!f || std::fwrite(text.data(), 1, text.size(), f) != text.size() || std::fclose(f) != 0)
+      fail(path, std::string("cannot write it: ") + std::strerror(errno));
   }
   // Renames every temporary over its path.
   void commit() {
@@ -59,6 +58,17 @@ class OutputFiles {
   }
 
  private:
+  std::string temporary_for(const std::string& path) {
+    std::string tmp = path + ".attn-tmp-XXXXXX";
+    const int fd = mkstemp(tmp.data());
+    if (fd < 0) fail(path, std::string("cannot create a file beside it: ") + std::strerror(errno));
+    const mode_t mask = umask(0);  // mkstemp makes 0600 files; give the usual 0666 & ~umask
+    umask(mask);
+    fchmod(fd, 0666 & ~mask);
+    close(fd);
+    pending_.emplace_back(tmp, path);
+    return tmp;
+  }
   static bool same_file(const std::string& a, const std::string& b) {
     std::error_code ec;
     if (std::filesystem::equivalent(a, b, ec)) return true;  // existing files, links included

@@ -22,6 +22,7 @@
 // max_seq_len tokens, when the Decoder is made.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -131,5 +132,11 @@ class Decoder {
   explicit Decoder(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// Negative log-likelihood (natural log) of tokens[i] given tokens[0..i), for i = 1..n-1, in one
+// pass from an empty context (the decoder is reset before and after). Perplexity is
+// exp(mean). `progress(done, total)` is called after each step of tokens.
+std::vector<double> token_nll(Decoder& decoder, const std::vector<int32_t>& tokens,
+                              const std::function<void(int64_t, int64_t)>& progress = {});
 
 }  // namespace attn

@@ -94,6 +94,18 @@ class Model:
             finally:
                 self._impl.reset()
 
+    def perplexity(self, ids: Union[str, Sequence[int]], mechanism: Optional[str] = None) -> dict:
+        """Perplexity of ``ids`` (text or token ids): exp of the mean negative log-likelihood of
+        each token given the ones before it, in one pass. Returns ``{"perplexity", "nll" (per
+        token, numpy), "tokens", "seconds"}``; ``mechanism`` as in :meth:`logits`."""
+        import time
+        tokens = self._ids(ids)
+        with self._with_mechanism(mechanism):
+            t0 = time.perf_counter()
+            nll = np.asarray(self._impl.token_nll(tokens), dtype=np.float64)
+            seconds = time.perf_counter() - t0
+        return {"perplexity": float(np.exp(nll.mean())), "nll": nll, "tokens": len(tokens), "seconds": seconds}
+
     def generate(self, prompt: Union[str, Sequence[int]], max_tokens: int = 64, temperature: float = 0.0,
                  top_p: float = 1.0, seed: int = 0, *, chat: bool = False, mechanism: Optional[str] = None,
                  stop: Optional[Iterable[int]] = None,

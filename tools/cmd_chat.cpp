@@ -1,0 +1,74 @@
+// attn chat: turns with a GGUF language model in its chat template, the context kept between
+// turns (only the new turn is prefilled). Lines from stdin; an empty line or EOF ends.
+#include <fmt/core.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include <unistd.h>
+
+#include "commands.hpp"
+#include "text_model.hpp"
+
+namespace attn::cli {
+namespace {
+
+struct ChatArgs {
+  TextModelOptions model;
+  std::string system;
+  int64_t max_tokens = 256;
+  double temperature = 0.0, top_p = 1.0;
+  uint64_t seed = 1;
+  bool quiet = false;
+};
+
+int run(const ChatArgs& a) {
+  TextModel m(a.model);
+  std::vector<ChatMessage> messages;
+  if (!a.system.empty()) messages.push_back({"system", a.system});
+  const bool tty = isatty(fileno(stdin)) != 0;
+  std::string line;
+  for (uint64_t turn = 0;; ++turn) {
+    if (tty) fmt::print("> "), std::fflush(stdout);
+    if (!std::getline(std::cin, line) || line.empty()) break;
+    messages.push_back({"user", line});
+    const std::vector<int32_t> prompt = m.tokenizer().encode(m.tokenizer().chat_prompt(messages, true), true);
+    ReplyStats stats;
+    const std::vector<int32_t> ids = m.reply(prompt, a.max_tokens, {a.temperature, a.top_p, a.seed + turn},
+                                             [](const std::string& piece) {
+                                               fmt::print("{}", piece);
+                                               std::fflush(stdout);
+                                             },
+                                             stats);
+    fmt::print("\n");
+    std::fflush(stdout);
+    if (!a.quiet) fmt::print(stderr, "[{}]\n", m.stats_line(stats));
+    messages.push_back({"assistant", m.tokenizer().decode(ids)});
+  }
+  return 0;
+}
+
+}  // namespace
+
+Runner add_chat(CLI::App& app) {
+  auto a = std::make_shared<ChatArgs>();
+  CLI::App* c = app.add_subcommand(
+      "chat",
+      "Turns with a GGUF language model (its chat template); one user turn per line of stdin, an empty line ends.\n"
+      "  attn chat --model SmolLM2-135M-Instruct.Q4_1.gguf\n"
+      "  echo \"What is a transformer?\" | attn chat --model M.gguf -m softmax:causal,window=255:0");
+  c->add_option("--model", a->model.path, "A llama-architecture GGUF file with a ChatML template")->required()->check(CLI::ExistingFile);
+  c->add_option("--system", a->system, "A system message (default: the template's own, if any)");
+  c->add_option("--max-tokens", a->max_tokens, "Most tokens per reply")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  c->add_option("--temperature", a->temperature, "0: greedy; > 0: sample")->capture_default_str()->check(CLI::Range(0.0, 100.0));
+  c->add_option("--top-p", a->top_p, "Nucleus sampling mass, in (0, 1]")->capture_default_str();
+  c->add_option("--seed", a->seed, "Seed of the draws (turn t uses seed + t)")->capture_default_str();
+  c->add_option("-m,--mechanism", a->model.mechanism, "Attention of every layer (causal), e.g. softmax:causal,window=255:0");
+  c->add_option("--dtype", a->model.dtype, "q4_1: as stored; f32: dequantized once")->capture_default_str()->check(CLI::IsMember({"q4_1", "f32"}));
+  c->add_option("--max-context", a->model.max_context, "Context the KV caches hold")->capture_default_str()->check(CLI::Range(1, 1 << 22));
+  c->add_option("--threads", a->model.threads, "Threads (0 = all cores)")->capture_default_str()->check(CLI::Range(0, 256));
+  c->add_flag("-q,--quiet", a->quiet, "No figures after each reply");
+  return [a] { return run(*a); };
+}
+
+}  // namespace attn::cli

@@ -1,0 +1,99 @@
+#include "text_model.hpp"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "attn/error.hpp"
+#include "attn/mechanism.hpp"
+
+namespace attn::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string bytes_text(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  int u = 0;
+  while (b >= 1024 && u < 3) b /= 1024, ++u;
+  return u == 0 ? fmt::format("{:.0f} B", b) : fmt::format("{:.1f} {}", b, units[u]);
+}
+
+// Bytes of `text` that end with a complete UTF-8 character (a token may end mid-character).
+size_t complete_utf8(const std::string& text) {
+  size_t n = text.size(), back = 0;
+  while (back < n && back < 4 && (static_cast<unsigned char>(text[n - 1 - back]) & 0xC0) == 0x80) ++back;
+  if (back == n) return n;
+  const unsigned char lead = static_cast<unsigned char>(text[n - 1 - back]);
+  const size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+  return need > back + 1 ? n - 1 - back : n;
+}
+
+}  // namespace
+
+TextModel::TextModel(const TextModelOptions& o)
+    : tokenizer_(Tokenizer::from_gguf(GgufFile::open(o.path))),
+      decoder_(Decoder::from_gguf(o.path, {o.threads, o.dtype == "f32", o.max_context})) {
+  if (o.dtype != "f32" && o.dtype != "q4_1" && o.dtype != "native")
+    fail("--dtype", "expected q4_1 (as stored) or f32, got '" + o.dtype + "'");
+  if (!o.mechanism.empty()) decoder_.set_mechanism(-1, parse_mechanism(o.mechanism));
+  stop_.insert(tokenizer_.eos_id());
+  for (const char* special : {"<|im_end|>", "<|endoftext|>"}) {
+    const std::vector<int32_t> ids = tokenizer_.encode(special, true);
+    if (ids.size() == 1) stop_.insert(ids[0]);
+  }
+}
+
+std::vector<int32_t> TextModel::reply(const std::vector<int32_t>& prompt, int64_t max_tokens, const SamplingOptions& sampling,
+                                      const std::function<void(const std::string&)>& piece, ReplyStats& stats) {
+  if (prompt.empty()) fail("prompt", "must not be empty");
+  const int64_t room = decoder_.config().max_seq_len;
+  if (static_cast<int64_t>(prompt.size()) + max_tokens > room)
+    fail("prompt", std::to_string(prompt.size()) + " tokens + " + std::to_string(max_tokens) +
+                       " new ones exceed the context of " + std::to_string(room) + " (--max-context)");
+  // reuse the cached context when the prompt extends it
+  const bool extends = context_.size() < prompt.size() && std::equal(context_.begin(), context_.end(), prompt.begin());
+  if (!extends) decoder_.reset(), context_.clear();
+  const std::vector<int32_t> fresh(prompt.begin() + static_cast<std::ptrdiff_t>(context_.size()), prompt.end());
+  stats = {};
+  stats.prompt_tokens = static_cast<int64_t>(fresh.size());
+  Sampler sampler(sampling);
+  auto t0 = Clock::now();
+  std::vector<float> logits = decoder_.forward(fresh, decoder_.position());
+  context_ = prompt;
+  stats.prefill_s = seconds_since(t0);
+  t0 = Clock::now();
+  std::vector<int32_t> out;
+  std::string text;
+  size_t shown = 0;
+  for (int64_t i = 0; i < max_tokens; ++i) {
+    const int32_t next = sampler.next(logits.data(), static_cast<int64_t>(logits.size()));
+    if (stop_.count(next)) {
+      stats.stopped = true;
+      break;
+    }
+    out.push_back(next);
+    text = tokenizer_.decode(out);
+    const size_t ready = complete_utf8(text);
+    if (ready > shown) piece(text.substr(shown, ready - shown)), shown = ready;
+    if (i + 1 == max_tokens) break;
+    logits = decoder_.forward({next}, decoder_.position());
+    context_.push_back(next);
+  }
+  if (text.size() > shown) piece(text.substr(shown));
+  stats.new_tokens = static_cast<int64_t>(out.size());
+  stats.decode_s = seconds_since(t0);
+  return out;
+}
+
+std::string TextModel::stats_line(const ReplyStats& s) const {
+  const int64_t per_token = decoder_.kv_bytes_per_token();
+  return fmt::format("prefill {} tokens {:.1f} tok/s, decode {} tokens {:.1f} tok/s; KV cache {} per token, {} at {} tokens",
+                     s.prompt_tokens, s.prompt_tokens / std::max(s.prefill_s, 1e-9), s.new_tokens,
+                     s.new_tokens / std::max(s.decode_s, 1e-9), bytes_text(static_cast<double>(per_token)),
+                     bytes_text(static_cast<double>(per_token * decoder_.position())), decoder_.position());
+}
+
+}  // namespace attn::cli

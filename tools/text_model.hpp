@@ -1,0 +1,52 @@
+// A language model from a GGUF file with its tokenizer, for `attn generate --model` and
+// `attn chat`: prompts in, streamed text out, with the speed and cache figures of each reply.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "attn/gguf.hpp"
+#include "attn/model.hpp"
+#include "attn/sampler.hpp"
+#include "attn/tokenizer.hpp"
+
+namespace attn::cli {
+
+struct TextModelOptions {
+  std::string path;
+  std::string dtype = "q4_1";  // as stored; or f32
+  std::string mechanism;       // empty: exact softmax
+  int threads = 0;
+  int64_t max_context = 4096;
+};
+
+struct ReplyStats {
+  int64_t prompt_tokens = 0;  // tokens prefilled for this reply (the new part of the context)
+  int64_t new_tokens = 0;
+  double prefill_s = 0, decode_s = 0;
+  bool stopped = false;  // an end-of-sequence token ended the reply
+};
+
+class TextModel {
+ public:
+  explicit TextModel(const TextModelOptions& options);
+  const Tokenizer& tokenizer() const { return tokenizer_; }
+  const Decoder& decoder() const { return decoder_; }
+  // Continues the context with `prompt` tokens (reusing the cached context when it is a prefix of
+  // them, else starting over) and generates up to max_tokens, calling `piece` with each new
+  // piece of text as soon as it is complete UTF-8. The reply's ids are appended to the context.
+  std::vector<int32_t> reply(const std::vector<int32_t>& prompt, int64_t max_tokens, const SamplingOptions& sampling,
+                             const std::function<void(const std::string&)>& piece, ReplyStats& stats);
+  // One line: prefill and decode tokens/s, KV-cache bytes per token and in all.
+  std::string stats_line(const ReplyStats& s) const;
+
+ private:
+  Tokenizer tokenizer_;
+  Decoder decoder_;
+  std::set<int32_t> stop_;
+  std::vector<int32_t> context_;  // the tokens in the decoder's caches
+};
+
+}  // namespace attn::cli
