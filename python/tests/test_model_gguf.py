@@ -167,3 +167,117 @@ def test_smollm2_q4_1_as_stored_agrees_with_f32(smollm2):
     # the same dequantized values, summed in the same order except Q4_1's fused q*d + m
     assert np.abs(a - b).max() <= 1e-3 * np.abs(b).max()
     assert (a.argmax(-1) == b.argmax(-1)).mean() >= 0.99
+
+
+# ---- the Python contract: attn.load_model ------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def model(smollm2):
+    return attn.load_model(smollm2, max_seq_len=1024)
+
+
+def test_load_model_logits_generate_and_mechanisms(model, smollm2):
+    assert model.config["heads"] == 9 and model.config["kv_heads"] == 3 and len(model.config["layers"]) == 30
+    assert model.kv_bytes_per_token == 30 * 2 * 3 * 64 * 4
+    ids = model.tokenizer.encode(real_text(3000))[:400]
+    z = model.logits(ids)
+    assert z.shape == (400, 49152) and z.dtype == np.float32
+    # a window the text is shorter than changes nothing; a short one changes later rows only
+    same = model.logits(ids, mechanism="softmax:causal,window=1023:0")
+    assert np.array_equal(same, z)
+    w = model.logits(ids, mechanism="softmax:causal,window=31:0")
+    assert np.array_equal(w[:32], z[:32]) and np.abs(w[32:] - z[32:]).max() > 0.1
+    assert np.array_equal(model.logits(ids), z)  # the call's mechanism did not stick
+    # greedy generation: text in, text out; ids in, ids out; the same as argmax decoding by hand
+    out_ids = model.generate(ids[:50], max_tokens=12)
+    d = _attn.Decoder.from_gguf(smollm2, 0, False, 256)
+    want, logits = [], d.forward(ids[:50], 0, False)
+    for _ in range(12):
+        want.append(int(logits[-1].argmax()))
+        logits = d.forward([want[-1]], d.position, False)
+    assert out_ids == want
+    pieces = []
+    text = model.generate("The capital of France is", max_tokens=8, stream=pieces.append)
+    assert isinstance(text, str) and "".join(pieces) == text and "Paris" in text
+    reply = model.generate("What is the capital of France?", max_tokens=20, chat=True)
+    assert "Paris" in reply
+    # sampling: the same seed gives the same text
+    a = model.generate("Once upon a time", max_tokens=10, temperature=0.9, top_p=0.95, seed=5)
+    b = model.generate("Once upon a time", max_tokens=10, temperature=0.9, top_p=0.95, seed=5)
+    assert a == b
+
+
+def test_perplexity_with_windows_and_sinks(model):
+    ids = model.tokenizer.encode(real_text(8000))[:1024]
+    exact = model.perplexity(ids)
+    assert exact["tokens"] == 1024 and exact["nll"].shape == (1023,)
+    # the mean of per-token NLLs from the logits themselves
+    z = model.logits(ids).astype(np.float64)
+    lse = np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1)) + z.max(-1)
+    nll = lse[:-1] - z[np.arange(1023), ids[1:]]
+    assert np.abs(nll - exact["nll"]).max() <= 1e-4
+    window = model.perplexity(ids, mechanism="softmax:causal,window=63:0")["perplexity"]
+    sinks = model.perplexity(ids, mechanism="softmax:causal,window=63:0,sinks=4")["perplexity"]
+    # sinks recover much of what a short window loses (StreamingLLM's observation)
+    assert exact["perplexity"] < sinks < window
+
+
+def test_load_model_errors(smollm2, tmp_path):
+    with pytest.raises(ValueError, match="dtype: expected 'q4_1'"):
+        attn.load_model(smollm2, dtype="int8")
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        attn.load_model(str(tmp_path / "missing.gguf"))
+    m = attn.load_model(smollm2, max_seq_len=32)
+    with pytest.raises(ValueError, match="exceed max_seq_len 32"):
+        m.logits(list(range(40)))
+    with pytest.raises(ValueError, match="non-empty 1-D sequence"):
+        m.logits([])
+    with pytest.raises(ValueError, match="not causal"):
+        m.logits([1, 2, 3], mechanism="softmax")
+    with pytest.raises(ValueError, match="top_p must be in"):
+        m.generate([1, 2, 3], temperature=1.0, top_p=0.0)
+
+
+# ---- the command line ------------------------------------------------------------------------
+
+def _cli(*args, stdin=None):
+    import subprocess
+    from test_cli import cli_path
+    return subprocess.run([str(cli_path())] + [str(a) for a in args], input=stdin, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_cli_generate_and_chat_with_the_real_model(smollm2, model):
+    p = _cli("generate", "--model", smollm2, "--prompt", "What is the capital of France?", "--chat", "--max-tokens", 20)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == model.generate("What is the capital of France?", max_tokens=20, chat=True).strip()
+    assert "prefill" in p.stderr and "decode" in p.stderr and "KV cache 45.0 KiB per token" in p.stderr
+    p = _cli("chat", "--model", smollm2, "--max-tokens", 16, "-q", stdin="What is the capital of France?\nAnd of Italy?\n")
+    assert p.returncode == 0, p.stderr
+    replies = p.stdout.strip().split("\n")
+    assert len(replies) >= 2 and "Paris" in replies[0] and "Rome" in p.stdout
+    p = _cli("generate", "--model", smollm2, "--prompt", "x", "-m", "softmax")
+    assert p.returncode == 2 and "not causal" in p.stderr
+
+
+def test_cli_eval_ppl_table_and_files(smollm2, model, tmp_path):
+    text = tmp_path / "text.txt"
+    text.write_text(real_text(6000))
+    out = tmp_path / "ppl"
+    p = _cli("eval-ppl", "--model", smollm2, "--text", text, "--tokens", 600, "-q", "--out", out,
+             "-m", "softmax:causal", "-m", "softmax:causal,window=63:0,sinks=4", "-m", "softmax:causal,window=63:0@exact-every=2",
+             "-m", "linformer:k=64")
+    assert p.returncode == 0, p.stderr
+    import json
+    rows = json.loads((tmp_path / "ppl.json").read_text())["rows"]
+    assert [r["mechanism"] for r in rows][:2] == ["softmax:causal", "softmax:causal,window=63:0,sinks=4"]
+    ids = model.tokenizer.encode(text.read_text(), special=False)[:600]
+    assert abs(rows[0]["perplexity"] - model.perplexity(ids)["perplexity"]) <= 1e-3 * rows[0]["perplexity"]
+    assert rows[1]["kv_ratio"] == pytest.approx(68 / 600, rel=1e-3)
+    assert rows[2]["kv_ratio"] == pytest.approx((600 + 64) / 1200, rel=1e-3)  # half the layers exact
+    assert rows[3]["perplexity"] is None and "not causal" in rows[3]["note"]
+    svg = (tmp_path / "ppl.svg").read_text()
+    assert svg.startswith("<svg") and svg.count("<circle") == 6 and "softmax:causal,window=63:0,sinks=4" in svg
+    assert (tmp_path / "ppl.csv").read_text().splitlines()[0] == "mechanism,perplexity,seconds,kv_mib,kv_ratio,note"
+    p = _cli("eval-ppl", "--model", smollm2, "--text", text, "--tokens", 100000)
+    assert p.returncode == 2 and "fewer than --tokens 100000" in p.stderr
