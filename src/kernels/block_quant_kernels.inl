@@ -10,22 +10,12 @@ constexpr int64_t quant_block_bytes() {
   return Q == BlockQuant::q8_0 ? 34 : Q == BlockQuant::q4_1 ? 20 : 18;
 }
 
-inline float half_bits(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-#if defined(__F16C__)
-  return _cvtsh_ss(h);
-#else
-  return f16_to_float(h);
-#endif
-}
-
 // The 32 values of block `b`: w[t] holds values t*W .. t*W + W - 1. Byte j of a 4-bit block holds
 // value j in its low nibble and value j + 16 in its high nibble.
 template <BlockQuant Q>
 inline void dequantize_block(const uint8_t* b, Vec* w) {
   constexpr int P = kQuantBlock / Vec::W, H = P / 2;
-  const Vec d = Vec::set1(half_bits(b));
+  const Vec d = Vec::set1_half(b);
   if constexpr (Q == BlockQuant::q8_0) {
     for (int t = 0; t < P; ++t) w[t] = Vec::from_i8(reinterpret_cast<const int8_t*>(b + 2) + t * Vec::W) * d;
   } else if constexpr (Q == BlockQuant::q4_0) {
@@ -35,7 +25,7 @@ inline void dequantize_block(const uint8_t* b, Vec* w) {
       w[t + H] = (Vec::template nibbles<4>(b + 2 + t * Vec::W) - eight) * d;
     }
   } else {
-    const Vec m = Vec::set1(half_bits(b + 2));
+    const Vec m = Vec::set1_half(b + 2);
     for (int t = 0; t < H; ++t) {
       w[t] = Vec::fma(Vec::template nibbles<0>(b + 4 + t * Vec::W), d, m);
       w[t + H] = Vec::fma(Vec::template nibbles<4>(b + 4 + t * Vec::W), d, m);

@@ -26,10 +26,18 @@ struct Vec {
   static Vec from_i8(const int8_t* p) {
     return {_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))))};
   }
+  // The float16 at p (unaligned) in every lane: a broadcast load and one conversion.
+  static Vec set1_half(const uint8_t* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return {_mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(h)))};
+  }
   template <int Shift>
   static Vec nibbles(const uint8_t* p) {
     const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-    return {_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(b, Shift), _mm256_set1_epi32(15)))};
+    // a zero-extended byte shifted right by 4 is its high nibble already
+    if constexpr (Shift == 4) return {_mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4))};
+    else return {_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(b, Shift), _mm256_set1_epi32(15)))};
   }
   static Vec zero() { return {_mm256_setzero_ps()}; }
   void store(float* p) const { _mm256_store_ps(p, v); }

@@ -15,6 +15,12 @@ struct Vec {
   static Vec set1(float x) { return {x}; }
   // A byte (signed) or a nibble (bits Shift..Shift+3 of a byte) as a float: ggml blocks.
   static Vec from_i8(const int8_t* p) { return {static_cast<float>(*p)}; }
+  // The float16 at p (unaligned).
+  static Vec set1_half(const uint8_t* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return {f16_to_float(h)};
+  }
   template <int Shift>
   static Vec nibbles(const uint8_t* p) { return {static_cast<float>((*p >> Shift) & 15)}; }
   static Vec zero() { return {0.0f}; }
