@@ -4,6 +4,9 @@
 // input rows. Included by tile_kernels.inl, inside an ISA namespace.
 
 constexpr int kQuantBlock = 32;
+// How far ahead of the block being multiplied its row is prefetched (rows are read once per
+// product, from memory: the hardware prefetcher alone leaves the kernel waiting).
+constexpr int64_t kQuantPrefetchBytes = 4096;
 
 template <BlockQuant Q>
 constexpr int64_t quant_block_bytes() {
@@ -45,6 +48,7 @@ inline void qdot_tile(const float* x, int64_t cols, const void* const* w, float*
   for (int64_t c = 0; c < cols; c += kQuantBlock) {
     const int64_t off = c / kQuantBlock * quant_block_bytes<Q>();
     for (int j = 0; j < NJ; ++j) {
+      __builtin_prefetch(wb[j] + off + kQuantPrefetchBytes);  // weights stream from memory once
       Vec wv[P];
       dequantize_block<Q>(wb[j] + off, wv);
       for (int r = 0; r < NR; ++r)

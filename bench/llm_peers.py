@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""SmolLM2-135M from one GGUF file through three engines, same prompt, same thread count:
+attn (matrices as stored: Q4_1/Q8_0 read in place), llama.cpp (llama-cpp-python, the same file)
+and transformers (the file dequantized to float32, eager PyTorch). Prefill of a 512-token prompt,
+decode of 128 tokens (greedy), peak RSS. Each engine runs in its own process so its RSS is its own.
+
+    python bench/llm_peers.py --threads 2                 # all three, 3 runs each, best of runs
+    python bench/llm_peers.py --engines attn llama.cpp --threads 1 2 --json llm.jsonl
+
+Setup (not part of the test command: llama-cpp-python compiles llama.cpp, ~6 minutes):
+    .venv/bin/pip install llama-cpp-python
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+
+def prompt_ids(n: int) -> list:
+    """n token ids of real English text (pydoc's topics), by attn's tokenizer (identical to HF's)."""
+    import pydoc_data.topics
+    import attn
+    topics = pydoc_data.topics.topics
+    text = "\n".join(topics[k] for k in sorted(topics))
+    return attn.Tokenizer.from_gguf(attn.smollm2_path()).encode(text, special=False)[:n]
+
+
+def run_attn(path, ids, new, threads, reps):
+    import attn
+    from attn import _attn
+    d = _attn.Decoder.from_gguf(path, threads, False, len(ids) + new + 8)
+    best_p = best_d = float("inf")
+    for _ in range(reps):
+        d.reset()
+        t0 = time.perf_counter()
+        logits = d.forward(ids, 0, False)
+        t1 = time.perf_counter()
+        tok = int(logits[-1].argmax())
+        for _ in range(new):
+            logits = d.forward([tok], d.position, False)
+            tok = int(logits[-1].argmax())
+        t2 = time.perf_counter()
+        best_p, best_d = min(best_p, t1 - t0), min(best_d, t2 - t1)
+    return best_p, best_d
+
+
+def run_llama_cpp(path, ids, new, threads, reps):
+    from llama_cpp import Llama
+    m = Llama(model_path=path, n_ctx=len(ids) + new + 8, n_threads=threads, n_threads_batch=threads, n_batch=512,
+              verbose=False, logits_all=False)
+    best_p = best_d = float("inf")
+    for _ in range(reps):
+        m.reset()
+        t0 = time.perf_counter()
+        m.eval(ids)
+        t1 = time.perf_counter()
+        for _ in range(new):
+            tok = int(m.sample(temp=0.0))
+            m.eval([tok])
+        t2 = time.perf_counter()
+        best_p, best_d = min(best_p, t1 - t0), min(best_d, t2 - t1)
+    return best_p, best_d
+
+
+def run_transformers(path, ids, new, threads, reps):
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+    from transformers import AutoModelForCausalLM
+    torch.set_num_threads(threads)
+    m = AutoModelForCausalLM.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path), dtype=torch.float32)
+    m.eval()
+    x = torch.tensor([ids])
+    best_p = best_d = float("inf")
+    with torch.no_grad():
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            out = m(x, use_cache=True)
+            t1 = time.perf_counter()
+            past, tok = out.past_key_values, out.logits[:, -1:].argmax(-1)
+            for _ in range(new):
+                out = m(tok, past_key_values=past, use_cache=True)
+                past, tok = out.past_key_values, out.logits[:, -1:].argmax(-1)
+            t2 = time.perf_counter()
+            best_p, best_d = min(best_p, t1 - t0), min(best_d, t2 - t1)
+    return best_p, best_d
+
+
+ENGINES = {"attn": run_attn, "llama.cpp": run_llama_cpp, "transformers": run_transformers}
+
+
+def child(args):
+    import attn
+    path = attn.smollm2_path()
+    ids = prompt_ids(args.prompt)
+    p, d = ENGINES[args.child](path, ids, args.new, args.threads[0], args.reps)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps({"engine": args.child, "threads": args.threads[0], "prefill_tok_s": len(ids) / p,
+                      "decode_tok_s": args.new / d, "peak_rss_mib": rss / 2**20,
+                      "file_mib": os.path.getsize(path) / 2**20}))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--engines", nargs="+", default=list(ENGINES), choices=list(ENGINES))
+    ap.add_argument("--threads", type=int, nargs="+", default=[2])
+    ap.add_argument("--prompt", type=int, default=512, help="prompt tokens (prefill)")
+    ap.add_argument("--new", type=int, default=128, help="tokens decoded greedily")
+    ap.add_argument("--reps", type=int, default=3, help="runs per engine; the best is reported")
+    ap.add_argument("--json", help="append the rows to this JSON-lines file")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        return child(args)
+    print(f"SmolLM2-135M-Instruct.Q4_1.gguf: prefill {args.prompt} tokens, decode {args.new}, best of {args.reps}")
+    print(f"{'engine':<13} {'threads':>7} {'prefill tok/s':>14} {'decode tok/s':>13} {'peak RSS MiB':>13}")
+    rows = []
+    for t in args.threads:
+        for e in args.engines:
+            p = subprocess.run([sys.executable, __file__, "--child", e, "--threads", str(t), "--prompt", str(args.prompt),
+                                "--new", str(args.new), "--reps", str(args.reps)], capture_output=True, text=True)
+            if p.returncode != 0:
+                print(f"{e:<13} {t:>7}  failed: {p.stderr.strip().splitlines()[-1] if p.stderr.strip() else p.returncode}")
+                continue
+            r = json.loads(p.stdout.strip().splitlines()[-1])
+            rows.append(r)
+            print(f"{e:<13} {t:>7} {r['prefill_tok_s']:>14.1f} {r['decode_tok_s']:>13.1f} {r['peak_rss_mib']:>13.1f}", flush=True)
+    if rows:
+        print(f"(file {rows[0]['file_mib']:.1f} MiB; attn's KV cache: 45 KiB per token)")
+    if args.json:
+        with open(args.json, "a") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+
+
+if __name__ == "__main__":
+    main()
