@@ -6,6 +6,7 @@ decode of 128 tokens (greedy), peak RSS. Each engine runs in its own process so 
 
     python bench/llm_peers.py --threads 2                 # all three, 3 runs each, best of runs
     python bench/llm_peers.py --engines attn llama.cpp --threads 1 2 --json llm.jsonl
+    python bench/llm_peers.py --agreement 512         # logits vs llama.cpp (argmax agreement, max |diff|)
 
 Setup (not part of the test command: llama-cpp-python compiles llama.cpp, ~6 minutes):
     .venv/bin/pip install llama-cpp-python
@@ -90,6 +91,27 @@ def run_transformers(path, ids, new, threads, reps):
     return best_p, best_d
 
 
+def agreement(n: int, threads: int) -> dict:
+    """Logits of attn (Q4_1 as stored) and llama.cpp (same file) on n tokens of real text: how often
+    the argmax agrees, and the largest logit difference (llama.cpp rounds activations to 8 bits
+    before its quantized products; attn multiplies float32 activations with the exact weights)."""
+    import numpy as np
+    import attn
+    from attn import _attn
+    from llama_cpp import Llama
+    path, ids = attn.smollm2_path(), prompt_ids(n)
+    ours = _attn.Decoder.from_gguf(path, threads, False, n + 8).forward(ids, 0, True)
+    ref_f32 = _attn.Decoder.from_gguf(path, threads, True, n + 8).forward(ids, 0, True)
+    m = Llama(model_path=path, n_ctx=n + 8, n_threads=threads, n_batch=512, logits_all=True, verbose=False)
+    m.eval(ids)
+    theirs = np.asarray(m.scores[:n], dtype=np.float32)
+    return {"tokens": n, "argmax_agree_llama_cpp": float((ours.argmax(-1) == theirs.argmax(-1)).mean()),
+            "max_abs_diff_llama_cpp": float(np.abs(ours - theirs).max()),
+            "max_abs_diff_llama_cpp_vs_f32": float(np.abs(theirs - ref_f32).max()),
+            "max_abs_diff_q4_1_vs_f32": float(np.abs(ours - ref_f32).max()),
+            "logit_range": float(np.abs(ref_f32).max())}
+
+
 ENGINES = {"attn": run_attn, "llama.cpp": run_llama_cpp, "transformers": run_transformers}
 
 
@@ -112,10 +134,14 @@ def main():
     ap.add_argument("--new", type=int, default=128, help="tokens decoded greedily")
     ap.add_argument("--reps", type=int, default=3, help="runs per engine; the best is reported")
     ap.add_argument("--json", help="append the rows to this JSON-lines file")
+    ap.add_argument("--agreement", type=int, metavar="N", help="compare logits with llama.cpp on N tokens instead")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         return child(args)
+    if args.agreement:
+        print(json.dumps(agreement(args.agreement, args.threads[0]), indent=1))
+        return
     print(f"SmolLM2-135M-Instruct.Q4_1.gguf: prefill {args.prompt} tokens, decode {args.new}, best of {args.reps}")
     print(f"{'engine':<13} {'threads':>7} {'prefill tok/s':>14} {'decode tok/s':>13} {'peak RSS MiB':>13}")
     rows = []

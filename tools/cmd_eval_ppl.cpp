@@ -155,7 +155,7 @@ int run(const EvalArgs& a) {
       fmt::print("{:<58} {:>10.2f} {:>8.1f} {:>9.1f} {:>7.2f}\n", e.text, r.perplexity, r.seconds, r.kv_mib, r.kv_ratio);
     } catch (const Error& err) {
       r.note = err.what();
-      fmt::print("{:<58} {:>10} ({})\n", e.text, "n/a", r.note.size() > 90 ? r.note.substr(r.note.size() - 90) : r.note);
+      fmt::print("{:<58} {:>10} ({})\n", e.text, "n/a", r.note);
     }
     std::fflush(stdout);
     rows.push_back(r);
