@@ -61,13 +61,6 @@ class Progress {
   double last_ = 0;
 };
 
-std::string bytes_text(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) b /= 1024, ++u;
-  return u == 0 ? fmt::format("{:.0f} B", b) : fmt::format("{:.1f} {}", b, units[u]);
-}
-
 Decoder make_decoder(const GenerateArgs& a) {
   if (a.random_weights == !a.weights.empty())
     throw Error("generate: give exactly one of --random-weights and --weights FILE");

@@ -14,13 +14,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-std::string bytes_text(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB"};
-  int u = 0;
-  while (b >= 1024 && u < 3) b /= 1024, ++u;
-  return u == 0 ? fmt::format("{:.0f} B", b) : fmt::format("{:.1f} {}", b, units[u]);
-}
-
 // Bytes of `text` that end with a complete UTF-8 character (a token may end mid-character).
 size_t complete_utf8(const std::string& text) {
   size_t n = text.size(), back = 0;
@@ -32,6 +25,13 @@ size_t complete_utf8(const std::string& text) {
 }
 
 }  // namespace
+
+std::string bytes_text(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  int u = 0;
+  while (b >= 1024 && u < 3) b /= 1024, ++u;
+  return u == 0 ? fmt::format("{:.0f} B", b) : fmt::format("{:.1f} {}", b, units[u]);
+}
 
 TextModel::TextModel(const TextModelOptions& o)
     : tokenizer_(Tokenizer::from_gguf(GgufFile::open(o.path))),

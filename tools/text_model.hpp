@@ -29,6 +29,9 @@ struct ReplyStats {
   bool stopped = false;  // an end-of-sequence token ended the reply
 };
 
+// "45.0 KiB": a byte count for people.
+std::string bytes_text(double bytes);
+
 class TextModel {
  public:
   explicit TextModel(const TextModelOptions& options);
