@@ -12,6 +12,8 @@
 #include "attn/attn.hpp"
 #include "attn/pattern.hpp"
 #include "attn/sampler.hpp"
+#include "attn/concentration.hpp"
+#include "attn/theory.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -468,6 +470,38 @@ NB_MODULE(_attn, m) {
           "messages"_a, "add_generation_prompt"_a, "The file's ChatML template applied to (role, content) pairs.")
       .def_static("unicode_version", &attn::Tokenizer::unicode_version);
   // ---- end Tokenizer ----------------------------------------------------------------------------------
+  // ---- concentration measures (attn::concentration) and their n -> infinity closed forms (attn::theory) ----
+  m.def(
+      "row_measure",
+      [](nb::ndarray<const double, nb::ndim<2>, nb::c_contig, nb::device::cpu> rows, const std::string& what, int64_t k) {
+        const int64_t r = static_cast<int64_t>(rows.shape(0)), n = static_cast<int64_t>(rows.shape(1));
+        auto* out = new std::vector<double>(static_cast<size_t>(r));
+        nb::capsule owner(out, [](void* p) noexcept { delete static_cast<std::vector<double>*>(p); });
+        for (int64_t i = 0; i < r; ++i) {
+          const double* a = rows.data() + i * n;
+          double& o = (*out)[static_cast<size_t>(i)];
+          if (what == "sparsity") o = attn::concentration::sparsity(a, n);
+          else if (what == "entropy") o = attn::concentration::entropy(a, n);
+          else if (what == "max_weight") o = attn::concentration::max_weight(a, n);
+          else if (what == "topk_mass") o = attn::concentration::topk_mass(a, n, k);
+          else throw nb::value_error(("what: expected sparsity, entropy, max_weight or topk_mass, got '" + what + "'").c_str());
+        }
+        return nb::ndarray<nb::numpy, double, nb::ndim<1>>(out->data(), {static_cast<size_t>(r)}, owner);
+      },
+      "rows"_a, "what"_a, "k"_a, "One measure per row of a (rows, n) float64 array.");
+  m.def(
+      "theory_sparsity",
+      [](const std::string& f, double beta, double gamma) {
+        if (f == "exp") return attn::theory::sparsity_exp(beta, gamma);
+        if (f == "relu2") return attn::theory::sparsity_relu2(beta, gamma);
+        if (f == "relu2_erf_form") return attn::theory::sparsity_relu2_erf_form(beta, gamma);
+        if (f == "identity") return attn::theory::sparsity_identity(beta, gamma);
+        throw nb::value_error(("f: expected exp, relu2, relu2_erf_form or identity, got '" + f + "'").c_str());
+      },
+      "f"_a, "beta"_a, "gamma"_a);
+  m.def("theory_sparsity_decay", &attn::theory::sparsity_decay, "lam"_a, "n"_a);
+  m.def("theory_sparsity_linear", &attn::theory::sparsity_linear, "q"_a, "mu"_a, "sigma"_a);
+  m.def("theory_sparsity_linear_iid", &attn::theory::sparsity_linear_iid, "q"_a, "mean"_a, "deviation"_a);
   m.def("active_isa", [] { return attn::isa_name(attn::active_isa()); }, "Kernel set in use (ATTN_ISA overrides).");
   m.def("supported_isas", [] {
     std::vector<std::string> out;

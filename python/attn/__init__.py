@@ -38,8 +38,10 @@ from . import _attn
 from .decoder import Decoder
 from .model import Model, load_model, smollm2_path
 from .tokenizer import Tokenizer
+from . import theory
+from .concentration import effective_keys, entropy, max_weight, sparsity, summarize, topk_mass
 
-__all__ = ["Decoder", "Model", "Tokenizer", "load_model", "smollm2_path", "attention", "attend", "linear_attention", "flash_attn_with_kvcache", "flash_attn_varlen_func", "explain", "rope", "mask_of", "lsh_buckets", "active_isa", "supported_isas", "set_isa",
+__all__ = ["Decoder", "Model", "Tokenizer", "theory", "sparsity", "entropy", "max_weight", "topk_mass", "effective_keys", "summarize", "load_model", "smollm2_path", "attention", "attend", "linear_attention", "flash_attn_with_kvcache", "flash_attn_varlen_func", "explain", "rope", "mask_of", "lsh_buckets", "active_isa", "supported_isas", "set_isa",
            "canonical_mechanism"]
 __version__ = "0.1.0"
 

@@ -1,0 +1,77 @@
+"""Concentration measures on arrays and the closed forms of attn.theory (the quadrature and Monte
+Carlo checks of the closed forms are in tests/concentration/test_theory.cpp)."""
+import math
+
+import numpy as np
+import pytest
+
+import attn
+
+
+def test_measures_equal_their_numpy_definitions_along_any_axis():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((3, 4, 17))
+    for axis in (0, 1, 2, -1):
+        x = np.moveaxis(a, axis, -1)
+        s = np.abs(x).mean(-1) / np.sqrt((x * x).mean(-1))
+        assert np.allclose(attn.sparsity(a, axis=axis), s, rtol=1e-13, atol=0)
+        m = np.abs(x).max(-1) / np.abs(x).sum(-1)
+        assert np.allclose(attn.max_weight(a, axis=axis), m, rtol=1e-13)
+        top3 = -np.sort(-np.abs(x), -1)[..., :3].sum(-1) / np.abs(x).sum(-1)
+        assert np.allclose(attn.topk_mass(a, 3, axis=axis), top3, rtol=1e-13)
+    p = np.abs(a)
+    q = p / p.sum(-1, keepdims=True)
+    h = -(q * np.log(q)).sum(-1)
+    assert np.allclose(attn.entropy(p), h, rtol=1e-13)
+    assert np.allclose(attn.effective_keys(p), np.exp(h), rtol=1e-13)
+
+
+def test_measures_of_real_attention_rows():
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 64, 16, generator=g) for _ in range(3))
+    out, probs = attn.attention(q, k, v, causal=True, return_probs=True, layout="bhnd")
+    s, h = attn.sparsity(probs), attn.entropy(probs)
+    assert s.shape == h.shape == (1, 2, 64)
+    # row i sees i + 1 keys: S in [1/sqrt(i+1), 1] over its visible keys, entropy <= log(i + 1);
+    # over all 64 positions the invisible zeros lower S by sqrt((i+1)/64)
+    n_vis = np.arange(1, 65)
+    assert np.all(h <= np.log(n_vis) + 1e-9) and np.all(h >= -1e-12)
+    assert np.all(s <= np.sqrt(n_vis / 64) + 1e-9) and np.all(s >= 1 / 8 - 1e-12)
+    assert np.allclose(h[..., 0], 0) and np.allclose(s[..., 0], 1 / 8)  # the first query sees one key
+    summary = attn.summarize(s, axis=(0, 2))
+    assert summary["mean"].shape == (2,) and np.all(summary["q0.1"] <= summary["q0.5"]) and np.all(summary["q0.5"] <= summary["q0.9"])
+
+
+def test_undefined_rows_and_bad_arguments():
+    z = np.zeros((2, 5))
+    assert np.isnan(attn.sparsity(z)).all() and np.isnan(attn.entropy(z)).all()
+    with pytest.raises(ValueError, match="p: entropy: weights must be non-negative"):
+        attn.entropy([[0.5, -0.1, 0.6]])
+    with pytest.raises(ValueError, match="k: expected >= 1, got 0"):
+        attn.topk_mass([[1.0, 2.0]], 0)
+    with pytest.raises(ValueError, match="axis: expected an axis of the 2-D array"):
+        attn.sparsity(z, axis=2)
+    with pytest.raises(ValueError, match="scalar"):
+        attn.sparsity(3.0)
+
+
+def test_theory_closed_forms():
+    assert attn.theory.sparsity_exp(1.3, 2.0) == pytest.approx(math.exp(-2.0), rel=1e-15)
+    assert attn.theory.sparsity_relu2(0.0, 0.7) == pytest.approx(1 / math.sqrt(6), rel=1e-14)
+    assert attn.theory.sparsity_identity(0.0, 2.0) == pytest.approx(math.sqrt(2 / math.pi), rel=1e-14)
+    gam = np.array([0.25, 1.0, 4.0])
+    assert np.allclose(attn.theory.sparsity_exp(0.0, gam), np.exp(-gam ** 2 / 2), rtol=1e-15)
+    # relu^2 depends on beta/gamma alone; identity is even in beta
+    assert attn.theory.sparsity_relu2(-1.0, 0.5) == pytest.approx(attn.theory.sparsity_relu2(-4.0, 2.0), rel=1e-12)
+    assert attn.theory.sparsity_identity(-1.5, 0.8) == pytest.approx(attn.theory.sparsity_identity(1.5, 0.8), rel=1e-15)
+    # the document's erf form: fine at t = -2, nothing at t = -8
+    assert attn.theory.sparsity_relu2_erf_form(-2.0, 1.0) == pytest.approx(attn.theory.sparsity_relu2(-2.0, 1.0), rel=1e-9)
+    stable, literal = attn.theory.sparsity_relu2(-8.0, 1.0), attn.theory.sparsity_relu2_erf_form(-8.0, 1.0)
+    assert 0 < stable < 1e-6 and (math.isnan(literal) or abs(literal / stable - 1) > 0.5)
+    # decay: the explicit row, and -> 0 with n
+    row = 0.9 ** np.arange(999, -1, -1)
+    assert attn.theory.sparsity_decay(0.9, 1000) == pytest.approx(float(attn.sparsity(row)), rel=1e-12)
+    assert attn.theory.sparsity_linear_iid([1.0, 1.0], 1.0, 1.0) == pytest.approx(1 / math.sqrt(1.5), rel=1e-15)
+    with pytest.raises(ValueError, match="gamma must be a finite number > 0"):
+        attn.theory.sparsity_exp(0.0, -1.0)
