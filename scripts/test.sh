@@ -46,6 +46,8 @@ if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
 # the tokenizer's oracles: Hugging Face's tokenizers (its regex engine knows Unicode 16.0, as our
 # tables do) and jinja2 for the chat template
 .venv/bin/pip install -q tokenizers==0.23.3 jinja2==3.1.6
+# the concentration experiments draw with matplotlib (test_experiments.py)
+.venv/bin/pip install -q matplotlib==3.11.2
 .venv/bin/pip install -q "$root"
 ATTN_CLI="$root/build/release/attn" .venv/bin/python -m pytest -q python/tests
 echo

@@ -675,3 +675,12 @@ def rope(x: Any, *, offset: int = 0, theta: float = 10000.0, style: str = "half"
     _attn.rope_inplace(x, layout, _integer(offset, "offset", -2**63, _INT64_MAX), _real(theta, "theta"), style,
                        0 if rotary_dim is None else _integer(rotary_dim, "rotary_dim", 0, _INT64_MAX), offs)
     return given
+
+
+def __getattr__(name: str):
+    # attn.experiments loads matplotlib: imported on first use (and `python -m attn.experiments`
+    # runs it without a second copy)
+    if name == "experiments":
+        import importlib
+        return importlib.import_module(".experiments", __name__)
+    raise AttributeError(f"module 'attn' has no attribute {name!r}")

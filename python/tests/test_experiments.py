@@ -1,0 +1,35 @@
+"""The concentration experiments write their tables and plots, with the closed forms' values."""
+import csv
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import attn
+
+import matplotlib  # noqa: E402,F401  (installed by scripts/test.sh: a missing plotter fails loudly)
+
+
+def test_curves_table_and_plots(tmp_path):
+    rows = attn.experiments.curves(str(tmp_path))
+    for ext in ("csv", "json", "png", "svg"):
+        assert (tmp_path / f"curves.{ext}").stat().st_size > 0
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "<svg" in (tmp_path / "curves.svg").read_text()
+    assert json.loads((tmp_path / "curves.json").read_text()) == rows
+    assert len(list(csv.DictReader(open(tmp_path / "curves.csv")))) == len(rows)
+    exp = {(r["beta"], r["gamma"]): r["sparsity"] for r in rows if r["curve"] == "exp (softmax)"}
+    assert exp[(0.0, 2.0)] == pytest.approx(np.exp(-2.0), rel=1e-15)
+    lin = [r["sparsity"] for r in rows if r["curve"] == "identity (linear)"]
+    assert min(lin) >= np.sqrt(2 / np.pi) - 1e-12  # linear attention never concentrates
+    decay = [r for r in rows if r["curve"] == "decay" and r["lambda"] == 0.9]
+    assert decay[-1]["n"] == 100000 and decay[-1]["sparsity"] == pytest.approx(attn.theory.sparsity_decay(0.9, 100000))
+
+
+def test_experiments_command(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "attn.experiments", "curves", "--out", str(tmp_path / "c")],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "RuntimeWarning" not in p.stderr and (tmp_path / "c" / "curves.png").exists()
