@@ -119,3 +119,30 @@ def test_works_in_a_forked_child():
     with multiprocessing.get_context("fork").Pool(1) as pool:
         got = pool.apply_async(_child_attention, (q,)).get(timeout=120)
     assert np.array_equal(got, want)
+
+
+def test_every_family_answers_every_output_request_or_refuses_it():
+    """return_probs / return_lse / return_final_state on every family: values of the right shape or a
+    ValueError naming the request, never a crash (PolaFormer and efficient attention used to read a
+    weight matrix their references do not keep)."""
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((1, 2, 1, 16)).astype(np.float32)
+    k = rng.standard_normal((1, 2, 50, 16)).astype(np.float32)
+    mechanisms = ["softmax", "softmax:window=9:0,sinks=2", "linear:map=elu", "linear:map=relu,normalize=0",
+                  "gau:bias=0", "performer:features=16,seed=2", "polaformer:power=2", "sana", "efficient",
+                  "normattn:map=relu,norm=layer", "lsh:buckets=8,rounds=1,chunk=16,seed=1", "linformer:k=8",
+                  "dca:chunk=16,local=4,theta=10000", "longformer:window=4:4,global=0",
+                  "bigbird:block=8,window=1,global=1,random=1,seed=1"]
+    for m in mechanisms:
+        for request in ("return_probs", "return_lse", "return_final_state"):
+            try:
+                res = attn.attend(q, k, k, m, layout="bhnd", **{request: True})
+            except ValueError as e:
+                assert request.replace("return_", "") in str(e) or "final_state" in str(e) or "probabilit" in str(e), (m, request, e)
+                continue
+            out, extra = res
+            assert out.shape == (1, 2, 1, 16) and np.isfinite(out).all(), (m, request)
+            if request == "return_probs":
+                assert extra.shape == (1, 2, 1, 50) and np.isfinite(extra).all(), m
+            elif request == "return_lse":
+                assert extra.shape[:3] == (1, 2, 1), m

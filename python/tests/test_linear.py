@@ -183,3 +183,15 @@ def test_efficient_attention_matches_its_formula(causal):
             ctx = np.einsum("jhf,jhc->hfc", ks, v64[b, :end])
             want[b, i] = np.einsum("hf,hfc->hc", qs[b, i], ctx)
     np.testing.assert_allclose(o, want, rtol=1e-4, atol=1e-5)
+
+
+def test_polaformer_refuses_probabilities_instead_of_crashing():
+    """PolaFormer has two weight matrices (one per stream): return_probs is an error, not a read of
+    weights that do not exist (it crashed before)."""
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((1, 1, 1, 16)).astype(np.float32)
+    k = rng.standard_normal((1, 1, 50, 16)).astype(np.float32)
+    with pytest.raises(ValueError, match="return_probs: polaformer has no single weight matrix"):
+        attn.attend(q, k, k, "polaformer:power=3", layout="bhnd", return_probs=True)
+    out = attn.attend(q, k, k, "polaformer:power=3", layout="bhnd")
+    assert out.shape == (1, 1, 1, 16) and np.isfinite(out).all()

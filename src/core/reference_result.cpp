@@ -1,3 +1,4 @@
+#include "attn/error.hpp"
 #include "core/reference_result.hpp"
 
 #include "core/form.hpp"
@@ -12,6 +13,10 @@ ReferenceResult zero_result(int64_t B, int64_t H, int64_t N, int64_t M, int64_t 
 }
 
 void write_reference(const ReferenceResult& r, const Outputs& o) {
+  // A family whose reference keeps no weight matrix must refuse return_probs when it validates;
+  // this is the net under that rule, before anything is written.
+  if (o.probs && r.probs.size() != static_cast<size_t>(r.B * r.H * r.N * r.M))
+    fail("attend", "return_probs: this mechanism's reference has no weight matrix to return");
   for (int64_t b = 0; b < r.B; ++b)
     for (int64_t h = 0; h < r.H; ++h)
       for (int64_t i = 0; i < r.N; ++i) {

@@ -183,6 +183,9 @@ EfficientProblem EfficientFamily::validate(const TensorView& q, const TensorView
   const std::string text = to_string(Mechanism{m});
   core::refuse_score_options(opt, "efficient", "its weights are softmax(q) . softmax_seq(k), not a score matrix");
   if (m.causal) check_causal_tokens(p, text);
+  if (outs.wants_probs())
+    fail(kWhere, "return_probs: efficient attention's weights are not returned (its forms and reference keep "
+                 "per-feature sums, not a weight row)");
   if (m.scale) core::check_positive_float32(*m.scale, "scale");
   p.scale = m.scale ? *m.scale : 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(p.D, 1)));
   core::Symbols symbols{{"B", p.B}, {"H", p.H}, {"D", p.D}, {"state_cols", p.Dv + 2}};
