@@ -7,6 +7,11 @@ writes a table (CSV and JSON) and a plot (PNG and SVG) into a directory.
 curves: the closed forms of attn.theory — sparsity S against gamma for several beta, for softmax
 (exp), GAU (relu^2) and plain linear attention (identity); and S against the number of keys for
 pure decay rows.
+needle: one key a quarter of the way in, aligned with the query and as long as the others (score
+sqrt(d) = 8 standard deviations of the random keys' scores), among n random keys (n = 64 .. 65536): the weight each mechanism puts on it, the row's sparsity and entropy — the weights attn
+applies (attn.attend(..., return_probs=True)); retention's row by its definition.
+scale: the same needle at half strength (4 sigma), softmax with the default 1/sqrt(d) against the
+entropy-invariant log_512(n)/sqrt(d) scale.
 """
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ import numpy as np
 
 from . import theory
 
-__all__ = ["curves"]
+__all__ = ["curves", "needle", "scale"]
 
 BETAS = (-1.0, 0.0, 1.0)
 GAMMAS = tuple(float(g) for g in np.round(np.linspace(0.25, 4.0, 16), 4))
@@ -87,13 +92,116 @@ def curves(out: str) -> List[Dict]:
     return rows
 
 
+NEEDLE_KEYS = (64, 256, 1024, 4096, 16384, 65536)
+NEEDLE_MECHANISMS = (
+    ("softmax", "softmax"),
+    ("softmax window 256", "softmax:window=255:0"),
+    ("softmax window 256 + 4 sinks", "softmax:window=255:0,sinks=4"),
+    ("BigBird blocks of 64", "bigbird:block=64,window=1,global=1,random=2,seed=7"),
+    ("linear elu+1", "linear:map=elu"),
+    ("linear relu", "linear:map=relu"),
+    ("linear exp", "linear:map=exp"),
+    ("Performer (256 features)", "performer:features=256,seed=1"),
+    ("GAU relu^2", "gau:bias=0"),
+    ("retention 0.999", None),
+)
+
+
+def _needle_inputs(n: int, d: int, strength: float, seed: int):
+    """q with unit-variance scores q.k/sqrt(d) against random keys; key n//4 gives score `strength`."""
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal(d)
+    q *= np.sqrt(d) / np.linalg.norm(q)
+    k = rng.standard_normal((n, d))
+    k[n // 4] = q / np.linalg.norm(q) * strength  # score q.k/sqrt(d) = strength
+    v = rng.standard_normal((n, d))
+    f32 = lambda x: np.ascontiguousarray(x, dtype=np.float32).reshape(1, 1, -1, d)  # noqa: E731
+    return f32(q), f32(k), f32(v)
+
+
+def _row_stats(row: np.ndarray, at: int) -> Dict:
+    from . import concentration as c
+    a = np.abs(row)
+    total = a.sum()
+    ent = float(c.entropy(row)) if (row >= 0).all() else float("nan")
+    return {"needle_weight": float(a[at] / total) if total > 0 else float("nan"),
+            "sparsity": float(c.sparsity(row)), "entropy": ent, "max_weight": float(c.max_weight(row))}
+
+
+def _needle_rows(mechanisms, strength: float, keys=NEEDLE_KEYS, d: int = 64, seed: int = 0) -> List[Dict]:
+    from . import attend
+    rows = []
+    for n in keys:
+        q, k, v = _needle_inputs(n, d, strength, seed)
+        for name, text in mechanisms:
+            if text is None:  # retention: lambda^(n-1-j) q.k_j, the last query's row
+                lam = 0.999
+                row = (lam ** np.arange(n - 1, -1, -1)) * (k[0, 0].astype(np.float64) @ q[0, 0, 0].astype(np.float64))
+            else:
+                _, p = attend(q, k, v, text, layout="bhnd", return_probs=True)
+                row = np.asarray(p, dtype=np.float64)[0, 0, 0]
+            r = {"mechanism": name, "text": text or "retention:decay=0.999 (row by definition)", "n": n,
+                 "strength": strength}
+            r.update(_row_stats(row, n // 4))
+            r["sees_needle"] = bool(row[n // 4] != 0)
+            rows.append(r)
+    return rows
+
+
+def _plot_needle(rows: List[Dict], out: str, name: str, title: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.2))
+    for mech in dict.fromkeys(r["mechanism"] for r in rows):
+        pts = [r for r in rows if r["mechanism"] == mech]
+        ns = [r["n"] for r in pts]
+        w = [max(r["needle_weight"], 1e-12) for r in pts]
+        style = "--" if not pts[0]["sees_needle"] else "-"
+        axes[0].loglog(ns, w, style, marker=".", label=mech)
+        axes[1].semilogx(ns, [r["sparsity"] for r in pts], style, marker=".", label=mech)
+        axes[2].semilogx(ns, [r["entropy"] for r in pts], style, marker=".", label=mech)
+    keys = sorted({r["n"] for r in rows})
+    axes[0].loglog(keys, [1 / n for n in keys], "k:", label="1/n (no preference)")
+    axes[0].set(title="weight on the needle", xlabel="keys n", ylabel="|a_needle| / sum |a|", ylim=(1e-7, 2))
+    axes[1].set(title="sparsity S of the row", xlabel="keys n", ylabel="S (1/sqrt(n) .. 1)")
+    axes[2].semilogx(keys, np.log(keys), "k:", label="log n (uniform)")
+    axes[2].set(title="entropy of the row", xlabel="keys n", ylabel="nats")
+    for ax in axes:
+        ax.grid(alpha=0.3, which="both")
+    axes[0].legend(fontsize=7, loc="lower left")
+    fig.suptitle(title + " (dashed: a pattern that cannot see the needle)", fontsize=10)
+    _save(fig, out, name)
+    plt.close(fig)
+
+
+def needle(out: str, keys=NEEDLE_KEYS) -> List[Dict]:
+    """The needle experiment; writes needle.{csv,json,png,svg} and returns the rows."""
+    os.makedirs(out, exist_ok=True)
+    rows = _needle_rows(NEEDLE_MECHANISMS, strength=8.0, keys=tuple(keys))
+    _write_table(rows, out, "needle")
+    _plot_needle(rows, out, "needle", "A key far back aligned with the query (as long as the others: score sqrt(d) = 8 sigma) among n random keys")
+    return rows
+
+
+def scale(out: str, keys=NEEDLE_KEYS) -> List[Dict]:
+    """The needle at half strength (score 4 sigma): default scale against log_512(n)/sqrt(d)."""
+    os.makedirs(out, exist_ok=True)
+    rows = _needle_rows((("softmax, scale 1/sqrt(d)", "softmax"),
+                         ("softmax, scale log_512(n)/sqrt(d)", "softmax:entropy_scale=512")), strength=4.0,
+                       keys=tuple(keys))
+    _write_table(rows, out, "scale")
+    _plot_needle(rows, out, "scale", "Half-strength needle (score 4 sigma): does the entropy-invariant scale keep it?")
+    return rows
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m attn.experiments", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("experiment", choices=["curves"])
+    ap.add_argument("experiment", choices=["curves", "needle", "scale"])
     ap.add_argument("--out", default="concentration", help="directory for the table and the plot")
     a = ap.parse_args(argv)
-    rows = {"curves": curves}[a.experiment](a.out)
+    rows = {"curves": curves, "needle": needle, "scale": scale}[a.experiment](a.out)
     print(f"{a.experiment}: {len(rows)} rows -> {a.out}/{a.experiment}.{{csv,json,png,svg}}")
 
 

@@ -33,3 +33,24 @@ def test_experiments_command(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "RuntimeWarning" not in p.stderr and (tmp_path / "c" / "curves.png").exists()
+
+
+def test_needle_softmax_concentrates_linear_cannot_windows_do_not_see(tmp_path):
+    rows = attn.experiments.needle(str(tmp_path), keys=(64, 1024))
+    for ext in ("csv", "json", "png", "svg"):
+        assert (tmp_path / f"needle.{ext}").stat().st_size > 0
+    at = {(r["mechanism"], r["n"]): r for r in rows}
+    soft, elu = at[("softmax", 1024)], at[("linear elu+1", 1024)]
+    assert soft["needle_weight"] > 100 * elu["needle_weight"]  # softmax picks the far key out
+    assert elu["sparsity"] > 0.9 and soft["sparsity"] < 0.5    # linear stays near uniform
+    assert elu["needle_weight"] < 3 / 1024
+    win = at[("softmax window 256", 1024)]
+    assert not win["sees_needle"] and win["needle_weight"] == 0  # key 256 is outside the window of 256
+    assert at[("softmax window 256", 64)]["sees_needle"]
+    assert np.isnan(at[("retention 0.999", 64)]["entropy"])    # signed weights: entropy undefined
+
+
+def test_scale_entropy_invariant_keeps_more_weight_on_the_needle(tmp_path):
+    rows = attn.experiments.scale(str(tmp_path), keys=(64, 4096))
+    w = {(r["text"], r["n"]): r["needle_weight"] for r in rows}
+    assert w[("softmax:entropy_scale=512", 4096)] > 2 * w[("softmax", 4096)]
