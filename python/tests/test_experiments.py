@@ -54,3 +54,17 @@ def test_scale_entropy_invariant_keeps_more_weight_on_the_needle(tmp_path):
     rows = attn.experiments.scale(str(tmp_path), keys=(64, 4096))
     w = {(r["text"], r["n"]): r["needle_weight"] for r in rows}
     assert w[("softmax:entropy_scale=512", 4096)] > 2 * w[("softmax", 4096)]
+
+
+def test_model_statistics_of_real_attention(tmp_path):
+    rows = attn.experiments.model(str(tmp_path), smollm2_tokens=96, minilm_sentences=4)
+    for ext in ("csv", "json", "png", "svg"):
+        assert (tmp_path / f"model.{ext}").stat().st_size > 0
+    mini = [r for r in rows if r["model"] == "all-MiniLM-L6-v2"]
+    smol = [r for r in rows if r["model"] == "SmolLM2-135M"]
+    assert len(mini) == 6 * 12 and len(smol) == 30 * 9  # every layer and head
+    for r in rows:
+        assert 0 < r["sparsity"] <= 1 + 1e-9 and 0 <= r["entropy"] <= np.log(r["keys"]) + 1e-9 and 0 <= r["sink_mass"] <= 1 + 1e-6
+    assert all(r["keys"] == 96 and r["rows"] == 96 for r in smol)
+    # SmolLM2 leans on its first tokens in the deeper layers (attention sinks)
+    assert max(r["sink_mass"] for r in smol if r["layer"] >= 2) > 0.5
