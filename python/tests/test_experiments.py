@@ -68,3 +68,16 @@ def test_model_statistics_of_real_attention(tmp_path):
     assert all(r["keys"] == 96 and r["rows"] == 96 for r in smol)
     # SmolLM2 leans on its first tokens in the deeper layers (attention sinks)
     assert max(r["sink_mass"] for r in smol if r["layer"] >= 2) > 0.5
+
+
+def test_attn_concentration_command_runs_the_experiment(tmp_path):
+    import os
+    from test_cli import cli_path
+    env = dict(os.environ, ATTN_PYTHON=sys.executable)
+    p = subprocess.run([str(cli_path()), "concentration", "curves", "--out", str(tmp_path / "c")], capture_output=True,
+                       text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "c" / "curves.svg").exists() and "222 rows" in p.stdout
+    p = subprocess.run([str(cli_path()), "concentration", "curves"], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, ATTN_PYTHON=str(tmp_path / "no-python")))
+    assert p.returncode == 2 and "set ATTN_PYTHON" in p.stderr

@@ -1,0 +1,62 @@
+// attn concentration: the concentration experiments (docs/concentration.md). They draw with
+// matplotlib, so they live in the Python package (attn.experiments); this command runs them with
+// the Python that has attn installed (ATTN_PYTHON, else .venv/bin/python beside the working
+// directory, else python3), passing its arguments through.
+#include <fmt/core.h>
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+
+namespace attn::cli {
+namespace {
+
+struct ConcentrationArgs {
+  std::string experiment, out = "concentration";
+};
+
+std::string python() {
+  if (const char* p = std::getenv("ATTN_PYTHON"); p && *p) return p;
+  if (access(".venv/bin/python", X_OK) == 0) return ".venv/bin/python";
+  return "python3";
+}
+
+int run(const ConcentrationArgs& a) {
+  const std::string py = python();
+  std::vector<std::string> args = {py, "-m", "attn.experiments", a.experiment, "--out", a.out};
+  std::vector<char*> argv;
+  for (std::string& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  execvp(argv[0], argv.data());
+  fmt::print(stderr, "error: attn concentration runs the Python package (python -m attn.experiments); cannot start '{}': {}\n"
+                     "  set ATTN_PYTHON to a Python with attn installed (pip install .)\n",
+             py, std::strerror(errno));
+  return 2;
+}
+
+}  // namespace
+
+Runner add_concentration(CLI::App& app) {
+  auto a = std::make_shared<ConcentrationArgs>();
+  CLI::App* c = app.add_subcommand(
+      "concentration",
+      "How concentrated attention can be: experiments writing a table (CSV, JSON) and a plot (PNG, SVG).\n"
+      "  curves  the closed forms: S against gamma (softmax, relu^2, linear), S against n (decay)\n"
+      "  needle  one far key aligned with the query among 64..65536: weight on it, S, entropy per mechanism\n"
+      "  scale   the needle at half strength: default vs entropy-invariant scale\n"
+      "  model   MiniLM and SmolLM2 (4096 tokens) per layer and head: S, entropy, attention-sink mass\n"
+      "Runs python -m attn.experiments (ATTN_PYTHON, .venv/bin/python or python3, with attn installed).");
+  c->add_option("experiment", a->experiment, "curves, needle, scale or model")
+      ->required()->check(CLI::IsMember({"curves", "needle", "scale", "model"}));
+  c->add_option("--out", a->out, "Directory for the table and the plot")->capture_default_str();
+  return [a] { return run(*a); };
+}
+
+}  // namespace attn::cli
