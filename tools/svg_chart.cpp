@@ -87,12 +87,20 @@ std::string panel_svg(const ChartPanel& p, double ox) {
                    escaped(p.x_label));
   s += fmt::format("<text transform=\"translate(14,{}) rotate(-90)\" font-size=\"12\" text-anchor=\"middle\">{}</text>\n",
                    kTop + ph / 2, escaped(p.y_label));
+  std::vector<std::pair<double, double>> placed;  // label positions so far: labels do not overprint
   for (const ChartPoint& q : p.points) {
     const double x = kLeft + ax.to_unit(q.x) * pw, y = kTop + (1 - ay.to_unit(q.y)) * ph;
+    double ly = y - 5;
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (const auto& [px, py] : placed)
+        if (std::abs(px - x) < 120 && std::abs(py - ly) < 11) ly = py + 11, moved = true;
+    }
+    placed.emplace_back(x, ly);
     const char* colour = q.highlight ? "#d62728" : "#1f77b4";
     s += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4\" fill=\"{}\"><title>{}: ({:g}, {:g})</title></circle>"
                      "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"10\" fill=\"{}\">{}</text>\n",
-                     x, y, colour, escaped(q.label), q.x, q.y, x + 6, y - 5, colour, escaped(q.label));
+                     x, y, colour, escaped(q.label), q.x, q.y, x + 6, ly, colour, escaped(q.label));
   }
   return s + "</g>\n";
 }
