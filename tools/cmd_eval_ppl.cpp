@@ -4,6 +4,8 @@
 // mechanism needs at that context; a table on stdout, CSV + JSON + an SVG chart with --out.
 #include <fmt/core.h>
 
+#include <nlohmann/json.hpp>
+
 #include <unistd.h>
 
 #include <chrono>
@@ -96,14 +98,11 @@ struct Row {
   double perplexity = NAN, seconds = 0, kv_mib = 0, kv_ratio = 1;
 };
 
-std::string json_escaped(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\', o += c;
-    else if (static_cast<unsigned char>(c) < 0x20) o += fmt::format("\\u{:04x}", static_cast<int>(c));
-    else o += c;
-  }
-  return o;
+// A CSV field: quoted, inner quotes doubled.
+std::string csv_field(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) o += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return o + "\"";
 }
 
 int run(const EvalArgs& a) {
@@ -163,28 +162,27 @@ int run(const EvalArgs& a) {
   d.set_mechanism(-1, Softmax{.causal = true});
   if (a.out.empty()) return 0;
 
-  std::string csv = "mechanism,perplexity,seconds,kv_mib,kv_ratio,note\n", json = "{\"model\": \"" + json_escaped(a.model) +
-                                                                             "\", \"tokens\": " + std::to_string(a.tokens) +
-                                                                             ", \"rows\": [";
+  std::string csv = "mechanism,perplexity,seconds,kv_mib,kv_ratio,note\n";
+  nlohmann::json table = {{"model", a.model}, {"tokens", a.tokens}, {"rows", nlohmann::json::array()}};
   ChartPanel by_memory{"perplexity vs KV cache needed", "KV cache at " + std::to_string(a.tokens) + " tokens (MiB)",
                        "perplexity", true, true, {}};
   ChartPanel by_time{"perplexity vs time", "seconds for " + std::to_string(a.tokens) + " tokens", "perplexity", false, true, {}};
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
-    csv += fmt::format("\"{}\",{},{:.3f},{:.2f},{:.4f},\"{}\"\n", r.mechanism, std::isnan(r.perplexity) ? "" : fmt::format("{:.4f}", r.perplexity),
-                       r.seconds, r.kv_mib, r.kv_ratio, r.note);
-    json += fmt::format("{}{{\"mechanism\": \"{}\", \"perplexity\": {}, \"seconds\": {:.3f}, \"kv_mib\": {:.2f}, \"kv_ratio\": {:.4f}, \"note\": \"{}\"}}",
-                        i ? ", " : "", json_escaped(r.mechanism), std::isnan(r.perplexity) ? "null" : fmt::format("{:.4f}", r.perplexity),
-                        r.seconds, r.kv_mib, r.kv_ratio, json_escaped(r.note));
+    csv += fmt::format("{},{},{:.3f},{:.2f},{:.4f},{}\n", csv_field(r.mechanism),
+                       std::isnan(r.perplexity) ? "" : fmt::format("{:.4f}", r.perplexity), r.seconds, r.kv_mib, r.kv_ratio,
+                       csv_field(r.note));
+    table["rows"].push_back({{"mechanism", r.mechanism},
+                             {"perplexity", std::isnan(r.perplexity) ? nlohmann::json(nullptr) : nlohmann::json(r.perplexity)},
+                             {"seconds", r.seconds}, {"kv_mib", r.kv_mib}, {"kv_ratio", r.kv_ratio}, {"note", r.note}});
     if (!std::isnan(r.perplexity)) {
       const bool exact = r.mechanism == "softmax:causal";
       by_memory.points.push_back({std::max(r.kv_mib, 1e-3), r.perplexity, r.mechanism, exact});
       by_time.points.push_back({r.seconds, r.perplexity, r.mechanism, exact});
     }
   }
-  json += "]}\n";
   files.write_text(csv_path, csv);
-  files.write_text(json_path, json);
+  files.write_text(json_path, table.dump(1) + "\n");
   files.write_text(svg_path, svg_scatter({by_memory, by_time}, "attn eval-ppl: " + a.model + ", " + std::to_string(a.tokens) +
                                                                    " tokens of " + a.text_file + " (exact in red)"));
   files.commit();

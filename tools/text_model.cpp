@@ -33,11 +33,19 @@ std::string bytes_text(double b) {
   return u == 0 ? fmt::format("{:.0f} B", b) : fmt::format("{:.1f} {}", b, units[u]);
 }
 
+namespace {
+
+// Whether --dtype asks for float32 matrices (checked before the file is read).
+bool dequantize(const std::string& dtype) {
+  if (dtype != "f32" && dtype != "q4_1") fail("--dtype", "expected q4_1 (as stored) or f32, got '" + dtype + "'");
+  return dtype == "f32";
+}
+
+}  // namespace
+
 TextModel::TextModel(const TextModelOptions& o)
     : tokenizer_(Tokenizer::from_gguf(GgufFile::open(o.path))),
-      decoder_(Decoder::from_gguf(o.path, {o.threads, o.dtype == "f32", o.max_context})) {
-  if (o.dtype != "f32" && o.dtype != "q4_1" && o.dtype != "native")
-    fail("--dtype", "expected q4_1 (as stored) or f32, got '" + o.dtype + "'");
+      decoder_(Decoder::from_gguf(o.path, {o.threads, dequantize(o.dtype), o.max_context})) {
   if (!o.mechanism.empty()) decoder_.set_mechanism(-1, parse_mechanism(o.mechanism));
   stop_.insert(tokenizer_.eos_id());
   for (const char* special : {"<|im_end|>", "<|endoftext|>"}) {
