@@ -22,7 +22,9 @@ enum Suite : unsigned { kCheck = 1, kBench = 2, kDecode = 4, kDemo = 8 };
 //   twice_plain: max|fast - ref64| <= 2 * max|plain - ref64| + floor, where `plain` is the
 //     reference algorithm in the storage dtype and floor = 1e-6 * max(1, max|ref|) plus, for
 //     bf16/fp16, the dtype's rounding floor 2 * max|(ref + 0.3 - 0.3) - ref| in that dtype.
-//     LSE within 1e-5 (1 + |ref|); probabilities within 2e-6 + 2 |plain - ref|.
+//     LSE within 1e-5 (1 + |ref|); probabilities within 2e-6 + 2 |plain - ref|; row statistics
+//     (return_stats) NaN exactly where the reference's are, else within 2 |plain - ref| + 2e-5
+//     (entropy: 2e-5 max(1, log M)), and out and LSE bitwise the same as without statistics.
 struct Tolerance {
   enum Kind { twice_plain } kind = twice_plain;
   std::string describe() const;
@@ -55,6 +57,7 @@ struct Case {
   std::string agree_with;  // check: a second form whose outputs must agree with `form`'s
   Tolerance tolerance;
   uint32_t seed = 1234;
+  int64_t stats_topk = 8;  // check: k of the row statistics' top-k mass
 
   std::string op() const;    // the family kind ("softmax")
   std::string name() const;  // unique, identifier-safe

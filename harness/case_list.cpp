@@ -22,7 +22,7 @@ std::string Case::name() const {
     << (extras.block_mask ? "_blocks" : "") << (extras.mask_mod ? "_mod" : "")
     << (extras.additive ? "_params" : "") << (extras.state ? "_state" : "") << (extras.head_decay ? "_hdecay" : "") << (extras.magnitude != 1.0f ? "_x" + std::to_string(int(extras.magnitude)) : "")
     << (extras.pad ? "_strided" : "") << (agree_with.empty() ? "" : "_vs_" + agree_with)
-    << (seed != 1234 ? "_seed" + std::to_string(seed) : "");
+    << (seed != 1234 ? "_seed" + std::to_string(seed) : "") << (stats_topk != 8 ? "_top" + std::to_string(stats_topk) : "");
   std::string r = s.str();
   for (char& ch : r)
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
@@ -265,6 +265,12 @@ void softmax_bad_cases(std::vector<BadCase>& out) {
   add("forced_form_refuses", "softmax:dropout=0.5", [](Inputs& in) { in.options.form = "rows"; },
       "form 'rows' cannot run softmax:dropout=0.5 for these inputs; forms: rows: dropout");
   add("unknown_form", "softmax", [](Inputs& in) { in.options.form = "fast"; }, "form must be one of rows, tiled, reference");
+  add("stats_topk_zero", "softmax", [](Inputs& in) { in.options.return_stats = true, in.options.stats_topk = 0; },
+      "stats_topk must be in [1, 1024], got 0");
+  add("stats_topk_beyond_limit", "softmax", [](Inputs& in) { in.options.return_stats = true, in.options.stats_topk = 1025; },
+      "stats_topk must be in [1, 1024], got 1025");
+  add("stats_of_polaformer", "polaformer:power=3", [](Inputs& in) { in.options.return_stats = true; },
+      "return_stats: polaformer's row statistics are not streamed yet");
   add("alibi_count", "softmax", [](Inputs& in) { in.options.alibi_slopes = {1, 2, 3}; },
       "alibi_slopes must have H (4) or B*H (8) values, got 3");
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <sstream>
 
 #include "core/internal_api.hpp"
@@ -20,7 +21,7 @@ double floor_for(DType dt, const core::ReferenceResult& ref) {
   return 1e-6 * std::max(1.0, max_ref) + (dt == DType::f32 ? 0.0 : 2 * noise);
 }
 
-std::string at(int64_t b, int64_t h, int64_t i, int64_t j = -1) {
+std::string at_text(int64_t b, int64_t h, int64_t i, int64_t j = -1) {
   return "(" + std::to_string(b) + ", " + std::to_string(h) + ", " + std::to_string(i) +
          (j >= 0 ? ", " + std::to_string(j) : "") + ")";
 }
@@ -32,25 +33,44 @@ std::string number(double x) {
   return s.str();
 }
 
-bool supports_probs(const Inputs& in, const std::string& form) {
+bool supports(const Inputs& in, const std::string& form, bool probs, int64_t stats_topk) {
   AttendOptions o = in.options;
-  o.return_probs = true;
+  o.return_probs = probs;
+  o.return_stats = stats_topk > 0;
+  o.stats_topk = stats_topk;
   o.form.clear();
   for (const auto& v : explain(in.q.view, in.k.view, in.v.view, in.mechanism, o).forms)
     if (v.form == form) return v.reasons.empty();
   return false;
 }
 
+// The statistics of a family that gives them (some refuse return_stats by name).
+core::ReferenceResult reference_with_stats(const Case& c, const Inputs& in, core::RefPrecision precision) {
+  AttendOptions o = in.options;
+  o.return_stats = true;
+  o.stats_topk = c.stats_topk;
+  try {
+    explain(in.q.view, in.k.view, in.v.view, in.mechanism, o);
+  } catch (const Error&) {
+    o.return_stats = false;
+  }
+  return core::reference_outputs(in.q.view, in.k.view, in.v.view, in.mechanism, o, precision);
+}
+
+const char* const kStatNames[4] = {"sparsity", "entropy", "max_weight", "topk_mass"};
+
 struct Result {
   AttendResult r;
   std::string form;
 };
 
-Result run_form(const Run& run, const Inputs& in, const std::string& form, bool probs) {
+Result run_form(const Run& run, const Inputs& in, const std::string& form, bool probs, bool stats = false) {
   AttendOptions o = in.options;
   o.isa = run.isa;
   o.form = form;
   o.return_probs = probs;
+  o.return_stats = stats;
+  o.stats_topk = run.c->stats_topk;
   Result res;
   res.form = explain(in.q.view, in.k.view, in.v.view, in.mechanism, o).chosen;
   res.r = attend(in.q.view, in.k.view, in.v.view, in.mechanism, o);
@@ -62,15 +82,41 @@ void fail_with(Outcome& o, const std::string& what) {
   o.pass = false;
 }
 
+// The four row statistics against the float64 reference's (the rule in case.hpp).
+void check_stats(const Case& c, const Result& res, const References& ref, Outcome& o) {
+  const Tensor* got[4] = {&res.r.sparsity, &res.r.entropy, &res.r.max_weight, &res.r.topk_mass};
+  const double floors[4] = {2e-5, 2e-5 * std::max(1.0, std::log(static_cast<double>(c.M))), 2e-5, 2e-5};
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t h = 0; h < c.H; ++h)
+      for (int64_t i = 0; i < c.N; ++i)
+        for (int s = 0; s < 4; ++s) {
+          const size_t at = static_cast<size_t>(((b * c.H + h) * c.N + i) * 4 + s);
+          const double want = ref.f64.stats[at], plain = ref.plain.stats[at], x = got[s]->at(b, h, i, 0);
+          const bool ok = std::isnan(want) ? std::isnan(x) : std::abs(x - want) <= 2 * std::abs(plain - want) + floors[s];
+          if (!ok)
+            fail_with(o, res.form + ": " + kStatNames[s] + at_text(b, h, i) + " = " + number(x) + ", reference " +
+                             number(want) + " (plain " + number(plain) + ")");
+        }
+}
+
 // Runs `form` and checks it against the reference; returns its result.
 Result compare(const Run& run, const Inputs& in, const References& ref, const std::string& form, Outcome& o) {
   const Case& c = *run.c;
   // probabilities too when the case is small and the form returns them (a forced form only:
   // asking for them would change the walk's choice)
-  const bool probs = !form.empty() && c.N * c.M <= 20000 && !ref.f64.probs.empty() && supports_probs(in, form);
-  Result res = run_form(run, in, form, probs);
+  const bool probs = !form.empty() && c.N * c.M <= 20000 && !ref.f64.probs.empty() && supports(in, form, true, 0);
+  // row statistics when the form streams them (forced forms only, as probs)
+  const bool stats = !form.empty() && !ref.f64.stats.empty() && supports(in, form, probs, c.stats_topk);
+  Result res = run_form(run, in, form, probs, stats);
   o.form = res.form;
   const AttendResult& r = res.r;
+  if (stats) check_stats(c, res, ref, o);
+  if (stats && c.N * c.M <= 20000) {  // asking for statistics changes no bit of out or lse
+    const Result plain = run_form(run, in, form, false, false);
+    const TensorView &a = r.out.view(), &b = plain.r.out.view();
+    if (std::memcmp(a.data, b.data, static_cast<size_t>(a.numel()) * dtype_size(a.dtype)) != 0)
+      fail_with(o, res.form + ": out differs with return_stats from without");
+  }
   double err = 0;
   for (int64_t b = 0; b < c.B; ++b)
     for (int64_t h = 0; h < c.H; ++h)
@@ -78,7 +124,7 @@ Result compare(const Run& run, const Inputs& in, const References& ref, const st
         for (int64_t d = 0; d < c.Dv; ++d) {
           const double got = r.out.at(b, h, i, d);
           if (!std::isfinite(got)) {
-            fail_with(o, res.form + ": out" + at(b, h, i, d) + " is not finite");
+            fail_with(o, res.form + ": out" + at_text(b, h, i, d) + " is not finite");
             continue;
           }
           err = std::max(err, std::abs(got - ref.f64.o(b, h, i, d)));
@@ -87,12 +133,12 @@ Result compare(const Run& run, const Inputs& in, const References& ref, const st
         const double got_lse = ref.f64.lse.empty() ? 0 : r.lse.at(b, h, i, 0);
         if (std::isinf(want_lse) ? got_lse != want_lse
                                  : !(std::abs(got_lse - want_lse) <= 1e-5 * (1 + std::abs(want_lse))))
-          fail_with(o, res.form + ": lse" + at(b, h, i) + " = " + number(got_lse) + ", reference " + number(want_lse));
+          fail_with(o, res.form + ": lse" + at_text(b, h, i) + " = " + number(got_lse) + ", reference " + number(want_lse));
         if (probs)
           for (int64_t j = 0; j < c.M; ++j) {
             const double got_p = r.probs.at(b, h, i, j), want_p = ref.f64.p(b, h, i, j);
             if (!(std::abs(got_p - want_p) <= 2e-6 + 2 * std::abs(ref.plain.p(b, h, i, j) - want_p)))
-              fail_with(o, res.form + ": probs" + at(b, h, i, j) + " = " + number(got_p) + ", reference " +
+              fail_with(o, res.form + ": probs" + at_text(b, h, i, j) + " = " + number(got_p) + ", reference " +
                                number(want_p));
           }
       }
@@ -164,9 +210,8 @@ std::vector<Run> expand(const std::vector<Case>& cases, Suite suite, const Filte
 
 References references_for(const Case& c, const Inputs& in) {
   References r;
-  r.f64 = core::reference_outputs(in.q.view, in.k.view, in.v.view, in.mechanism, in.options, core::RefPrecision::f64);
-  r.plain =
-      core::reference_outputs(in.q.view, in.k.view, in.v.view, in.mechanism, in.options, core::RefPrecision::plain);
+  r.f64 = reference_with_stats(c, in, core::RefPrecision::f64);
+  r.plain = reference_with_stats(c, in, core::RefPrecision::plain);
   for (size_t i = 0; i < r.f64.out.size(); ++i) r.plain_err = std::max(r.plain_err, std::abs(r.plain.out[i] - r.f64.out[i]));
   r.tol = 2 * r.plain_err + floor_for(c.dtype, r.f64);
   double max_state = 0;

@@ -118,42 +118,56 @@ Call make_call(const Array& q, const Array& k, const Array& v, const std::string
   return c;
 }
 
+// A (B, H, N) float32 array (lse, a row statistic) as the (B, H, N, 1) view attend takes.
+attn::TensorView row_view(const OutArray& a, const char* name) {
+  if (a.ndim() != 3) throw nb::value_error((std::string(name) + " must have 3 dimensions (B, H, N)").c_str());
+  attn::TensorView t;
+  t.data = a.data();
+  t.dtype = dtype_of(a, name);
+  t.shape = {static_cast<int64_t>(a.shape(0)), static_cast<int64_t>(a.shape(1)), static_cast<int64_t>(a.shape(2)), 1};
+  t.strides = {a.stride(0), a.stride(1), a.stride(2), 1};
+  return t;
+}
+
 void attend_into(const Array& q, const Array& k, const Array& v, const std::string& mechanism, const OutArray& out,
                  std::optional<OutArray> lse, std::optional<OutArray> probs, const std::string& layout,
                  std::vector<int64_t> key_padding_lengths, std::optional<Array> mask, std::optional<Array> bias,
                  std::optional<Array> alibi_slopes, std::optional<Array> block_mask,
                  std::pair<int64_t, int64_t> block_size, const std::map<std::string, Array>& params, int threads,
-                 const std::string& form, const std::string& isa, std::optional<OutArray> final_state) {
-  const Call c = make_call(q, k, v, mechanism, layout, std::move(key_padding_lengths), mask, bias, alibi_slopes,
-                           block_mask, block_size, params, threads, form, isa);
+                 const std::string& form, const std::string& isa, std::optional<OutArray> final_state,
+                 std::optional<std::vector<OutArray>> stats, int64_t stats_topk) {
+  Call c = make_call(q, k, v, mechanism, layout, std::move(key_padding_lengths), mask, bias, alibi_slopes,
+                     block_mask, block_size, params, threads, form, isa);
   const attn::TensorView ov = view_of(out, "out", c.bnhd);
   std::optional<attn::TensorView> sv;
   if (final_state) sv = view_of(*final_state, "final_state", false);  // (B, H, F, columns)
   std::optional<attn::TensorView> lv, pv;
-  if (lse) {  // (B, H, N) float32
-    if (lse->ndim() != 3) throw nb::value_error("lse must have 3 dimensions (B, H, N)");
-    attn::TensorView t;
-    t.data = lse->data();
-    t.dtype = dtype_of(*lse, "lse");
-    t.shape = {static_cast<int64_t>(lse->shape(0)), static_cast<int64_t>(lse->shape(1)),
-               static_cast<int64_t>(lse->shape(2)), 1};
-    t.strides = {lse->stride(0), lse->stride(1), lse->stride(2), 1};
-    lv = t;
-  }
+  if (lse) lv = row_view(*lse, "lse");
   if (probs) pv = view_of(*probs, "probs", false);
+  std::optional<attn::RowStatsViews> rv;
+  if (stats) {  // sparsity, entropy, max_weight, topk_mass
+    if (stats->size() != 4) throw nb::value_error("stats must be 4 arrays (sparsity, entropy, max_weight, topk_mass)");
+    rv = attn::RowStatsViews{row_view((*stats)[0], "sparsity"), row_view((*stats)[1], "entropy"),
+                             row_view((*stats)[2], "max_weight"), row_view((*stats)[3], "topk_mass")};
+    c.opt.stats_topk = stats_topk;
+  }
   nb::gil_scoped_release release;
-  attn::attend_into(c.q, c.k, c.v, c.mech, c.opt, ov, lv ? &*lv : nullptr, pv ? &*pv : nullptr, sv ? &*sv : nullptr);
+  attn::attend_into(c.q, c.k, c.v, c.mech, c.opt, ov, lv ? &*lv : nullptr, pv ? &*pv : nullptr, sv ? &*sv : nullptr,
+                    rv ? &*rv : nullptr);
 }
 
 std::string explain(const Array& q, const Array& k, const Array& v, const std::string& mechanism,
                     const std::string& layout, std::vector<int64_t> key_padding_lengths, std::optional<Array> mask,
                     std::optional<Array> bias, std::optional<Array> alibi_slopes, std::optional<Array> block_mask,
                     std::pair<int64_t, int64_t> block_size, const std::map<std::string, Array>& params, int threads,
-                    const std::string& form, const std::string& isa, bool return_lse, bool return_probs) {
+                    const std::string& form, const std::string& isa, bool return_lse, bool return_probs,
+                    bool return_stats, int64_t stats_topk) {
   Call c = make_call(q, k, v, mechanism, layout, std::move(key_padding_lengths), mask, bias, alibi_slopes, block_mask,
                      block_size, params, threads, form, isa);
   c.opt.return_lse = return_lse;
   c.opt.return_probs = return_probs;
+  c.opt.return_stats = return_stats;
+  c.opt.stats_topk = stats_topk;
   return attn::explain(c.q, c.k, c.v, c.mech, c.opt).text();
 }
 
@@ -307,7 +321,8 @@ NB_MODULE(_attn, m) {
   m.def("attend_into", &attend_into, "q"_a, "k"_a, "v"_a, "mechanism"_a, "out"_a, "lse"_a.none(), "probs"_a.none(),
         "layout"_a, "key_padding_lengths"_a, "mask"_a.none(), "bias"_a.none(), "alibi_slopes"_a.none(),
         "block_mask"_a.none(), "block_size"_a, "params"_a, "threads"_a, "form"_a, "isa"_a,
-        "final_state"_a.none() = nb::none(), "Runs attn::attend_into on caller-allocated outputs (no copies of inputs).");
+        "final_state"_a.none() = nb::none(), "stats"_a.none() = nb::none(), "stats_topk"_a = 8,
+        "Runs attn::attend_into on caller-allocated outputs (no copies of inputs).");
   m.def(
       "state_shape",
       [](const Array& q, const Array& k, const Array& v, const std::string& mechanism, const std::string& layout,
@@ -321,8 +336,8 @@ NB_MODULE(_attn, m) {
       "(B, H, F, columns) of the call's recurrent state (attn::state_shape); zeros without one.");
   m.def("explain", &explain, "q"_a, "k"_a, "v"_a, "mechanism"_a, "layout"_a, "key_padding_lengths"_a, "mask"_a.none(),
         "bias"_a.none(), "alibi_slopes"_a.none(), "block_mask"_a.none(), "block_size"_a, "params"_a, "threads"_a,
-        "form"_a, "isa"_a, "return_lse"_a,
-        "return_probs"_a, "Which form attn::attend would run for this call, and why the others would not.");
+        "form"_a, "isa"_a, "return_lse"_a, "return_probs"_a, "return_stats"_a = false, "stats_topk"_a = 8,
+        "Which form attn::attend would run for this call, and why the others would not.");
   m.def("kvcache_into", &kvcache_into, "q"_a, "k_cache"_a, "v_cache"_a, "k"_a.none(), "v"_a.none(),
         "rotary_cos"_a.none(), "rotary_sin"_a.none(), "rotary_interleaved"_a, "cache_seqlens"_a,
         "block_table"_a.none(), "mechanism"_a, "alibi_slopes"_a.none(), "out"_a, "lse"_a.none(), "threads"_a,

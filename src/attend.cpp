@@ -4,11 +4,13 @@
 #include "attn/attend.hpp"
 
 #include <array>
+#include <optional>
 
 #include "attn/error.hpp"
 #include "core/io_checks.hpp"
 #include "core/families.hpp"
 #include "core/internal_api.hpp"
+#include "core/row_stats.hpp"
 
 namespace attn {
 namespace {
@@ -63,11 +65,15 @@ void run(const typename Family::Problem& p, const Mechanism& mechanism, const At
 
 void attend_into(const TensorView& q, const TensorView& k, const TensorView& v, const Mechanism& mechanism,
                  const AttendOptions& options, const TensorView& out, const TensorView* lse, const TensorView* probs,
-                 const TensorView* final_state) {
-  const core::Outputs outs{&out, lse, probs, final_state};
+                 const TensorView* final_state, const RowStatsViews* stats) {
+  std::optional<core::StatsSink> sink;
+  if (stats) sink.emplace(*stats, options.stats_topk);
+  const core::Outputs outs{&out, lse, probs, final_state, sink ? &*sink : nullptr};
   core::visit_family(mechanism, [&](const auto& mech, auto family) {
     using Family = decltype(family);
-    run<Family>(Family::validate(q, k, v, mech, options, outs), mechanism, options, outs);
+    const typename Family::Problem p = Family::validate(q, k, v, mech, options, outs);
+    if (stats) core::check_stats_views(p, *stats);
+    run<Family>(p, mechanism, options, outs);
   });
 }
 
@@ -88,10 +94,16 @@ AttendResult attend(const TensorView& q, const TensorView& k, const TensorView& 
         const std::array<int64_t, 4> s = Family::state_shape(p);
         r.final_state = Tensor(DType::f32, {s[0], s[1], s[2], s[3]});
       }
+    std::optional<core::StatsSink> sink;
+    if (options.return_stats) {
+      for (Tensor* t : {&r.sparsity, &r.entropy, &r.max_weight, &r.topk_mass}) *t = Tensor(DType::f32, {p.B, p.H, p.N, 1});
+      sink.emplace(RowStatsViews{r.sparsity.view(), r.entropy.view(), r.max_weight.view(), r.topk_mass.view()},
+                   options.stats_topk);
+    }
     run<Family>(p, mechanism, options,
                 {&r.out.view(), options.return_lse ? &r.lse.view() : nullptr,
                  options.return_probs ? &r.probs.view() : nullptr,
-                 options.return_final_state ? &r.final_state.view() : nullptr});
+                 options.return_final_state ? &r.final_state.view() : nullptr, sink ? &*sink : nullptr});
   });
   return r;
 }
@@ -108,8 +120,9 @@ Explanation explain(const TensorView& q, const TensorView& k, const TensorView& 
                     const AttendOptions& options) {
   // Outputs as attend() would allocate them; only their presence matters to the forms.
   TensorView none;
+  const core::StatsSink no_stats(RowStatsViews{}, options.stats_topk);  // never written
   const core::Outputs outs{nullptr, options.return_lse ? &none : nullptr, options.return_probs ? &none : nullptr,
-                          options.return_final_state ? &none : nullptr};
+                          options.return_final_state ? &none : nullptr, options.return_stats ? &no_stats : nullptr};
   core::Outputs checked{};  // validation sees no output views (they do not exist yet)
   Explanation e;
   e.mechanism = to_string(mechanism);

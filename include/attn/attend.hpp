@@ -6,6 +6,8 @@
 //   lse (B, H, N, 1) float32, natural log (a view with a trailing unit dim; Python and the CLI
 //       return it as (B, H, N))
 //   probs (B, H, N, M) float32, the softmax weights before dropout
+//   sparsity, entropy, max_weight, topk_mass (B, H, N, 1) float32 each: statistics of each
+//       row of weights the mechanism applies, streamed without the N x M matrix (RowStatsViews)
 //
 // Causal masks are aligned bottom-right: query i sees key j iff j <= i + M - N (like
 // flash-attn; torch's is_causal is top-left when N != M). For M > N this is a block of new
@@ -74,6 +76,15 @@ struct AttendOptions {
   // attend(): allocate and fill AttendResult::final_state (mechanisms with a recurrent state:
   // linear attention). Asking it of a mechanism without one is an Error.
   bool return_final_state = false;
+  // attend(): allocate and fill AttendResult::{sparsity, entropy, max_weight, topk_mass}, how
+  // concentrated each query's row of weights is (definitions: attn/concentration.hpp), computed
+  // while the row streams by, never holding N x M. The row is exactly what the mechanism applies:
+  // softmax probabilities before dropout over the keys that survive every mask (n counts them);
+  // a linear mechanism's phi(q).phi(k) weights over the keys it may see (scale-free, so
+  // normalised or not gives the same values); a pattern's visible keys only. A row with no key,
+  // all-zero weights or a NaN gives NaN; entropy is NaN for a row with a negative weight.
+  bool return_stats = false;
+  int64_t stats_topk = 8;     // k of topk_mass, in [1, 1024]
   int threads = 0;            // 0: OpenMP default
   std::optional<Isa> isa;     // kernel set; default active_isa()
   // Force one implementation ("reference", "tiled", "rows" for softmax); empty: the first in
@@ -90,6 +101,13 @@ struct AttendResult {
   Tensor lse;    // (B, H, N, 1) float32 when requested
   Tensor probs;  // (B, H, N, M) float32 when requested
   Tensor final_state;  // (B, H, F, Dv [+ 1]) float32 when requested (see Linear)
+  // (B, H, N, 1) float32 each when return_stats is set
+  Tensor sparsity, entropy, max_weight, topk_mass;
+};
+
+// Caller-provided row statistics, each (B, H, N, 1) float32 (see AttendOptions::return_stats).
+struct RowStatsViews {
+  TensorView sparsity, entropy, max_weight, topk_mass;
 };
 
 AttendResult attend(const TensorView& q, const TensorView& k, const TensorView& v,
@@ -97,13 +115,14 @@ AttendResult attend(const TensorView& q, const TensorView& k, const TensorView& 
 
 // Same, writing into caller-provided views (out: (B,H,N,Dv) any dtype/strides;
 // lse: (B,H,N,1) f32; probs: (B,H,N,M) f32; final_state: (B,H,F,Dv [+ 1]) f32, may be the
-// initial_state param itself). Pass nullptr for outputs you do not want.
+// initial_state param itself; stats: four (B,H,N,1) f32 views, k = options.stats_topk). Pass
+// nullptr for outputs you do not want.
 // Outputs must not overlap k, v, masks or each other (out may be q itself: each block of
 // queries is read before its outputs are written).
 void attend_into(const TensorView& q, const TensorView& k, const TensorView& v,
                  const Mechanism& mechanism, const AttendOptions& options,
                  const TensorView& out, const TensorView* lse, const TensorView* probs,
-                 const TensorView* final_state = nullptr);
+                 const TensorView* final_state = nullptr, const RowStatsViews* stats = nullptr);
 
 // The shape of the recurrent state this call would take as params["initial_state"] and return
 // as final_state: (B, H, F, Dv + 1) for normalised linear attention (the last column is the

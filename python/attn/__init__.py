@@ -30,7 +30,7 @@ returns zeros and its log-sum-exp is -inf.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Mapping, Optional, Sequence, Tuple
+from typing import Any, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -41,7 +41,7 @@ from .tokenizer import Tokenizer
 from . import theory
 from .concentration import effective_keys, entropy, max_weight, sparsity, summarize, topk_mass
 
-__all__ = ["Decoder", "Model", "Tokenizer", "theory", "sparsity", "entropy", "max_weight", "topk_mass", "effective_keys", "summarize", "load_model", "smollm2_path", "attention", "attend", "linear_attention", "flash_attn_with_kvcache", "flash_attn_varlen_func", "explain", "rope", "mask_of", "lsh_buckets", "active_isa", "supported_isas", "set_isa",
+__all__ = ["Decoder", "Model", "Tokenizer", "Stats", "theory", "sparsity", "entropy", "max_weight", "topk_mass", "effective_keys", "summarize", "load_model", "smollm2_path", "attention", "attend", "linear_attention", "flash_attn_with_kvcache", "flash_attn_varlen_func", "explain", "rope", "mask_of", "lsh_buckets", "active_isa", "supported_isas", "set_isa",
            "canonical_mechanism"]
 __version__ = "0.1.0"
 
@@ -217,12 +217,22 @@ def _check_scalars(mechanism: Any, threads: Any, **flags: Any) -> None:
         _flag(x, name)
 
 
+class Stats(NamedTuple):
+    """Row statistics of the weights one call applied, each (B, H, N) float32 (see :func:`attend`,
+    ``return_stats``): the same quantities as :func:`sparsity`, :func:`entropy`,
+    :func:`max_weight` and :func:`topk_mass` on each row, streamed without the N x M matrix."""
+    sparsity: Any
+    entropy: Any
+    max_weight: Any
+    topk_mass: Any
+
+
 def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any = None,
            key_padding_lengths: Optional[Sequence[int]] = None, alibi_slopes: Any = None,
            block_mask: Any = None, block_size: Tuple[int, int] = (128, 128),
            params: Optional[Mapping[str, Any]] = None, additive_weights: Optional[Tuple[Any, Any, Any]] = None,
            layout: str = "bnhd", return_lse: bool = False, return_probs: bool = False,
-           return_final_state: bool = False, threads: int = 0,
+           return_final_state: bool = False, return_stats: bool = False, stats_topk: int = 8, threads: int = 0,
            form: Optional[str] = None, isa: Optional[str] = None, use_reference: bool = False, **named_params: Any):
     """Attention by mechanism text form.
 
@@ -260,6 +270,14 @@ def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any
         return_probs: also return the weights (B, H, N, M) float32, before dropout.
         return_final_state: also return the recurrent state after the last token (linear
             attention), (B, H, F, Dv [+ 1]) float32; pass it back as params["initial_state"].
+        return_stats: also return :class:`Stats` (sparsity, entropy, max_weight, topk_mass), each
+            (B, H, N) float32: how concentrated each query's row of weights is, computed while
+            the row streams by (never the N x M matrix). The row is exactly what the mechanism
+            applies: softmax probabilities before dropout over the keys every mask leaves; a
+            linear mechanism's phi(q).phi(k) weights over the keys it may see (scale-free, so
+            normalised or not is the same); a pattern's visible keys only. NaN for a row with no
+            key, all-zero weights or a NaN; entropy NaN where a weight is negative.
+        stats_topk: k of ``topk_mass`` (1 to 1024).
         threads: 0 = all cores (OMP_NUM_THREADS).
         form: force an implementation ("rows", "tiled", "reference" for softmax); None = the
             first that supports the call. See :func:`explain`.
@@ -269,10 +287,17 @@ def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any
 
     Returns:
         out in the layout and dtype of q (same kind: NumPy or torch), or a tuple
-        (out[, lse][, probs][, final_state]) when those are requested.
+        (out[, lse][, probs][, final_state][, stats]) when those are requested.
+
+    Example::
+
+        >>> out, st = attn.attend(q, k, v, "softmax:causal", return_stats=True)
+        >>> st.sparsity.shape          # (B, H, N); 1/sqrt(n) = one key, 1 = uniform
+        >>> np.exp(st.entropy)         # effective number of keys per row
     """
     _check_scalars(mechanism, threads, return_lse=return_lse, return_probs=return_probs,
-                   return_final_state=return_final_state, use_reference=use_reference)
+                   return_final_state=return_final_state, return_stats=return_stats, use_reference=use_reference)
+    _integer(stats_topk, "stats_topk", 1, 1024)
     q, k, v, (b, h, n, m), mask, bias, lengths, slopes, blocks, bsize, named, form_, isa_ = _call_args(
         q, k, v, layout, attn_mask, key_padding_lengths, alibi_slopes, {**(params or {}), **named_params},
         additive_weights, form, use_reference, isa, block_mask, block_size)
@@ -288,9 +313,10 @@ def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any
         if shape[0] == 0 and b > 0:
             raise ValueError(f"{mechanism!r} has no recurrent state; do not ask for return_final_state")
         state = _empty_like_kind(q, tuple(shape), f32)
+    stats = Stats(*(_empty_like_kind(q, (b, h, n), f32) for _ in range(4))) if return_stats else None
     _attn.attend_into(q, k, v, mechanism, out, lse, probs, layout, lengths, mask, bias, slopes, blocks, bsize, named,
-                      int(threads), form_, isa_, state)
-    extra = tuple(x for x in (lse, probs, state) if x is not None)
+                      int(threads), form_, isa_, state, list(stats) if stats else None, int(stats_topk))
+    extra = tuple(x for x in (lse, probs, state, stats) if x is not None)
     return (out,) + extra if extra else out
 
 
@@ -493,14 +519,15 @@ def explain(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: An
             key_padding_lengths: Optional[Sequence[int]] = None, alibi_slopes: Any = None,
             block_mask: Any = None, block_size: Tuple[int, int] = (128, 128),
             params: Optional[Mapping[str, Any]] = None, additive_weights: Optional[Tuple[Any, Any, Any]] = None,
-            layout: str = "bnhd", return_lse: bool = False, return_probs: bool = False, threads: int = 0,
+            layout: str = "bnhd", return_lse: bool = False, return_probs: bool = False,
+            return_stats: bool = False, stats_topk: int = 8, threads: int = 0,
             form: Optional[str] = None, isa: Optional[str] = None, use_reference: bool = False,
             **named_params: Any) -> str:
     """Which form :func:`attend` would run for these arguments, and why each other form would not.
 
     Takes exactly :func:`attend`'s arguments (q, k, v, mechanism, attn_mask, key_padding_lengths,
-    alibi_slopes, block_mask, block_size, params, additive_weights, layout, return_lse, return_probs, threads, form, isa,
-    use_reference, **named_params) and validates them the same way (bad input raises the same
+    alibi_slopes, block_mask, block_size, params, additive_weights, layout, return_lse, return_probs, return_stats,
+    stats_topk, threads, form, isa, use_reference, **named_params) and validates them the same way (bad input raises the same
     error), but computes nothing. Example::
 
         >>> print(attn.explain(q, k, v, "softmax:causal", return_probs=True))
@@ -509,12 +536,14 @@ def explain(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: An
           tiled     chosen  [...]
           reference supported (lower priority)  [...]
     """
-    _check_scalars(mechanism, threads, return_lse=return_lse, return_probs=return_probs, use_reference=use_reference)
+    _check_scalars(mechanism, threads, return_lse=return_lse, return_probs=return_probs, return_stats=return_stats,
+                   use_reference=use_reference)
+    _integer(stats_topk, "stats_topk", 1, 1024)
     q, k, v, _, mask, bias, lengths, slopes, blocks, bsize, named, form_, isa_ = _call_args(
         q, k, v, layout, attn_mask, key_padding_lengths, alibi_slopes, {**(params or {}), **named_params},
         additive_weights, form, use_reference, isa, block_mask, block_size)
     return _attn.explain(q, k, v, mechanism, layout, lengths, mask, bias, slopes, blocks, bsize, named, int(threads),
-                         form_, isa_, bool(return_lse), bool(return_probs))
+                         form_, isa_, bool(return_lse), bool(return_probs), bool(return_stats), int(stats_topk))
 
 
 def _softmax_text(causal: Any, softmax_scale: Any, window_size: Any, softcap: Any, dropout_p: Any = 0.0,

@@ -206,6 +206,7 @@ void write_rows(const Plan& p, const TensorView& src, const TensorView& cache) {
 void attend_with_kvcache_into(const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,
                               const KvCacheUpdate& u, const Mechanism& mech, const AttendOptions& opt,
                               const TensorView& out, const TensorView* lse) {
+  if (opt.return_stats) fail(kWhere, "return_stats: row statistics are not returned by cache calls (use attend)");
   const Plan p = check_cache(q, k_cache, v_cache, u, opt);
   const bool per_token = positional_mask(mech);
   if (u.rotary) check_rotary(p, *u.rotary, per_token);

@@ -38,6 +38,7 @@ void attend_varlen_into(const TensorView& q, const TensorView& k, const TensorVi
                         const std::vector<int64_t>& cu_q, const std::vector<int64_t>& cu_k, int64_t max_seqlen_q,
                         int64_t max_seqlen_k, const Mechanism& mech, const AttendOptions& opt, const TensorView& out,
                         const TensorView* lse) {
+  if (opt.return_stats) fail(kWhere, "return_stats: row statistics are not returned by varlen calls (use attend)");
   for (auto [t, name] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"}}) {
     core::check_view(*t, name);
     if (t->batch() != 1)

@@ -14,14 +14,19 @@
 
 namespace attn::core {
 
-// The caller's outputs; out is null when only explaining.
+class StatsSink;  // core/row_stats.hpp
+
+// The caller's outputs; out is null when only explaining (and stats then a sink that is never
+// written).
 struct Outputs {
   const TensorView* out = nullptr;
   const TensorView* lse = nullptr;
   const TensorView* probs = nullptr;
   const TensorView* final_state = nullptr;
+  const StatsSink* stats = nullptr;  // per-row statistics (return_stats)
   bool wants_lse() const { return lse != nullptr; }
   bool wants_probs() const { return probs != nullptr; }
+  bool wants_stats() const { return stats != nullptr; }
 };
 
 // How to run: kernels of the chosen ISA, thread count, tuning knobs.
@@ -50,6 +55,19 @@ void refuse_nothing(const Problem&, const Outputs&, Reasons&) {}
 template <class Problem>
 void refuse_probs(const Problem&, const Outputs& o, Reasons& why) {
   if (o.wants_probs()) why.push_back("returns no probabilities (the reference form does)");
+}
+
+// For fast forms that do not stream row statistics (yet): the reference form does.
+template <class Problem>
+void refuse_stats(const Problem&, const Outputs& o, Reasons& why) {
+  if (o.wants_stats()) why.push_back("streams no row statistics (the reference form does)");
+}
+
+// Both of the above.
+template <class Problem>
+void refuse_probs_and_stats(const Problem& p, const Outputs& o, Reasons& why) {
+  refuse_probs(p, o, why);
+  refuse_stats(p, o, why);
 }
 
 // Every form with its reasons, in priority order.

@@ -1,6 +1,7 @@
 // Every check on q, k, v and the outputs, once, at the entry point. Messages name the argument,
 // the expected and the actual value.
 #include "core/io_checks.hpp"
+#include "core/row_stats.hpp"
 
 #include <cmath>
 #include <cstdio>
@@ -186,7 +187,23 @@ Dims check_io(const TensorView& q, const TensorView& k, const TensorView& v, con
                      std::to_string(opt.threads));
   if (opt.row_cache_bytes < 0)
     fail(kWhere, "row_cache_bytes must be >= 0, got " + std::to_string(opt.row_cache_bytes));
+  if (opt.return_stats || outs.wants_stats()) {
+    if (opt.stats_topk < 1 || opt.stats_topk > kMaxStatsTopk)
+      fail(kWhere, "stats_topk must be in [1, " + std::to_string(kMaxStatsTopk) + "], got " +
+                       std::to_string(opt.stats_topk));
+    d.stats_topk = opt.stats_topk;
+  }
   return d;
+}
+
+void check_stats_views(const Dims& d, const RowStatsViews& s) {
+  const std::pair<const TensorView*, const char*> views[] = {
+      {&s.sparsity, "sparsity"}, {&s.entropy, "entropy"}, {&s.max_weight, "max_weight"}, {&s.topk_mass, "topk_mass"}};
+  for (const auto& [v, name] : views) {
+    check_view(*v, name);
+    if (v->dtype != DType::f32) fail(kWhere, std::string(name) + " must be float32, got " + dtype_name(v->dtype));
+    check_shape(*v, name, {d.B, d.H, d.N, 1}, "(B, H, N, 1)");
+  }
 }
 
 std::string describe_verdicts(const std::vector<FormVerdict>& v) {

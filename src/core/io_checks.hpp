@@ -21,6 +21,7 @@ struct Dims {
   int64_t group = 1;   // query heads per kv head: kv head of h is h / group
   std::vector<int64_t> kv_len;  // valid keys per batch (key_padding_lengths; M when none given)
   std::shared_ptr<const PageTable> pages;  // set when k and v are page pools
+  int64_t stats_topk = 0;  // k of the row statistics when they are asked for, else 0
   int64_t kv_head(int64_t h) const { return h / group; }
   // The rows of kv head hk of batch entry b: read K and V through these, never through k/v.
   KvRows keys(int64_t b, int64_t hk) const { return KvRows(k, b, hk, pages.get()); }
@@ -34,6 +35,9 @@ enum class Paging { refused, accepted };
 // Paging::accepted; the others refuse a paged call) and the run options.
 Dims check_io(const TensorView& q, const TensorView& k, const TensorView& v, const Outputs& outs,
               const AttendOptions& options, Paging paging = Paging::refused);
+
+// The four row-statistics views: float32, (B, H, N, 1), valid strides.
+void check_stats_views(const Dims& d, const RowStatsViews& s);
 
 // For families whose weights are no score matrix to mask: a boolean mask, a block mask or
 // mask_mod, an additive bias or ALiBi slopes is an Error "<kind> does not take <what> (<why>)".

@@ -20,6 +20,14 @@ struct ReferenceResult {
   // (B, H, F, state_cols): a recurrent family's final state (empty if the family has none)
   std::vector<double> state;
   int64_t F = 0, state_cols = 0;
+  // (B, H, N, 4): sparsity, entropy, max_weight, topk_mass of each row's applied weights, when
+  // the call asked for row statistics (stats_topk > 0); NaN until the family fills a row
+  std::vector<double> stats;
+  int64_t stats_topk = 0;
+  // The 4 statistics of a row, or null when not asked for.
+  double* stats_of(int64_t b, int64_t h, int64_t i) {
+    return stats.empty() ? nullptr : &stats[static_cast<size_t>(((b * H + h) * N + i) * 4)];
+  }
   double o(int64_t b, int64_t h, int64_t i, int64_t c) const { return out[((b * H + h) * N + i) * Dv + c]; }
   double l(int64_t b, int64_t h, int64_t i) const { return lse[(b * H + h) * N + i]; }
   double p(int64_t b, int64_t h, int64_t i, int64_t j) const { return probs[((b * H + h) * N + i) * M + j]; }
@@ -34,8 +42,9 @@ struct Rounding {
   T operator()(T x) const { return plain ? static_cast<T>(round_to(dtype, static_cast<float>(x))) : x; }
 };
 
-// A result of the call's shape with out zeroed (lse, probs and state are the family's to fill).
-ReferenceResult zero_result(int64_t B, int64_t H, int64_t N, int64_t M, int64_t Dv);
+// A result of the call's shape with out zeroed (lse, probs and state are the family's to fill);
+// with stats_topk > 0, stats all NaN (rows that see no key stay so).
+ReferenceResult zero_result(int64_t B, int64_t H, int64_t N, int64_t M, int64_t Dv, int64_t stats_topk = 0);
 
 struct Outputs;
 // The reference as a form: writes out (rounded to its dtype), and lse, probs and the final state

@@ -7,20 +7,28 @@
 #include <limits>
 #include <vector>
 
+#include "core/row_stats.hpp"
+
 namespace attn::core {
 
 // s[j] holds the score of key j, already rounded by `rnd`, for the visible keys (vis[j] != 0; every
 // key when vis is null). Writes lse = max + log(sum of exp), probs[j] = p_j when probs is given,
 // and out[c] = rnd(sum_j rnd(p_j) value(j, c)) for c < dv; s is overwritten with exp(s - max).
+// With stats (4 values, see core/row_stats.hpp), the row statistics of the probabilities over the
+// visible keys whose score is > -inf, top-k mass with k = topk.
 // A row with no visible key (or only -inf scores) is left as the caller initialised it.
 template <class T, class Round, class Value>
 void reference_softmax_row(std::vector<T>& s, const uint8_t* vis, int64_t dv, Round rnd, Value value, double& lse,
-                           double* probs, double* out) {
+                           double* probs, double* out, double* stats = nullptr, int64_t topk = 0) {
   const auto n = static_cast<int64_t>(s.size());
   auto seen = [&](int64_t j) { return !vis || vis[j] != 0; };
   T mx = -std::numeric_limits<T>::infinity();
+  std::vector<uint8_t> counted(stats ? static_cast<size_t>(n) : 0);
   for (int64_t j = 0; j < n; ++j)
-    if (seen(j)) mx = std::max(mx, s[static_cast<size_t>(j)]);
+    if (seen(j)) {
+      mx = std::max(mx, s[static_cast<size_t>(j)]);
+      if (stats) counted[static_cast<size_t>(j)] = s[static_cast<size_t>(j)] > -std::numeric_limits<T>::infinity();
+    }
   if (mx == -std::numeric_limits<T>::infinity()) return;
   T sum = 0;
   for (int64_t j = 0; j < n; ++j)
@@ -29,6 +37,12 @@ void reference_softmax_row(std::vector<T>& s, const uint8_t* vis, int64_t dv, Ro
   if (probs)
     for (int64_t j = 0; j < n; ++j)
       if (seen(j)) probs[j] = static_cast<double>(s[static_cast<size_t>(j)] / sum);
+  if (stats) {
+    std::vector<double> w(static_cast<size_t>(n), 0.0);
+    for (int64_t j = 0; j < n; ++j)
+      if (counted[static_cast<size_t>(j)]) w[static_cast<size_t>(j)] = static_cast<double>(s[static_cast<size_t>(j)] / sum);
+    reference_row_stats(w.data(), counted.data(), n, topk, stats);
+  }
   for (int64_t c = 0; c < dv; ++c) {
     T acc = 0;
     for (int64_t j = 0; j < n; ++j)

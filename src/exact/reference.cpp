@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "core/row_stats.hpp"
+
 namespace attn::exact {
 namespace {
 
@@ -45,13 +47,14 @@ T score(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t j, DType roun
 
 template <class T>
 core::ReferenceResult run(const Problem& p, bool plain) {
-  core::ReferenceResult r = core::zero_result(p.B, p.H, p.N, p.M, p.Dv);
+  core::ReferenceResult r = core::zero_result(p.B, p.H, p.N, p.M, p.Dv, p.stats_topk);
   r.lse.assign(static_cast<size_t>(p.B * p.H * p.N), -std::numeric_limits<double>::infinity());
   r.probs.assign(static_cast<size_t>(p.B * p.H * p.N * p.M), 0.0);
   const DType dt = p.q.dtype;
   const core::Rounding<T> rnd{dt, plain};
   const T neg_inf = -std::numeric_limits<T>::infinity();
   std::vector<T> s(static_cast<size_t>(p.M)), w(static_cast<size_t>(p.M)), acc(static_cast<size_t>(p.Dv));
+  std::vector<uint8_t> counted(static_cast<size_t>(p.M));
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t h = 0; h < p.H; ++h)
       for (int64_t i = 0; i < p.N; ++i) {
@@ -87,6 +90,10 @@ core::ReferenceResult run(const Problem& p, bool plain) {
             acc[c] += pd * static_cast<T>(values.at(j, c));
         }
         for (int64_t c = 0; c < p.Dv; ++c) r.out[row * p.Dv + c] = static_cast<double>(rnd(acc[c]));
+        if (double* st = r.stats_of(b, h, i)) {  // over the keys whose score is > -inf
+          for (int64_t j = 0; j < p.M; ++j) counted[static_cast<size_t>(j)] = s[j] > neg_inf;
+          core::reference_row_stats(&r.probs[row * p.M], counted.data(), p.M, p.stats_topk, st);
+        }
       }
   return r;
 }

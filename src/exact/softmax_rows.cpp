@@ -220,6 +220,7 @@ void refuse_rows(const Problem& p, const core::Outputs& o, core::Reasons& why) {
     why.push_back(std::to_string(p.group * p.N) + " query rows per kv head (group " + std::to_string(p.group) +
                   " x N " + std::to_string(p.N) + ") > " + std::to_string(kMaxRowsPerKvHead));
   if (o.wants_probs()) why.push_back("probabilities requested");
+  core::refuse_stats(p, o, why);
   if (p.mech.dropout != 0) why.push_back("dropout");
   if (p.mech.score != ScoreKind::dot) why.push_back("score=" + to_string(p.mech.score) + " (dot only)");
 }

@@ -105,18 +105,18 @@ void run_online(const EfficientProblem& p, const core::Outputs& o, const core::C
 
 void refuse_right(const EfficientProblem& p, const core::Outputs& o, core::Reasons& why) {
   if (p.mech.causal) why.push_back("causal (the key softmax runs over each prefix: recurrent)");
-  core::refuse_probs(p, o, why);
+  core::refuse_probs_and_stats(p, o, why);
 }
 
 void refuse_recurrent(const EfficientProblem& p, const core::Outputs& o, core::Reasons& why) {
   if (!p.mech.causal) why.push_back("not causal (the right form takes all keys at once)");
-  core::refuse_probs(p, o, why);
+  core::refuse_probs_and_stats(p, o, why);
 }
 
 template <class T>
 core::ReferenceResult reference_impl(const EfficientProblem& p, bool plain) {
   const core::Rounding<T> rnd{p.q.dtype, plain};
-  core::ReferenceResult r = core::zero_result(p.B, p.H, p.N, p.M, p.Dv);
+  core::ReferenceResult r = core::zero_result(p.B, p.H, p.N, p.M, p.Dv, p.stats_topk);
   r.F = p.D, r.state_cols = p.Dv + 2;
   r.state.assign(static_cast<size_t>(p.B * p.H * p.D * r.state_cols), 0.0);
   const int64_t D = p.D, Dv = p.Dv;
@@ -186,6 +186,9 @@ EfficientProblem EfficientFamily::validate(const TensorView& q, const TensorView
   if (outs.wants_probs())
     fail(kWhere, "return_probs: efficient attention's weights are not returned (its forms and reference keep "
                  "per-feature sums, not a weight row)");
+  if (outs.wants_stats() || opt.return_stats)
+    fail(kWhere, "return_stats: efficient attention's row statistics are not streamed yet (its forms and "
+                 "reference keep per-feature sums, not a weight row)");
   if (m.scale) core::check_positive_float32(*m.scale, "scale");
   p.scale = m.scale ? *m.scale : 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(p.D, 1)));
   core::Symbols symbols{{"B", p.B}, {"H", p.H}, {"D", p.D}, {"state_cols", p.Dv + 2}};

@@ -6,6 +6,7 @@
 #include "attn/error.hpp"
 #include "base/aligned_buffer.hpp"
 #include "base/parallel.hpp"
+#include "core/row_stats.hpp"
 #include "linear/head_state.hpp"
 
 namespace attn::linear {
@@ -64,7 +65,7 @@ template <class T>
 core::ReferenceResult reference_impl(const GauProblem& p, bool plain) {
   const DType dt = p.q.dtype;
   const core::Rounding<T> rnd{dt, plain};
-  core::ReferenceResult r = core::zero_result(p.B, p.H, p.N, p.M, p.Dv);
+  core::ReferenceResult r = core::zero_result(p.B, p.H, p.N, p.M, p.Dv, p.stats_topk);
   r.probs.assign(static_cast<size_t>(p.B * p.H * p.N * p.M), 0.0);
   std::vector<T> acc(static_cast<size_t>(p.Dv));
   for (int64_t b = 0; b < p.B; ++b)
@@ -81,6 +82,8 @@ core::ReferenceResult reference_impl(const GauProblem& p, bool plain) {
           for (int64_t c = 0; c < p.Dv; ++c) acc[static_cast<size_t>(c)] += a * static_cast<T>(p.v.at(b, p.kv_head(h), j, c));
         }
         for (int64_t c = 0; c < p.Dv; ++c) r.out[at * p.Dv + c] = static_cast<double>(rnd(acc[static_cast<size_t>(c)]));
+        if (double* st = r.stats_of(b, h, i))  // the row is the keys it may see, zeros included
+          core::reference_row_stats(&r.probs[at * p.M], nullptr, key_end(p, b, i), p.stats_topk, st);
       }
   return r;
 }
@@ -103,7 +106,7 @@ GauProblem GauFamily::validate(const TensorView& q, const TensorView& k, const T
 const std::vector<core::Form<GauProblem>>& GauFamily::forms() {
   static const std::vector<core::Form<GauProblem>> list = {
       {"tiled", "64 queries x 64 keys per step, relu^2 weights between two GEMM-shaped products",
-       core::refuse_probs<GauProblem>, run_tiled},
+       core::refuse_probs_and_stats<GauProblem>, run_tiled},
       {"reference", "float64 weights row by row (slow, exact)", core::refuse_nothing<GauProblem>,
        [](const GauProblem& p, const core::Outputs& o, const core::Context&) {
          core::write_reference(reference_impl<double>(p, false), o);

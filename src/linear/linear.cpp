@@ -171,6 +171,9 @@ LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, c
   if (outs.wants_probs())
     fail(kWhere, "return_probs: polaformer has no single weight matrix (its two streams weigh the keys "
                  "differently, each for half of the value channels)");
+  if (outs.wants_stats() || opt.return_stats)
+    fail(kWhere, "return_stats: polaformer's row statistics are not streamed yet (its two streams weigh the keys "
+                 "differently, each for half of the value channels)");
   Linear core;
   core.causal = m.causal, core.chunk = m.chunk;
   LinearProblem p = validate_kernel(q, k, v, core, "polaformer", to_string(Mechanism{m}), opt, outs, 2 * q.dim(),

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/row_stats.hpp"
 #include "linear/feature_map.hpp"
 #include "linear/linear.hpp"
 #include "linear/output_norm.hpp"
@@ -16,7 +17,7 @@ core::ReferenceResult reference_impl(const LinearProblem& p, bool plain) {
   const DType dt = p.q.dtype;
   const core::Rounding<T> rnd{dt, plain};
   const int64_t cols = p.state_cols(), F = p.F;
-  core::ReferenceResult r = core::zero_result(p.B, p.H, p.N, p.M, p.Dv);
+  core::ReferenceResult r = core::zero_result(p.B, p.H, p.N, p.M, p.Dv, p.stats_topk);
   r.F = F, r.state_cols = cols;
   r.probs.assign(static_cast<size_t>(p.B * p.H * p.N * p.M), 0.0);
   r.state.assign(static_cast<size_t>(p.B * p.H * F * cols), 0.0);
@@ -76,6 +77,9 @@ core::ReferenceResult reference_impl(const LinearProblem& p, bool plain) {
           const T y = w[static_cast<size_t>(j)];
           r.probs[at * p.M + j] = static_cast<double>(!p.mech.normalize ? y : den != 0 ? y / den : 0);
         }
+        if (double* st = r.stats_of(b, h, i))  // the keys the row may see, zeros included
+          core::reference_row_stats(&r.probs[at * p.M], nullptr, p.mech.causal ? std::min(len, pos + 1) : len,
+                                    p.stats_topk, st);
       }
       // Final state: what the keys of this call (decayed to the last valid one) and the initial
       // state add up to.
@@ -104,7 +108,7 @@ core::ReferenceResult linear_reference(const LinearProblem& p, core::RefPrecisio
     return precision == core::RefPrecision::f64 ? reference_impl<double>(p, false) : reference_impl<float>(p, true);
   // PolaFormer: each stream on its half of the value channels and its rows of the state; no
   // single weight matrix (probs stay empty).
-  core::ReferenceResult r = core::zero_result(p.B, p.H, p.N, p.M, p.Dv);
+  core::ReferenceResult r = core::zero_result(p.B, p.H, p.N, p.M, p.Dv, p.stats_topk);
   r.F = p.state_rows(), r.state_cols = p.state_cols();
   r.state.assign(static_cast<size_t>(p.B * p.H * r.F * r.state_cols), 0.0);
   for (int s = 0; s < 2; ++s) {

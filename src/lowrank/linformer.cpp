@@ -101,7 +101,7 @@ template <class T>
 core::ReferenceResult reference_impl(const LinformerProblem& p, bool plain) {
   const DType dt = p.q.dtype;
   const core::Rounding<T> rnd{dt, plain};
-  core::ReferenceResult r = core::zero_result(p.B, p.H, p.N, p.M, p.Dv);
+  core::ReferenceResult r = core::zero_result(p.B, p.H, p.N, p.M, p.Dv, p.stats_topk);
   r.lse.assign(static_cast<size_t>(p.B * p.H * p.N), 0.0);
   std::vector<T> kp(static_cast<size_t>(p.K * p.D)), vp(static_cast<size_t>(p.K * p.Dv)), s(static_cast<size_t>(p.K));
   for (int64_t b = 0; b < p.B; ++b)
@@ -128,7 +128,7 @@ core::ReferenceResult reference_impl(const LinformerProblem& p, bool plain) {
           const size_t at = static_cast<size_t>((b * p.H + h) * p.N + i);
           core::reference_softmax_row(
               s, nullptr, p.Dv, rnd, [&](int64_t row, int64_t c) { return vp[static_cast<size_t>(row * p.Dv + c)]; },
-              r.lse[at], nullptr, &r.out[at * p.Dv]);
+              r.lse[at], nullptr, &r.out[at * p.Dv], r.stats_of(b, h, i), p.stats_topk);
         }
     }
   return r;
@@ -142,7 +142,7 @@ void run_reference(const LinformerProblem& p, const core::Outputs& o, const core
 
 const std::vector<core::Form<LinformerProblem>>& LinformerFamily::forms() {
   static const std::vector<core::Form<LinformerProblem>> list = {
-      {"projected", "K' = E K, V' = F V in float32, then the softmax forms on the k rows", core::refuse_nothing<LinformerProblem>,
+      {"projected", "K' = E K, V' = F V in float32, then the softmax forms on the k rows", core::refuse_stats<LinformerProblem>,
        run_projected},
       {"reference", "float64 projections and softmax (slow, exact)", core::refuse_nothing<LinformerProblem>,
        run_reference},

@@ -143,7 +143,7 @@ core::ReferenceResult reference_impl(const DcaProblem& dp, bool plain) {
   const exact::Problem& p = dp;
   const Rope rope = rope_of(dp.dca);
   const core::Rounding<T> rnd{p.q.dtype, plain};
-  core::ReferenceResult r = core::zero_result(p.B, p.H, p.N, p.M, p.Dv);
+  core::ReferenceResult r = core::zero_result(p.B, p.H, p.N, p.M, p.Dv, p.stats_topk);
   r.lse.assign(static_cast<size_t>(p.B * p.H * p.N), -std::numeric_limits<double>::infinity());
   r.probs.assign(static_cast<size_t>(p.B * p.H * p.N * p.M), 0.0);
   std::vector<double> kr(static_cast<size_t>(p.M * p.D)), qr(static_cast<size_t>(3 * p.D));
@@ -168,7 +168,7 @@ core::ReferenceResult reference_impl(const DcaProblem& dp, bool plain) {
         const size_t at = static_cast<size_t>((b * p.H + h) * p.N + i);
         core::reference_softmax_row(
             s, vis.data(), p.Dv, rnd, [&](int64_t j, int64_t c) { return static_cast<T>(p.v.at(b, hk, j, c)); },
-            r.lse[at], &r.probs[at * p.M], &r.out[at * p.Dv]);
+            r.lse[at], &r.probs[at * p.M], &r.out[at * p.Dv], r.stats_of(b, h, i), p.stats_topk);
       }
     }
   return r;
@@ -183,7 +183,7 @@ void run_reference(const DcaProblem& p, const core::Outputs& o, const core::Cont
 const std::vector<core::Form<DcaProblem>>& DcaFamily::forms() {
   static const std::vector<core::Form<DcaProblem>> list = {
       {"parts", "intra-, successive- and inter-chunk attention on the softmax forms, merged by LSE",
-       core::refuse_probs<DcaProblem>, run_parts},
+       core::refuse_probs_and_stats<DcaProblem>, run_parts},
       {"reference", "float64, each pair's remapped position, one softmax (slow, exact)",
        core::refuse_nothing<DcaProblem>, run_reference},
   };

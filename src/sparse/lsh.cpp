@@ -249,7 +249,7 @@ template <class T>
 core::ReferenceResult reference_impl(const LshProblem& p, bool plain) {
   const DType dt = p.q.dtype;
   const core::Rounding<T> rnd{dt, plain};
-  core::ReferenceResult r = core::zero_result(p.B, p.H, p.N, p.M, p.Dv);
+  core::ReferenceResult r = core::zero_result(p.B, p.H, p.N, p.M, p.Dv, p.stats_topk);
   r.lse.assign(static_cast<size_t>(p.B * p.H * p.N), -std::numeric_limits<double>::infinity());
   r.probs.assign(static_cast<size_t>(p.B * p.H * p.N * p.M), 0.0);
   std::vector<uint8_t> vis(static_cast<size_t>(p.M));
@@ -277,7 +277,7 @@ core::ReferenceResult reference_impl(const LshProblem& p, bool plain) {
         const size_t at = static_cast<size_t>((b * p.H + h) * p.N + i);
         core::reference_softmax_row(
             s, vis.data(), p.Dv, rnd, [&](int64_t j, int64_t c) { return static_cast<T>(p.v.at(b, hk, j, c)); },
-            r.lse[at], &r.probs[at * p.M], &r.out[at * p.Dv]);
+            r.lse[at], &r.probs[at * p.M], &r.out[at * p.Dv], r.stats_of(b, h, i), p.stats_topk);
       }
     }
   return r;
@@ -292,7 +292,7 @@ void run_reference(const LshProblem& p, const core::Outputs& o, const core::Cont
 const std::vector<core::Form<LshProblem>>& LshFamily::forms() {
   static const std::vector<core::Form<LshProblem>> list = {
       {"chunked", "per round: hash, sort, each sorted chunk against itself and the previous one; rounds merged",
-       core::refuse_probs<LshProblem>, run_chunked},
+       core::refuse_probs_and_stats<LshProblem>, run_chunked},
       {"reference", "the rounds' union as a dense mask, float64 softmax (slow, exact)",
        core::refuse_nothing<LshProblem>, run_reference},
   };
