@@ -24,6 +24,14 @@ constexpr int kLaneGroup = 16;
 // Block-quantized weight rows (ggml's layouts: blocks of 32 values, see model/ggml_blocks.hpp).
 enum class BlockQuant : uint8_t { q4_0, q4_1, q8_0 };
 
+// The running summary of one row of direct weights (weight_row_stats): c the largest |a| so far
+// (0: none yet), a1 = sum u, a2 = sum u^2, e = sum u log u with u = |a| / c; signs seen; thr the
+// caller's top-k threshold in |a| (candidates are values above it).
+struct WeightRowAcc {
+  float c = 0, a1 = 0, a2 = 0, e = 0, thr = 0;
+  bool neg = false, pos = false, nan = false;
+};
+
 struct TileKernels {
   Isa isa;
   // St[j][i] = sum_c K[j][c] * Qt[c][i]   for j < bc, lo <= i < hi; K row j at k + j*k_stride.
@@ -32,6 +40,21 @@ struct TileKernels {
   //   m_new = max(m, max_j St[j]); alpha = exp(m - m_new); l = alpha*l + sum_j Pt[j]; m = m_new.
   // A lane whose m_new is -inf uses 0 as its base, so it yields p = 0, alpha = 0, never NaN.
   void (*softmax_update)(float* st, int64_t bc, float* m, float* l, float* alpha, int lo, int hi);
+  // softmax_update plus the row statistics of the new probabilities, per lane i in [lo, hi):
+  // with base the same as softmax_update's (m_new, or 0 when m_new is -inf), x = St - base,
+  // p = exp(x) (the value stored into St), xc = max(x, -87.3f), pz = (x < -43.6f ? 0 : p):
+  //   a2[i] = alpha^2 * a2[i] + sum_j pz*pz
+  //   e[i]  = (l_old[i] == 0 ? 0 : alpha * (e[i] + l_old[i] * (m_old - base)))  +  sum_j p * xc
+  //   cnt[i] = number of j with St[j][i] > -inf   (written, not accumulated: this call's count)
+  // St, m, l and alpha are bitwise identical to softmax_update's (one template body with a
+  // `bool Stats` parameter, so the plain path does not change at all). alpha^2 is taken as 0
+  // when m_old - base < -43.6 (alpha < 1.2e-19), so it is never denormal: the part lost is
+  // < 1.4e-38 of the old a2, against the new a2 >= 1 (the new maximum has pz = 1).
+  // a2, e, cnt are 64-byte aligned like m; lanes outside [lo, hi) are untouched.
+  void (*softmax_update_stats)(float* st, int64_t bc, float* m, float* l, float* alpha, float* a2, float* e,
+                               float* cnt, int lo, int hi);
+  // bits[j] bit i (for lo <= i < hi) = St[j][i] > thr[i], for j < bc; bits outside [lo, hi) are 0.
+  void (*above_bits)(const float* st, int64_t bc, const float* thr, int lo, int hi, uint64_t* bits);
   // Ot[c][i] = alpha[i]*Ot[c][i] + sum_j V[j][c] * Pt[j][i]   for c < dv, lo <= i < hi; V row j
   // at v + j*v_stride.
   void (*pv)(const float* pt, int64_t bc, const float* v, int64_t v_stride, int64_t dv, float* ot,
@@ -47,6 +70,11 @@ struct TileKernels {
   void (*axpy_rows)(const float* p, int64_t R, const void* v, DType vt, int64_t dv, float* acc);
   // x[i] = exp(x[i] - sub) for i < n; returns the sum of the results.
   float (*exp_shift_sum)(float* x, int64_t n, float sub);
+  // exp_shift_sum with statistics (the rows/decode form), unaligned x, any n:
+  //   x[i] = p = exp(x[i] - sub); out[0] = sum p, out[1] = sum pz*pz, out[2] = sum p * xc,
+  //   out[3] = count of x[i] > -inf (before the exp), with xc, pz defined from x[i] - sub as in
+  //   softmax_update_stats. out[0] equals exp_shift_sum's return value bitwise (shared body).
+  void (*exp_shift_stats)(float* x, int64_t n, float sub, float* out);
   // dst[c * stride] = src[c] rounded to `dtype` (nearest even) for c < n.
   void (*from_float)(const float* src, DType dtype, int64_t stride, int64_t n, void* dst);
   // Between float32 rows and lane-major tiles (transposes, with a per-query factor):
@@ -62,6 +90,19 @@ struct TileKernels {
                int64_t ldb, float* c, int64_t ldc, bool accumulate);
   // x[i] = max(x[i] * scale + bias, 0)^2 * mul for i < n (squared-ReLU weights).
   void (*relu2_rows)(float* x, int64_t n, float scale, float bias, float mul);
+  // Direct (non-softmax) weight rows, e.g. relu^2 or linear attention rows, streamed in pieces
+  // into one WeightRowAcc. For the n values a[0..n) (unaligned, any n):
+  //   pass 1: c_new = max(acc.c, max_j |a_j|); if c_new > acc.c > 0 rescale: r = acc.c / c_new,
+  //           a1 *= r, a2 *= r*r, e = r * (e + a1_old * log(r)); set acc.neg |= any a_j < 0,
+  //           acc.pos |= any a_j > 0 (NaN: set acc.nan = true); acc.c = c_new.
+  //   pass 2 (if acc.c > 0): u = |a_j| * (1 / acc.c) (a multiply by the rounded reciprocal, not
+  //           a division: u is within 1 ulp of |a_j| / c, the max may give 1 +- 1 ulp):
+  //           a1 += u, a2 += u*u, e += (u > 0 ? u * log(u) : 0);
+  //           cand bit j (word j/64, bit j%64) = |a_j| > acc.thr; cand has (n+63)/64 words, all
+  //           written (also when acc.c is 0).
+  // NaN values are left out of c but make a1 and a2 NaN; a +-inf value makes c inf and the sums
+  // NaN. Either way the row is degenerate (the caller reports NaN).
+  void (*weight_row_stats)(const float* a, int64_t n, WeightRowAcc& acc, uint64_t* cand);
   // Decode-shaped blocks of keys given by row addresses (paged or not; unit inner stride, `kt`):
   // s[r * lds + j] = q[r] . K_j for r < R, j < n (q: R rows of d floats), register-blocked over
   // rows, each key row read once for up to 4 query rows. `next` (null, or n addresses of rows of

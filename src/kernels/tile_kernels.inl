@@ -112,7 +112,20 @@ void qk(const float* qt, int64_t d, const float* k, int64_t k_stride, int64_t bc
 }
 
 // ---- online softmax, down the rows of St ----------------------------------------------------
-void softmax_update(float* st, int64_t bc, float* m, float* l, float* alpha, int lo, int hi) {
+// The statistics terms of a vector of probabilities p = exp(x) (x = score - base <= 0):
+// t += p * max(x, -87.3) and q += pz * pz with pz = (x < -43.6 ? 0 : p). The clamps keep every
+// product normal (p >= e^-87.3 > FLT_MIN where it is not 0, pz^2 >= e^-87.2) and turn a masked
+// score (x = -inf, p = 0) into 0 * -87.3 instead of 0 * -inf = NaN.
+inline void stat_terms(Vec x, Vec p, Vec& q, Vec& t) {
+  const Vec pz = Vec::select_lt(x, Vec::set1(-43.6f), Vec::zero(), p);
+  q = Vec::fma(pz, pz, q);
+  t = Vec::fma(p, Vec::max(x, Vec::set1(-87.3f)), t);
+}
+
+// One body for softmax_update (Stats = false: exactly the plain step) and softmax_update_stats.
+template <bool Stats>
+inline void softmax_update_t(float* st, int64_t bc, float* m, float* l, float* alpha, [[maybe_unused]] float* a2,
+                             [[maybe_unused]] float* e, [[maybe_unused]] float* cnt, int lo, int hi) {
   const Vec neg_inf = Vec::set1(-__builtin_inff());
   for (int g = lo; g < hi; g += Vec::W) {
     const Vec m_old = Vec::load(m + g);
@@ -121,14 +134,49 @@ void softmax_update(float* st, int64_t bc, float* m, float* l, float* alpha, int
     const Vec base = Vec::select_eq(mx, neg_inf, Vec::zero(), mx);
     const Vec a = vexp(m_old - base);
     Vec sum = Vec::zero();
+    [[maybe_unused]] Vec q = Vec::zero(), t = Vec::zero(), c = Vec::zero();
     for (int64_t j = 0; j < bc; ++j) {
-      const Vec p = vexp(Vec::load(st + j * kLanes + g) - base);
+      const Vec s = Vec::load(st + j * kLanes + g);
+      const Vec x = s - base;
+      const Vec p = vexp(x);
       p.store(st + j * kLanes + g);
       sum = sum + p;
+      if constexpr (Stats) {
+        stat_terms(x, p, q, t);
+        c = c + Vec::select_lt(neg_inf, s, Vec::set1(1.0f), Vec::zero());
+      }
     }
-    Vec::fma(Vec::load(l + g), a, sum).store(l + g);
+    const Vec l_old = Vec::load(l + g);
+    Vec::fma(l_old, a, sum).store(l + g);
     mx.store(m + g);
     a.store(alpha + g);
+    if constexpr (Stats) {
+      const Vec shift = m_old - base;  // <= 0; -inf when the lane had no term yet (then l_old = 0)
+      const Vec az = Vec::select_lt(shift, Vec::set1(-43.6f), Vec::zero(), a);  // alpha^2 never denormal
+      Vec::fma(az * az, Vec::load(a2 + g), q).store(a2 + g);
+      const Vec old = a * Vec::fma(l_old, shift, Vec::load(e + g));  // NaN when l_old = 0: not picked
+      (Vec::select_eq(l_old, Vec::zero(), Vec::zero(), old) + t).store(e + g);
+      c.store(cnt + g);
+    }
+  }
+}
+
+void softmax_update(float* st, int64_t bc, float* m, float* l, float* alpha, int lo, int hi) {
+  softmax_update_t<false>(st, bc, m, l, alpha, nullptr, nullptr, nullptr, lo, hi);
+}
+
+void softmax_update_stats(float* st, int64_t bc, float* m, float* l, float* alpha, float* a2, float* e, float* cnt,
+                          int lo, int hi) {
+  softmax_update_t<true>(st, bc, m, l, alpha, a2, e, cnt, lo, hi);
+}
+
+// bits[j] bit i = St[j][i] > thr[i] for lo <= i < hi (the other bits 0), j < bc.
+void above_bits(const float* st, int64_t bc, const float* thr, int lo, int hi, uint64_t* bits) {
+  for (int64_t j = 0; j < bc; ++j) {
+    uint64_t w = 0;
+    for (int g = lo; g < hi; g += Vec::W)
+      w |= static_cast<uint64_t>(Vec::gt_bits(Vec::load(st + j * kLanes + g), Vec::load(thr + g))) << g;
+    bits[j] = w;
   }
 }
 
@@ -458,19 +506,46 @@ void unpack_ot(const float* ot, int64_t dv, const float* inv, int n, float* out,
   }
 }
 
-float exp_shift_sum(float* x, int64_t n, float sub) {
+// One body for exp_shift_sum (Stats = false) and exp_shift_stats: out[0..3] = sum p, sum pz^2,
+// sum p * xc, count of x > -inf. The tail past the last whole vector uses expf (as it always has).
+template <bool Stats>
+inline float exp_shift_t(float* x, int64_t n, float sub, [[maybe_unused]] float* out) {
   const Vec s = Vec::set1(sub);
   Vec acc = Vec::zero();
+  [[maybe_unused]] const Vec neg_inf = Vec::set1(-__builtin_inff());
+  [[maybe_unused]] Vec q = Vec::zero(), t = Vec::zero(), c = Vec::zero();
   int64_t i = 0;
   for (; i + Vec::W <= n; i += Vec::W) {
-    const Vec e = vexp(Vec::loadu(x + i) - s);
+    const Vec v = Vec::loadu(x + i);
+    const Vec y = v - s;
+    const Vec e = vexp(y);
     e.storeu(x + i);
     acc = acc + e;
+    if constexpr (Stats) {
+      stat_terms(y, e, q, t);
+      c = c + Vec::select_lt(neg_inf, v, Vec::set1(1.0f), Vec::zero());
+    }
   }
   float total = acc.reduce_add();
-  for (; i < n; ++i) total += (x[i] = expf(x[i] - sub));
+  [[maybe_unused]] float tq = 0, tt = 0, tc = 0;
+  if constexpr (Stats) tq = q.reduce_add(), tt = t.reduce_add(), tc = c.reduce_add();
+  for (; i < n; ++i) {
+    [[maybe_unused]] const float v = x[i], y = v - sub;
+    total += (x[i] = expf(x[i] - sub));
+    if constexpr (Stats) {
+      const float p = x[i], pz = y < -43.6f ? 0.0f : p;
+      tq += pz * pz;
+      tt += p * std::max(y, -87.3f);  // NaN y: p is NaN already
+      tc += v > -__builtin_inff() ? 1.0f : 0.0f;
+    }
+  }
+  if constexpr (Stats) out[0] = total, out[1] = tq, out[2] = tt, out[3] = tc;
   return total;
 }
+
+float exp_shift_sum(float* x, int64_t n, float sub) { return exp_shift_t<false>(x, n, sub, nullptr); }
+
+void exp_shift_stats(float* x, int64_t n, float sub, float* out) { exp_shift_t<true>(x, n, sub, out); }
 
 // ---- small matrix products (linear attention's chunks and states) ------------------------------
 // A micro-tile: R rows of C times V vectors of columns, the k-loop broadcasting A's elements and
@@ -545,23 +620,128 @@ void relu2_rows(float* x, int64_t n, float scale, float bias, float mul) {
   }
 }
 
+// ---- streamed statistics of direct weight rows ---------------------------------------------------
+#ifndef ATTN_PORTABLE_MATH
+// log(x) for positive finite x, denormals included: x = m 2^k with m in [sqrt(1/2), sqrt(2)),
+// log(x) = k ln 2 + log1p(f), f = m - 1 (exact), log1p(f) = f - f^2/2 + f^3 P(f) with P a
+// degree-7 Chebyshev fit of (log1p(f) - f + f^2/2) / f^3 on [sqrt(1/2) - 1, sqrt(2) - 1] (fit
+// error 2e-8 relative to log1p with the float coefficients), ln 2 split in two so k ln2_hi is exact.
+// Measured (TileKernels.VlogAccuracy, x in [1e-38, 1] and denormals): x vlog(x) within 1.2e-7
+// relative of x log x, the rounding of that product included (std::log there: 1.3e-7).
+// vlog(0) is not defined (-inf or about -104 depending on the ISA): callers mask x = 0.
+inline Vec vlog(Vec x) {
+  const Vec tiny = Vec::set1(0x1p-126f);  // below: scale by 2^23 first (the AVX2 bit split needs a normal)
+  const Vec xs = Vec::select_lt(x, tiny, x * Vec::set1(0x1p23f), x);
+  Vec k = Vec::exponent(xs) - Vec::select_lt(x, tiny, Vec::set1(23.0f), Vec::zero());
+  Vec m = Vec::mantissa(xs);
+  const Vec sqrt2 = Vec::set1(1.41421356f);
+  k = Vec::select_lt(sqrt2, m, k + Vec::set1(1.0f), k);
+  m = Vec::select_lt(sqrt2, m, m * Vec::set1(0.5f), m);
+  const Vec f = m - Vec::set1(1.0f);
+  Vec p = Vec::set1(-7.902743667e-02f);
+  p = Vec::fma(p, f, Vec::set1(1.262231916e-01f));
+  p = Vec::fma(p, f, Vec::set1(-1.299818307e-01f));
+  p = Vec::fma(p, f, Vec::set1(1.421449631e-01f));
+  p = Vec::fma(p, f, Vec::set1(-1.664128155e-01f));
+  p = Vec::fma(p, f, Vec::set1(2.000104487e-01f));
+  p = Vec::fma(p, f, Vec::set1(-2.500030696e-01f));
+  p = Vec::fma(p, f, Vec::set1(3.333333135e-01f));
+  const Vec r = Vec::fma(p, f, Vec::set1(-0.5f)) * (f * f);  // f^2 (f P - 1/2)
+  const Vec y = Vec::fma(k, Vec::set1(-2.12194440e-4f), f + r);
+  return Vec::fma(k, Vec::set1(0.693359375f), y);
+}
+#endif
+
+// See kernel_table.hpp. Pass 1 keeps the running min and max of the values (NaN is skipped by
+// max/min with the accumulator second), pass 2 adds the terms relative to the final c.
+void weight_row_stats(const float* a, int64_t n, WeightRowAcc& acc, uint64_t* cand) {
+  Vec lo = Vec::zero(), hi = Vec::zero();
+  uint32_t nan = 0;
+  int64_t i = 0;
+  for (; i + Vec::W <= n; i += Vec::W) {
+    const Vec v = Vec::loadu(a + i);
+    lo = Vec::min(v, lo);
+    hi = Vec::max(v, hi);
+    nan |= Vec::nan_bits(v);
+  }
+  float mn = -(Vec::zero() - lo).reduce_max(), mx = hi.reduce_max();
+  for (; i < n; ++i) {
+    const float v = a[i];
+    if (v < mn) mn = v;
+    if (v > mx) mx = v;
+    if (v != v) nan = 1;
+  }
+  acc.neg |= mn < 0;
+  acc.pos |= mx > 0;
+  acc.nan |= nan != 0;
+  const float c_new = std::max(acc.c, std::max(-mn, mx));
+  if (c_new > acc.c && acc.c > 0) {
+    const float r = acc.c / c_new;
+    acc.e = r * (acc.e + acc.a1 * std::log(r));
+    acc.a1 *= r;
+    acc.a2 *= r * r;
+  }
+  acc.c = c_new;
+
+  const bool stats = acc.c > 0;
+  const float inv_s = stats ? 1.0f / acc.c : 0.0f;
+  const Vec inv = Vec::set1(inv_s), thr = Vec::set1(acc.thr), zero = Vec::zero();
+  Vec s1 = zero, s2 = zero, se = zero;
+  float t1 = 0, t2 = 0, te = 0;
+  for (int64_t w0 = 0; w0 < n; w0 += 64) {  // one word of candidate bits (64 is a multiple of W)
+    const int64_t end = std::min(n, w0 + 64);
+    uint64_t word = 0;
+    int64_t j = w0;
+    for (; j + Vec::W <= end; j += Vec::W) {
+      const Vec v = Vec::abs(Vec::loadu(a + j));
+      word |= static_cast<uint64_t>(Vec::gt_bits(v, thr)) << (j - w0);
+      if (stats) {
+        const Vec u = v * inv;
+        s1 = s1 + u;
+        s2 = Vec::fma(u, u, s2);
+        se = se + Vec::select_lt(zero, u, u * vlog(u), zero);
+      }
+    }
+    for (; j < end; ++j) {  // the last few values of the row
+      const float v = std::fabs(a[j]);
+      word |= static_cast<uint64_t>(v > acc.thr) << (j - w0);
+      if (stats) {
+        const float u = v * inv_s;
+        t1 += u;
+        t2 += u * u;
+        te += u > 0 ? u * std::log(u) : 0.0f;
+      }
+    }
+    cand[w0 / 64] = word;
+  }
+  if (stats) {
+    acc.a1 += s1.reduce_add() + t1;
+    acc.a2 += s2.reduce_add() + t2;
+    acc.e += se.reduce_add() + te;
+  }
+}
+
 #include "kernels/block_quant_kernels.inl"
 
 inline const TileKernels& table(Isa isa) {
   static const TileKernels t{.isa = isa,
                              .qk = qk,
                              .softmax_update = softmax_update,
+                             .softmax_update_stats = softmax_update_stats,
+                             .above_bits = above_bits,
                              .pv = pv,
                              .softcap = softcap,
                              .exp_rows = exp_rows,
                              .to_float = to_float,
                              .axpy_rows = axpy_rows,
                              .exp_shift_sum = exp_shift_sum,
+                             .exp_shift_stats = exp_shift_stats,
                              .from_float = from_float,
                              .pack_qt = pack_qt,
                              .unpack_ot = unpack_ot,
                              .gemm = gemm,
                              .relu2_rows = relu2_rows,
+                             .weight_row_stats = weight_row_stats,
                              .qk_rows = qk_rows,
                              .pv_rows = pv_rows,
                              .qdot_rows = qdot_rows,

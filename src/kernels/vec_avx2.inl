@@ -59,6 +59,24 @@ struct Vec {
   static Vec select_lt(Vec x, Vec y, Vec a, Vec b) {
     return {_mm256_blendv_ps(b.v, a.v, _mm256_cmp_ps(x.v, y.v, _CMP_LT_OQ))};
   }
+  // gt_bits: bit k set where a[k] > b[k] (false when either is NaN); nan_bits: where a[k] is NaN.
+  static uint32_t gt_bits(Vec a, Vec b) { return static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(a.v, b.v, _CMP_GT_OQ))); }
+  static uint32_t nan_bits(Vec a) { return static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(a.v, a.v, _CMP_UNORD_Q))); }
+  float reduce_max() const {
+    const __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 t = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_max_ss(t, _mm_movehdup_ps(t)));
+  }
+  // x = mantissa(x) * 2^exponent(x) with mantissa in [1, 2), for positive normal x only (read
+  // from the bit pattern: denormals, 0, inf and NaN give meaningless values).
+  static Vec exponent(Vec x) {
+    const __m256i e = _mm256_srli_epi32(_mm256_castps_si256(x.v), 23);
+    return {_mm256_cvtepi32_ps(_mm256_sub_epi32(e, _mm256_set1_epi32(127)))};
+  }
+  static Vec mantissa(Vec x) {
+    const __m256i m = _mm256_and_si256(_mm256_castps_si256(x.v), _mm256_set1_epi32(0x007fffff));
+    return {_mm256_castsi256_ps(_mm256_or_si256(m, _mm256_set1_epi32(0x3f800000)))};
+  }
   static Vec round(Vec a) { return {_mm256_round_ps(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)}; }
   // p * 2^n for integral n in [-127, 128]: 2^-127 builds as +0, 2^128 as +inf.
   static Vec ldexp(Vec p, Vec n) {

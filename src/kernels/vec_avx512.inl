@@ -62,6 +62,14 @@ struct Vec {
   static Vec select_lt(Vec x, Vec y, Vec a, Vec b) {
     return {_mm512_mask_blend_ps(_mm512_cmp_ps_mask(x.v, y.v, _CMP_LT_OQ), b.v, a.v)};
   }
+  // gt_bits: bit k set where a[k] > b[k] (false when either is NaN); nan_bits: where a[k] is NaN.
+  static uint32_t gt_bits(Vec a, Vec b) { return _mm512_cmp_ps_mask(a.v, b.v, _CMP_GT_OQ); }
+  static uint32_t nan_bits(Vec a) { return _mm512_cmp_ps_mask(a.v, a.v, _CMP_UNORD_Q); }
+  float reduce_max() const { return _mm512_reduce_max_ps(v); }
+  // x = mantissa(x) * 2^exponent(x) with mantissa in [1, 2), for positive finite x (getexp and
+  // getmant handle denormals too; 0 gives exponent -inf).
+  static Vec exponent(Vec x) { return {_mm512_getexp_ps(x.v)}; }
+  static Vec mantissa(Vec x) { return {_mm512_getmant_ps(x.v, _MM_MANT_NORM_1_2, _MM_MANT_SIGN_zero)}; }
   static Vec round(Vec a) { return {_mm512_roundscale_ps(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)}; }
   // p * 2^n for integral n (n clamped by the caller); exact, handles underflow to 0.
   static Vec ldexp(Vec p, Vec n) { return {_mm512_scalef_ps(p.v, n.v)}; }

@@ -1,5 +1,5 @@
 // One float "lane": plain C++ that any compiler and CPU runs. Included inside an ISA
-// namespace by tile_kernels_isa.cpp. exp and tanh come from <cmath> (accurate).
+// namespace by tile_kernels_isa.cpp. exp, tanh and log come from <cmath> (accurate).
 struct Vec {
   static constexpr int W = 1;
   static constexpr int MR = 4;
@@ -31,13 +31,21 @@ struct Vec {
   friend Vec operator/(Vec a, Vec b) { return {a.v / b.v}; }
   static Vec fma(Vec a, Vec b, Vec c) { return {a.v * b.v + c.v}; }
   static Vec max(Vec a, Vec b) { return {(b.v != b.v) ? b.v : (a.v > b.v ? a.v : b.v)}; }
+  static Vec min(Vec a, Vec b) { return {(b.v != b.v) ? b.v : (a.v < b.v ? a.v : b.v)}; }
+  static Vec abs(Vec a) { return {std::fabs(a.v)}; }
   static Vec select_eq(Vec x, Vec y, Vec a, Vec b) { return x.v == y.v ? a : b; }
+  static Vec select_lt(Vec x, Vec y, Vec a, Vec b) { return x.v < y.v ? a : b; }
+  // gt_bits: bit k set where a[k] > b[k] (false for NaN); nan_bits: bit k set where a[k] is NaN.
+  static uint32_t gt_bits(Vec a, Vec b) { return a.v > b.v; }
+  static uint32_t nan_bits(Vec a) { return a.v != a.v; }
+  float reduce_max() const { return v; }
   static void transpose(Vec*) {}  // 1 x 1
 };
 
 #define ATTN_PORTABLE_MATH 1
 inline Vec vexp(Vec x) { return {std::exp(x.v)}; }
 inline Vec vtanh(Vec x) { return {std::tanh(x.v)}; }
+inline Vec vlog(Vec x) { return {std::log(x.v)}; }
 
 inline void to_float_unit(const void* src, DType dtype, int64_t n, float* dst) {
   for (int64_t c = 0; c < n; ++c) dst[c] = load_as_float(src, dtype, c);

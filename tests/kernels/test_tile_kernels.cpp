@@ -1,9 +1,12 @@
 // The tile primitives of every ISA against plain loops.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -213,6 +216,324 @@ TEST(TileKernels, SquaredReluRows) {
     for (size_t i = 0; i < x.size(); ++i) {
       const float r = std::max(x[i] * 0.5f + 0.75f, 0.0f);
       EXPECT_FLOAT_EQ(y[i], r * r * 0.1f) << isa_name(isa) << " " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attn::kernels
+
+// ---- streamed row statistics (docs/plans/streamed-statistics.md, step 2) ----------------------
+namespace attn::kernels {
+namespace {
+
+constexpr float kNegInf = -INFINITY;
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
+
+// |got - want| within rel of the sum of the terms' magnitudes plus an absolute floor.
+::testing::AssertionResult near_sum(double got, double want, double mag, double rel = 1e-5, double abs = 1e-6) {
+  if (std::abs(got - want) <= rel * mag + abs) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "got " << got << " want " << want << " (|terms| " << mag << ")";
+}
+
+// softmax_update_stats over a sequence of tiles: St, m, l, alpha bitwise as softmax_update's; a2, e
+// against double sums over every score seen so far relative to the final m; cnt exact; lanes
+// outside [lo, hi) untouched. Lanes: 0 mod 8 all -inf, 1 mod 8 -inf for the first calls, the rest
+// normal scores with masked keys, scores far below the max (x < -87 and x in the pz cut), and a
+// per-call offset so the maxima grow, stay and shrink.
+TEST(TileKernels, SoftmaxUpdateStatsMatchesPlainAndDouble) {
+  std::mt19937 rng(31);
+  std::normal_distribution<float> g(0.0f, 2.0f);
+  std::uniform_real_distribution<float> u01(0.0f, 1.0f);
+  const std::vector<std::pair<int, int>> ranges = {{0, 64}, {16, 48}, {48, 64}, {0, 16}, {32, 64}};
+  const std::vector<int64_t> bcs = {1, 5, 64, 17, 3, 64, 33, 2};
+  const std::vector<float> offsets = {0.0f, 3.0f, 3.0f, -2.0f, 12.0f, -40.0f, 1.0f, 60.0f};
+  constexpr float kSentinel = 12345.0f;
+  for (Isa isa : supported_isas())
+    for (auto [lo, hi] : ranges) {
+      const TileKernels& k = kernels_for(isa);
+      AlignedFloats st(64 * L), st2(64 * L), m(L), l(L), alpha(L), m2(L), l2(L), alpha2(L), a2(L), e(L), cnt(L);
+      for (int i = 0; i < L; ++i) {
+        const bool in = lo <= i && i < hi;
+        m.data()[i] = m2.data()[i] = in ? kNegInf : kSentinel;
+        l.data()[i] = l2.data()[i] = in ? 0.0f : kSentinel;
+        alpha.data()[i] = alpha2.data()[i] = kSentinel;
+        a2.data()[i] = in ? 0.0f : kSentinel;
+        e.data()[i] = in ? 0.0f : kSentinel;
+        cnt.data()[i] = kSentinel;
+      }
+      std::vector<std::vector<float>> seen(L);  // finite scores per lane so far
+      for (size_t call = 0; call < bcs.size(); ++call) {
+        const int64_t bc = bcs[call];
+        std::vector<int> want_cnt(L, 0);
+        for (int64_t j = 0; j < bc; ++j)
+          for (int i = 0; i < L; ++i) {
+            float s = g(rng) + offsets[call];
+            const float r = u01(rng);
+            if (i % 8 == 0 || (i % 8 == 1 && call < 3) || r < 0.15f) s = kNegInf;
+            else if (r < 0.25f) s = offsets[call] - 95.0f;  // x < -87: p = 0
+            else if (r < 0.32f) s = offsets[call] - 60.0f;  // in the pz cut: p > 0, pz = 0
+            st.data()[j * L + i] = st2.data()[j * L + i] = s;
+            if (lo <= i && i < hi && s > kNegInf) seen[i].push_back(s), ++want_cnt[i];
+          }
+        k.softmax_update(st2.data(), bc, m2.data(), l2.data(), alpha2.data(), lo, hi);
+        k.softmax_update_stats(st.data(), bc, m.data(), l.data(), alpha.data(), a2.data(), e.data(), cnt.data(), lo, hi);
+        const std::string at = isa_name(isa) + " lanes [" + std::to_string(lo) + "," + std::to_string(hi) + ") call " +
+                               std::to_string(call);
+        for (int i = lo; i < hi; ++i)
+          for (int64_t j = 0; j < bc; ++j)
+            ASSERT_TRUE(same_bits(st.data()[j * L + i], st2.data()[j * L + i])) << at << " St " << j << "," << i;
+        for (int i = 0; i < L; ++i) {
+          ASSERT_TRUE(same_bits(m.data()[i], m2.data()[i])) << at << " m lane " << i;
+          ASSERT_TRUE(same_bits(l.data()[i], l2.data()[i])) << at << " l lane " << i;
+          ASSERT_TRUE(same_bits(alpha.data()[i], alpha2.data()[i])) << at << " alpha lane " << i;
+          if (i < lo || i >= hi) {
+            ASSERT_EQ(a2.data()[i], kSentinel) << at << " lane " << i;
+            ASSERT_EQ(e.data()[i], kSentinel) << at << " lane " << i;
+            ASSERT_EQ(cnt.data()[i], kSentinel) << at << " lane " << i;
+            ASSERT_EQ(m.data()[i], kSentinel) << at << " lane " << i;
+            continue;
+          }
+          ASSERT_EQ(cnt.data()[i], static_cast<float>(want_cnt[i])) << at << " lane " << i;
+          if (seen[i].empty()) {  // no term yet: everything stays empty and finite
+            ASSERT_EQ(m.data()[i], kNegInf) << at << " lane " << i;
+            ASSERT_EQ(l.data()[i], 0.0f) << at << " lane " << i;
+            ASSERT_EQ(a2.data()[i], 0.0f) << at << " lane " << i;
+            ASSERT_EQ(e.data()[i], 0.0f) << at << " lane " << i;
+            continue;
+          }
+          const double mf = m.data()[i];
+          double q = 0, t = 0, sum = 0;
+          for (float s : seen[i]) {
+            const double x = s - mf, p = std::exp(x);
+            q += p * p, t += p * x, sum += p;
+          }
+          ASSERT_TRUE(near_sum(l.data()[i], sum, sum)) << at << " l lane " << i;
+          ASSERT_TRUE(near_sum(a2.data()[i], q, q)) << at << " a2 lane " << i;
+          ASSERT_TRUE(near_sum(e.data()[i], t, std::abs(t))) << at << " e lane " << i;
+        }
+      }
+    }
+}
+
+// One call from an empty state with whole -inf lanes and a first tile whose maximum is far below
+// a later one: alpha^2 underflows (the old a2 is dropped), e stays finite.
+TEST(TileKernels, SoftmaxUpdateStatsEmptyLanesAndHugeJumps) {
+  for (Isa isa : supported_isas()) {
+    const TileKernels& k = kernels_for(isa);
+    AlignedFloats st(2 * L), m(L), l(L), alpha(L), a2(L), e(L), cnt(L);
+    for (int i = 0; i < L; ++i) m.data()[i] = kNegInf;
+    for (int i = 0; i < L; ++i) st.data()[i] = i < 16 ? kNegInf : 0.0f, st.data()[L + i] = i < 16 ? kNegInf : -1.0f;
+    k.softmax_update_stats(st.data(), 2, m.data(), l.data(), alpha.data(), a2.data(), e.data(), cnt.data(), 0, 64);
+    for (int i = 0; i < L; ++i) {
+      if (i < 16) {
+        EXPECT_EQ(m.data()[i], kNegInf);
+        EXPECT_EQ(l.data()[i], 0.0f);
+        EXPECT_EQ(alpha.data()[i], 0.0f);
+        EXPECT_EQ(a2.data()[i], 0.0f);
+        EXPECT_EQ(e.data()[i], 0.0f);
+        EXPECT_EQ(cnt.data()[i], 0.0f);
+      } else {
+        EXPECT_NEAR(a2.data()[i], 1 + std::exp(-2.0), 1e-6) << isa_name(isa);
+        EXPECT_NEAR(e.data()[i], -std::exp(-1.0), 1e-6) << isa_name(isa);
+        EXPECT_EQ(cnt.data()[i], 2.0f);
+      }
+    }
+    // a new maximum 100 above: alpha = e^-100 -> 0, the old terms vanish
+    for (int i = 0; i < L; ++i) st.data()[i] = i < 16 ? kNegInf : 100.0f;
+    k.softmax_update_stats(st.data(), 1, m.data(), l.data(), alpha.data(), a2.data(), e.data(), cnt.data(), 0, 64);
+    for (int i = 16; i < L; ++i) {
+      EXPECT_EQ(a2.data()[i], 1.0f) << isa_name(isa);
+      EXPECT_TRUE(std::isfinite(e.data()[i]) && std::abs(e.data()[i]) < 1e-30f) << isa_name(isa) << " " << e.data()[i];
+      EXPECT_EQ(l.data()[i], 1.0f);
+    }
+    // a NaN score: softmax_update's St/m/l unchanged by stats; stats may be NaN in that lane only
+    for (int i = 0; i < L; ++i) st.data()[i] = i == 20 ? NAN : 99.0f;
+    k.softmax_update_stats(st.data(), 1, m.data(), l.data(), alpha.data(), a2.data(), e.data(), cnt.data(), 0, 64);
+    for (int i = 17; i < L; ++i)
+      if (i != 20) EXPECT_TRUE(std::isfinite(e.data()[i]) && std::isfinite(a2.data()[i])) << isa_name(isa) << " " << i;
+    EXPECT_EQ(cnt.data()[20], 0.0f);
+  }
+}
+
+TEST(TileKernels, AboveBitsMatchLoop) {
+  std::mt19937 rng(32);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::uniform_real_distribution<float> u01(0.0f, 1.0f);
+  const std::vector<std::pair<int, int>> ranges = {{0, 64}, {16, 48}, {48, 64}, {0, 16}, {16, 32}};
+  for (Isa isa : supported_isas())
+    for (int64_t bc : {1, 2, 7, 16, 33, 64})
+      for (auto [lo, hi] : ranges) {
+        const TileKernels& k = kernels_for(isa);
+        AlignedFloats st(bc * L), thr(L);
+        for (int i = 0; i < L; ++i) thr.data()[i] = i % 5 == 0 ? kNegInf : g(rng);
+        for (int64_t j = 0; j < bc; ++j)
+          for (int i = 0; i < L; ++i) {
+            const float r = u01(rng);
+            st.data()[j * L + i] = r < 0.1f ? kNegInf : r < 0.15f ? NAN : r < 0.2f ? thr.data()[i] : g(rng);
+          }
+        std::vector<uint64_t> bits(bc + 1, 0xdeadbeefdeadbeefull);
+        k.above_bits(st.data(), bc, thr.data(), lo, hi, bits.data());
+        for (int64_t j = 0; j < bc; ++j) {
+          uint64_t want = 0;
+          for (int i = lo; i < hi; ++i) want |= static_cast<uint64_t>(st.data()[j * L + i] > thr.data()[i]) << i;
+          ASSERT_EQ(bits[j], want) << isa_name(isa) << " bc " << bc << " [" << lo << "," << hi << ") j " << j;
+        }
+        ASSERT_EQ(bits[bc], 0xdeadbeefdeadbeefull) << "wrote past bc";
+      }
+}
+
+TEST(TileKernels, ExpShiftStatsMatchesSumAndDouble) {
+  std::mt19937 rng(33);
+  std::normal_distribution<float> g(0.0f, 3.0f);
+  std::uniform_real_distribution<float> u01(0.0f, 1.0f);
+  for (Isa isa : supported_isas())
+    for (int64_t n : {0, 1, 7, 8, 15, 16, 17, 33, 100, 1003})
+      for (float lift : {0.0f, 2.5f}) {
+        const TileKernels& k = kernels_for(isa);
+        std::vector<float> x(static_cast<size_t>(n) + 1);  // x.data() + 1: unaligned
+        float mx = kNegInf;
+        for (int64_t i = 1; i <= n; ++i) {
+          const float r = u01(rng);
+          x[i] = r < 0.15f ? kNegInf : r < 0.22f ? -100.0f : r < 0.28f ? -60.0f : g(rng);
+          mx = std::max(mx, x[i]);
+        }
+        if (n > 0 && mx == kNegInf) x[1] = mx = 0.5f;
+        const float sub = n == 0 ? 0.0f : mx + lift;
+        std::vector<float> y = x, z = x;
+        const float total = k.exp_shift_sum(y.data() + 1, n, sub);
+        float out[4] = {-1, -1, -1, -1};
+        k.exp_shift_stats(z.data() + 1, n, sub, out);
+        const std::string at = isa_name(isa) + " n " + std::to_string(n) + " lift " + std::to_string(lift);
+        ASSERT_TRUE(same_bits(out[0], total)) << at << ": " << out[0] << " vs " << total;
+        ASSERT_EQ(std::memcmp(y.data(), z.data(), y.size() * 4), 0) << at;
+        double q = 0, t = 0;
+        int cnt = 0;
+        for (int64_t i = 1; i <= n; ++i) {
+          if (x[i] == kNegInf) continue;
+          ++cnt;
+          const double d = static_cast<double>(x[i]) - sub, p = std::exp(d);
+          q += p * p, t += p * d;
+        }
+        EXPECT_EQ(out[3], static_cast<float>(cnt)) << at;
+        EXPECT_TRUE(near_sum(out[1], q, q)) << at << " a2";
+        EXPECT_TRUE(near_sum(out[2], t, std::abs(t))) << at << " e";
+      }
+}
+
+// A row of direct weights in random pieces: the first all zeros, then regions whose magnitude
+// grows and shrinks, signed or not; a1, a2, e against double sums relative to the final max;
+// candidate bits of each piece exact.
+TEST(TileKernels, WeightRowStatsInPiecesMatchesDouble) {
+  std::mt19937 rng(34);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::uniform_real_distribution<float> u01(0.0f, 1.0f);
+  for (Isa isa : supported_isas())
+    for (int64_t n : {0, 1, 2, 15, 16, 17, 63, 64, 65, 200, 1000, 4099})
+      for (int variant = 0; variant < 4; ++variant) {  // 0: >= 0, 1: signed, 2: signed + zeros, 3: a NaN
+        const TileKernels& k = kernels_for(isa);
+        std::vector<float> a(static_cast<size_t>(n));
+        const int64_t zeros = n / 7;  // a leading run of zeros
+        for (int64_t i = 0; i < n; ++i) {
+          const double pos = static_cast<double>(i) / std::max<int64_t>(n, 1);
+          const float scale = static_cast<float>(std::exp(6.0 * std::sin(9.0 * pos)));  // grows and shrinks
+          float v = i < zeros ? 0.0f : g(rng) * scale;
+          if (variant == 0) v = std::fabs(v) * std::fabs(v);
+          if (variant == 2 && u01(rng) < 0.3f) v = 0.0f;
+          a[i] = v;
+        }
+        if (variant == 3 && n > 0) a[n / 2] = NAN;
+        std::vector<float> mags(a.size());
+        for (size_t i = 0; i < a.size(); ++i) mags[i] = std::fabs(a[i]);
+        std::vector<float> sorted = mags;
+        std::sort(sorted.begin(), sorted.end());
+        WeightRowAcc acc;
+        acc.thr = n > 0 && variant != 3 ? sorted[static_cast<size_t>(n * 3 / 4)] : 0.0f;
+        const std::string at = isa_name(isa) + " n " + std::to_string(n) + " variant " + std::to_string(variant);
+        int64_t i0 = 0;
+        while (i0 < n || (n == 0 && i0 == 0)) {
+          int64_t len = i0 == 0 && zeros > 0 ? zeros : 1 + static_cast<int64_t>(u01(rng) * 150);
+          len = std::min(len, n - i0);
+          const int64_t words = (len + 63) / 64;
+          std::vector<uint64_t> cand(static_cast<size_t>(words) + 1, 0xabababababababab);
+          k.weight_row_stats(a.data() + i0, len, acc, cand.data());
+          for (int64_t w = 0; w < words; ++w) {
+            uint64_t want = 0;
+            for (int64_t j = w * 64; j < std::min(len, w * 64 + 64); ++j)
+              want |= static_cast<uint64_t>(mags[i0 + j] > acc.thr) << (j - w * 64);
+            ASSERT_EQ(cand[w], want) << at << " piece at " << i0 << " word " << w;
+          }
+          ASSERT_EQ(cand[words], 0xabababababababab) << at << " wrote past the words";
+          if (n == 0) break;
+          i0 += len;
+        }
+        bool neg = false, pos = false, nan = false;
+        float c = 0;
+        for (float v : a) {
+          neg |= v < 0, pos |= v > 0, nan |= std::isnan(v);
+          if (std::fabs(v) > c) c = std::fabs(v);
+        }
+        EXPECT_EQ(acc.neg, neg) << at;
+        EXPECT_EQ(acc.pos, pos) << at;
+        EXPECT_EQ(acc.nan, nan) << at;
+        EXPECT_EQ(acc.c, c) << at;
+        if (nan) {  // a NaN after a nonzero value makes the sums NaN (a row of NaN alone keeps c = 0)
+          if (c > 0) EXPECT_TRUE(std::isnan(acc.a1) && std::isnan(acc.a2)) << at;
+          continue;
+        }
+        double a1 = 0, a2 = 0, e = 0;
+        for (float v : a) {
+          const double u = std::fabs(static_cast<double>(v)) / c;
+          a1 += u, a2 += u * u, e += u > 0 ? u * std::log(u) : 0.0;
+        }
+        if (c == 0) {
+          EXPECT_EQ(acc.a1, 0.0f) << at;
+          EXPECT_EQ(acc.a2, 0.0f) << at;
+          EXPECT_EQ(acc.e, 0.0f) << at;
+          continue;
+        }
+        EXPECT_TRUE(near_sum(acc.a1, a1, a1)) << at << " a1";
+        EXPECT_TRUE(near_sum(acc.a2, a2, a2)) << at << " a2";
+        EXPECT_TRUE(near_sum(acc.e, e, std::abs(e))) << at << " e";
+      }
+}
+
+// vlog (inside weight_row_stats) against std::log: a row [1, x, 0, ...] of two vectors has
+// c = 1, u = x, and e = x * vlog(x) (the 1 contributes 1 * log 1 = 0, the zeros are masked), so
+// e / x measures vlog(x) up to the rounding of one product. A dense sweep of [1e-38, 1], values
+// just below 1, and denormals.
+TEST(TileKernels, VlogAccuracy) {
+  std::vector<float> xs;
+  for (int i = 0; i <= 200000; ++i) xs.push_back(static_cast<float>(std::exp(-87.5 * i / 200000.0)));  // 1 .. 1e-38
+  for (int i = 0; i <= 20000; ++i) xs.push_back(0.5f + 0.5f * static_cast<float>(i) / 20000.0f);
+  for (int i = 1; i <= 64; ++i) xs.push_back(1.0f - static_cast<float>(i) * 0x1p-24f);
+  for (float x = 0.7f; x < 0.72f; x = std::nextafter(x, 1.0f)) xs.push_back(x);  // around the sqrt(1/2) split
+  std::vector<float> denormals;
+  for (float x : {1e-39f, 5e-40f, 1e-41f, 1e-43f, 1.4e-45f}) denormals.push_back(x);
+  for (Isa isa : supported_isas()) {
+    const TileKernels& k = kernels_for(isa);
+    std::vector<float> row(64, 0.0f);
+    row[0] = 1.0f;
+    uint64_t cand[1];
+    double worst_rel = 0, worst_x = 0;
+    for (float x : xs) {
+      row[1] = x;
+      WeightRowAcc acc;
+      k.weight_row_stats(row.data(), 64, acc, cand);
+      const double got = static_cast<double>(acc.e) / x, want = std::log(static_cast<double>(x));
+      const double err = std::abs(got - want);
+      ASSERT_LE(err, 2e-7 * std::abs(want) + 1e-7 * std::abs(want) + 1e-9) << isa_name(isa) << " x " << x;
+      if (want != 0 && err / std::abs(want) > worst_rel) worst_rel = err / std::abs(want), worst_x = x;
+    }
+    std::printf("[ vlog     ] %s: worst |x vlog(x) - x log x| / |x log x| = %.3g at x = %.9g\n", isa_name(isa).c_str(),
+                worst_rel, worst_x);
+    for (float x : denormals) {  // the product x log x is denormal itself: checks the scale step only
+      row[1] = x;
+      WeightRowAcc acc;
+      k.weight_row_stats(row.data(), 64, acc, cand);
+      const double want = x * std::log(static_cast<double>(x));
+      EXPECT_NEAR(acc.e, want, std::abs(want) * 1e-3 + 3e-45) << isa_name(isa) << " x " << x;
     }
   }
 }
