@@ -690,6 +690,8 @@ def build(inputs=None, out_path: Union[str, os.PathLike] = "report.html", run=No
         sources, dirs_given = [], []
     else:
         sources = [str(s) for s in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)]
+        if run and sources and not Path(sources[0]).exists() and Path(sources[0]).suffix != ".json":
+            Path(sources[0]).mkdir(parents=True)  # where the runs go
         for s in sources:
             if not Path(s).exists():
                 raise FileNotFoundError(f"attn.report: --from {s}: no such file or directory")
