@@ -296,3 +296,14 @@ def test_attn_report_command(tmp_path):
     p = subprocess.run([str(cli_path()), "report", "--out", str(tmp_path / "x.html")], capture_output=True,
                        text=True, timeout=60, env=dict(os.environ, ATTN_PYTHON=str(tmp_path / "no-python")))
     assert p.returncode == 2 and "attn report runs the Python package" in p.stderr and "set ATTN_PYTHON" in p.stderr
+
+
+def test_checked_in_page_matches_the_checked_in_results(tmp_path, monkeypatch):
+    # docs/figures/concentration/report.html is the page of the results beside it, built from the
+    # repository's root with the default inputs
+    monkeypatch.chdir(ROOT)
+    attn.report.build(None, tmp_path / "report.html")
+    fresh = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert (CONCENTRATION / "report.html").read_text(encoding="utf-8") == fresh, \
+        "docs/figures/concentration/report.html is stale: rebuild it with " \
+        "`attn report --out docs/figures/concentration/report.html` from the repository's root"
