@@ -298,7 +298,7 @@ def needle_section(data) -> Tuple[str, List[str]]:
                      f"{pct(best['needle_weight'])}, {num(ratio, 2)}× less, and the linear rows have S = "
                      f"{num(min(s_lin))} to {num(max(s_lin))}, where 1 is perfectly even "
                      f"(no preference would be 1/n = {num(1 / n_hi)}).")
-    if soft and ("softmax", n_lo) in at:
+    if soft and ("softmax", n_lo) in at and soft["needle_weight"] < at[("softmax", n_lo)]["needle_weight"]:
         facts.append(f"Even softmax at its fixed scale loses a needle of fixed strength as the context grows: "
                      f"{pct(at[('softmax', n_lo)]['needle_weight'])} of the weight at n = {num(n_lo)}, "
                      f"{pct(soft['needle_weight'])} at n = {num(n_hi)}.")
@@ -314,7 +314,8 @@ def needle_section(data) -> Tuple[str, List[str]]:
         facts.append(f"In between, at n = {num(n_hi)}: {parts}.")
     for m in retention:
         facts.append(f"{m}: {pct(top[m]['needle_weight'])} of the weight on the needle with S = "
-                     f"{num(top[m]['sparsity'])}: the row is concentrated, on the most recent keys.")
+                     f"{num(top[m]['sparsity'])}: its decay weighs keys by how recent they are, so a far key "
+                     "fades however well it matches the query.")
     return html_table, facts
 
 
@@ -339,9 +340,11 @@ def scale_section(data) -> Tuple[str, List[str]]:
              f"From n = {num(lo)} to {num(hi)} the scaled row's S {trend(scaled)} "
              f"({num(at[(scaled, lo)]['sparsity'])} → {num(at[(scaled, hi)]['sparsity'])}) while the default's "
              f"{trend(base)} ({num(at[(base, lo)]['sparsity'])} → {num(at[(base, hi)]['sparsity'])}).",
-             f"Both still lose the needle as n grows ({pct(at[(scaled, lo)]['needle_weight'])} → {pct(ws)} scaled): "
-             "the log factor sharpens the random keys' scores as well as the needle's, so it slows the loss "
-             "rather than stopping it in this setting."]
+             ]
+    if ws < at[(scaled, lo)]["needle_weight"]:
+        facts.append(f"Both still lose the needle as n grows ({pct(at[(scaled, lo)]['needle_weight'])} → {pct(ws)} "
+                     "scaled): the log factor sharpens the random keys' scores as well as the needle's, so it slows "
+                     "the loss rather than stopping it in this setting.")
     return html_table, facts
 
 
@@ -376,17 +379,19 @@ def model_section(data) -> Tuple[str, List[str], Dict[str, List[Dict]]]:
         L = models[smol]
         first, rest = L[0], L[1:]
         keys = first["keys"]
-        facts.append(f"{smol} ({len(L)} layers, {keys} tokens, causal): the first layer spreads its rows "
-                     f"(S {num(first['sparsity'], 2)}, entropy {num(first['entropy'], 2)} nats of a possible "
-                     f"ln {keys} = {num(math.log(keys), 2)})" +
-                     (f"; the other layers are sharp, S {num(min(l['sparsity'] for l in rest), 2)} to "
-                      f"{num(max(l['sparsity'] for l in rest), 2)}, about {num(math.exp(min(l['entropy'] for l in rest)), 2)}"
-                      f" to {num(math.exp(max(l['entropy'] for l in rest)), 2)} effective keys (e^entropy)."
-                      if rest else "."))
+        text = (f"{smol} ({len(L)} layers, {keys} tokens, causal): the first layer has S {num(first['sparsity'], 2)} "
+                f"and entropy {num(first['entropy'], 2)} nats of a possible ln {keys} = {num(math.log(keys), 2)}")
+        if rest:
+            s_rest = [l["sparsity"] for l in rest]
+            k_rest = [math.exp(l["entropy"]) for l in rest]
+            text += ("; the other layers are sharper" if max(s_rest) < first["sparsity"] else "; the other layers have") + \
+                f": S {num(min(s_rest), 2)} to {num(max(s_rest), 2)}, about {num(min(k_rest), 2)} to " \
+                f"{num(max(k_rest), 2)} effective keys (e^entropy)"
+        facts.append(text + ".")
         heavy = [l for l in L if l["sink"] >= 1 / 3]
         top = max(L, key=lambda l: l["sink_max"])
         if heavy:
-            facts.append(f"Attention sinks: in {len(heavy)} of {len(L)} layers (from layer {heavy[0]['layer']} on) "
+            facts.append(f"Attention sinks: in {len(heavy)} of {len(L)} layers (the first of them layer {heavy[0]['layer']}) "
                          f"at least a third of each row's weight, on average over the heads, lands on the first 4 tokens "
                          f"(layer means {pct(min(l['sink'] for l in heavy), 2)} to {pct(max(l['sink'] for l in heavy), 2)}); "
                          f"head {top['sink_head']} of layer {top['layer']} puts {pct(top['sink_max'], 2)} there.")
@@ -716,6 +721,7 @@ def build(inputs=None, out_path: Union[str, os.PathLike] = "report.html", run=No
         if str(out_dir) not in sources:
             sources = [str(out_dir)] + sources
     page, state = render(found, sources)
+    Path(out_path).parent.mkdir(parents=True, exist_ok=True)
     write_atomic(out_path, page)
     return {"path": str(out_path), "bytes": len(page.encode("utf-8")), "sections": state}
 

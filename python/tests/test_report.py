@@ -148,7 +148,7 @@ def test_findings_numbers_come_from_the_json(checked_in_page):
     top = max(smol, key=lambda r: r["sink_mass"])
     assert f"head {top['head']} of layer {top['layer']} puts {attn.report.pct(top['sink_mass'], 2)} there" in text
     layer0 = [r["sparsity"] for r in smol if r["layer"] == 0]
-    assert f"S {attn.report.num(sum(layer0) / len(layer0), 2)}, entropy" in text
+    assert f"the first layer has S {attn.report.num(sum(layer0) / len(layer0), 2)} and entropy" in text
     ppl = {r["mechanism"]: r["perplexity"] for r in json.loads((FIGURES / "eval_ppl_smollm2.json").read_text())["rows"]}
     assert f"exact {attn.report.num(ppl['softmax:causal'], 4)}" in text
     curves = json.loads((CONCENTRATION / "curves.json").read_text())
