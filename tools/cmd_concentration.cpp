@@ -2,17 +2,10 @@
 // matplotlib, so they live in the Python package (attn.experiments); this command runs them with
 // the Python that has attn installed (ATTN_PYTHON, else .venv/bin/python beside the working
 // directory, else python3), passing its arguments through.
-#include <fmt/core.h>
-
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdlib>
-#include <cstring>
 #include <string>
-#include <vector>
 
 #include "commands.hpp"
+#include "python_exec.hpp"
 
 namespace attn::cli {
 namespace {
@@ -21,24 +14,8 @@ struct ConcentrationArgs {
   std::string experiment, out = "concentration";
 };
 
-std::string python() {
-  if (const char* p = std::getenv("ATTN_PYTHON"); p && *p) return p;
-  if (access(".venv/bin/python", X_OK) == 0) return ".venv/bin/python";
-  return "python3";
-}
-
 int run(const ConcentrationArgs& a) {
-  const std::string py = python();
-  std::vector<std::string> args = {py, "-m", "attn.experiments", a.experiment, "--out", a.out};
-  std::vector<char*> argv;
-  for (std::string& s : args) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  std::fflush(stdout);
-  execvp(argv[0], argv.data());
-  fmt::print(stderr, "error: attn concentration runs the Python package (python -m attn.experiments); cannot start '{}': {}\n"
-                     "  set ATTN_PYTHON to a Python with attn installed (pip install .)\n",
-             py, std::strerror(errno));
-  return 2;
+  return exec_python_module("attn concentration", "attn.experiments", {a.experiment, "--out", a.out});
 }
 
 }  // namespace

@@ -22,6 +22,7 @@ Runner add_tokenize(CLI::App& app);
 Runner add_chat(CLI::App& app);
 Runner add_eval_ppl(CLI::App& app);
 Runner add_concentration(CLI::App& app);
+Runner add_report(CLI::App& app);
 
 // --op, --form, --isa, --case: the filters every mode of the case list takes.
 void add_filter_options(CLI::App* c, harness::Filter& f);

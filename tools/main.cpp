@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
       "  attn chat     turns with a GGUF language model (e.g. SmolLM2-135M), any attention mechanism\n"
       "  attn eval-ppl what each mechanism costs a real model: perplexity, time, KV cache (table + chart)\n"
       "  attn concentration curves|needle|scale|model   can attention concentrate? tables and plots\n"
+      "  attn report   those experiments on one self-contained HTML page (figures, tables, findings)\n"
       "Mechanisms are written as text, e.g. softmax:causal,window=128:0,softcap=30.\n"
       "ATTN_ISA=portable|avx2|avx512 forces a kernel set; OMP_NUM_THREADS sets the default threads."};
   app.require_subcommand(1);
@@ -63,6 +64,7 @@ int main(int argc, char** argv) {
   add(attn::cli::add_chat, "chat");
   add(attn::cli::add_eval_ppl, "eval-ppl");
   add(attn::cli::add_concentration, "concentration");
+  add(attn::cli::add_report, "report");
   CLI11_PARSE(app, argc, argv);
   try {
     for (auto& [cmd, run] : commands)

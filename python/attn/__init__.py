@@ -707,9 +707,9 @@ def rope(x: Any, *, offset: int = 0, theta: float = 10000.0, style: str = "half"
 
 
 def __getattr__(name: str):
-    # attn.experiments loads matplotlib: imported on first use (and `python -m attn.experiments`
-    # runs it without a second copy)
-    if name == "experiments":
+    # attn.experiments loads matplotlib, attn.report builds the HTML page of its results:
+    # imported on first use (and `python -m attn.experiments` runs it without a second copy)
+    if name in ("experiments", "report"):
         import importlib
-        return importlib.import_module(".experiments", __name__)
+        return importlib.import_module("." + name, __name__)
     raise AttributeError(f"module 'attn' has no attribute {name!r}")

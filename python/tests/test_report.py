@@ -1,0 +1,309 @@
+"""attn report: one self-contained HTML page of the concentration experiments. The page built
+from the checked-in results is opened in a real headless Chromium (Debian package `chromium`,
+installed by scripts/install-deps.sh), which must render every image and inline SVG, find every
+in-page link's target and log no error; the write-up's numbers are checked against the JSON."""
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import attn
+from conftest import cli_path
+
+ROOT = Path(__file__).resolve().parents[2]
+FIGURES = ROOT / "docs" / "figures"
+CONCENTRATION = FIGURES / "concentration"
+
+
+def _chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.fail("headless Chromium is needed to check the report page and was not found on PATH: install the "
+                "Debian package 'chromium' (scripts/install-deps.sh does)", pytrace=False)
+
+
+# Appended to a copy of the page: evaluates the checks once everything has loaded and writes the
+# verdict into the DOM, which --dump-dom prints. Console errors are caught by wrapping
+# console.error and listening for 'error' events (resource failures arrive in the capture phase).
+CHECK_SCRIPT = r"""
+<script>
+(function () {
+  var problems = [];
+  var origError = console.error;
+  console.error = function () { problems.push('console.error: ' + Array.prototype.join.call(arguments, ' ')); origError.apply(console, arguments); };
+  window.addEventListener('error', function (e) {
+    var t = e.target;
+    problems.push('error event: ' + (e.message || (t && (t.src || t.href || t.tagName)) || 'unknown'));
+  }, true);
+  function check() {
+    var imgs = Array.prototype.slice.call(document.images);
+    var badImgs = imgs.filter(function (i) { return !(i.complete && i.naturalWidth > 0); })
+                      .map(function (i) { return (i.alt || '') + ' ' + String(i.src).slice(0, 40); });
+    var svgs = Array.prototype.slice.call(document.querySelectorAll('svg'))
+                    .filter(function (s) { return !(s.parentElement && s.parentElement.closest('svg')); });
+    var badSvgs = svgs.filter(function (s) { var r = s.getBoundingClientRect(); return !(r.width > 0 && r.height > 0); })
+                      .map(function (s) { return s.getAttribute('aria-label') || 'svg'; });
+    var links = Array.prototype.slice.call(document.querySelectorAll('a[href]'));
+    var badLinks = links.map(function (a) { return a.getAttribute('href'); }).filter(function (h) {
+      if (h.charAt(0) === '#') return !document.getElementById(decodeURIComponent(h.slice(1)));
+      return !/^https?:\/\//.test(h);
+    });
+    var external = Array.prototype.slice.call(document.querySelectorAll('[src]'))
+                        .map(function (e) { return e.getAttribute('src'); })
+                        .filter(function (s) { return s.indexOf('data:') !== 0; });
+    document.body.setAttribute('data-check', JSON.stringify({
+      title: document.title, images: imgs.length, bad_images: badImgs, svgs: svgs.length, bad_svgs: badSvgs,
+      links: links.length, bad_links: badLinks, external_sources: external, problems: problems,
+      sections: Array.prototype.map.call(document.querySelectorAll('section[id]'), function (s) { return s.id; })
+    }));
+  }
+  if (document.readyState === 'complete') check(); else window.addEventListener('load', check);
+})();
+</script>
+"""
+
+
+def _browser_verdict(page: Path, tmp_path: Path) -> dict:
+    probe = tmp_path / "probe.html"
+    text = page.read_text(encoding="utf-8")
+    # the probe script goes first in <head>, so it hears errors raised while the page loads
+    probe.write_text(text.replace("<head>", "<head>" + CHECK_SCRIPT, 1), encoding="utf-8")
+    cmd = [_chromium(), "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+           "--no-first-run", "--disable-extensions", f"--user-data-dir={tmp_path / 'profile'}",
+           "--virtual-time-budget=5000", "--dump-dom", probe.as_uri()]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, f"chromium failed ({p.returncode}): {p.stderr[-2000:]}"
+    m = re.search(r'<body[^>]*\sdata-check="([^"]*)"', p.stdout)
+    assert m, f"the check script left no verdict in the DOM; chromium said: {p.stderr[-2000:]}"
+    import html
+    return json.loads(html.unescape(m.group(1)))
+
+
+@pytest.fixture(scope="module")
+def checked_in_page(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report") / "report.html"
+    info = attn.report.build([CONCENTRATION, FIGURES], out)
+    return out, info
+
+
+def test_page_from_the_checked_in_results_renders_in_chromium(checked_in_page, tmp_path):
+    page, info = checked_in_page
+    assert info["sections"] == {"curves": "ok", "needle": "ok", "scale": "ok", "model": "ok", "ppl": "ok"}
+    v = _browser_verdict(page, tmp_path)
+    assert v["title"].startswith("attn report")
+    assert v["images"] == 4 and v["bad_images"] == [], v  # the four experiments' plots, decoded
+    assert v["svgs"] >= 1 and v["bad_svgs"] == [], v      # the perplexity chart, laid out
+    assert v["links"] >= 6 and v["bad_links"] == [], v
+    assert v["external_sources"] == [] and v["problems"] == [], v
+    assert v["sections"] == ["curves", "needle", "scale", "model"]
+
+
+def test_the_browser_check_sees_broken_pages(tmp_path):
+    # the probe itself: a broken image, an empty SVG, a dangling anchor, a relative link and a
+    # script error must all be reported
+    bad = tmp_path / "bad.html"
+    bad.write_text('<!DOCTYPE html><html><head><title>t</title></head><body>'
+                   '<img src="data:image/png;base64,AAAA" alt="broken"><svg width="0" height="0"></svg>'
+                   '<a href="#nowhere">x</a><a href="other.html">y</a>'
+                   '<script>console.error("oops"); undefinedFunction();</script></body></html>')
+    v = _browser_verdict(bad, tmp_path)
+    assert v["bad_images"] and v["bad_svgs"] == ["svg"] and v["bad_links"] == ["#nowhere", "other.html"]
+    assert any("oops" in p for p in v["problems"]) and any("undefinedFunction" in p for p in v["problems"])
+
+
+def test_page_is_self_contained(checked_in_page):
+    text = checked_in_page[0].read_text(encoding="utf-8")
+    assert "<script" not in text.lower()
+    for attr in re.findall(r'\s(?:src|href)="([^"]*)"', text):
+        assert attr.startswith(("data:", "#", "http://", "https://")), attr
+    assert not re.search(r"url\((?!['\"]?data:)", text)  # no stylesheet fetches either
+    assert checked_in_page[1]["bytes"] == len(text.encode("utf-8")) < 2 * 1024 * 1024
+
+
+def _pct(x):
+    return attn.report.pct(x)
+
+
+def test_findings_numbers_come_from_the_json(checked_in_page):
+    text = _page_text(checked_in_page[0])
+    needle = json.loads((CONCENTRATION / "needle.json").read_text())
+    n = max(r["n"] for r in needle)
+    w = {r["mechanism"]: r["needle_weight"] for r in needle if r["n"] == n}
+    lin = max(v for k, v in w.items() if k.startswith("linear"))
+    assert f"softmax puts {_pct(w['softmax'])} of its weight" in text
+    assert f"{attn.report.num(w['softmax'] / lin, 2)}× less" in text
+    scale = json.loads((CONCENTRATION / "scale.json").read_text())
+    ws = {r["text"]: r["needle_weight"] for r in scale if r["n"] == n}
+    assert f"{attn.report.num(ws['softmax:entropy_scale=512'] / ws['softmax'], 2)}× more" in text
+    model = json.loads((CONCENTRATION / "model.json").read_text())
+    smol = [r for r in model if r["model"] == "SmolLM2-135M"]
+    top = max(smol, key=lambda r: r["sink_mass"])
+    assert f"head {top['head']} of layer {top['layer']} puts {attn.report.pct(top['sink_mass'], 2)} there" in text
+    layer0 = [r["sparsity"] for r in smol if r["layer"] == 0]
+    assert f"the first layer has S {attn.report.num(sum(layer0) / len(layer0), 2)} and entropy" in text
+    ppl = {r["mechanism"]: r["perplexity"] for r in json.loads((FIGURES / "eval_ppl_smollm2.json").read_text())["rows"]}
+    assert f"exact {attn.report.num(ppl['softmax:causal'], 4)}" in text
+    curves = json.loads((CONCENTRATION / "curves.json").read_text())
+    s_exp = [r["sparsity"] for r in curves if r["curve"] == "exp (softmax)" and r["gamma"] == 4.0]
+    assert f"S = {attn.report.num(s_exp[0])} for every β" in text
+
+
+def _page_text(path: Path) -> str:
+    import html
+    t = path.read_text(encoding="utf-8")
+    t = re.sub(r"<style>.*?</style>|<svg.*?</svg>", "", t, flags=re.S)
+    return html.unescape(re.sub(r"<[^>]+>", "", t))
+
+
+def _needle_rows(n_hi=4096, soft=0.123456, lin=0.000321):
+    rows = []
+    for n in (64, n_hi):
+        for mech, w, s, sees in (("softmax", soft if n == n_hi else 0.9, 0.2, True),
+                                 ("softmax window 256", 0.0, 0.05, n == 64),
+                                 ("linear elu+1", lin if n == n_hi else 0.02, 0.99, True)):
+            rows.append({"mechanism": mech, "text": mech, "n": n, "strength": 8.0, "needle_weight": w,
+                         "sparsity": s, "entropy": 1.0, "max_weight": w, "sees_needle": sees})
+    return rows
+
+
+def test_synthetic_numbers_reach_the_page(tmp_path):
+    (tmp_path / "needle.json").write_text(json.dumps(_needle_rows()))
+    info = attn.report.build(tmp_path, tmp_path / "r.html")
+    assert info["sections"]["needle"] == "ok"
+    text = _page_text(tmp_path / "r.html")
+    assert "At n = 4\u202f096 keys softmax puts 12.3\u202f% of its weight" in text
+    assert "puts 0.0321\u202f%, 385× less" in text
+    assert "softmax window 256: weight exactly 0 at n = 4\u202f096" in text
+    assert "3\u202f071 keys before the query" in text  # 4096 - 1 - 1024
+
+
+def test_missing_inputs_name_the_command_and_draw_no_image(tmp_path):
+    (tmp_path / "needle.json").write_text(json.dumps(_needle_rows()))  # no needle.png either
+    info = attn.report.build([tmp_path], tmp_path / "r.html")
+    assert info["sections"] == {"curves": "missing", "needle": "ok", "scale": "missing", "model": "missing",
+                                "ppl": "missing"}
+    text = _page_text(tmp_path / "r.html")
+    for name in ("curves", "scale", "model"):
+        assert f"No {name}.json was found in {tmp_path}" in text
+        assert f"attn concentration {name} --out docs/figures/concentration" in text
+    assert "attn eval-ppl --model" in text and "No an attn" not in text
+    assert "No plot beside" in text
+    assert "<img" not in (tmp_path / "r.html").read_text()
+
+
+def test_unreadable_input_gets_a_section_not_a_crash(tmp_path):
+    (tmp_path / "scale.json").write_text("[{\"mechanism\": 1}]")
+    (tmp_path / "curves.json").write_text("{not json")
+    info = attn.report.build(tmp_path, tmp_path / "r.html")
+    assert info["sections"]["scale"] == "error" and info["sections"]["curves"] == "error"
+    text = _page_text(tmp_path / "r.html")
+    assert "Could not read" in text and "attn concentration scale" in text
+
+
+def test_text_from_the_inputs_is_escaped(tmp_path):
+    rows = _needle_rows()
+    for r in rows:
+        if r["mechanism"] == "softmax window 256":
+            r["mechanism"] = "<script>alert('x')</script> & <b>"
+    (tmp_path / "needle.json").write_text(json.dumps(rows))
+    ppl = {"model": "/m/<i>model</i>.gguf", "tokens": 8,
+           "rows": [{"mechanism": "softmax:causal", "perplexity": 2.0, "seconds": 1, "kv_mib": 1, "kv_ratio": 1,
+                     "note": "a \"quoted\" <note>"}]}
+    (tmp_path / "eval_ppl_x.json").write_text(json.dumps(ppl))
+    (tmp_path / "eval_ppl_x.svg").write_text(
+        '<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10" onload="alert(1)">'
+        '<script>alert(2)</script><a href="evil.html"><rect width="5" height="5"/></a><text>ok &amp; &lt;</text></svg>')
+    attn.report.build(tmp_path, tmp_path / "r.html")
+    raw = (tmp_path / "r.html").read_text()
+    assert "<script" not in raw and "<b>" not in raw and "<i>" not in raw and "<note>" not in raw
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; &amp; &lt;b&gt;" in raw
+    assert "a &quot;quoted&quot; &lt;note&gt;" in raw
+    assert "onload" not in raw and "evil.html" not in raw and "ok &amp; &lt;" in raw
+
+
+def test_write_is_atomic(tmp_path, monkeypatch):
+    out = tmp_path / "r.html"
+    # a failure while the page is built: nothing is written
+    monkeypatch.setattr(attn.report, "render", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
+    with pytest.raises(RuntimeError):
+        attn.report.build(tmp_path, out)
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    # a failure while writing: an existing page is left as it was, and no temporary file remains
+    out.write_text("old page")
+
+    class Boom(Exception):
+        pass
+
+    real_fsync = os.fsync
+
+    def failing_fsync(fd):
+        raise Boom()
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(Boom):
+        attn.report.build(tmp_path, out)
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    assert out.read_text() == "old page" and sorted(p.name for p in tmp_path.iterdir()) == ["r.html"]
+    attn.report.build(tmp_path, out)
+    assert out.read_text().startswith("<!DOCTYPE html>")
+
+
+def test_run_runs_the_missing_experiments_with_progress(tmp_path):
+    data, old = tmp_path / "new" / "data", tmp_path / "old"  # the run's directory is made
+    old.mkdir()
+    (old / "needle.json").write_text(json.dumps(_needle_rows()))
+    p = subprocess.run([sys.executable, "-m", "attn.report", "--out", str(tmp_path / "r.html"), "--from", str(data),
+                        "--from", str(old), "--run", "curves", "--quick"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "[1/1] running curves (quick)" in p.stderr and "[1/1] curves: 222 rows in" in p.stderr
+    assert (data / "curves.png").exists() and "wrote" in p.stdout and "without scale, model, ppl" in p.stdout
+    page = (tmp_path / "r.html").read_text()
+    assert 'id="curves"' in page and "At n = 4\u202f096 keys softmax" in page
+
+
+def test_bad_arguments_are_refused_before_anything_is_written(tmp_path):
+    with pytest.raises(ValueError, match="unknown experiment 'needles'"):
+        attn.report.build(tmp_path, tmp_path / "r.html", run="needles")
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        attn.report.build([tmp_path / "nope"], tmp_path / "r.html")
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_number_format():
+    num, pct = attn.report.num, attn.report.pct
+    assert num(0.026957) == "0.027" and num(12.3456) == "12.3" and num(2.3162e-5) == "2.32e-5"
+    assert num(65536) == "65\u202f536" and num(0) == "0" and num(float("nan")) == "n/a"
+    assert pct(0.026957) == "2.7\u202f%" and pct(4.48e-24) == "4.48e-24"
+    assert math.isclose(float(num(1 / 3)), 0.333)
+
+
+def test_attn_report_command(tmp_path):
+    env = dict(os.environ, ATTN_PYTHON=sys.executable)
+    out = tmp_path / "r.html"
+    p = subprocess.run([str(cli_path()), "report", "--out", str(out), "--from", str(CONCENTRATION), "--from",
+                        str(FIGURES)], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr
+    assert out.stat().st_size > 100_000 and "wrote" in p.stdout
+    p = subprocess.run([str(cli_path()), "report", "--out", str(tmp_path / "x.html")], capture_output=True,
+                       text=True, timeout=60, env=dict(os.environ, ATTN_PYTHON=str(tmp_path / "no-python")))
+    assert p.returncode == 2 and "attn report runs the Python package" in p.stderr and "set ATTN_PYTHON" in p.stderr
+
+
+def test_checked_in_page_matches_the_checked_in_results(tmp_path, monkeypatch):
+    # docs/figures/concentration/report.html is the page of the results beside it, built from the
+    # repository's root with the default inputs
+    monkeypatch.chdir(ROOT)
+    attn.report.build(None, tmp_path / "report.html")
+    fresh = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert (CONCENTRATION / "report.html").read_text(encoding="utf-8") == fresh, \
+        "docs/figures/concentration/report.html is stale: rebuild it with " \
+        "`attn report --out docs/figures/concentration/report.html` from the repository's root"
