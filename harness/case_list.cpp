@@ -180,6 +180,13 @@ void softmax_check_cases(std::vector<Case>& out) {
     c.mechanism = flags % 3 == 0 ? "softmax:causal" : "softmax";
     out.push_back(c);
   }
+  for (int64_t k : {1, 3, 200}) {  // row statistics' top-k at its edges: the max alone, the whole row (k > M)
+    Case c;
+    c.N = 70, c.M = 131, c.D = 16, c.Dv = 16, c.stats_topk = k, c.mechanism = "softmax:causal";
+    out.push_back(c);
+    c.N = 2, c.H = 8, c.Hkv = 2, c.M = 300, c.mechanism = "softmax";  // decode-shaped: the rows form's chunks
+    out.push_back(c);
+  }
   for (float mag : {3.0f, 5.0f, 100.0f})
     for (const char* mech : {"softmax", "softmax:softcap=50"}) {
       Case c;

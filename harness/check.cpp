@@ -112,7 +112,7 @@ Result compare(const Run& run, const Inputs& in, const References& ref, const st
   const AttendResult& r = res.r;
   if (stats) check_stats(c, res, ref, o);
   if (stats && c.N * c.M <= 20000) {  // asking for statistics changes no bit of out or lse
-    const Result plain = run_form(run, in, form, false, false);
+    const Result plain = run_form(run, in, form, probs, false);
     const TensorView &a = r.out.view(), &b = plain.r.out.view();
     if (std::memcmp(a.data, b.data, static_cast<size_t>(a.numel()) * dtype_size(a.dtype)) != 0)
       fail_with(o, res.form + ": out differs with return_stats from without");

@@ -205,7 +205,14 @@ void StatsSink::put_values(int64_t b, int64_t h, int64_t i, const double v[4]) c
   if (!finishing_) fail("attend", "internal: finished row statistics put into a summary sink");
   const TensorView* views[4] = {&views_.sparsity, &views_.entropy, &views_.max_weight, &views_.topk_mass};
   for (int s = 0; s < 4; ++s)
-    static_cast<float*>(views[s]->data)[views[s]->offset(b, h, i, 0)] = static_cast<float>(v[s]);
+    static_cast<float*>(views[s]->data)[views[s]->offset(b, h, i + row0_, 0)] = static_cast<float>(v[s]);
+}
+
+StatsSink StatsSink::from_row(int64_t i) const {
+  if (!finishing_) fail("attend", "internal: a row sub-sink of a summary sink");
+  StatsSink s(views_, k_);
+  s.row0_ = row0_ + i;
+  return s;
 }
 
 RowSummary StatsSink::summary(int64_t b, int64_t h, int64_t i) const {

@@ -76,12 +76,14 @@ class StatsSink {
   void put_values(int64_t b, int64_t h, int64_t i, const double v[4]) const;  // finished values
   // A kept summary (keeps_summaries()): its top points into this sink.
   RowSummary summary(int64_t b, int64_t h, int64_t i) const;
+  // For a sub-call whose query row 0 is row i here (a finishing sink only).
+  StatsSink from_row(int64_t i) const;
 
  private:
   int64_t index(int64_t b, int64_t h, int64_t i) const { return (b * H_ + h) * N_ + i; }
   bool finishing_ = false;
   RowStatsViews views_;
-  int64_t k_ = 0, H_ = 0, N_ = 0;
+  int64_t k_ = 0, H_ = 0, N_ = 0, row0_ = 0;
   mutable std::vector<RowSummary> rows_;
   mutable std::vector<float> tops_;
 };

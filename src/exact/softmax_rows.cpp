@@ -4,7 +4,8 @@
 // Work item = (batch, kv head, chunk); each computes, for its R = group * N query rows, the
 // chunk's partial (max m, sum l, unnormalised output acc). The merge combines the chunks of a
 // (batch, kv head) in chunk order:  m = max_c m_c,  l = sum_c l_c e^(m_c - m),
-// O = sum_c acc_c e^(m_c - m) / l.
+// O = sum_c acc_c e^(m_c - m) / l. Row statistics (return_stats) keep a row summary per chunk
+// partial beside (m, l) (core/row_stats.hpp), merged in the same chunk order.
 #include "exact/softmax_rows.hpp"
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "base/parallel.hpp"
 #include "core/kv_rows.hpp"
 #include "core/partial_merge.hpp"
+#include "core/row_stats.hpp"
 #include "sparse/block_mask.hpp"
 
 namespace attn::exact {
@@ -112,12 +114,19 @@ std::vector<sparse::Run> blocks_of(const std::vector<sparse::Run>& pieces, int64
   return std::max(std::max(m[0], m[1]), std::max(m[2], m[3]));
 }
 
+// A chunk partial's row statistics beyond (m, l): R summaries (their a1 and reference are l and m).
+struct ChunkStats {
+  float *a2 = nullptr, *e = nullptr;
+  int64_t* n = nullptr;
+  core::RowSummary* rows = nullptr;
+};
+
 class Chunk {
  public:
   Chunk(const Problem& p, const kernels::TileKernels& kern, Scratch& s, int64_t b, int64_t hk, float* m, float* l,
-        float* acc)
-      : p_(p), kern_(kern), s_(s), b_(b), hk_(hk), R_(p.group * p.N), m_(m), l_(l), acc_(acc), krows_(p.keys(b, hk)),
-        vrows_(p.values(b, hk)) {}
+        float* acc, ChunkStats stats = {})
+      : p_(p), kern_(kern), s_(s), b_(b), hk_(hk), R_(p.group * p.N), m_(m), l_(l), acc_(acc), st_(stats),
+        krows_(p.keys(b, hk)), vrows_(p.values(b, hk)) {}
 
   // Starts the online softmax (m = -inf, l = 0, acc = 0) with the query rows packed into `q`.
   void start(float* q) {
@@ -166,10 +175,33 @@ class Chunk {
       const float alpha = std::exp(m_[r] - mx);  // 0 when m was -inf
       if (alpha != 1.0f)
         for (int64_t c = 0; c < p_.Dv; ++c) acc_[r * p_.Dv + c] *= alpha;
-      l_[r] = l_[r] * alpha + kern_.exp_shift_sum(sr, n, mx);
+      if (st_.rows) {
+        update_stats(r, sr, n, mx, alpha);
+      } else {
+        l_[r] = l_[r] * alpha + kern_.exp_shift_sum(sr, n, mx);
+      }
       m_[r] = mx;
     }
     kern_.pv_rows(s, n, R_, s_.vptr.data(), vt, weighted_keys(s, n), p_.Dv, acc_);
+  }
+
+  // The row's scores above its top-k threshold enter the heap; then the exp pass with the
+  // summary's sums, rescaled as l is (e' = alpha (e + l (m - m')), nothing carried from l = 0).
+  void update_stats(int64_t r, float* sr, int64_t n, float mx, float alpha) {
+    core::RowSummary& row = st_.rows[r];
+    float thr = row.threshold();
+    for (int64_t j = 0; j < n; ++j)
+      if (sr[j] > thr) {
+        row.offer(sr[j]);
+        thr = row.threshold();
+      }
+    float sums[4];
+    kern_.exp_shift_stats(sr, n, mx, sums);
+    const float l_old = l_[r];
+    st_.e[r] = (l_old == 0 ? 0.0f : alpha * (st_.e[r] + l_old * (m_[r] - mx))) + sums[2];
+    st_.a2[r] = alpha * alpha * st_.a2[r] + sums[1];
+    st_.n[r] += static_cast<int64_t>(sums[3]);
+    l_[r] = l_old * alpha + sums[0];
   }
 
  private:
@@ -208,6 +240,7 @@ class Chunk {
   Scratch& s_;
   int64_t b_, hk_, R_;
   float *m_, *l_, *acc_;
+  ChunkStats st_;
   float* q_ = nullptr;  // R packed query rows, scaled
   core::KvRows krows_, vrows_;
 };
@@ -220,7 +253,6 @@ void refuse_rows(const Problem& p, const core::Outputs& o, core::Reasons& why) {
     why.push_back(std::to_string(p.group * p.N) + " query rows per kv head (group " + std::to_string(p.group) +
                   " x N " + std::to_string(p.N) + ") > " + std::to_string(kMaxRowsPerKvHead));
   if (o.wants_probs()) why.push_back("probabilities requested");
-  core::refuse_stats(p, o, why);
   if (p.mech.dropout != 0) why.push_back("dropout");
   if (p.mech.score != ScoreKind::dot) why.push_back("score=" + to_string(p.mech.score) + " (dot only)");
 }
@@ -253,6 +285,13 @@ void softmax_rows(const Problem& p, const core::Outputs& o, const core::Context&
   // partials: per (b, hk, chunk) R maxima, R sums, R x Dv outputs (~ B*Hkv*M/256*R*Dv, not N x M)
   const int64_t slots = p.B * p.Hkv * chunks;
   std::vector<float> pm(static_cast<size_t>(slots * R)), pl(pm.size()), pacc(static_cast<size_t>(slots * R * p.Dv));
+  // row statistics per partial: a2, e, n and a top-k heap (k floats) per row
+  const int64_t k = o.stats ? o.stats->topk() : 0;
+  std::vector<float> pa2(k ? pm.size() : 0), pe(pa2.size()), ptop(static_cast<size_t>(k ? slots * R * k : 0));
+  std::vector<int64_t> pn(pa2.size());
+  std::vector<core::RowSummary> prow(pa2.size());
+  for (size_t r = 0; r < prow.size(); ++r)
+    prow[r] = core::RowSummary::empty(core::RowKind::softmax, static_cast<int32_t>(k), ptop.data() + r * k);
   const int nthreads = resolve_threads(ctx.threads, items);
   std::vector<Scratch> scratch(static_cast<size_t>(nthreads));
   for (Scratch& s : scratch) s.reserve(p, R, per_item);
@@ -264,14 +303,16 @@ void softmax_rows(const Problem& p, const core::Outputs& o, const core::Context&
     heads.reserve(static_cast<size_t>(per_item));
     for (int64_t h = 0; h < per_item; ++h) {
       const int64_t slot = (b * p.Hkv + hk0 + h) * chunks + c;
-      heads.emplace_back(p, kern, s, b, hk0 + h, &pm[slot * R], &pl[slot * R], &pacc[slot * R * p.Dv]);
+      const ChunkStats stats =
+          k ? ChunkStats{&pa2[slot * R], &pe[slot * R], &pn[slot * R], &prow[slot * R]} : ChunkStats{};
+      heads.emplace_back(p, kern, s, b, hk0 + h, &pm[slot * R], &pl[slot * R], &pacc[slot * R * p.Dv], stats);
       heads.back().start(s.q.data() + h * R * p.D);
     }
     for (const sparse::Run& blk : blocks_of(pieces[static_cast<size_t>(b)], c * chunk_len, (c + 1) * chunk_len))
       for (Chunk& head : heads) head.block(blk.begin, blk.end, blk.full);
   });
   // merge each row's chunk partials in chunk order
-  std::vector<float> row(static_cast<size_t>(p.Dv));
+  std::vector<float> row(static_cast<size_t>(p.Dv)), top(static_cast<size_t>(k));
   for (int64_t bh = 0; bh < p.B * p.Hkv; ++bh) {
     const int64_t b = bh / p.Hkv, hk = bh % p.Hkv;
     for (int64_t r = 0; r < R; ++r) {
@@ -281,6 +322,17 @@ void softmax_rows(const Problem& p, const core::Outputs& o, const core::Context&
       const int64_t h = hk * p.group + r / p.N, i = r % p.N;
       kern.from_float(row.data(), out.dtype, out.strides[3], p.Dv, out.ptr(b, h, i));
       if (o.lse) static_cast<float*>(o.lse->data)[o.lse->offset(b, h, i, 0)] = lse;
+      if (k) {
+        core::RowSummary whole = core::RowSummary::empty(core::RowKind::softmax, static_cast<int32_t>(k), top.data());
+        for (int64_t c = 0; c < chunks; ++c) {
+          const size_t at = static_cast<size_t>(first + c * R);
+          core::RowSummary part = prow[at];
+          part.ref = pm[at], part.a1 = pl[at], part.a2 = pa2[at], part.e = pe[at], part.n = pn[at];
+          part.nan = std::isnan(pl[at]);
+          core::merge_into(whole, part);
+        }
+        o.stats->put(b, h, i, whole);
+      }
     }
   }
 }

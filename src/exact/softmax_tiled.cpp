@@ -7,16 +7,21 @@
 //        online softmax update, dropout, Ot = alpha*Ot + V^T Pt;
 //   3. O = Ot^T / l, lse = m + log l (zeros and -inf for rows that saw no key);
 //   4. if probabilities are requested, a second pass recomputes St and writes exp(St - lse).
+// Row statistics (return_stats) ride along in step 2: each lane keeps the sums of its row summary
+// (core/row_stats.hpp) in the softmax update's exp pass, and its top k scores in a heap fed by the
+// scores above the heap's threshold; step 3 puts one summary per row into the sink.
 #include "exact/softmax_tiled.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "base/aligned_buffer.hpp"
 #include "base/parallel.hpp"
 #include "core/kv_rows.hpp"
+#include "core/row_stats.hpp"
 #include "exact/softmax_rows.hpp"
 #include "sparse/block_mask.hpp"
 
@@ -69,7 +74,20 @@ struct Scratch {
   std::vector<float> row;
   std::vector<uint8_t> live, vis;
   RowCache kcache, vcache;
-  void reserve(const Problem& p, int64_t row_cache_bytes) {
+  // row statistics: per lane the summary's sums, count and top-k heap, its threshold, and the
+  // candidate bits of one step
+  AlignedFloats a2{L}, e{L}, cnt{L}, thr{L};
+  std::vector<int64_t> n;
+  std::vector<core::RowSummary> rows;
+  std::vector<float> tops;
+  std::vector<uint64_t> bits;
+  void reserve(const Problem& p, int64_t row_cache_bytes, int64_t topk) {
+    if (topk > 0) {
+      n.resize(L);
+      rows.resize(L);
+      tops.resize(static_cast<size_t>(L * topk));
+      bits.resize(kKeyTile);
+    }
     if (!is_plain_f32(p.k)) kcache.reserve(p.M, p.D, row_cache_bytes);
     if (!is_plain_f32(p.v)) vcache.reserve(p.M, p.Dv, row_cache_bytes);
     qt.resize(static_cast<size_t>(p.D * L));
@@ -95,16 +113,20 @@ class Block {
       : p_(p), kern_(kern), s_(s), b_(b), h_(h), hk_(p.kv_head(h)), i0_(i0),
         nq_(std::min<int64_t>(L, p.N - i0)), runs_(mask.runs(i0 / L)), krows_(p.keys(b, hk_)), vrows_(p.values(b, hk_)) {}
 
-  void run(const TensorView& out, const TensorView* lse, const TensorView* probs) {
+  void run(const TensorView& out, const TensorView* lse, const TensorView* probs, const core::StatsSink* stats) {
     pack_queries();
     float* m = s_.m.data();
     float* l = s_.l.data();
     std::fill(m, m + L, -std::numeric_limits<float>::infinity());
     std::fill(l, l + L, 0.0f);
     std::fill(s_.ot.data(), s_.ot.data() + p_.Dv * L, 0.0f);
+    if (stats) start_stats(stats->topk());
     auto step = [&](int64_t j0, int64_t bc, bool full, int lo, int hi) {
       const bool all_live = scores(j0, bc, full, lo, hi);
-      kern_.softmax_update(s_.st.data(), bc, m, l, s_.alpha.data(), lo, hi);
+      if (stats)
+        update_with_stats(bc, lo, hi);
+      else
+        kern_.softmax_update(s_.st.data(), bc, m, l, s_.alpha.data(), lo, hi);
       if (p_.mech.dropout > 0) apply_dropout(j0, bc);
       int64_t vs;
       const float* v = values(j0, bc, all_live, vs);
@@ -129,10 +151,49 @@ class Block {
       if (lo < hi) step(a, j0 + bc - a, false, lo, hi);
     });
     write_outputs(out, lse);
+    if (stats) write_stats(*stats);
     if (probs) write_probs(*probs);
   }
 
  private:
+  void start_stats(int64_t k) {
+    std::fill(s_.a2.data(), s_.a2.data() + L, 0.0f);
+    std::fill(s_.e.data(), s_.e.data() + L, 0.0f);
+    std::fill(s_.thr.data(), s_.thr.data() + L, -std::numeric_limits<float>::infinity());
+    std::fill(s_.n.begin(), s_.n.end(), 0);
+    for (int64_t i = 0; i < L; ++i)
+      s_.rows[i] = core::RowSummary::empty(core::RowKind::softmax, static_cast<int32_t>(k), s_.tops.data() + i * k);
+  }
+
+  // The scores above each lane's threshold enter its top k (before the update turns St into
+  // probabilities), then the online softmax step with the summary's sums.
+  void update_with_stats(int64_t bc, int lo, int hi) {
+    float* st = s_.st.data();
+    float* thr = s_.thr.data();
+    uint64_t* bits = s_.bits.data();
+    kern_.above_bits(st, bc, thr, lo, hi, bits);
+    for (int64_t j = 0; j < bc; ++j)
+      for (uint64_t w = bits[j]; w != 0; w &= w - 1) {
+        const int i = __builtin_ctzll(w);
+        core::RowSummary& r = s_.rows[i];
+        r.offer(st[j * L + i]);
+        thr[i] = r.threshold();
+      }
+    kern_.softmax_update_stats(st, bc, s_.m.data(), s_.l.data(), s_.alpha.data(), s_.a2.data(), s_.e.data(),
+                               s_.cnt.data(), lo, hi);
+    for (int i = lo; i < hi; ++i) s_.n[i] += static_cast<int64_t>(s_.cnt.data()[i]);
+  }
+
+  void write_stats(const core::StatsSink& sink) {
+    for (int64_t i = 0; i < nq_; ++i) {
+      core::RowSummary r = s_.rows[i];
+      const float l = s_.l.data()[i];
+      r.ref = s_.m.data()[i], r.a1 = l, r.a2 = s_.a2.data()[i], r.e = s_.e.data()[i], r.n = s_.n[i];
+      r.nan = std::isnan(l);
+      sink.put(b_, h_, i0_ + i, r);
+    }
+  }
+
   // fn(j0, bc, full) for each key tile of this block's runs, cut at the batch's valid length
   // (which keeps a full run full); the caller's masks make every tile partial, and tiles their
   // block mask hides are skipped.
@@ -400,12 +461,12 @@ void tiled_blocks(const Problem& p, const core::Outputs& o, const core::Context&
   // Scratch is allocated here, before the parallel region, so no allocation (and no
   // exception) can happen inside it.
   std::vector<Scratch> scratch(static_cast<size_t>(nthreads));
-  for (Scratch& s : scratch) s.reserve(p, ctx.row_cache_bytes);
+  for (Scratch& s : scratch) s.reserve(p, ctx.row_cache_bytes, o.stats ? o.stats->topk() : 0);
   const sparse::BlockMask mask(p.pattern, p.N, p.M, p.offset, L, kKeyTile);
   parallel_for(items, nthreads, [&](int64_t item, int tid) {
     Scratch& s = scratch[static_cast<size_t>(tid)];
     const int64_t qb = item % q_blocks, bh = item / q_blocks;
-    Block(p, mask, *ctx.kern, s, bh / p.H, bh % p.H, qb * L).run(*o.out, o.lse, o.probs);
+    Block(p, mask, *ctx.kern, s, bh / p.H, bh % p.H, qb * L).run(*o.out, o.lse, o.probs, o.stats);
   });
 }
 
@@ -421,7 +482,7 @@ TensorView row_of(TensorView v, int64_t i) {
 // dot scores, no dropout, no probabilities, no block mask or mask_mod, whose row index it would
 // not know), the blocks run without them and each global row runs apart against all keys.
 bool global_rows_apart(const Problem& p, const core::Outputs& o) {
-  if (!p.pattern.global_queries || o.wants_probs() || p.block_mask || p.mask_mod || p.mech.dropout != 0 ||
+  if (!p.pattern.global_queries || o.wants_probs() || (o.stats && o.stats->keeps_summaries()) || p.block_mask || p.mask_mod || p.mech.dropout != 0 ||
       p.mech.score != ScoreKind::dot || p.group > kMaxRowsPerKvHead)
     return false;
   for (int64_t g : p.pattern.global)
@@ -442,7 +503,9 @@ void global_rows(const Problem& p, const core::Outputs& o, const core::Context& 
     const TensorView out = row_of(*o.out, i);
     TensorView lse;
     if (o.lse) lse = row_of(*o.lse, i);
-    softmax_rows(row, {&out, o.lse ? &lse : nullptr, nullptr}, ctx);
+    std::optional<core::StatsSink> stats;
+    if (o.stats) stats.emplace(o.stats->from_row(i));
+    softmax_rows(row, {&out, o.lse ? &lse : nullptr, nullptr, nullptr, stats ? &*stats : nullptr}, ctx);
   }
 }
 
