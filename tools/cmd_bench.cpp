@@ -27,7 +27,7 @@ struct BenchArgs {
   int64_t heads = 8, kv_heads = 0;
   int reps = 2;
   std::string json;
-  bool big = false, memory = false, grid_given = false, decode_given = false;
+  bool big = false, memory = false, stats = false, grid_given = false, decode_given = false;
   std::vector<int64_t> decode;  // cache lengths for decode-shaped cases (N = 1); none: the list's
   harness::Filter filter;
 };
@@ -54,13 +54,23 @@ struct Timed {
     out = Tensor(c.dtype, {c.B, c.H, c.N, c.Dv});
     form = explain(in.q.view, in.k.view, in.v.view, in.mechanism, in.options).chosen;
   }
-  // Best of `reps` calls on `threads` threads (after warm-up).
-  double seconds(int threads, int reps) {
+  // Best of `reps` calls on `threads` threads (after warm-up); with stats, also streaming the
+  // row statistics (return_stats, k = 8).
+  double seconds(int threads, int reps, bool stats = false) {
     in.options.threads = threads;
+    if (stats && stat_rows.empty()) {
+      const TensorView& q = in.q.view;
+      for (int s = 0; s < 4; ++s) stat_rows.emplace_back(DType::f32, std::array<int64_t, 4>{q.shape[0], q.shape[1], q.shape[2], 1});
+    }
+    const RowStatsViews views = stats ? RowStatsViews{stat_rows[0].view(), stat_rows[1].view(), stat_rows[2].view(),
+                                                      stat_rows[3].view()}
+                                      : RowStatsViews{};
     return best_seconds(reps, [&] {
-      attend_into(in.q.view, in.k.view, in.v.view, in.mechanism, in.options, out.view(), nullptr, nullptr);
+      attend_into(in.q.view, in.k.view, in.v.view, in.mechanism, in.options, out.view(), nullptr, nullptr, nullptr,
+                  stats ? &views : nullptr);
     });
   }
+  std::vector<Tensor> stat_rows;
 };
 
 // Peak resident memory (VmHWM) in MiB; reset_peak_rss() restarts it from the current RSS
@@ -123,6 +133,12 @@ int run(const BenchArgs& a) {
       const double ratio = gflops / roof[t];
       fmt::print("{:>3}/{:<3} {:>6} {:>5} {:<32} {:>5} {:<6} {:>3} {:>10.2f} {:>9.1f} {:>8.3f}\n", idx, total, c.N, c.D,
                  c.mechanism, short_name(c.dtype), form, t, secs * 1e3, gflops, ratio);
+      double stats_secs = 0;
+      if (a.stats) {
+        stats_secs = run.seconds(t, a.reps, true);
+        fmt::print("{:>50} {:>10.2f} ms with return_stats: {:+.1f} %\n", "", stats_secs * 1e3,
+                   (stats_secs / secs - 1) * 100);
+      }
       std::fflush(stdout);
       if (json) {
         const auto* softmax = std::get_if<Softmax>(&in.mechanism);
@@ -131,6 +147,7 @@ int run(const BenchArgs& a) {
                             {"causal", softmax && softmax->causal}, {"form", form}, {"threads", t},
                             {"seconds", secs}, {"gflops", gflops}, {"roofline_gflops", roof[t]}, {"ratio", ratio},
                             {"isa", isa_name(active_isa())}, {"bandwidth_gbs", bw}};
+        if (a.stats) j["seconds_with_stats"] = stats_secs;
         json << j.dump() << "\n";
       }
     }
@@ -253,6 +270,8 @@ Runner add_bench(CLI::App& app) {
       ->expected(0, -1)
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   c->add_flag("--memory", args->memory, "Also report peak RSS at N=M=32768, d=64");
+  c->add_flag("--stats", args->stats,
+              "Also time each case with streamed row statistics (return_stats, k = 8) and report the extra time");
   c->add_flag("--big", args->big, "Also run N=M=65536 (N*M > 2^31, 64-bit indexing) and check its last row");
   add_filter_options(c, args->filter);
   return [args, c] {

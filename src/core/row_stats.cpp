@@ -50,18 +50,6 @@ RowSummary RowSummary::empty(RowKind kind, int32_t k, float* top_slots) {
   return r;
 }
 
-void RowSummary::offer(float x) {
-  if (!(x > threshold())) return;
-  if (count < k) {
-    top[count++] = x;
-    std::push_heap(top, top + count, std::greater<>());
-    return;
-  }
-  std::pop_heap(top, top + k, std::greater<>());
-  top[k - 1] = x;
-  std::push_heap(top, top + k, std::greater<>());
-}
-
 void RowSummary::sort_top() { std::sort(top, top + count, std::greater<>()); }
 
 void stream_scores(RowSummary& r, const float* s, int64_t n) {

@@ -43,8 +43,32 @@ struct RowSummary {
     return top[0];
   }
   // Offers a raw value to the top k (a strict >: a tie with the smallest leaves the multiset of
-  // the k largest values unchanged).
-  void offer(float x);
+  // the k largest values unchanged). A binary min-heap: sift up while filling, then replace the
+  // root and sift down (the hot path of the streaming forms: inline, one pass).
+  void offer(float x) {
+    if (count < k) {
+      int32_t i = count++;
+      while (i > 0) {
+        const int32_t parent = (i - 1) / 2;
+        if (!(x < top[parent])) break;
+        top[i] = top[parent];
+        i = parent;
+      }
+      top[i] = x;
+      return;
+    }
+    if (!(x > top[0])) return;
+    int32_t i = 0;
+    for (;;) {
+      int32_t c = 2 * i + 1;
+      if (c >= k) break;
+      if (c + 1 < k && top[c + 1] < top[c]) ++c;
+      if (!(top[c] < x)) break;
+      top[i] = top[c];
+      i = c;
+    }
+    top[i] = x;
+  }
   void sort_top();  // descending; the heap order is gone after this
 };
 

@@ -9,7 +9,8 @@
 //   4. if probabilities are requested, a second pass recomputes St and writes exp(St - lse).
 // Row statistics (return_stats) ride along in step 2: each lane keeps the sums of its row summary
 // (core/row_stats.hpp) in the softmax update's exp pass, and its top k scores in a heap fed by the
-// scores above the heap's threshold; step 3 puts one summary per row into the sink.
+// scores above the heap's threshold (up to k = 16, a sorted list per lane merged by vector
+// compare-exchanges instead); step 3 puts one summary per row into the sink.
 #include "exact/softmax_tiled.hpp"
 
 #include <algorithm>
@@ -29,6 +30,8 @@ namespace attn::exact {
 namespace {
 
 constexpr int64_t L = kernels::kQueryTile;
+// Row statistics' top k up to this k: per-lane sorted lists (kernels' topk_lanes); beyond, heaps.
+constexpr int64_t kMaxListTopk = 16;
 
 bool is_plain_f32(const TensorView& v) { return v.dtype == DType::f32 && v.strides[3] == 1; }
 
@@ -76,7 +79,7 @@ struct Scratch {
   RowCache kcache, vcache;
   // row statistics: per lane the summary's sums, count and top-k heap, its threshold, and the
   // candidate bits of one step
-  AlignedFloats a2{L}, e{L}, cnt{L}, thr{L};
+  AlignedFloats a2{L}, e{L}, cnt{L}, thr{L}, list;
   std::vector<int64_t> n;
   std::vector<core::RowSummary> rows;
   std::vector<float> tops;
@@ -87,6 +90,7 @@ struct Scratch {
       rows.resize(L);
       tops.resize(static_cast<size_t>(L * topk));
       bits.resize(kKeyTile);
+      if (topk <= kMaxListTopk) list.resize(static_cast<size_t>(topk * L));
     }
     if (!is_plain_f32(p.k)) kcache.reserve(p.M, p.D, row_cache_bytes);
     if (!is_plain_f32(p.v)) vcache.reserve(p.M, p.Dv, row_cache_bytes);
@@ -163,22 +167,28 @@ class Block {
     std::fill(s_.n.begin(), s_.n.end(), 0);
     for (int64_t i = 0; i < L; ++i)
       s_.rows[i] = core::RowSummary::empty(core::RowKind::softmax, static_cast<int32_t>(k), s_.tops.data() + i * k);
+    if (k <= kMaxListTopk) std::fill(s_.list.data(), s_.list.data() + k * L, -std::numeric_limits<float>::infinity());
   }
 
   // The scores above each lane's threshold enter its top k (before the update turns St into
   // probabilities), then the online softmax step with the summary's sums.
   void update_with_stats(int64_t bc, int lo, int hi) {
     float* st = s_.st.data();
-    float* thr = s_.thr.data();
-    uint64_t* bits = s_.bits.data();
-    kern_.above_bits(st, bc, thr, lo, hi, bits);
-    for (int64_t j = 0; j < bc; ++j)
-      for (uint64_t w = bits[j]; w != 0; w &= w - 1) {
-        const int i = __builtin_ctzll(w);
-        core::RowSummary& r = s_.rows[i];
-        r.offer(st[j * L + i]);
-        thr[i] = r.threshold();
-      }
+    const int32_t k = s_.rows[0].k;
+    if (k <= kMaxListTopk) {
+      kern_.topk_lanes(st, bc, s_.list.data(), k, lo, hi);
+    } else {
+      float* thr = s_.thr.data();
+      uint64_t* bits = s_.bits.data();
+      kern_.above_bits(st, bc, thr, lo, hi, bits);
+      for (int64_t j = 0; j < bc; ++j)
+        for (uint64_t w = bits[j]; w != 0; w &= w - 1) {
+          const int i = __builtin_ctzll(w);
+          core::RowSummary& r = s_.rows[i];
+          r.offer(st[j * L + i]);
+          thr[i] = r.threshold();
+        }
+    }
     kern_.softmax_update_stats(st, bc, s_.m.data(), s_.l.data(), s_.alpha.data(), s_.a2.data(), s_.e.data(),
                                s_.cnt.data(), lo, hi);
     for (int i = lo; i < hi; ++i) s_.n[i] += static_cast<int64_t>(s_.cnt.data()[i]);
@@ -187,6 +197,10 @@ class Block {
   void write_stats(const core::StatsSink& sink) {
     for (int64_t i = 0; i < nq_; ++i) {
       core::RowSummary r = s_.rows[i];
+      if (r.k <= kMaxListTopk)  // the lane's list, descending, up to its first -inf
+        for (r.count = 0; r.count < r.k && s_.list.data()[r.count * L + i] > -std::numeric_limits<float>::infinity();
+             ++r.count)
+          r.top[r.count] = s_.list.data()[r.count * L + i];
       const float l = s_.l.data()[i];
       r.ref = s_.m.data()[i], r.a1 = l, r.a2 = s_.a2.data()[i], r.e = s_.e.data()[i], r.n = s_.n[i];
       r.nan = std::isnan(l);

@@ -55,6 +55,11 @@ struct TileKernels {
                                float* cnt, int lo, int hi);
   // bits[j] bit i (for lo <= i < hi) = St[j][i] > thr[i], for j < bc; bits outside [lo, hi) are 0.
   void (*above_bits)(const float* st, int64_t bc, const float* thr, int lo, int hi, uint64_t* bits);
+  // The k largest scores per lane (small k: the tiled form's top-k for row statistics):
+  // list[t * 64 + i] for t < k holds lane i's largest values seen so far in descending order
+  // (-inf: fewer than k yet; 64-byte aligned); each row St[j] (j < bc) is merged in, lanes
+  // lo <= i < hi. A score equal to the k-th leaves the multiset of the k largest unchanged.
+  void (*topk_lanes)(const float* st, int64_t bc, float* list, int k, int lo, int hi);
   // Ot[c][i] = alpha[i]*Ot[c][i] + sum_j V[j][c] * Pt[j][i]   for c < dv, lo <= i < hi; V row j
   // at v + j*v_stride.
   void (*pv)(const float* pt, int64_t bc, const float* v, int64_t v_stride, int64_t dv, float* ot,

@@ -171,6 +171,25 @@ void softmax_update_stats(float* st, int64_t bc, float* m, float* l, float* alph
 }
 
 // bits[j] bit i = St[j][i] > thr[i] for lo <= i < hi (the other bits 0), j < bc.
+// Per lane, a sorted list of the k largest scores merged with each row of St: a row enters only
+// where some lane of the vector beats its k-th; then one compare-exchange pass down the list
+// (max stays, min moves on), branch-free across lanes.
+void topk_lanes(const float* st, int64_t bc, float* list, int k, int lo, int hi) {
+  for (int g = lo; g < hi; g += Vec::W) {
+    float* last = list + (k - 1) * kLanes + g;
+    for (int64_t j = 0; j < bc; ++j) {
+      Vec x = Vec::load(st + j * kLanes + g);
+      if (!Vec::gt_bits(x, Vec::load(last))) continue;
+      for (int t = 0; t < k; ++t) {
+        float* slot = list + t * kLanes + g;
+        const Vec cur = Vec::load(slot);
+        Vec::max(x, cur).store(slot);
+        x = Vec::min(x, cur);
+      }
+    }
+  }
+}
+
 void above_bits(const float* st, int64_t bc, const float* thr, int lo, int hi, uint64_t* bits) {
   for (int64_t j = 0; j < bc; ++j) {
     uint64_t w = 0;
@@ -729,6 +748,7 @@ inline const TileKernels& table(Isa isa) {
                              .softmax_update = softmax_update,
                              .softmax_update_stats = softmax_update_stats,
                              .above_bits = above_bits,
+                             .topk_lanes = topk_lanes,
                              .pv = pv,
                              .softcap = softcap,
                              .exp_rows = exp_rows,

@@ -384,6 +384,45 @@ TEST(TileKernels, AboveBitsMatchLoop) {
       }
 }
 
+// topk_lanes keeps, per lane, exactly the k largest scores seen (a multiset: ties and -inf
+// included), in descending order, over several calls and lane ranges.
+TEST(TileKernels, TopkLanesKeepTheLargestScoresPerLane) {
+  std::mt19937 rng(34);
+  std::normal_distribution<float> g(0.0f, 2.0f);
+  std::uniform_real_distribution<float> u01(0.0f, 1.0f);
+  for (Isa isa : supported_isas())
+    for (int k : {1, 3, 8, 16})
+      for (auto [lo, hi] : std::vector<std::pair<int, int>>{{0, 64}, {16, 48}}) {
+        const TileKernels& kern = kernels_for(isa);
+        AlignedFloats list(static_cast<size_t>(k * L));
+        std::fill(list.data(), list.data() + k * L, kNegInf);
+        std::vector<std::vector<float>> seen(L);
+        for (int call = 0; call < 4; ++call) {
+          const int64_t bc = call == 0 ? 3 : 40 + call;  // a first call shorter than k
+          AlignedFloats st(bc * L);
+          for (int64_t j = 0; j < bc; ++j)
+            for (int i = 0; i < L; ++i) {
+              const float r = u01(rng);
+              float x = r < 0.2f ? kNegInf : r < 0.3f ? 1.5f : g(rng);  // hidden keys, ties
+              if (call == 3) x += 3.0f;                                 // a later call with larger scores
+              st.data()[j * L + i] = x;
+              if (i >= lo && i < hi) seen[i].push_back(x);
+            }
+          kern.topk_lanes(st.data(), bc, list.data(), k, lo, hi);
+        }
+        for (int i = 0; i < L; ++i) {
+          std::vector<float> want = seen[i];
+          std::sort(want.begin(), want.end(), std::greater<>());
+          want.resize(static_cast<size_t>(k), kNegInf);
+          for (int t = 0; t < k; ++t) {
+            const float got = list.data()[t * L + i];
+            const float expect = i >= lo && i < hi ? want[static_cast<size_t>(t)] : kNegInf;  // other lanes untouched
+            ASSERT_EQ(got, expect) << isa_name(isa) << " k " << k << " lane " << i << " slot " << t;
+          }
+        }
+      }
+}
+
 TEST(TileKernels, ExpShiftStatsMatchesSumAndDouble) {
   std::mt19937 rng(33);
   std::normal_distribution<float> g(0.0f, 3.0f);
