@@ -379,6 +379,8 @@ void linformer_check_cases(std::vector<Case>& out) {
   c.mechanism = "linformer:k=100,seed=1,scale=0.2";  // k close to M
   c.extras.padding = true;
   out.push_back(c);
+  c.stats_topk = 150;  // row statistics' top k beyond the k projected rows: the whole row
+  out.push_back(c);
   c.N = 1, c.mechanism = "linformer:k=64";  // one query: the softmax rows form on the projections
   out.push_back(c);
   c.N = 7, c.M = 5, c.mechanism = "linformer:k=9,seed=2";  // k > M
@@ -415,6 +417,11 @@ void lsh_check_cases(std::vector<Case>& out) {
     Case pad = c;  // keys past the valid length take no part in the sort
     pad.B = 3, pad.H = 2, pad.Hkv = 1, pad.N = pad.M = 70, pad.dtype = DType::f32, pad.extras.padding = true;
     out.push_back(pad);
+    if (k == 3 || k == 5) {  // row statistics merged over the rounds (k = 1: the max; 300: every counted key)
+      Case t = pad;
+      t.stats_topk = k == 3 ? 300 : 1;
+      out.push_back(t);
+    }
     if (std::string(mech).find("shared_qk") != std::string::npos) continue;
     Case wide = c;  // queries and keys of different lengths
     wide.B = 1, wide.N = 33, wide.M = 90, wide.dtype = DType::f32;
@@ -453,6 +460,13 @@ void dca_check_cases(std::vector<Case>& out) {
     c.layout = k % 2 ? Layout::bhnd : Layout::bnhd;
     c.extras.magnitude = 2.0f;  // RoPE turns scores: larger ones make a wrong position show
     out.push_back(c);
+    if (k == 1) {  // row statistics merged over the three parts, top k over all of them and more
+      for (int64_t top : {1, 40, 200}) {
+        Case t = c;
+        t.stats_topk = top;
+        out.push_back(t);
+      }
+    }
     Case odd = c;  // a cache longer than the queries, padding, a mask or a bias on top
     odd.B = 3, odd.H = 2, odd.Hkv = 1, odd.N = 70, odd.M = 200, odd.D = 16, odd.Dv = 16, odd.dtype = DType::f32;
     odd.extras.padding = true, odd.extras.mask = k % 2 == 0, odd.extras.bias = k % 2 == 1;

@@ -94,6 +94,8 @@ class StatsSink {
  public:
   StatsSink(const RowStatsViews& views, int64_t k);
   StatsSink(int64_t B, int64_t H, int64_t N, int64_t k);
+  StatsSink(const StatsSink&) = delete;  // kept summaries point into the sink's own storage
+  StatsSink(StatsSink&&) = default;
   int64_t topk() const { return k_; }
   bool keeps_summaries() const { return !finishing_; }
   void put(int64_t b, int64_t h, int64_t i, RowSummary s) const;  // sorts s's top in place

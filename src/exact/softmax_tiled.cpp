@@ -7,10 +7,8 @@
 //        online softmax update, dropout, Ot = alpha*Ot + V^T Pt;
 //   3. O = Ot^T / l, lse = m + log l (zeros and -inf for rows that saw no key);
 //   4. if probabilities are requested, a second pass recomputes St and writes exp(St - lse).
-// Row statistics (return_stats) ride along in step 2: each lane keeps the sums of its row summary
-// (core/row_stats.hpp) in the softmax update's exp pass, and its top k scores in a heap fed by the
-// scores above the heap's threshold (up to k = 16, a sorted list per lane merged by vector
-// compare-exchanges instead); step 3 puts one summary per row into the sink.
+// Row statistics (return_stats) ride along in step 2 (core/lane_stats.hpp), and step 3 puts one
+// summary per row into the sink.
 #include "exact/softmax_tiled.hpp"
 
 #include <algorithm>
@@ -22,7 +20,7 @@
 #include "base/aligned_buffer.hpp"
 #include "base/parallel.hpp"
 #include "core/kv_rows.hpp"
-#include "core/row_stats.hpp"
+#include "core/lane_stats.hpp"
 #include "exact/softmax_rows.hpp"
 #include "sparse/block_mask.hpp"
 
@@ -30,8 +28,6 @@ namespace attn::exact {
 namespace {
 
 constexpr int64_t L = kernels::kQueryTile;
-// Row statistics' top k up to this k: per-lane sorted lists (kernels' topk_lanes); beyond, heaps.
-constexpr int64_t kMaxListTopk = 16;
 
 bool is_plain_f32(const TensorView& v) { return v.dtype == DType::f32 && v.strides[3] == 1; }
 
@@ -77,21 +73,9 @@ struct Scratch {
   std::vector<float> row;
   std::vector<uint8_t> live, vis;
   RowCache kcache, vcache;
-  // row statistics: per lane the summary's sums, count and top-k heap, its threshold, and the
-  // candidate bits of one step
-  AlignedFloats a2{L}, e{L}, cnt{L}, thr{L}, list;
-  std::vector<int64_t> n;
-  std::vector<core::RowSummary> rows;
-  std::vector<float> tops;
-  std::vector<uint64_t> bits;
+  core::LaneStats stats;  // row statistics, when asked for
   void reserve(const Problem& p, int64_t row_cache_bytes, int64_t topk) {
-    if (topk > 0) {
-      n.resize(L);
-      rows.resize(L);
-      tops.resize(static_cast<size_t>(L * topk));
-      bits.resize(kKeyTile);
-      if (topk <= kMaxListTopk) list.resize(static_cast<size_t>(topk * L));
-    }
+    if (topk > 0) stats.reserve(topk);
     if (!is_plain_f32(p.k)) kcache.reserve(p.M, p.D, row_cache_bytes);
     if (!is_plain_f32(p.v)) vcache.reserve(p.M, p.Dv, row_cache_bytes);
     qt.resize(static_cast<size_t>(p.D * L));
@@ -124,11 +108,11 @@ class Block {
     std::fill(m, m + L, -std::numeric_limits<float>::infinity());
     std::fill(l, l + L, 0.0f);
     std::fill(s_.ot.data(), s_.ot.data() + p_.Dv * L, 0.0f);
-    if (stats) start_stats(stats->topk());
+    if (stats) s_.stats.start();
     auto step = [&](int64_t j0, int64_t bc, bool full, int lo, int hi) {
       const bool all_live = scores(j0, bc, full, lo, hi);
       if (stats)
-        update_with_stats(bc, lo, hi);
+        s_.stats.update(kern_, s_.st.data(), bc, m, l, s_.alpha.data(), lo, hi);
       else
         kern_.softmax_update(s_.st.data(), bc, m, l, s_.alpha.data(), lo, hi);
       if (p_.mech.dropout > 0) apply_dropout(j0, bc);
@@ -160,53 +144,10 @@ class Block {
   }
 
  private:
-  void start_stats(int64_t k) {
-    std::fill(s_.a2.data(), s_.a2.data() + L, 0.0f);
-    std::fill(s_.e.data(), s_.e.data() + L, 0.0f);
-    std::fill(s_.thr.data(), s_.thr.data() + L, -std::numeric_limits<float>::infinity());
-    std::fill(s_.n.begin(), s_.n.end(), 0);
-    for (int64_t i = 0; i < L; ++i)
-      s_.rows[i] = core::RowSummary::empty(core::RowKind::softmax, static_cast<int32_t>(k), s_.tops.data() + i * k);
-    if (k <= kMaxListTopk) std::fill(s_.list.data(), s_.list.data() + k * L, -std::numeric_limits<float>::infinity());
-  }
-
-  // The scores above each lane's threshold enter its top k (before the update turns St into
-  // probabilities), then the online softmax step with the summary's sums.
-  void update_with_stats(int64_t bc, int lo, int hi) {
-    float* st = s_.st.data();
-    const int32_t k = s_.rows[0].k;
-    if (k <= kMaxListTopk) {
-      kern_.topk_lanes(st, bc, s_.list.data(), k, lo, hi);
-    } else {
-      float* thr = s_.thr.data();
-      uint64_t* bits = s_.bits.data();
-      kern_.above_bits(st, bc, thr, lo, hi, bits);
-      for (int64_t j = 0; j < bc; ++j)
-        for (uint64_t w = bits[j]; w != 0; w &= w - 1) {
-          const int i = __builtin_ctzll(w);
-          core::RowSummary& r = s_.rows[i];
-          r.offer(st[j * L + i]);
-          thr[i] = r.threshold();
-        }
-    }
-    kern_.softmax_update_stats(st, bc, s_.m.data(), s_.l.data(), s_.alpha.data(), s_.a2.data(), s_.e.data(),
-                               s_.cnt.data(), lo, hi);
-    for (int i = lo; i < hi; ++i) s_.n[i] += static_cast<int64_t>(s_.cnt.data()[i]);
-  }
-
   void write_stats(const core::StatsSink& sink) {
-    for (int64_t i = 0; i < nq_; ++i) {
-      core::RowSummary r = s_.rows[i];
-      if (r.k <= kMaxListTopk)  // the lane's list, descending, up to its first -inf
-        for (r.count = 0; r.count < r.k && s_.list.data()[r.count * L + i] > -std::numeric_limits<float>::infinity();
-             ++r.count)
-          r.top[r.count] = s_.list.data()[r.count * L + i];
-      const float l = s_.l.data()[i];
-      r.ref = s_.m.data()[i], r.a1 = l, r.a2 = s_.a2.data()[i], r.e = s_.e.data()[i], r.n = s_.n[i];
-      r.nan = std::isnan(l);
-      sink.put(b_, h_, i0_ + i, r);
-    }
+    for (int i = 0; i < nq_; ++i) sink.put(b_, h_, i0_ + i, s_.stats.summary(i, s_.m.data()[i], s_.l.data()[i]));
   }
+
 
   // fn(j0, bc, full) for each key tile of this block's runs, cut at the batch's valid length
   // (which keeps a full run full); the caller's masks make every tile partial, and tiles their
@@ -496,7 +437,8 @@ TensorView row_of(TensorView v, int64_t i) {
 // dot scores, no dropout, no probabilities, no block mask or mask_mod, whose row index it would
 // not know), the blocks run without them and each global row runs apart against all keys.
 bool global_rows_apart(const Problem& p, const core::Outputs& o) {
-  if (!p.pattern.global_queries || o.wants_probs() || (o.stats && o.stats->keeps_summaries()) || p.block_mask || p.mask_mod || p.mech.dropout != 0 ||
+  if (!p.pattern.global_queries || o.wants_probs() || (o.stats && o.stats->keeps_summaries()) || p.block_mask ||
+      p.mask_mod || p.mech.dropout != 0 ||
       p.mech.score != ScoreKind::dot || p.group > kMaxRowsPerKvHead)
     return false;
   for (int64_t g : p.pattern.global)

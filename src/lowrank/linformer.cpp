@@ -9,6 +9,7 @@
 #include "core/float32_copy.hpp"
 #include "core/params.hpp"
 #include "core/reference_softmax_row.hpp"
+#include "exact/softmax_family.hpp"
 
 namespace attn::lowrank {
 namespace {
@@ -86,13 +87,15 @@ void run_projected(const LinformerProblem& p, const core::Outputs& o, const core
   });
   Softmax exact;
   exact.scale = p.scale;
+  if (o.stats) inner.stats_topk = o.stats->topk();
   // q keeps its dtype; the projected rows are float32: convert q's dtype to match.
-  if (p.q.dtype == DType::f32) {
-    attend_into(p.q, kp.view(), vp.view(), exact, inner, *o.out, o.lse, nullptr);
-    return;
-  }
-  const Tensor q32 = core::float32_copy(*ctx.kern, p.q);
-  attend_into(q32.view(), kp.view(), vp.view(), exact, inner, *o.out, o.lse, nullptr);
+  Tensor q32;
+  if (p.q.dtype != DType::f32) q32 = core::float32_copy(*ctx.kern, p.q);
+  const TensorView q = p.q.dtype == DType::f32 ? p.q : q32.view();
+  // the softmax family's forms directly (not attend_into), so the row statistics' sink goes along
+  const core::Outputs po{o.out, o.lse, nullptr, nullptr, o.stats};
+  const exact::Problem sp = exact::SoftmaxFamily::validate(q, kp.view(), vp.view(), exact, inner, po);
+  core::choose(exact::SoftmaxFamily::forms(), sp, po, "", "linformer").run(sp, po, ctx);
 }
 
 // ---- the reference: float64 (or the plain same-dtype baseline) --------------------------------
@@ -142,7 +145,7 @@ void run_reference(const LinformerProblem& p, const core::Outputs& o, const core
 
 const std::vector<core::Form<LinformerProblem>>& LinformerFamily::forms() {
   static const std::vector<core::Form<LinformerProblem>> list = {
-      {"projected", "K' = E K, V' = F V in float32, then the softmax forms on the k rows", core::refuse_stats<LinformerProblem>,
+      {"projected", "K' = E K, V' = F V in float32, then the softmax forms on the k rows", core::refuse_nothing<LinformerProblem>,
        run_projected},
       {"reference", "float64 projections and softmax (slow, exact)", core::refuse_nothing<LinformerProblem>,
        run_reference},

@@ -10,6 +10,7 @@
 #include "core/float32_copy.hpp"
 #include "core/partial_merge.hpp"
 #include "core/reference_softmax_row.hpp"
+#include "core/row_stats.hpp"
 #include "exact/softmax_family.hpp"
 #include "sparse/pattern.hpp"
 
@@ -91,6 +92,12 @@ void run_parts(const DcaProblem& p, const core::Outputs& o, const core::Context&
     DcaPart part;
     int64_t lag_min, lag_max;  // query chunk - key chunk
   } parts[kParts] = {{DcaPart::intra, 0, 0}, {DcaPart::successive, 1, 1}, {DcaPart::inter, 2, -1}};
+  // Row statistics: each part's summaries, merged per row in part order like the outputs (the
+  // parts see disjoint keys of the row: lag 0, lag 1, lag >= 2).
+  std::vector<core::StatsSink> part_stats;
+  part_stats.reserve(kParts);
+  if (o.stats)
+    for (int t = 0; t < kParts; ++t) part_stats.emplace_back(e.B, e.H, e.N, o.stats->topk());
   for (int t = 0; t < kParts; ++t) {
     std::vector<int64_t> qpos(static_cast<size_t>(e.N));
     for (int64_t i = 0; i < e.N; ++i) qpos[static_cast<size_t>(i)] = dca_query_position(p.dca, parts[t].part, i + e.offset);
@@ -102,7 +109,7 @@ void run_parts(const DcaProblem& p, const core::Outputs& o, const core::Context&
     TensorView pout = outs.view(), plse = lses.view();
     pout.shape[0] = plse.shape[0] = e.B;
     pout.data = out + t * rows * e.Dv, plse.data = lse + t * rows;
-    const core::Outputs po{&pout, &plse, nullptr};
+    const core::Outputs po{&pout, &plse, nullptr, nullptr, o.stats ? &part_stats[static_cast<size_t>(t)] : nullptr};
     core::choose(exact::SoftmaxFamily::forms(), part, po, "", "dca").run(part, po, ctx);
   }
   // One softmax: the parts' partials (m = lse, l = 1, or 0 for a part with no key, acc = the
@@ -112,9 +119,15 @@ void run_parts(const DcaProblem& p, const core::Outputs& o, const core::Context&
     l[r] = std::isnan(lse[r]) ? lse[r] : lse[r] == -std::numeric_limits<float>::infinity() ? 0.0f : 1.0f;
   parallel_for(e.B * e.H, resolve_threads(ctx.threads, e.B * e.H), [&](int64_t item, int) {
     const int64_t b = item / e.H, h = item % e.H;
-    std::vector<float> row(static_cast<size_t>(e.Dv));
+    std::vector<float> row(static_cast<size_t>(e.Dv)), top(static_cast<size_t>(o.stats ? o.stats->topk() : 0));
     for (int64_t i = 0; i < e.N; ++i) {
       const int64_t r = item * e.N + i;
+      if (o.stats) {
+        core::RowSummary whole =
+            core::RowSummary::empty(core::RowKind::softmax, static_cast<int32_t>(top.size()), top.data());
+        for (const core::StatsSink& part : part_stats) core::merge_into(whole, part.summary(b, h, i));
+        o.stats->put(b, h, i, whole);
+      }
       const float x = core::merge_partials(kParts, lse + r, l.data() + r, rows, out + r * e.Dv, rows * e.Dv, e.Dv,
                                            row.data());
       ctx.kern->from_float(row.data(), o.out->dtype, o.out->strides[3], e.Dv, o.out->ptr(b, h, i));
@@ -183,7 +196,7 @@ void run_reference(const DcaProblem& p, const core::Outputs& o, const core::Cont
 const std::vector<core::Form<DcaProblem>>& DcaFamily::forms() {
   static const std::vector<core::Form<DcaProblem>> list = {
       {"parts", "intra-, successive- and inter-chunk attention on the softmax forms, merged by LSE",
-       core::refuse_probs_and_stats<DcaProblem>, run_parts},
+       core::refuse_probs<DcaProblem>, run_parts},
       {"reference", "float64, each pair's remapped position, one softmax (slow, exact)",
        core::refuse_nothing<DcaProblem>, run_reference},
   };

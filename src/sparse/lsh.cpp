@@ -10,6 +10,7 @@
 #include "base/counter_random.hpp"
 #include "base/parallel.hpp"
 #include "core/kv_rows.hpp"
+#include "core/lane_stats.hpp"
 #include "core/params.hpp"
 #include "core/partial_merge.hpp"
 #include "core/reference_softmax_row.hpp"
@@ -71,9 +72,12 @@ namespace {
 constexpr int64_t L = kernels::kQueryTile;
 
 // Every round's partial (m, l, acc) per query position of one (batch, head), merged after the
-// last round in round order (R x N x Dv floats per thread).
+// last round in round order (R x N x Dv floats per thread); with row statistics, also each
+// round's row summary (the rounds count disjoint pairs, so their summaries merge exactly).
 struct Partials {
   std::vector<float> m, l, acc;  // (rounds, N), (rounds, N), (rounds, N, Dv)
+  std::vector<core::RowSummary> rows;  // (rounds, N)
+  std::vector<float> tops;             // (rounds, N, k)
 };
 
 struct Scratch {
@@ -81,6 +85,7 @@ struct Scratch {
   std::vector<float> scale = std::vector<float>(L);  // every lane's: the mechanism's scale
   std::vector<float> row;
   Partials part;
+  core::LaneStats lanes;
 };
 
 // The chunked form for one (batch, query head).
@@ -110,6 +115,15 @@ class HeadRun {
 
   void run(const core::Outputs& o) {
     const int64_t R = p_.mech.rounds;
+    k_ = o.stats ? o.stats->topk() : 0;
+    if (k_) {
+      s_.lanes.reserve(k_);
+      s_.part.rows.resize(static_cast<size_t>(R * p_.N));
+      s_.part.tops.resize(static_cast<size_t>(R * p_.N * k_));
+      for (size_t at = 0; at < s_.part.rows.size(); ++at)  // a query no round reaches: no key
+        s_.part.rows[at] = core::RowSummary::empty(core::RowKind::softmax, static_cast<int32_t>(k_),
+                                                   s_.part.tops.data() + at * static_cast<size_t>(k_));
+    }
     s_.part.m.assign(static_cast<size_t>(R * p_.N), kNegInf);
     s_.part.l.assign(static_cast<size_t>(R * p_.N), 0.0f);
     s_.part.acc.resize(static_cast<size_t>(R * p_.N * p_.Dv));
@@ -153,6 +167,7 @@ class HeadRun {
     std::fill(m, m + L, kNegInf);
     std::fill(l, l + L, 0.0f);
     std::fill(ot, ot + p_.Dv * L, 0.0f);
+    if (k_) s_.lanes.start();
     const int64_t c0 = t0 / C, c1 = (t0 + n - 1) / C;
     const int64_t k0 = std::max<int64_t>(0, (c0 - 1) * C), k1 = std::min(keys_, (c1 + 1) * C);
     // Per lane: its position, its chunk in this round and in each earlier one (padding lanes
@@ -168,7 +183,10 @@ class HeadRun {
       const int64_t bc = std::min(L, k1 - j0);
       kern_.qk(qt, p_.D, s_.kbuf.data() + j0 * p_.D, p_.D, bc, st, 0, L);
       for (int64_t jj = 0; jj < bc; ++jj) hide_uncounted(r, round, j0 + jj, st + jj * L);
-      kern_.softmax_update(st, bc, m, l, s_.alpha.data(), 0, L);
+      if (k_)
+        s_.lanes.update(kern_, st, bc, m, l, s_.alpha.data(), 0, L);
+      else
+        kern_.softmax_update(st, bc, m, l, s_.alpha.data(), 0, L);
       kern_.pv(st, bc, s_.vbuf.data() + j0 * p_.Dv, p_.Dv, p_.Dv, ot, s_.alpha.data(), 0, L);
     }
     for (int64_t i = 0; i < n; ++i) {
@@ -177,6 +195,14 @@ class HeadRun {
       s_.part.l[static_cast<size_t>(at)] = l[i];
       float* acc = s_.part.acc.data() + at * p_.Dv;
       for (int64_t c = 0; c < p_.Dv; ++c) acc[c] = ot[c * L + i];
+      if (k_) {
+        const core::RowSummary lane = s_.lanes.summary(static_cast<int>(i), m[i], l[i]);
+        core::RowSummary& kept = s_.part.rows[static_cast<size_t>(at)];
+        float* slots = kept.top;
+        kept = lane;
+        kept.top = slots;
+        std::copy(lane.top, lane.top + lane.count, slots);
+      }
     }
   }
 
@@ -206,8 +232,10 @@ class HeadRun {
   void finish(const core::Outputs& o) {
     const int64_t R = p_.mech.rounds;
     float* row = s_.row.data();
-    std::vector<float> qrow(static_cast<size_t>(p_.D)), krow(static_cast<size_t>(p_.D));
+    std::vector<float> qrow(static_cast<size_t>(p_.D)), krow(static_cast<size_t>(p_.D)), top(static_cast<size_t>(k_));
     for (int64_t i = 0; i < p_.N; ++i) {
+      core::RowSummary whole = core::RowSummary::empty(core::RowKind::softmax, static_cast<int32_t>(k_), top.data());
+      for (int64_t r = 0; r < R && k_; ++r) core::merge_into(whole, s_.part.rows[static_cast<size_t>(r * p_.N + i)]);
       float lse = core::merge_partials(R, s_.part.m.data() + i, s_.part.l.data() + i, p_.N,
                                        s_.part.acc.data() + i * p_.Dv, p_.N * p_.Dv, p_.Dv, row);
       if (lse == kNegInf && p_.mech.shared_qk && i < keys_) {
@@ -217,7 +245,13 @@ class HeadRun {
         for (int64_t c = 0; c < p_.D; ++c) dot += qrow[static_cast<size_t>(c)] * krow[static_cast<size_t>(c)];
         lse = dot * static_cast<float>(p_.scale);
         kern_.to_float(p_.v.ptr(b_, p_.kv_head(h_), i), p_.v.dtype, p_.v.strides[3], p_.Dv, row);
+        if (k_) {  // the one key: weight 1
+          whole = core::RowSummary::empty(core::RowKind::softmax, static_cast<int32_t>(k_), top.data());
+          const float self = lse;
+          core::stream_scores(whole, &self, 1);
+        }
       }
+      if (k_) o.stats->put(b_, h_, i, whole);
       kern_.from_float(row, o.out->dtype, o.out->strides[3], p_.Dv, o.out->ptr(b_, h_, i));
       if (o.lse) static_cast<float*>(o.lse->data)[o.lse->offset(b_, h_, i, 0)] = lse;
     }
@@ -230,6 +264,7 @@ class HeadRun {
   std::vector<LshRound> rounds_;
   std::vector<std::vector<int32_t>> query_chunk_, key_chunk_;  // [round][position]
   std::vector<std::vector<int32_t>> lane_chunk_;  // [0]: this round's; [e + 1]: round e's, per lane
+  int64_t k_ = 0;  // top k of the row statistics; 0: none asked for
   int32_t lane_pos_[L];
   uint8_t keep_[L];
 };
@@ -292,7 +327,7 @@ void run_reference(const LshProblem& p, const core::Outputs& o, const core::Cont
 const std::vector<core::Form<LshProblem>>& LshFamily::forms() {
   static const std::vector<core::Form<LshProblem>> list = {
       {"chunked", "per round: hash, sort, each sorted chunk against itself and the previous one; rounds merged",
-       core::refuse_probs_and_stats<LshProblem>, run_chunked},
+       core::refuse_probs<LshProblem>, run_chunked},
       {"reference", "the rounds' union as a dense mask, float64 softmax (slow, exact)",
        core::refuse_nothing<LshProblem>, run_reference},
   };
