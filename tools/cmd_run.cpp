@@ -15,7 +15,7 @@ namespace attn::cli {
 namespace {
 
 struct RunArgs {
-  std::string mechanism = "softmax", q, k, v, out, lse, probs, final_state, layout = "bhnd", mask, bias, wq, wk, w, isa, form,
+  std::string mechanism = "softmax", q, k, v, out, lse, probs, final_state, stats, layout = "bhnd", mask, bias, wq, wk, w, isa, form,
       block_mask;
   std::vector<int64_t> block_size = {128, 128};
   std::vector<std::string> params;  // NAME=file.npy
@@ -29,6 +29,7 @@ struct RunArgs {
   // Packed ragged batches (attend_varlen).
   std::vector<int64_t> cu_seqlens_q, cu_seqlens_k;
   int threads = 0;
+  int64_t stats_topk = 8;
   bool reference = false, explain = false;
 };
 
@@ -146,11 +147,13 @@ int run(const RunArgs& r) {
       {"--q", r.q}, {"--k", r.k}, {"--v", r.v}, {"--mask", r.mask}, {"--bias", r.bias}, {"--block-mask", r.block_mask},
       {"--wq", r.wq}, {"--wk", r.wk}, {"--w", r.w}};
   for (const std::string& p : r.params) inputs.emplace_back("--param", p.substr(p.find('=') + 1));
-  OutputFiles files(inputs, {{"--out", r.out}, {"--lse", r.lse}, {"--probs", r.probs}, {"--final-state", r.final_state}});
+  OutputFiles files(inputs, {{"--out", r.out}, {"--lse", r.lse}, {"--probs", r.probs}, {"--final-state", r.final_state},
+                                   {"--stats", r.stats}});
   const bool cache_call = !r.k_cache.empty() || !r.v_cache.empty() || !r.cu_seqlens_q.empty() || !r.cu_seqlens_k.empty();
   if (!cache_call && (r.k.empty() || r.v.empty())) fail(r.k.empty() ? "--k" : "--v", "is required (or --k-cache/--v-cache)");
-  if (cache_call && (!r.probs.empty() || !r.final_state.empty() || r.explain || !r.mask.empty() || !r.kv_lengths.empty()))
-    fail("--k-cache", "KV-cache and packed calls take no --probs, --final-state, --explain, --mask or --kv-lengths");
+  if (cache_call && (!r.probs.empty() || !r.final_state.empty() || !r.stats.empty() || r.explain || !r.mask.empty() ||
+                     !r.kv_lengths.empty()))
+    fail("--k-cache", "KV-cache and packed calls take no --probs, --final-state, --stats, --explain, --mask or --kv-lengths");
   AttendOptions opt;
   opt.threads = r.threads;
   opt.form = r.form;
@@ -163,6 +166,8 @@ int run(const RunArgs& r) {
   opt.return_lse = !r.lse.empty();
   opt.return_probs = !r.probs.empty();
   opt.return_final_state = !r.final_state.empty();
+  opt.return_stats = !r.stats.empty();
+  opt.stats_topk = r.stats_topk;
   NpyArray ma, ba, bm;
   if (!r.block_mask.empty()) {
     bm = read_npy(r.block_mask);
@@ -209,6 +214,15 @@ int run(const RunArgs& r) {
   const auto& s = q.shape;
   if (!r.lse.empty()) files.write(r.lse, DType::f32, {s[0], s[1], s[2]}, res.lse.view().data);
   if (!r.probs.empty()) files.write(r.probs, DType::f32, {s[0], s[1], s[2], k.shape[2]}, res.probs.view().data);
+  if (!r.stats.empty()) {  // (B, H, N, 4): sparsity, entropy, max_weight, topk_mass per row
+    std::vector<float> st(static_cast<size_t>(s[0] * s[1] * s[2] * 4));
+    size_t at = 0;
+    for (int64_t b = 0; b < s[0]; ++b)
+      for (int64_t h = 0; h < s[1]; ++h)
+        for (int64_t i = 0; i < s[2]; ++i)
+          for (const Tensor* t : {&res.sparsity, &res.entropy, &res.max_weight, &res.topk_mass}) st[at++] = t->at(b, h, i, 0);
+    files.write(r.stats, DType::f32, {s[0], s[1], s[2], 4}, st.data());
+  }
   if (!r.final_state.empty()) {
     const auto& f = res.final_state.view().shape;
     files.write(r.final_state, DType::f32, {f[0], f[1], f[2], f[3]}, res.final_state.view().data);
@@ -243,6 +257,10 @@ Runner add_run(CLI::App& app) {
   c->add_option("--out", args->out, "Output .npy (same layout as q; float16 stays float16); not needed with --explain");
   c->add_option("--lse", args->lse, "Also write the row log-sum-exp, (B, H, N) float32");
   c->add_option("--probs", args->probs, "Also write the weights (B, H, N, M) float32 (before dropout)");
+  c->add_option("--stats", args->stats,
+                "Also write each row's concentration, streamed without the N x M weights: (B, H, N, 4) float32 =\n"
+                "sparsity, entropy, max_weight, topk_mass (docs/concentration.md)");
+  c->add_option("--stats-topk", args->stats_topk, "k of topk_mass (1 to 1024)")->capture_default_str();
   c->add_option("--final-state", args->final_state,
                 "Also write the recurrent state after the last token (linear attention), (B, H, F, Dv [+ 1]) float32; "
                 "continue a sequence with --param initial_state=FILE");

@@ -25,6 +25,21 @@ def test_cli_run_round_trip(tmp_path):
     assert np.array_equal(np.load(tmp_path / "p.npy"), probs)
 
 
+def test_cli_run_writes_streamed_statistics(tmp_path):
+    r = np.random.default_rng(5)
+    q = r.standard_normal((1, 2, 20, 8)).astype(np.float32)
+    np.save(tmp_path / "q.npy", q)
+    cmd = [str(cli_path()), "run", "-m", "softmax:causal", "--q", str(tmp_path / "q.npy"), "--k", str(tmp_path / "q.npy"),
+           "--v", str(tmp_path / "q.npy"), "--out", str(tmp_path / "o.npy"), "--stats", str(tmp_path / "s.npy"),
+           "--stats-topk", "3", "--layout", "bhnd"]
+    subprocess.run(cmd, check=True, capture_output=True)
+    _, st = attn.attend(q, q, q, "softmax:causal", layout="bhnd", return_stats=True, stats_topk=3)
+    assert np.array_equal(np.load(tmp_path / "s.npy"), np.stack(st, axis=-1))
+    bad = subprocess.run(cmd[:-4] + ["--stats-topk", "0"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "stats_topk must be in [1, 1024], got 0" in bad.stderr
+    assert not (tmp_path / "s.npy").exists() or np.load(tmp_path / "s.npy").shape == (1, 2, 20, 4)
+
+
 def test_cli_rejects_float64(tmp_path):
     x = np.zeros((1, 1, 2, 2))
     np.save(tmp_path / "x.npy", x)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import attn
+from hypothesis import given, settings, strategies as st
 
 
 def test_measures_equal_their_numpy_definitions_along_any_axis():
@@ -75,3 +76,81 @@ def test_theory_closed_forms():
     assert attn.theory.sparsity_linear_iid([1.0, 1.0], 1.0, 1.0) == pytest.approx(1 / math.sqrt(1.5), rel=1e-15)
     with pytest.raises(ValueError, match="gamma must be a finite number > 0"):
         attn.theory.sparsity_exp(0.0, -1.0)
+
+
+# ---- streamed statistics: attend(..., return_stats=True) -------------------------------------------
+
+def _measures(w, k):
+    """The four statistics of one row of weights held in memory (float64)."""
+    w = np.asarray(w, np.float64)
+    ent = attn.entropy(np.abs(w)) if np.all(w >= 0) else np.nan
+    return np.array([attn.sparsity(w), ent, attn.max_weight(w), attn.topk_mass(w, k)])
+
+
+@pytest.mark.parametrize("mechanism", ["softmax", "softmax:causal", "softmax:window=4:2,softcap=5",
+                                       "longformer:window=3:3,global=0;9", "lsh:buckets=4,rounds=2,chunk=8,seed=1",
+                                       "dca:chunk=8,local=3", "gau", "linear:map=elu", "linear:map=identity",
+                                       "retention:decay=0.7"])
+def test_streamed_statistics_are_the_measures_of_the_applied_weights(mechanism):
+    rng = np.random.default_rng(2)
+    q, k, v = (rng.standard_normal((2, 24, 4, 16)).astype(np.float32) for _ in range(3))  # (B, N, H, D)
+    if mechanism.startswith("retention"):  # causal: N = M, as given
+        pass
+    _, st = attn.attend(q, k, v, mechanism, return_stats=True, stats_topk=3)
+    _, probs = attn.attend(q, k, v, mechanism, return_probs=True, use_reference=True)
+    assert st.sparsity.shape == (2, 4, 24) and st.sparsity.dtype == np.float32
+    got = np.stack(st, axis=-1)
+    causal = "causal" in mechanism or mechanism.startswith("retention")
+    for b in range(2):
+        for h in range(4):
+            for i in range(24):
+                row = probs[b, h, i]
+                if mechanism.startswith(("linear", "gau", "retention")):
+                    row = row[: i + 1] if causal else row  # every key the row may see, zeros included
+                else:
+                    row = row[row != 0]  # softmax families: the visible keys (none underflows here)
+                want = _measures(row, 3)
+                np.testing.assert_allclose(got[b, h, i], want, rtol=2e-4, atol=2e-5, equal_nan=True,
+                                           err_msg=f"{mechanism} row {(b, h, i)}")
+
+
+def test_streamed_statistics_of_rows_without_keys_and_bad_arguments():
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((1, 5, 2, 8)).astype(np.float32)
+    k = rng.standard_normal((1, 3, 2, 8)).astype(np.float32)
+    # causal, bottom-right: with N = 5 > M = 3 the first two queries see no key
+    _, st = attn.attend(q, k, k, "softmax:causal", return_stats=True)
+    assert np.all(np.isnan(np.stack(st)[:, 0, :, :2])) and not np.any(np.isnan(np.stack(st)[:, 0, :, 2:]))
+    one = np.stack(st)[:, 0, :, 2]  # one key: S = 1, entropy 0, all weight on it
+    np.testing.assert_array_equal(one, np.array([[1, 1], [0, 0], [1, 1], [1, 1]], np.float32))
+    with pytest.raises(ValueError, match=r"stats_topk must be in \[1, 1024\], got 0"):
+        attn.attend(q, k, k, return_stats=True, stats_topk=0)
+    with pytest.raises(TypeError, match="stats_topk must be an integer"):
+        attn.attend(q, k, k, return_stats=True, stats_topk=2.0)
+    assert "stats" not in attn.explain(q, k, k, "softmax", return_stats=True).split("chosen")[0].split("\n")[-1]
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 70), m=st.integers(1, 70), d=st.sampled_from([1, 5, 16]), topk=st.integers(1, 80),
+       causal=st.booleans(), seed=st.integers(0, 2**16))
+def test_streamed_statistics_property(n, m, d, topk, causal, seed):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((1, n, 2, d)).astype(np.float32) * 2
+    k = rng.standard_normal((1, m, 1, d)).astype(np.float32) * 2
+    mech = "softmax:causal" if causal else "softmax"
+    _, st = attn.attend(q, k, k, mech, return_stats=True, stats_topk=topk)
+    _, probs = attn.attend(q, k, k, mech, return_probs=True, use_reference=True)
+    for h in range(2):
+        for i in range(n):
+            seen = (i + m - n) + 1 if causal else m  # bottom-right causal alignment
+            seen = max(0, min(seen, m))
+            s, e, mx, tm = (x[0, h, i] for x in st)
+            if seen == 0:
+                assert np.isnan([s, e, mx, tm]).all()
+                continue
+            row = probs[0, h, i, :seen]
+            assert 1 / np.sqrt(seen) - 1e-5 <= s <= 1 + 1e-6 and -1e-6 <= e <= np.log(seen) + 1e-5
+            assert mx <= tm + 1e-6 <= 1 + 2e-6
+            if topk >= seen:
+                assert tm == 1.0
+            np.testing.assert_allclose([s, e, mx, tm], _measures(row, topk), rtol=2e-4, atol=2e-5)

@@ -123,10 +123,10 @@ void finish(const RowSummary& r, double out[4]) {
   const double a1 = r.a1, a2 = r.a2, e = r.e, n = static_cast<double>(r.n);
   out[0] = std::min(1.0, a1 / std::sqrt(a2) / std::sqrt(n));
   out[1] = r.neg ? kNaN : std::max(0.0, std::log(a1) - e / a1);
-  // top holds the k largest raw values in descending order; fewer than k: every non-zero
-  // weight is in it, so its mass is the whole row's
+  // top holds the k largest raw values in descending order; fewer than k (or a row of at most k
+  // keys): every non-zero weight is in it, so its mass is the whole row's, exactly 1
   out[2] = std::min(1.0, relative(r.kind, r.ref, r.top[0]) / a1);
-  if (r.count < r.k) {
+  if (r.count < r.k || r.n <= r.k) {
     out[3] = 1.0;
   } else {
     double mass = 0;
