@@ -170,6 +170,10 @@ int run(const BenchArgs& a) {
         const double gbs = c.kv_bytes() / secs / 1e9;
         fmt::print("{:>7} {:>4} {:>4} {:>4} {:>5} {:<6} {:>3} {:>10.3f} {:>9.1f} {:>8.3f}\n", c.M, c.D, c.H, c.Hkv,
                    short_name(c.dtype), form, t, secs * 1e3, gbs, gbs / bws[t]);
+        if (a.stats) {
+          const double with = run.seconds(t, a.reps * 5, true);
+          fmt::print("{:>44} {:>10.3f} ms with return_stats: {:+.1f} %\n", "", with * 1e3, (with / secs - 1) * 100);
+        }
         if (json) {
           nlohmann::json j = {{"mechanism", to_string(in.mechanism)}, {"dtype", short_name(c.dtype)}, {"batch", c.B},
                               {"heads", c.H}, {"kv_heads", c.Hkv}, {"q_len", c.N}, {"kv_len", c.M},

@@ -571,7 +571,7 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_scale: Op
               window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0, alibi_slopes: Any = None,
               attn_mask: Any = None, key_padding_lengths: Optional[Sequence[int]] = None,
               dropout_p: float = 0.0, seed: int = 0, layout: str = "bnhd", return_lse: bool = False,
-              return_probs: bool = False, threads: int = 0):
+              return_probs: bool = False, return_stats: bool = False, stats_topk: int = 8, threads: int = 0):
     """Exact softmax attention, O = softmax(scale * q k^T + mask) v, with flash-attn's names.
 
     Args:
@@ -593,10 +593,12 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_scale: Op
         layout: "bnhd" or "bhnd".
         return_lse / return_probs: also return the row log-sum-exp (B, H, N) and the weights
             (B, H, N, M), both float32 (weights before dropout).
+        return_stats / stats_topk: also return each row's concentration, :class:`Stats`
+            (see :func:`attend`), streamed without the weights.
         threads: 0 = all cores.
 
     Returns:
-        out with q's layout, dtype and kind; or (out, lse[, probs]) when requested.
+        out with q's layout, dtype and kind; or (out[, lse][, probs][, stats]) when requested.
         A row that sees no key returns zeros and lse = -inf.
 
     Example:
@@ -609,7 +611,7 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_scale: Op
     mechanism = _softmax_text(causal, softmax_scale, window_size, softcap, dropout_p, seed)
     return attend(q, k, v, mechanism, attn_mask=attn_mask, key_padding_lengths=key_padding_lengths,
                   alibi_slopes=alibi_slopes, layout=layout, return_lse=return_lse,
-                  return_probs=return_probs, threads=threads)
+                  return_probs=return_probs, return_stats=return_stats, stats_topk=stats_topk, threads=threads)
 
 
 def mask_of(mechanism: str, n: int, m: Optional[int] = None) -> np.ndarray:

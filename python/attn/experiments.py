@@ -210,29 +210,34 @@ def _stats_backend(name: str):
     """attn registered with transformers under ``name``, computing per-head statistics of every
     call's weights (mean over queries) and keeping only those."""
     import torch
-    from .concentration import entropy, sparsity
     from .integrations.transformers import AttnBackend, register
     from transformers import AttentionInterface
 
     class StatsBackend(AttnBackend):
+        """Per layer and head: the streamed row statistics of every call (never its N x M
+        weights), and the mass on the first 4 keys, exp(score - lse) summed over them."""
+
         def __init__(self):
-            super().__init__(keep_probs=True)
+            super().__init__(keep_stats=True)
             self.stats: List[Dict] = []
 
         def __call__(self, module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
             out, _ = super().__call__(module, query, key, value, attention_mask, scaling, dropout, **kwargs)
-            p = self.probs.pop()  # (B, H, N, M), dropped after the statistics
-            p = p.detach().float().cpu().numpy() if isinstance(p, torch.Tensor) else np.asarray(p)
+            st, lse = self.row_stats.pop()
             layer = len(self.stats) if getattr(module, "layer_idx", None) is None else int(module.layer_idx)
-            # S over the keys each row can see (its non-zero weights: causal and padding zeros
-            # would otherwise lower S by sqrt(visible / M)); entropy ignores zeros anyway
-            visible = np.maximum((p > 0).sum(-1), 1)
-            s, h = sparsity(p) * np.sqrt(p.shape[-1] / visible), entropy(p)
-            sinks = p[..., :4].sum(-1)
-            for head in range(p.shape[1]):
-                self.stats.append({"layer": layer, "head": head, "rows": int(p.shape[0] * p.shape[2]),
-                                   "keys": int(p.shape[3]), "sparsity": float(np.nanmean(s[:, head])),
-                                   "entropy": float(np.nanmean(h[:, head])),
+            b, h, n, d = query.shape
+            m, sink = key.shape[2], min(4, key.shape[2])
+            k4 = key[:, :, :sink].float().repeat_interleave(h // key.shape[1], dim=1)
+            scale = float(scaling) if scaling is not None else d ** -0.5
+            s4 = torch.einsum("bhnd,bhjd->bhnj", query.float(), k4) * scale
+            if getattr(module, "is_causal", True) and n > 1:  # bottom-right: query i sees j <= i + m - n
+                hidden = torch.arange(sink)[None, :] > (torch.arange(n)[:, None] + m - n)
+                s4 = s4.masked_fill(hidden, float("-inf"))
+            sinks = torch.exp(s4 - torch.as_tensor(lse)[..., None]).sum(-1).numpy()
+            for head in range(h):
+                self.stats.append({"layer": layer, "head": head, "rows": int(b * n), "keys": int(m),
+                                   "sparsity": float(np.nanmean(st.sparsity[:, head])),
+                                   "entropy": float(np.nanmean(st.entropy[:, head])),
                                    "sink_mass": float(np.nanmean(sinks[:, head]))})
             return out, None
 

@@ -83,15 +83,20 @@ class AttnBackend:
         causal_calls: calls where the backend applied attn's causal mask itself.
         layers: the ``layer_idx`` (or ``id``) of every module that called it.
         keep_probs: if True, every call's weights (B, H, N, M) float32 are appended to ``probs``.
+        keep_stats: if True, every call's row statistics (:class:`attn.Stats`, each (B, H, N),
+            streamed without the weights) and log-sum-exp (B, H, N) are appended to ``row_stats``
+            as (stats, lse) pairs.
         threads: attn's thread count per call (0 = all cores).
     """
 
-    def __init__(self, mechanism: Optional[str] = None, keep_probs: bool = False, threads: int = 0):
+    def __init__(self, mechanism: Optional[str] = None, keep_probs: bool = False, threads: int = 0,
+                 keep_stats: bool = False):
         if mechanism is not None and not isinstance(mechanism, str):
             raise TypeError(f"mechanism must be None or a mechanism text such as 'softmax:causal,window=255:0', "
                             f"got {type(mechanism).__name__}")
-        if not isinstance(keep_probs, bool):
-            raise TypeError(f"keep_probs must be True or False, got {keep_probs!r}")
+        for name, flag in (("keep_probs", keep_probs), ("keep_stats", keep_stats)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be True or False, got {flag!r}")
         if isinstance(threads, bool) or not isinstance(threads, int):
             raise TypeError(f"threads must be an integer, got {threads!r}")
         if threads < 0:
@@ -100,6 +105,7 @@ class AttnBackend:
         self._options = _option_names(self.mechanism) if mechanism is not None else set()
         self._pattern_causal = _pattern_is_causal(self.mechanism) if mechanism is not None else None
         self.keep_probs = keep_probs
+        self.keep_stats = keep_stats
         self.threads = threads
         self.reset()
 
@@ -112,6 +118,7 @@ class AttnBackend:
         self.causal_calls = 0
         self.layers: set = set()
         self.probs: List[Any] = []
+        self.row_stats: List[Any] = []
 
     def __repr__(self) -> str:
         return f"AttnBackend(mechanism={self.mechanism!r}, calls={self.calls})"
@@ -138,15 +145,20 @@ class AttnBackend:
         # (B, N, H, D) views of transformers' (B, H, N, D) tensors: attn writes its output in this
         # layout, which is the (B, N, H, D) transformers wants back, without a copy
         q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
+        extra = dict(return_probs=want_probs, return_lse=self.keep_stats, return_stats=self.keep_stats)
         if self.mechanism is None:
             res = attn.attention(q, k, v, causal=causal, softmax_scale=scaling, softcap=float(softcap),
                                  attn_mask=mask, dropout_p=p, seed=_seed() if p else 0, layout="bnhd",
-                                 return_probs=want_probs, threads=self.threads)
+                                 threads=self.threads, **extra)
         else:
             self._check_override(module, causal, scaling, softcap, p, d)
-            res = attn.attend(q, k, v, self.mechanism, attn_mask=mask, layout="bnhd", return_probs=want_probs,
-                              threads=self.threads)
-        out, probs = res if want_probs else (res, None)
+            res = attn.attend(q, k, v, self.mechanism, attn_mask=mask, layout="bnhd", threads=self.threads, **extra)
+        res = list(res) if isinstance(res, tuple) else [res]
+        out = res.pop(0)
+        lse = res.pop(0) if self.keep_stats else None
+        probs = res.pop(0) if want_probs else None
+        if self.keep_stats:
+            self.row_stats.append((res.pop(0), lse))
 
         self.calls += 1
         if n > 1:
