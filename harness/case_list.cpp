@@ -558,6 +558,11 @@ void gau_check_cases(std::vector<Case>& out) {
     pad.B = 3, pad.N = 65, pad.M = 129, pad.dtype = DType::f32, pad.extras.padding = true, pad.extras.pad = 2;
     out.push_back(pad);
   }
+  for (int64_t k : {1, 200}) {  // top-k of the rows at its edges; causal: the diagonal tiles' short rows
+    Case top = small_case();
+    top.mechanism = "gau:causal,bias=0.3", top.N = top.M = 140, top.stats_topk = k;
+    out.push_back(top);
+  }
 }
 
 // ---- efficient: per-feature softmax of the keys over the sequence ----------------------------
