@@ -595,6 +595,13 @@ void efficient_check_cases(std::vector<Case>& out) {
     st.N = st.M = 1, st.extras.padding = false;  // one token against a state
     out.push_back(st);
   }
+  for (const char* mech : {"efficient", "efficient:causal"})
+    for (int64_t k : {1, 200}) {  // top-k at its edges; causal: several blocks, each with its diagonal tile
+      Case top = small_case();
+      top.mechanism = mech, top.N = top.M = 140, top.stats_topk = k, top.extras.magnitude = 3.0f;
+      top.extras.padding = k == 1;
+      out.push_back(top);
+    }
 }
 
 void linear_bad_cases(std::vector<BadCase>& out) {

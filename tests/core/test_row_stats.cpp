@@ -261,7 +261,7 @@ TEST(AttendStats, BadStatsViewsAndCallsAreErrors) {
   EXPECT_THROW(attend_into(q.view(), k.view(), v.view(), Softmax{}, o, out.view(), nullptr, nullptr, nullptr, &wrong_dtype),
                Error);
   AttendOptions with_stats;
-  with_stats.return_stats = true;
+  with_stats.return_stats = true, with_stats.stats_topk = 0;
   EXPECT_THROW(attend(q.view(), k.view(), v.view(), parse_mechanism("efficient"), with_stats), Error);
 }
 
