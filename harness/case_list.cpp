@@ -276,8 +276,6 @@ void softmax_bad_cases(std::vector<BadCase>& out) {
       "stats_topk must be in [1, 1024], got 0");
   add("stats_topk_beyond_limit", "softmax", [](Inputs& in) { in.options.return_stats = true, in.options.stats_topk = 1025; },
       "stats_topk must be in [1, 1024], got 1025");
-  add("stats_of_polaformer", "polaformer:power=3", [](Inputs& in) { in.options.return_stats = true; },
-      "return_stats: polaformer's row statistics are not streamed yet");
   add("alibi_count", "softmax", [](Inputs& in) { in.options.alibi_slopes = {1, 2, 3}; },
       "alibi_slopes must have H (4) or B*H (8) values, got 3");
 }
@@ -554,6 +552,17 @@ void linear_check_cases(std::vector<Case>& out) {
   out.push_back(heads);
   heads.extras.state = true, heads.N = heads.M = 9, heads.form = "recurrent", heads.agree_with = "chunked";
   out.push_back(heads);
+  Case far;  // decay 0.8 over 600 keys: lambda^d underflows to 0 in float far back (zeros of the row)
+  far.mechanism = "linear:map=elu,causal,decay=0.8,chunk=64";
+  far.B = 1, far.H = 2, far.Hkv = 1, far.N = far.M = 600, far.D = 16, far.Dv = 16;
+  out.push_back(far);
+  for (const char* mech : {"linear:map=elu,causal,chunk=16", "linear:map=identity,normalize=0", "polaformer:power=3",
+                           "polaformer:power=2,causal,chunk=8"})
+    for (int64_t k : {1, 200}) {  // row statistics' top-k: the max alone, the whole row (k > M)
+      Case top = small_case();
+      top.mechanism = mech, top.N = top.M = 70, top.stats_topk = k, top.extras.state = k == 1;
+      out.push_back(top);
+    }
 }
 
 // ---- gau: squared-ReLU weights (quadratic) --------------------------------------------------
@@ -571,6 +580,11 @@ void gau_check_cases(std::vector<Case>& out) {
     Case pad = c;
     pad.B = 3, pad.N = 65, pad.M = 129, pad.dtype = DType::f32, pad.extras.padding = true, pad.extras.pad = 2;
     out.push_back(pad);
+  }
+  for (int64_t k : {1, 200}) {  // top-k of the rows at its edges; causal: the diagonal tiles' short rows
+    Case top = small_case();
+    top.mechanism = "gau:causal,bias=0.3", top.N = top.M = 140, top.stats_topk = k;
+    out.push_back(top);
   }
 }
 
@@ -595,6 +609,13 @@ void efficient_check_cases(std::vector<Case>& out) {
     st.N = st.M = 1, st.extras.padding = false;  // one token against a state
     out.push_back(st);
   }
+  for (const char* mech : {"efficient", "efficient:causal"})
+    for (int64_t k : {1, 200}) {  // top-k at its edges; causal: several blocks, each with its diagonal tile
+      Case top = small_case();
+      top.mechanism = mech, top.N = top.M = 140, top.stats_topk = k, top.extras.magnitude = 3.0f;
+      top.extras.padding = k == 1;
+      out.push_back(top);
+    }
 }
 
 void linear_bad_cases(std::vector<BadCase>& out) {

@@ -101,7 +101,8 @@ struct TileKernels {
   //           a1 *= r, a2 *= r*r, e = r * (e + a1_old * log(r)); set acc.neg |= any a_j < 0,
   //           acc.pos |= any a_j > 0 (NaN: set acc.nan = true); acc.c = c_new.
   //   pass 2 (if acc.c > 0): u = |a_j| * (1 / acc.c) (a multiply by the rounded reciprocal, not
-  //           a division: u is within 1 ulp of |a_j| / c, the max may give 1 +- 1 ulp):
+  //           a division: u is within 1 ulp of |a_j| / c, the max may give 1 +- 1 ulp; when c is
+  //           tiny, < 2^-100, both are scaled by 2^64 first so that 1 / c cannot overflow):
   //           a1 += u, a2 += u*u, e += (u > 0 ? u * log(u) : 0);
   //           cand bit j (word j/64, bit j%64) = |a_j| > acc.thr; cand has (n+63)/64 words, all
   //           written (also when acc.c is 0).

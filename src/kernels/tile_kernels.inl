@@ -703,8 +703,12 @@ void weight_row_stats(const float* a, int64_t n, WeightRowAcc& acc, uint64_t* ca
   acc.c = c_new;
 
   const bool stats = acc.c > 0;
-  const float inv_s = stats ? 1.0f / acc.c : 0.0f;
-  const Vec inv = Vec::set1(inv_s), thr = Vec::set1(acc.thr), zero = Vec::zero();
+  // A row whose largest |a| so far is tiny (a denormal c, e.g. far keys decayed towards 0) would
+  // overflow 1 / c: the values and c are then first scaled by 2^64 (exact), u = (|a| 2^64) / (c 2^64).
+  const bool tiny = acc.c < 0x1p-100f;
+  const float pre_s = tiny ? 0x1p64f : 1.0f;
+  const float inv_s = stats ? 1.0f / (acc.c * pre_s) : 0.0f;
+  const Vec inv = Vec::set1(inv_s), pre = Vec::set1(pre_s), thr = Vec::set1(acc.thr), zero = Vec::zero();
   Vec s1 = zero, s2 = zero, se = zero;
   float t1 = 0, t2 = 0, te = 0;
   for (int64_t w0 = 0; w0 < n; w0 += 64) {  // one word of candidate bits (64 is a multiple of W)
@@ -715,7 +719,7 @@ void weight_row_stats(const float* a, int64_t n, WeightRowAcc& acc, uint64_t* ca
       const Vec v = Vec::abs(Vec::loadu(a + j));
       word |= static_cast<uint64_t>(Vec::gt_bits(v, thr)) << (j - w0);
       if (stats) {
-        const Vec u = v * inv;
+        const Vec u = tiny ? (v * pre) * inv : v * inv;
         s1 = s1 + u;
         s2 = Vec::fma(u, u, s2);
         se = se + Vec::select_lt(zero, u, u * vlog(u), zero);
@@ -725,7 +729,7 @@ void weight_row_stats(const float* a, int64_t n, WeightRowAcc& acc, uint64_t* ca
       const float v = std::fabs(a[j]);
       word |= static_cast<uint64_t>(v > acc.thr) << (j - w0);
       if (stats) {
-        const float u = v * inv_s;
+        const float u = (v * pre_s) * inv_s;
         t1 += u;
         t2 += u * u;
         te += u > 0 ? u * std::log(u) : 0.0f;

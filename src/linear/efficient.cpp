@@ -6,6 +6,7 @@
 #include "attn/error.hpp"
 #include "base/parallel.hpp"
 #include "core/params.hpp"
+#include "core/row_stats.hpp"
 #include "linear/head_state.hpp"
 
 namespace attn::linear {
@@ -101,16 +102,17 @@ void run_online(const EfficientProblem& p, const core::Outputs& o, const core::C
       write_output(kern, p, o, st, b, h, t, q.data(), out.data());
     }
   });
+  if (o.stats) efficient_row_stats(p, o, ctx);  // the weights themselves: a pass of their own
 }
 
 void refuse_right(const EfficientProblem& p, const core::Outputs& o, core::Reasons& why) {
   if (p.mech.causal) why.push_back("causal (the key softmax runs over each prefix: recurrent)");
-  core::refuse_probs_and_stats(p, o, why);
+  core::refuse_probs(p, o, why);
 }
 
 void refuse_recurrent(const EfficientProblem& p, const core::Outputs& o, core::Reasons& why) {
   if (!p.mech.causal) why.push_back("not causal (the right form takes all keys at once)");
-  core::refuse_probs_and_stats(p, o, why);
+  core::refuse_probs(p, o, why);
 }
 
 template <class T>
@@ -152,15 +154,26 @@ core::ReferenceResult reference_impl(const EfficientProblem& p, bool plain) {
       std::vector<Softmax1> all;  // non-causal: one softmax per feature for every query
       if (!p.mech.causal)
         for (int64_t f = 0; f < D; ++f) all.push_back(over(f, len));
+      std::vector<T> w(static_cast<size_t>(p.M));  // one row's weights (row statistics)
       for (int64_t i = 0; i < p.N; ++i) {
+        const int64_t end = p.mech.causal ? std::min(i + 1, len) : len;  // the keys of its row
+        std::fill(w.begin(), w.end(), T(0));
         T top = -INFINITY, sum = 0;
         for (int64_t f = 0; f < D; ++f) top = std::max(top, static_cast<T>(p.q.at(b, h, i, f)));
         for (int64_t f = 0; f < D; ++f) sum += (qs[static_cast<size_t>(f)] = std::exp(static_cast<T>(p.q.at(b, h, i, f)) - top));
         const size_t at = static_cast<size_t>((b * p.H + h) * p.N + i);
+        double* st = r.stats_of(b, h, i);
         for (int64_t f = 0; f < D; ++f) {
-          const Softmax1 s = p.mech.causal ? over(f, std::min(i + 1, len)) : all[static_cast<size_t>(f)];
+          const Softmax1 s = p.mech.causal ? over(f, end) : all[static_cast<size_t>(f)];
           const T a = rnd(static_cast<T>(p.scale) * qs[static_cast<size_t>(f)] / sum);
           for (int64_t c = 0; c < Dv; ++c) r.out[at * Dv + c] += static_cast<double>(a * s.ctx[static_cast<size_t>(c)]);
+          if (st)  // a_ij = sum_f a_f e^(k_jf - m_f) / z_f over the row's keys
+            for (int64_t j = 0; j < end; ++j)
+              w[static_cast<size_t>(j)] += a * std::exp(static_cast<T>(p.k.at(b, hk, j, f)) - s.m) / s.z;
+        }
+        if (st) {
+          const std::vector<double> row(w.begin(), w.begin() + end);
+          core::reference_row_stats(row.data(), nullptr, end, p.stats_topk, st);
         }
       }
       for (int64_t f = 0; f < D; ++f) {  // the final state: every valid key
@@ -186,9 +199,6 @@ EfficientProblem EfficientFamily::validate(const TensorView& q, const TensorView
   if (outs.wants_probs())
     fail(kWhere, "return_probs: efficient attention's weights are not returned (its forms and reference keep "
                  "per-feature sums, not a weight row)");
-  if (outs.wants_stats() || opt.return_stats)
-    fail(kWhere, "return_stats: efficient attention's row statistics are not streamed yet (its forms and "
-                 "reference keep per-feature sums, not a weight row)");
   if (m.scale) core::check_positive_float32(*m.scale, "scale");
   p.scale = m.scale ? *m.scale : 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(p.D, 1)));
   core::Symbols symbols{{"B", p.B}, {"H", p.H}, {"D", p.D}, {"state_cols", p.Dv + 2}};

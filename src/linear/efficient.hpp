@@ -31,4 +31,8 @@ struct EfficientFamily {
   static std::array<int64_t, 4> state_shape(const Problem& p);
 };
 
+// The row statistics of the whole problem into o.stats, a second pass after the form (see
+// efficient_stats.cpp).
+void efficient_row_stats(const EfficientProblem& p, const core::Outputs& o, const core::Context& ctx);
+
 }  // namespace attn::linear

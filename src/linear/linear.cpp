@@ -171,9 +171,6 @@ LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, c
   if (outs.wants_probs())
     fail(kWhere, "return_probs: polaformer has no single weight matrix (its two streams weigh the keys "
                  "differently, each for half of the value channels)");
-  if (outs.wants_stats() || opt.return_stats)
-    fail(kWhere, "return_stats: polaformer's row statistics are not streamed yet (its two streams weigh the keys "
-                 "differently, each for half of the value channels)");
   Linear core;
   core.causal = m.causal, core.chunk = m.chunk;
   LinearProblem p = validate_kernel(q, k, v, core, "polaformer", to_string(Mechanism{m}), opt, outs, 2 * q.dim(),
@@ -210,10 +207,9 @@ LinearProblem stream_problem(const LinearProblem& p, int s) {
 
 namespace {
 
-// Runs `run` on the problem, or on each of PolaFormer's streams with the outputs of its half.
+// Runs `run` on each of PolaFormer's streams with the outputs of its half.
 template <void (*Run)(const LinearProblem&, const core::Outputs&, const core::Context&)>
-void by_stream(const LinearProblem& p, const core::Outputs& o, const core::Context& ctx) {
-  if (!p.polar()) return Run(p, o, ctx);
+void run_streams(const LinearProblem& p, const core::Outputs& o, const core::Context& ctx) {
   for (int s = 0; s < 2; ++s) {
     const LinearProblem sub = stream_problem(p, s);
     TensorView out = *o.out, state;
@@ -228,6 +224,18 @@ void by_stream(const LinearProblem& p, const core::Outputs& o, const core::Conte
     }
     Run(sub, so, ctx);
   }
+}
+
+// Runs `run` on the problem, or on each of PolaFormer's streams with the outputs of its half;
+// then the row statistics, if asked for, from their own pass over the whole problem (so
+// PolaFormer's are of both streams).
+template <void (*Run)(const LinearProblem&, const core::Outputs&, const core::Context&)>
+void by_stream(const LinearProblem& p, const core::Outputs& o, const core::Context& ctx) {
+  if (p.polar())
+    run_streams<Run>(p, o, ctx);
+  else
+    Run(p, o, ctx);
+  if (o.stats) linear_row_stats(p, o, ctx);
 }
 
 void run_reference(const LinearProblem& p, const core::Outputs& o, const core::Context&) {

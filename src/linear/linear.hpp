@@ -85,5 +85,8 @@ void run_recurrent(const LinearProblem& p, const core::Outputs& o, const core::C
 void refuse_chunked(const LinearProblem& p, const core::Outputs& o, core::Reasons& why);
 void run_chunked(const LinearProblem& p, const core::Outputs& o, const core::Context& ctx);
 core::ReferenceResult linear_reference(const LinearProblem& p, core::RefPrecision precision);
+// The row statistics of the whole problem into o.stats (a second pass after any form; PolaFormer:
+// its two streams' rows averaged), see linear_stats.cpp.
+void linear_row_stats(const LinearProblem& p, const core::Outputs& o, const core::Context& ctx);
 
 }  // namespace attn::linear

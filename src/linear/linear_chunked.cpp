@@ -30,7 +30,7 @@ float row_sum(const float* x, int64_t n) {
 
 void refuse_chunked(const LinearProblem& p, const core::Outputs& o, core::Reasons& why) {
   if (!p.mech.causal) why.push_back("not causal (the right product sums all keys at once)");
-  core::refuse_probs_and_stats(p, o, why);
+  core::refuse_probs(p, o, why);  // row statistics: linear_row_stats after the form
 }
 
 void run_chunked(const LinearProblem& p, const core::Outputs& o, const core::Context& ctx) {

@@ -16,7 +16,7 @@ void refuse_recurrent(const LinearProblem& p, const core::Outputs& o, core::Reas
   if (p.N > kMaxTokens)
     why.push_back(std::to_string(p.N) + " tokens > " + std::to_string(kMaxTokens) +
                   " (the chunked form runs them as matrix products)");
-  core::refuse_probs_and_stats(p, o, why);
+  core::refuse_probs(p, o, why);  // row statistics: linear_row_stats after the form
 }
 
 void run_recurrent(const LinearProblem& p, const core::Outputs& o, const core::Context& ctx) {

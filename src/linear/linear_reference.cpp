@@ -12,6 +12,12 @@
 namespace attn::linear {
 namespace {
 
+// The keys query i of batch b may see (its row: zeros included, the initial state's tokens not).
+int64_t row_keys(const LinearProblem& p, int64_t b, int64_t i) {
+  const int64_t len = p.kv_len[static_cast<size_t>(b)], pos = i + p.M - p.N;  // causal calls have N = M
+  return p.mech.causal ? std::min(len, pos + 1) : len;
+}
+
 template <class T>
 core::ReferenceResult reference_impl(const LinearProblem& p, bool plain) {
   const DType dt = p.q.dtype;
@@ -78,8 +84,7 @@ core::ReferenceResult reference_impl(const LinearProblem& p, bool plain) {
           r.probs[at * p.M + j] = static_cast<double>(!p.mech.normalize ? y : den != 0 ? y / den : 0);
         }
         if (double* st = r.stats_of(b, h, i))  // the keys the row may see, zeros included
-          core::reference_row_stats(&r.probs[at * p.M], nullptr, p.mech.causal ? std::min(len, pos + 1) : len,
-                                    p.stats_topk, st);
+          core::reference_row_stats(&r.probs[at * p.M], nullptr, row_keys(p, b, i), p.stats_topk, st);
       }
       // Final state: what the keys of this call (decayed to the last valid one) and the initial
       // state add up to.
@@ -107,12 +112,15 @@ core::ReferenceResult linear_reference(const LinearProblem& p, core::RefPrecisio
   if (!p.polar() || p.stream >= 0)
     return precision == core::RefPrecision::f64 ? reference_impl<double>(p, false) : reference_impl<float>(p, true);
   // PolaFormer: each stream on its half of the value channels and its rows of the state; no
-  // single weight matrix (probs stay empty).
+  // single weight matrix (probs stay empty). Its row statistics are of the channel average of
+  // the two streams' applied weights, (w0 / den0 + w1 / den1) / 2.
   core::ReferenceResult r = core::zero_result(p.B, p.H, p.N, p.M, p.Dv, p.stats_topk);
   r.F = p.state_rows(), r.state_cols = p.state_cols();
   r.state.assign(static_cast<size_t>(p.B * p.H * r.F * r.state_cols), 0.0);
+  std::vector<double> mean(static_cast<size_t>(p.B * p.H * p.N * p.M), 0.0);
   for (int s = 0; s < 2; ++s) {
     const core::ReferenceResult h = linear_reference(stream_problem(p, s), precision);
+    for (size_t e = 0; e < mean.size(); ++e) mean[e] += h.probs[e] / 2;
     for (int64_t row = 0; row < p.B * p.H * p.N; ++row)
       for (int64_t c = 0; c < h.Dv; ++c)
         r.out[static_cast<size_t>(row * p.Dv + s * h.Dv + c)] = h.out[static_cast<size_t>(row * h.Dv + c)];
@@ -122,6 +130,12 @@ core::ReferenceResult linear_reference(const LinearProblem& p, core::RefPrecisio
           r.state[static_cast<size_t>((bh * r.F + s * h.F + f) * r.state_cols + c)] =
               h.state[static_cast<size_t>((bh * h.F + f) * h.state_cols + c)];
   }
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.H; ++h)
+      for (int64_t i = 0; i < p.N; ++i)
+        if (double* st = r.stats_of(b, h, i))
+          core::reference_row_stats(&mean[static_cast<size_t>(((b * p.H + h) * p.N + i) * p.M)], nullptr,
+                                    row_keys(p, b, i), p.stats_topk, st);
   return r;
 }
 

@@ -7,7 +7,7 @@ namespace attn::linear {
 
 void refuse_right(const LinearProblem& p, const core::Outputs& o, core::Reasons& why) {
   if (p.mech.causal) why.push_back("causal (each query sees only the keys before it: recurrent or chunked)");
-  core::refuse_probs_and_stats(p, o, why);
+  core::refuse_probs(p, o, why);  // row statistics: linear_row_stats after the form
 }
 
 void run_right(const LinearProblem& p, const core::Outputs& o, const core::Context& ctx) {

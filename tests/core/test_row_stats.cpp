@@ -261,8 +261,32 @@ TEST(AttendStats, BadStatsViewsAndCallsAreErrors) {
   EXPECT_THROW(attend_into(q.view(), k.view(), v.view(), Softmax{}, o, out.view(), nullptr, nullptr, nullptr, &wrong_dtype),
                Error);
   AttendOptions with_stats;
-  with_stats.return_stats = true;
+  with_stats.return_stats = true, with_stats.stats_topk = 0;
   EXPECT_THROW(attend(q.view(), k.view(), v.view(), parse_mechanism("efficient"), with_stats), Error);
+}
+
+// A linear row whose normaliser is negative (relu features, so every w_ij >= 0, against an
+// initial state with negative sums) applies negative weights: entropy NaN, the other three those
+// of |a|, in the fast forms' second pass as in the reference.
+TEST(AttendStats, NegativeNormaliserFlipsLinearRows) {
+  const Tensor q = random_tensor({1, 2, 5, 8}, 1), k = random_tensor({1, 2, 9, 8}, 2), v = random_tensor({1, 2, 9, 8}, 3);
+  std::vector<float> state(2 * 8 * 9, 0.0f);
+  for (size_t e = 8; e < state.size(); e += 9) state[e] = -50.0f;  // z, the last column
+  AttendOptions o;
+  o.return_stats = true, o.stats_topk = 2;
+  o.params["initial_state"] = make_array_view(state.data(), DType::f32, {1, 2, 8, 9});
+  const Mechanism m = parse_mechanism("linear:map=relu");
+  const AttendResult fast = attend(q.view(), k.view(), v.view(), m, o);
+  o.form = "reference";
+  const AttendResult ref = attend(q.view(), k.view(), v.view(), m, o);
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t i = 0; i < 5; ++i) {
+      EXPECT_TRUE(std::isnan(fast.entropy.at(0, h, i, 0))) << h << " " << i;
+      EXPECT_TRUE(std::isnan(ref.entropy.at(0, h, i, 0))) << h << " " << i;
+      EXPECT_NEAR(fast.sparsity.at(0, h, i, 0), ref.sparsity.at(0, h, i, 0), 1e-5) << h << " " << i;
+      EXPECT_NEAR(fast.max_weight.at(0, h, i, 0), ref.max_weight.at(0, h, i, 0), 1e-5) << h << " " << i;
+      EXPECT_NEAR(fast.topk_mass.at(0, h, i, 0), ref.topk_mass.at(0, h, i, 0), 1e-5) << h << " " << i;
+    }
 }
 
 }  // namespace

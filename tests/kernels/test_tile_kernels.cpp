@@ -538,6 +538,39 @@ TEST(TileKernels, WeightRowStatsInPiecesMatchesDouble) {
       }
 }
 
+// Rows whose values are all tiny (denormal included, as a decayed linear row's far keys are):
+// 1 / c would overflow, so the kernel scales first; the sums must still be those of |a| / c,
+// alone and after a larger value arrives (the rescale).
+TEST(TileKernels, WeightRowStatsTinyRows) {
+  for (Isa isa : supported_isas()) {
+    const TileKernels& k = kernels_for(isa);
+    for (float c : {1e-30f, 1e-38f, 3e-40f, 1e-44f}) {
+      std::vector<float> a(100);
+      for (size_t i = 0; i < a.size(); ++i) a[i] = c * static_cast<float>((i * 37) % 100) / 99.0f;
+      WeightRowAcc acc;
+      uint64_t cand[2];
+      k.weight_row_stats(a.data(), 100, acc, cand);
+      const float most = *std::max_element(a.begin(), a.end());
+      double a1 = 0, a2 = 0, e = 0;
+      for (float v : a) {
+        const double u = static_cast<double>(v) / most;
+        a1 += u, a2 += u * u, e += u > 0 ? u * std::log(u) : 0.0;
+      }
+      const std::string at = isa_name(isa) + " c " + std::to_string(c);
+      EXPECT_EQ(acc.c, most) << at;
+      EXPECT_TRUE(near_sum(acc.a1, a1, a1)) << at << " a1 " << acc.a1 << " want " << a1;
+      EXPECT_TRUE(near_sum(acc.a2, a2, a2)) << at << " a2 " << acc.a2 << " want " << a2;
+      EXPECT_TRUE(near_sum(acc.e, e, std::abs(e))) << at << " e " << acc.e << " want " << e;
+      const float one = 1.0f;  // then a value of 1: the tiny terms rescale to ~0
+      k.weight_row_stats(&one, 1, acc, cand);
+      EXPECT_EQ(acc.c, 1.0f) << at;
+      EXPECT_NEAR(acc.a1, 1.0, 1e-6) << at;
+      EXPECT_NEAR(acc.a2, 1.0, 1e-6) << at;
+      EXPECT_NEAR(acc.e, 0.0, 1e-6) << at;
+    }
+  }
+}
+
 // vlog (inside weight_row_stats) against std::log: a row [1, x, 0, ...] of two vectors has
 // c = 1, u = x, and e = x * vlog(x) (the 1 contributes 1 * log 1 = 0, the zeros are masked), so
 // e / x measures vlog(x) up to the rounding of one product. A dense sweep of [1e-38, 1], values
