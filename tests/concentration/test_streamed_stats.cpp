@@ -30,6 +30,13 @@ const FamilyCase kFamilies[] = {
     {"lsh:buckets=8,rounds=3,chunk=16,seed=2", 4, 2, 150, 150, 16},
     {"dca:chunk=32,local=8", 4, 2, 150, 150, 16},
     {"linformer:k=24,seed=1", 4, 2, 100, 150, 16},
+    {"gau:causal", 4, 2, 150, 150, 16},
+    {"linear:map=elu", 4, 2, 100, 150, 16},
+    {"retention:decay=0.9", 4, 4, 150, 150, 16},
+    {"performer:features=32,seed=3,causal", 4, 2, 150, 150, 16},
+    {"polaformer:power=3", 4, 2, 100, 150, 16},
+    {"efficient", 4, 2, 100, 150, 16},
+    {"efficient:causal", 4, 2, 150, 150, 16},
 };
 
 Tensor stack(const AttendResult& r) {  // the four statistics side by side, for bitwise comparison
@@ -117,7 +124,11 @@ TEST(StreamedStats, NeverHoldTheWeightMatrix) {
   } const calls[] = {{"softmax:window=64:0", 1 << 16},  // N x M floats: 16 GiB
                      {"lsh:buckets=16,rounds=2,chunk=32,seed=1", 1 << 14},
                      {"dca:chunk=2048,local=512", 1 << 14},
-                     {"linformer:k=64,seed=1", 1 << 14}};
+                     {"linformer:k=64,seed=1", 1 << 14},
+                     {"gau:causal", 1 << 14},
+                     {"linear:map=elu,causal", 1 << 14},
+                     {"polaformer:power=3", 1 << 14},
+                     {"efficient:causal", 1 << 14}};
   for (const Big& c : calls) {
     std::mt19937 rng(9);
     auto q = testing::random_tensor(rng, DType::f32, 1, 1, c.N, 8);
