@@ -19,7 +19,7 @@ namespace attn::core {
 class LaneStats {
  public:
   static constexpr int L = kernels::kQueryTile;
-  static constexpr int64_t kMaxListTopk = 16;
+  static constexpr int64_t kMaxListTopk = kernels::kMaxTopkLanes;
 
   // Allocates for k (call before any parallel region: no allocation afterwards).
   void reserve(int64_t k) {

@@ -20,6 +20,8 @@ constexpr int kQueryTile = 64;
 // the other lanes are left as they are (St undefined there; m, l, alpha, Ot untouched). A caller
 // does so for keys that no lane outside the range sees, where skipping them is exact.
 constexpr int kLaneGroup = 16;
+// topk_lanes keeps at most this many values per lane (in registers).
+constexpr int kMaxTopkLanes = 16;
 
 // Block-quantized weight rows (ggml's layouts: blocks of 32 values, see model/ggml_blocks.hpp).
 enum class BlockQuant : uint8_t { q4_0, q4_1, q8_0 };
@@ -55,7 +57,7 @@ struct TileKernels {
                                float* cnt, int lo, int hi);
   // bits[j] bit i (for lo <= i < hi) = St[j][i] > thr[i], for j < bc; bits outside [lo, hi) are 0.
   void (*above_bits)(const float* st, int64_t bc, const float* thr, int lo, int hi, uint64_t* bits);
-  // The k largest scores per lane (small k: the tiled form's top-k for row statistics):
+  // The k largest scores per lane, 1 <= k <= kMaxTopkLanes (the tile forms' top-k for row statistics):
   // list[t * 64 + i] for t < k holds lane i's largest values seen so far in descending order
   // (-inf: fewer than k yet; 64-byte aligned); each row St[j] (j < bc) is merged in, lanes
   // lo <= i < hi. A score equal to the k-th leaves the multiset of the k largest unchanged.

@@ -173,21 +173,34 @@ void softmax_update_stats(float* st, int64_t bc, float* m, float* l, float* alph
 // bits[j] bit i = St[j][i] > thr[i] for lo <= i < hi (the other bits 0), j < bc.
 // Per lane, a sorted list of the k largest scores merged with each row of St: a row enters only
 // where some lane of the vector beats its k-th; then one compare-exchange pass down the list
-// (max stays, min moves on), branch-free across lanes.
-void topk_lanes(const float* st, int64_t bc, float* list, int k, int lo, int hi) {
+// (max stays, min moves on), branch-free across lanes. The list of a lane group stays in registers
+// across the rows (K is a compile-time constant, the loops unroll).
+template <int K>
+void topk_lanes_k(const float* st, int64_t bc, float* list, int lo, int hi) {
   for (int g = lo; g < hi; g += Vec::W) {
-    float* last = list + (k - 1) * kLanes + g;
+    Vec top[K];
+    for (int t = 0; t < K; ++t) top[t] = Vec::load(list + t * kLanes + g);
     for (int64_t j = 0; j < bc; ++j) {
       Vec x = Vec::load(st + j * kLanes + g);
-      if (!Vec::gt_bits(x, Vec::load(last))) continue;
-      for (int t = 0; t < k; ++t) {
-        float* slot = list + t * kLanes + g;
-        const Vec cur = Vec::load(slot);
-        Vec::max(x, cur).store(slot);
+      if (!Vec::gt_bits(x, top[K - 1])) continue;
+      for (int t = 0; t < K; ++t) {
+        const Vec cur = top[t];
+        top[t] = Vec::max(x, cur);
         x = Vec::min(x, cur);
       }
     }
+    for (int t = 0; t < K; ++t) top[t].store(list + t * kLanes + g);
   }
+}
+
+template <int... Ks>
+void topk_dispatch(std::integer_sequence<int, Ks...>, const float* st, int64_t bc, float* list, int k, int lo,
+                   int hi) {
+  ((k == Ks + 1 ? topk_lanes_k<Ks + 1>(st, bc, list, lo, hi) : void()), ...);
+}
+
+void topk_lanes(const float* st, int64_t bc, float* list, int k, int lo, int hi) {
+  topk_dispatch(std::make_integer_sequence<int, kMaxTopkLanes>{}, st, bc, list, k, lo, hi);
 }
 
 void above_bits(const float* st, int64_t bc, const float* thr, int lo, int hi, uint64_t* bits) {
