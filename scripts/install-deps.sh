@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages attn builds and tests with (as root; skips what is present).
+# Installs the Debian 12 packages attn builds with (as root; skips what is present); with --test,
+# also what only the tests need.
 set -euo pipefail
 packages=(cmake ninja-build g++ clang libclang-rt-14-dev libomp-dev libgtest-dev libcli11-dev libfmt-dev
-          nlohmann-json3-dev libopenblas-dev python3 python3-venv python3-dev
-          chromium)  # headless, to render attn report's page in python/tests/test_report.py
+          nlohmann-json3-dev libopenblas-dev python3 python3-venv python3-dev)
+if [ "${1:-}" = --test ]; then
+  packages+=(chromium)  # headless, to render attn report's page in python/tests/test_report.py
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

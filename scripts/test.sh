@@ -11,7 +11,7 @@ root=$(pwd)
 step() { printf '\n==== %s\n' "$*"; }
 
 step "dependencies"
-scripts/install-deps.sh
+scripts/install-deps.sh --test
 
 step "release build + tests"
 cmake --preset release >/dev/null
