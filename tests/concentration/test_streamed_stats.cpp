@@ -86,19 +86,12 @@ TEST(StreamedStats, BitwiseAcrossThreadCounts) {
     }
 }
 
-double peak_rss_mib() {
+// A size in /proc/self/status (VmHWM: peak resident, VmSize: address space), in MiB.
+double status_mib(const std::string& key) {
   std::ifstream f("/proc/self/status");
   std::string line;
   while (std::getline(f, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
-  return -1;
-}
-
-double address_space_mib() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmSize:", 0) == 0) return std::stod(line.substr(7)) / 1024.0;
+    if (line.rfind(key + ":", 0) == 0) return std::stod(line.substr(key.size() + 1)) / 1024.0;
   return -1;
 }
 
@@ -140,18 +133,18 @@ TEST(StreamedStats, NeverHoldTheWeightMatrix) {
     if (pid == 0) {
       alarm(120);
       if (!kAddressSanitizer) {
-        const auto cap = static_cast<rlim_t>((address_space_mib() + 512) * (1 << 20));
+        const auto cap = static_cast<rlim_t>((status_mib("VmSize") + 512) * (1 << 20));
         const rlimit r{cap, cap};
         setrlimit(RLIMIT_AS, &r);
       }
-      const double before = peak_rss_mib();
+      const double before = status_mib("VmHWM");
       try {
         const AttendResult r = attend(q.view, q.view, q.view, parse_mechanism(c.mechanism), o);
         if (!(r.sparsity.at(0, 0, c.N - 1, 0) > 0)) _exit(4);  // a value, not NaN
       } catch (const std::bad_alloc&) {
         _exit(3);
       }
-      _exit(peak_rss_mib() - before < 256 ? 0 : 5);
+      _exit(status_mib("VmHWM") - before < 256 ? 0 : 5);
     }
     int status = 0;
     ASSERT_EQ(waitpid(pid, &status, 0), pid);
