@@ -402,11 +402,52 @@ inline void dot4_keys2(const float* q, int64_t d, const void* k0, const void* k1
   }
 }
 
+// Four query rows against four consecutive keys: each chunk of q is loaded once for four keys
+// (16 accumulators; half the q loads of the pair kernel per key).
+template <DType T>
+inline void dot4_keys4(const float* q, int64_t d, const void* const* k, float* s, int64_t lds) {
+  Vec a[4][4];
+  for (int x = 0; x < 4; ++x)
+    for (int r = 0; r < 4; ++r) a[x][r] = Vec::zero();
+  int64_t c = 0;
+  for (; c + Vec::W <= d; c += Vec::W) {
+    Vec kx[4];
+    for (int x = 0; x < 4; ++x) kx[x] = load_elems<T>(k[x], c);
+    for (int r = 0; r < 4; ++r) {
+      const Vec qv = Vec::loadu(q + r * d + c);
+      for (int x = 0; x < 4; ++x) a[x][r] = Vec::fma(qv, kx[x], a[x][r]);
+    }
+  }
+  for (int x = 0; x < 4; ++x) {
+    float t[4];
+    Vec::reduce4(a[x][0], a[x][1], a[x][2], a[x][3], t);
+    for (int r = 0; r < 4; ++r) {
+      for (int64_t e = c; e < d; ++e) t[r] += q[r * d + e] * load_as_float(k[x], T, e);
+      s[r * lds + x] = t[r];
+    }
+  }
+}
+
 template <DType T>
 void qk_rows_t(const float* q, int64_t R, int64_t d, const void* const* k, int64_t n, float* s, int64_t lds,
                const void* const* next, int64_t next_bytes) {
   const int64_t bytes = d * static_cast<int64_t>(dtype_size(T));
   int64_t j = 0;
+  if (R >= 4 && Vec::W > 8)  // keys in fours for the groups of four rows (enough registers: AVX-512)
+    for (; j + 4 <= n; j += 4) {
+      for (int64_t x = 0; x < 4; ++x) {
+        if (j + kPrefetchKeys + x < n) prefetch_row(k[j + kPrefetchKeys + x], bytes);
+        if (next) prefetch_row(next[j + x], next_bytes);
+      }
+      int64_t r = 0;
+      for (; r + 4 <= R; r += 4) dot4_keys4<T>(q + r * d, d, k + j, s + r * lds + j, lds);
+      for (int64_t jj = j; jj < j + 4; ++jj) switch (R - r) {
+          case 3: dot_block<T, 3>(q + r * d, d, k[jj], s + r * lds + jj, lds); break;
+          case 2: dot_block<T, 2>(q + r * d, d, k[jj], s + r * lds + jj, lds); break;
+          case 1: dot_block<T, 1>(q + r * d, d, k[jj], s + r * lds + jj, lds); break;
+          default: break;
+        }
+    }
   if (R >= 4)  // keys in pairs for the groups of four rows
     for (; j + 2 <= n; j += 2) {
       if (j + kPrefetchKeys + 1 < n) prefetch_row(k[j + kPrefetchKeys], bytes), prefetch_row(k[j + kPrefetchKeys + 1], bytes);
