@@ -2,6 +2,8 @@
 // error against the float64 reference and the tolerance it must meet, time, GFLOP/s.
 #include <fmt/core.h>
 
+#include <cmath>
+
 #include <algorithm>
 
 #include <omp.h>
@@ -40,6 +42,25 @@ void model_section(const DemoArgs& a) {
              "window without sinks loses the thread. `attn eval-ppl` measures this as perplexity.\n");
 }
 
+// Mean sparsity and mean effective keys (exp of the entropy) over the rows of the call, from its
+// streamed row statistics; "-" where a row's entropy is undefined (signed weights).
+std::pair<std::string, std::string> concentration_of(const harness::Inputs& in) {
+  AttendOptions o = in.options;
+  o.return_lse = false;
+  o.return_stats = true;
+  const AttendResult r = attend(in.q.view, in.k.view, in.v.view, in.mechanism, o);
+  double s = 0, keys = 0;
+  int64_t n = 0, nk = 0;
+  for (int64_t e = 0; e < r.sparsity.view().numel(); ++e) {
+    const float x = static_cast<const float*>(r.sparsity.view().data)[e];
+    const float h = static_cast<const float*>(r.entropy.view().data)[e];
+    if (x == x) s += x, ++n;
+    if (h == h) keys += std::exp(static_cast<double>(h)), ++nk;
+  }
+  return {n ? fmt::format("{:.3f}", s / static_cast<double>(n)) : "-",
+          nk == n && nk ? fmt::format("{:.0f}", keys / static_cast<double>(nk)) : "-"};
+}
+
 int run(const DemoArgs& a) {
   const std::vector<harness::Case> cases = harness::demo_cases(a.n, a.d, a.heads);
   const auto runs = harness::expand(cases, harness::kDemo, a.filter);
@@ -51,8 +72,8 @@ int run(const DemoArgs& a) {
     lw = std::max(lw, r.c->label.size());
     mw = std::max(mw, r.c->mechanism.size() + (r.c->extras.alibi ? 7 : 0));
   }
-  fmt::print("{:<{}} {:<{}} {:>8} {:<9} {:>10} {:>10} {:>4} {:>9} {:>8}\n", "variant", lw, "mechanism", mw, "dtype",
-             "form", "max error", "tolerance", "", "time ms", "GFLOP/s");
+  fmt::print("{:<{}} {:<{}} {:>8} {:<9} {:>10} {:>10} {:>4} {:>9} {:>8} {:>6} {:>6}\n", "variant", lw, "mechanism", mw,
+             "dtype", "form", "max error", "tolerance", "", "time ms", "GFLOP/s", "S", "keys");
   int failed = 0;
   for (const harness::Run& r : runs) {
     const harness::Case& c = *r.c;
@@ -69,15 +90,18 @@ int run(const DemoArgs& a) {
     const harness::Outcome o = harness::check_run(r, in, ref);
     failed += !o.pass;
     const double gflops = c.flops() / secs / 1e9;
-    fmt::print("{:<{}} {:<{}} {:>8} {:<9} {:>10.2e} {:>10.2e} {:>4} {:>9.3f} {:>8.1f}\n", c.label, lw,
+    const auto [sparsity, keys] = concentration_of(in);
+    fmt::print("{:<{}} {:<{}} {:>8} {:<9} {:>10.2e} {:>10.2e} {:>4} {:>9.3f} {:>8.1f} {:>6} {:>6}\n", c.label, lw,
                c.mechanism + (c.extras.alibi ? " +alibi" : ""), mw, dtype_name(c.dtype), o.form, o.err, o.tol,
-               o.pass ? "ok" : "FAIL", secs * 1e3, gflops);
+               o.pass ? "ok" : "FAIL", secs * 1e3, gflops, sparsity, keys);
     if (!o.pass) fmt::print("    {}\n", o.failure);
     std::fflush(stdout);
   }
   fmt::print("\nThe reference accumulates in float64 over full score rows; bf16/fp16 errors include the\n"
              "rounding of the output to that dtype. `attn bench` measures speed against the sgemm roofline;\n"
-             "`attn run --explain` tells which form runs a call and why.\n");
+             "`attn run --explain` tells which form runs a call and why. S and keys: how concentrated the\n"
+             "rows are, streamed out of the call (return_stats): mean sparsity E|a|/sqrt(E a^2) (1 = even,\n"
+             "1/sqrt(n) = one key) and mean effective keys exp(entropy) per row (docs/concentration.md).\n");
   if (!a.model.empty()) model_section(a);
   return failed ? 1 : 0;
 }
