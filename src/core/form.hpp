@@ -57,19 +57,6 @@ void refuse_probs(const Problem&, const Outputs& o, Reasons& why) {
   if (o.wants_probs()) why.push_back("returns no probabilities (the reference form does)");
 }
 
-// For fast forms that do not stream row statistics (yet): the reference form does.
-template <class Problem>
-void refuse_stats(const Problem&, const Outputs& o, Reasons& why) {
-  if (o.wants_stats()) why.push_back("streams no row statistics (the reference form does)");
-}
-
-// Both of the above.
-template <class Problem>
-void refuse_probs_and_stats(const Problem& p, const Outputs& o, Reasons& why) {
-  refuse_probs(p, o, why);
-  refuse_stats(p, o, why);
-}
-
 // Every form with its reasons, in priority order.
 template <class Problem>
 std::vector<FormVerdict> verdicts(const std::vector<Form<Problem>>& forms, const Problem& p, const Outputs& o) {

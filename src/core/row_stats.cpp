@@ -182,11 +182,7 @@ void StatsSink::put(int64_t b, int64_t h, int64_t i, RowSummary s) const {
     finish(s, v);
     return put_values(b, h, i, v);
   }
-  RowSummary& kept = rows_[static_cast<size_t>(index(b, h, i))];
-  float* slots = kept.top;
-  kept = s;
-  kept.top = slots;
-  std::copy(s.top, s.top + s.count, slots);
+  rows_[static_cast<size_t>(index(b, h, i))].keep(s);
 }
 
 void StatsSink::put_values(int64_t b, int64_t h, int64_t i, const double v[4]) const {

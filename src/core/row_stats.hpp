@@ -13,6 +13,7 @@
 //   topk_mass = sum_t g(top_t) / a1,   g(s) = e^(s - m) or g(x) = x / c,
 // each unchanged when a row is multiplied by a positive constant.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -70,6 +71,13 @@ struct RowSummary {
     top[i] = x;
   }
   void sort_top();  // descending; the heap order is gone after this
+  // This summary takes s's values, s's top copied into this one's own slots.
+  void keep(const RowSummary& s) {
+    float* slots = top;
+    *this = s;
+    top = slots;
+    std::copy(s.top, s.top + s.count, slots);
+  }
 };
 
 // Adds a row segment by plain scalar code (the reference of the kernels, and small paths):

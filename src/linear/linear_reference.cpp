@@ -117,10 +117,10 @@ core::ReferenceResult linear_reference(const LinearProblem& p, core::RefPrecisio
   core::ReferenceResult r = core::zero_result(p.B, p.H, p.N, p.M, p.Dv, p.stats_topk);
   r.F = p.state_rows(), r.state_cols = p.state_cols();
   r.state.assign(static_cast<size_t>(p.B * p.H * r.F * r.state_cols), 0.0);
-  std::vector<double> mean(static_cast<size_t>(p.B * p.H * p.N * p.M), 0.0);
+  std::vector<double> mean(p.stats_topk ? static_cast<size_t>(p.B * p.H * p.N * p.M) : 0, 0.0);
   for (int s = 0; s < 2; ++s) {
     const core::ReferenceResult h = linear_reference(stream_problem(p, s), precision);
-    for (size_t e = 0; e < mean.size(); ++e) mean[e] += h.probs[e] / 2;
+    for (size_t e = 0; e < mean.size(); ++e) mean[e] += h.probs[e] / 2;  // (empty without statistics)
     for (int64_t row = 0; row < p.B * p.H * p.N; ++row)
       for (int64_t c = 0; c < h.Dv; ++c)
         r.out[static_cast<size_t>(row * p.Dv + s * h.Dv + c)] = h.out[static_cast<size_t>(row * h.Dv + c)];

@@ -196,12 +196,7 @@ class HeadRun {
       float* acc = s_.part.acc.data() + at * p_.Dv;
       for (int64_t c = 0; c < p_.Dv; ++c) acc[c] = ot[c * L + i];
       if (k_) {
-        const core::RowSummary lane = s_.lanes.summary(static_cast<int>(i), m[i], l[i]);
-        core::RowSummary& kept = s_.part.rows[static_cast<size_t>(at)];
-        float* slots = kept.top;
-        kept = lane;
-        kept.top = slots;
-        std::copy(lane.top, lane.top + lane.count, slots);
+        s_.part.rows[static_cast<size_t>(at)].keep(s_.lanes.summary(static_cast<int>(i), m[i], l[i]));
       }
     }
   }
