@@ -96,24 +96,6 @@ std::vector<sparse::Run> blocks_of(const std::vector<sparse::Run>& pieces, int64
   return blocks;
 }
 
-// max(init, x[0..n)), and whether any x[j] is NaN. Four independent maxima (max is exact, so
-// their order does not matter): the loop runs at load speed instead of one compare's latency
-// per key, and keeps its values in registers.
-[[gnu::noinline]] float row_max(const float* x, int64_t n, float init, bool& nan) {
-  float m[4] = {init, init, init, init};
-  bool bad = false;
-  int64_t j = 0;
-  for (; j + 4 <= n; j += 4)
-    for (int t = 0; t < 4; ++t) {
-      const float v = x[j + t];
-      bad |= v != v;
-      m[t] = v > m[t] ? v : m[t];
-    }
-  for (; j < n; ++j) bad |= x[j] != x[j], m[0] = x[j] > m[0] ? x[j] : m[0];
-  nan = bad;
-  return std::max(std::max(m[0], m[1]), std::max(m[2], m[3]));
-}
-
 // A chunk partial's row statistics beyond (m, l): R summaries (their a1 and reference are l and m).
 struct ChunkStats {
   float *a2 = nullptr, *e = nullptr;
@@ -162,7 +144,7 @@ class Chunk {
           if (!v) sr[j] = kNegInf;
         }
       bool nan = false;
-      const float mx = row_max(sr, n, m_[r], nan);
+      const float mx = kern_.row_max(sr, n, m_[r], &nan);
       if (nan) {  // a NaN score poisons the row: its partial sum is NaN (merge_partials passes it on)
         l_[r] = std::numeric_limits<float>::quiet_NaN();
         std::fill(sr, sr + n, 0.0f);
@@ -209,6 +191,9 @@ class Chunk {
   // value, so a NaN there stays out): their columns of p and their V addresses are squeezed out
   // in place. Returns how many keys remain.
   int64_t weighted_keys(float* s, int64_t n) {
+    int zeros = 0;  // a key without weight has a zero in row 0 (as in every row): usually none
+    for (int64_t j = 0; j < n; ++j) zeros += s[j] == 0.0f;
+    if (zeros == 0) return n;
     int64_t live = 0;
     for (int64_t j = 0; j < n; ++j) {
       bool any = false;

@@ -75,6 +75,9 @@ struct TileKernels {
   // Row primitive (linear attention's recurrent state update):
   // acc[r][c] += p[r] * v[c] for r < R, c < dv (acc: R rows of dv floats; v: dv values of `vt`).
   void (*axpy_rows)(const float* p, int64_t R, const void* v, DType vt, int64_t dv, float* acc);
+  // max(init, x[0..n)) for unaligned x, any n; *nan = whether some x[i] is NaN (the maximum
+  // of the others is returned then). Max is exact, so the order of comparison changes nothing.
+  float (*row_max)(const float* x, int64_t n, float init, bool* nan);
   // x[i] = exp(x[i] - sub) for i < n; returns the sum of the results.
   float (*exp_shift_sum)(float* x, int64_t n, float sub);
   // exp_shift_sum with statistics (the rows/decode form), unaligned x, any n:

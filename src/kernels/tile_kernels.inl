@@ -579,6 +579,32 @@ void unpack_ot(const float* ot, int64_t dv, const float* inv, int n, float* out,
   }
 }
 
+// See kernel_table.hpp. Two accumulators keep two vectors of loads in flight; a NaN lane leaves
+// an accumulator as it was (max takes its second operand then) and is reported instead.
+float row_max(const float* x, int64_t n, float init, bool* nan) {
+  Vec m0 = Vec::set1(init), m1 = m0;
+  uint32_t bad = 0;
+  int64_t i = 0;
+  for (; i + 2 * Vec::W <= n; i += 2 * Vec::W) {
+    const Vec a = Vec::loadu(x + i), b = Vec::loadu(x + i + Vec::W);
+    m0 = Vec::max(a, m0);
+    m1 = Vec::max(b, m1);
+    bad |= Vec::nan_bits(a) | Vec::nan_bits(b);
+  }
+  for (; i + Vec::W <= n; i += Vec::W) {
+    const Vec a = Vec::loadu(x + i);
+    m0 = Vec::max(a, m0);
+    bad |= Vec::nan_bits(a);
+  }
+  float m = Vec::max(m0, m1).reduce_max();
+  for (; i < n; ++i) {
+    bad |= x[i] != x[i];
+    m = x[i] > m ? x[i] : m;
+  }
+  *nan = bad != 0;
+  return m;
+}
+
 // One body for exp_shift_sum (Stats = false) and exp_shift_stats: out[0..3] = sum p, sum pz^2,
 // sum p * xc, count of x > -inf. The tail past the last whole vector uses expf (as it always has).
 template <bool Stats>
@@ -812,6 +838,7 @@ inline const TileKernels& table(Isa isa) {
                              .exp_rows = exp_rows,
                              .to_float = to_float,
                              .axpy_rows = axpy_rows,
+                             .row_max = row_max,
                              .exp_shift_sum = exp_shift_sum,
                              .exp_shift_stats = exp_shift_stats,
                              .from_float = from_float,

@@ -461,6 +461,33 @@ TEST(TileKernels, ExpShiftStatsMatchesSumAndDouble) {
       }
 }
 
+// row_max equals a plain loop's maximum exactly, at every length around the vector widths,
+// from an unaligned start, with -inf entries, an init above or below the row, and reports a NaN
+// wherever it sits (the first element, a vector's middle, the scalar tail).
+TEST(TileKernels, RowMaxIsExactAndFlagsNaN) {
+  std::mt19937 rng(35);
+  std::normal_distribution<float> g(0.0f, 3.0f);
+  for (Isa isa : supported_isas())
+    for (int64_t n : {0, 1, 7, 15, 16, 17, 31, 32, 33, 47, 64, 100, 257})
+      for (float init : {kNegInf, 0.25f, 100.0f})
+        for (int64_t nan_at : {int64_t{-1}, int64_t{0}, n / 2, n - 1}) {
+          if (n == 0 && nan_at >= 0) continue;
+          std::vector<float> x(static_cast<size_t>(n + 1));
+          for (float& v : x) v = g(rng);
+          for (int64_t i = 1; i <= n; i += 5) x[static_cast<size_t>(i)] = kNegInf;
+          if (nan_at >= 0) x[static_cast<size_t>(nan_at + 1)] = std::numeric_limits<float>::quiet_NaN();
+          float want = init;
+          for (int64_t i = 1; i <= n; ++i)
+            if (x[static_cast<size_t>(i)] > want) want = x[static_cast<size_t>(i)];
+          bool nan = nan_at < 0;  // the opposite of what is expected: the kernel must set it
+          const float got = kernels_for(isa).row_max(x.data() + 1, n, init, &nan);
+          const std::string at = isa_name(isa) + " n " + std::to_string(n) + " init " + std::to_string(init) +
+                                 " nan at " + std::to_string(nan_at);
+          EXPECT_EQ(nan, nan_at >= 0) << at;
+          if (nan_at < 0) EXPECT_TRUE(same_bits(got, want)) << at << ": " << got << " vs " << want;
+        }
+}
+
 // A row of direct weights in random pieces: the first all zeros, then regions whose magnitude
 // grows and shrinks, signed or not; a1, a2, e against double sums relative to the final max;
 // candidate bits of each piece exact.
