@@ -368,6 +368,7 @@ void axpy_rows(const float* p, int64_t R, const void* v, DType vt, int64_t dv, f
 // 5-15% on bf16 GQA decode, 32 did not help further). Prefetching the next block's K rows while
 // a block's values are summed was tried and ran ~15% slower.
 constexpr int64_t kPrefetchKeys = 16;
+constexpr int64_t kMaxPairedRows = 16;  // query rows per call whose channels qk_rows reorders
 
 // Every cache line the row touches: a row need not start on a line (numpy's buffers are 16-byte
 // aligned), and its last line, left out, was a miss per row that doubled decode times.
@@ -431,10 +432,48 @@ inline void dot4_keys4(const float* q, int64_t d, const void* const* k, float* s
   }
 }
 
+// dot4_keys4 for bfloat16 keys, q's channels in pair order (pair_order): each load of 2W key
+// values gives W even and W odd channels by a shift and a mask (d a multiple of 2W).
+inline void dot4_keys4_bf16_pairs(const float* qp, int64_t d, const void* const* k, float* s, int64_t lds) {
+  Vec a[4][4];
+  for (int x = 0; x < 4; ++x)
+    for (int r = 0; r < 4; ++r) a[x][r] = Vec::zero();
+  for (int64_t c = 0; c < d; c += 2 * Vec::W) {
+    Vec ke[4], ko[4];
+    for (int x = 0; x < 4; ++x) Vec::loadu_bf16_pairs(static_cast<const uint16_t*>(k[x]) + c, ke[x], ko[x]);
+    for (int r = 0; r < 4; ++r) {
+      const Vec qe = Vec::loadu(qp + r * d + c), qo = Vec::loadu(qp + r * d + c + Vec::W);
+      for (int x = 0; x < 4; ++x) a[x][r] = Vec::fma(qo, ko[x], Vec::fma(qe, ke[x], a[x][r]));
+    }
+  }
+  for (int x = 0; x < 4; ++x) {
+    float t[4];
+    Vec::reduce4(a[x][0], a[x][1], a[x][2], a[x][3], t);
+    for (int r = 0; r < 4; ++r) s[r * lds + x] = t[r];
+  }
+}
+
+// R rows of d channels, each group of 2W channels reordered as its W even channels then its W odd
+// ones: the order loadu_bf16_pairs yields a key's values in.
+inline void pair_order(const float* q, int64_t R, int64_t d, float* out) {
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t g = 0; g < d; g += 2 * Vec::W)
+      for (int64_t t = 0; t < Vec::W; ++t) {
+        out[r * d + g + t] = q[r * d + g + 2 * t];
+        out[r * d + g + Vec::W + t] = q[r * d + g + 2 * t + 1];
+      }
+}
+
 template <DType T>
 void qk_rows_t(const float* q, int64_t R, int64_t d, const void* const* k, int64_t n, float* s, int64_t lds,
                const void* const* next, int64_t next_bytes) {
   const int64_t bytes = d * static_cast<int64_t>(dtype_size(T));
+  // bfloat16 keys: the groups of four rows in pair order (at most 16 rows of 256 channels here)
+  constexpr int64_t kPairedFloats = kMaxPairedRows * 256;
+  alignas(64) float qp[T == DType::bf16 ? kPairedFloats : 1];
+  const int64_t R4 = R / 4 * 4;
+  const bool paired = T == DType::bf16 && Vec::W > 8 && d % (2 * Vec::W) == 0 && R4 * d <= kPairedFloats;
+  if (paired) pair_order(q, R4, d, qp);
   int64_t j = 0;
   if (R >= 4 && Vec::W > 8)  // keys in fours for the groups of four rows (enough registers: AVX-512)
     for (; j + 4 <= n; j += 4) {
@@ -443,7 +482,10 @@ void qk_rows_t(const float* q, int64_t R, int64_t d, const void* const* k, int64
         if (next) prefetch_row(next[j + x], next_bytes);
       }
       int64_t r = 0;
-      for (; r + 4 <= R; r += 4) dot4_keys4<T>(q + r * d, d, k + j, s + r * lds + j, lds);
+      if (paired)
+        for (; r + 4 <= R; r += 4) dot4_keys4_bf16_pairs(qp + r * d, d, k + j, s + r * lds + j, lds);
+      else
+        for (; r + 4 <= R; r += 4) dot4_keys4<T>(q + r * d, d, k + j, s + r * lds + j, lds);
       for (int64_t jj = j; jj < j + 4; ++jj) switch (R - r) {
           case 3: dot_block<T, 3>(q + r * d, d, k[jj], s + r * lds + jj, lds); break;
           case 2: dot_block<T, 2>(q + r * d, d, k[jj], s + r * lds + jj, lds); break;

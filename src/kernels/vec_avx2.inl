@@ -10,6 +10,12 @@ struct Vec {
   static Vec loadu_bf16(const uint16_t* p) {
     return {_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16))};
   }
+  // 2W bfloat16 values at p as floats: those at even indices and those at odd ones.
+  static void loadu_bf16_pairs(const uint16_t* p, Vec& even, Vec& odd) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    even = {_mm256_castsi256_ps(_mm256_slli_epi32(v, 16))};
+    odd = {_mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xffff0000u))))};
+  }
   static Vec loadu_f16(const uint16_t* p) { return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))}; }
   float reduce_add() const {
     const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

@@ -20,6 +20,13 @@ struct Vec {
   static Vec loadu_bf16(const uint16_t* p) {
     return {_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16))};
   }
+  // 2W bfloat16 values at p as floats: those at even indices (0, 2, ...) and those at odd ones,
+  // by a shift and a mask of one load (half the work of two widening loads).
+  static void loadu_bf16_pairs(const uint16_t* p, Vec& even, Vec& odd) {
+    const __m512i v = _mm512_loadu_si512(p);
+    even = {_mm512_castsi512_ps(_mm512_slli_epi32(v, 16))};
+    odd = {_mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))))};
+  }
   static Vec loadu_f16(const uint16_t* p) { return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))}; }
   static Vec set1(float x) { return {_mm512_set1_ps(x)}; }
   // W bytes (signed) or W nibbles (bits Shift..Shift+3 of W bytes) as floats: ggml blocks.
