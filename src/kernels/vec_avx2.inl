@@ -10,7 +10,8 @@ struct Vec {
   static Vec loadu_bf16(const uint16_t* p) {
     return {_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16))};
   }
-  // 2W bfloat16 values at p as floats: those at even indices and those at odd ones.
+  // 2W bfloat16 values at p as floats: those at even indices and those at odd ones. (The decode
+  // kernels pair bf16 loads on AVX-512 only; every Vec has it so the shared kernels compile.)
   static void loadu_bf16_pairs(const uint16_t* p, Vec& even, Vec& odd) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     even = {_mm256_castsi256_ps(_mm256_slli_epi32(v, 16))};

@@ -11,7 +11,8 @@ struct Vec {
   float reduce_add() const { return v; }
   static void reduce4(Vec a, Vec b, Vec c, Vec d, float* out) { out[0] = a.v, out[1] = b.v, out[2] = c.v, out[3] = d.v; }
   static Vec loadu_bf16(const uint16_t* p) { return {bf16_to_float(*p)}; }
-  // 2W bfloat16 values at p as floats: those at even indices and those at odd ones.
+  // 2W bfloat16 values at p as floats: those at even indices and those at odd ones. (Used on
+  // AVX-512 only; every Vec has it so the shared kernels compile.)
   static void loadu_bf16_pairs(const uint16_t* p, Vec& even, Vec& odd) { even = {bf16_to_float(p[0])}, odd = {bf16_to_float(p[1])}; }
   static Vec loadu_f16(const uint16_t* p) { return {f16_to_float(*p)}; }
   static Vec set1(float x) { return {x}; }
