@@ -216,9 +216,10 @@ void softmax_check_cases(std::vector<Case>& out) {
       c.layout = n == 2 ? Layout::bnhd : Layout::bhnd;
       out.push_back(c);
     }
-  for (int64_t d : {1, 3}) {
+  for (int64_t d : {1, 3, 20}) {
     // Regression: the rows form kept R = group * N scores in a buffer sized by the head dim, and
     // overflowed it when R > D (found by the Python property tests, D = 1 with 8 rows per kv head).
+    // D = 20: whole vectors and a scalar tail (keys in fours take whole vectors only).
     Case c;
     c.B = 1, c.H = 8, c.Hkv = 1, c.N = 2, c.M = 300, c.D = d, c.Dv = d;
     out.push_back(c);
