@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 
@@ -68,14 +69,35 @@ def decode(args, out) -> int:
     return 0
 
 
-def read_bandwidth(threads: int, nbytes: int = 1 << 30) -> float:
-    """GB/s of torch summing a buffer far larger than the last-level cache (the roofline). Random
-    values: pages of one constant (torch.ones) read at up to 1.6x the real rate now and then on a
-    VM, which can merge identical pages."""
-    torch.set_num_threads(threads)
-    x = torch.rand(nbytes // 4, generator=torch.Generator().manual_seed(0))
-    t = best_time(lambda: x.sum(), 5)
-    return nbytes / t / 1e9
+class ReadRoofline:
+    """torch summing a buffer far larger than the last-level cache, one timed sum at a time, so
+    that each timing of a kernel can be paired with a roofline sample taken just before it (this
+    VM's read bandwidth moves between ~31 and ~62 GB/s on two threads, sometimes within a
+    minute). Random values, so that nothing about the data (pages of one constant) can make the
+    sum cheaper than a read of it."""
+
+    def __init__(self, threads: int, nbytes: int = 1 << 30):
+        torch.set_num_threads(threads)
+        self.x = torch.rand(nbytes // 4, generator=torch.Generator().manual_seed(0))
+        self.x.sum()
+        self.nbytes = nbytes
+
+    def sample(self, sums: int = 3) -> float:
+        """GB/s of the best of a few sums (as the kernels' times are a best of a few calls)."""
+        return self.nbytes / best_time(self.x.sum, sums - 1) / 1e9
+
+
+def paired_ratios(fn, nbytes: int, roof: ReadRoofline, rounds: int, calls: int):
+    """Rounds of (one roofline sample, then the best of `calls` calls of fn, which reads nbytes):
+    returns fn's best time and, per round, fn's GB/s over the roofline sample just before it."""
+    fn()
+    best, ratios = float("inf"), []
+    for _ in range(rounds):
+        rf = roof.sample()
+        sec = best_time(fn, calls)
+        best = min(best, sec)
+        ratios.append(nbytes / sec / 1e9 / rf)
+    return best, sorted(ratios)
 
 
 def kvcache(args, out) -> int:
@@ -86,12 +108,15 @@ def kvcache(args, out) -> int:
     dtypes = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
     h, hkv, d = args.heads, args.kv_heads, args.dims[0]
     print(f"torch {torch.__version__}, attn isa {attn.active_isa()}; B=1, H={h}, Hkv={hkv}, d={d}, one new token")
+    print("ratio: GB/s over the read roofline sampled just before, per round (8 rounds): median [min, max];")
+    print("roof: the median roofline sample")
     print(f"{'M':>6} {'dtype':>5} {'T':>2} {'roof GB/s':>9} {'form':>14} {'ms':>8} {'GB/s':>6} {'ratio':>6} "
-          f"{'vs torch':>8}")
+          f"{'range':>13} {'vs torch':>8}")
+    rounds = 8
     for m in args.kvcache:
         for dt in args.dtypes:
             for t in args.threads:
-                roof = read_bandwidth(t)
+                roof = ReadRoofline(t)
                 torch.set_num_threads(t)
                 g = torch.Generator().manual_seed(0)
                 nbytes = 2 * hkv * m * d * torch.tensor([], dtype=dtypes[dt]).element_size()
@@ -126,17 +151,21 @@ def kvcache(args, out) -> int:
                     kc, vc = nxt()
                     F.scaled_dot_product_attention(qt, kc.transpose(1, 2), vc.transpose(1, 2), enable_gqa=hkv != h)
 
-                times = {"contiguous": best_time(contiguous, args.reps * 5),
-                         "paged 256": best_time(paged_of(256), args.reps * 5),
-                         "paged 16": best_time(paged_of(16), args.reps * 5),
-                         "torch sdpa": best_time(sdpa, args.reps * 5)}
-                for form, sec in times.items():
+                calls = max(3, args.reps * 5 // rounds)
+                forms = {"contiguous": contiguous, "paged 256": paged_of(256), "paged 16": paged_of(16),
+                         "torch sdpa": sdpa}
+                timed = {form: paired_ratios(fn, nbytes, roof, rounds, calls) for form, fn in forms.items()}
+                samples = sorted(roof.sample() for _ in range(5))
+                for form, (sec, ratios) in timed.items():
                     gbs = nbytes / sec / 1e9
+                    ratio = statistics.median(ratios)
                     row = dict(kv_len=m, heads=h, kv_heads=hkv, head_dim=d, dtype=dt, threads=t, form=form,
-                               seconds=sec, gbs=gbs, ratio=gbs / roof, read_gbs=roof,
-                               speedup_vs_torch=times["torch sdpa"] / sec)
-                    print(f"{m:>6} {dt:>5} {t:>2} {roof:>9.1f} {form:>14} {sec*1e3:>8.3f} {gbs:>6.1f} "
-                          f"{gbs/roof:>6.3f} {row['speedup_vs_torch']:>7.2f}x", flush=True)
+                               seconds=sec, gbs=gbs, ratio=ratio, ratio_min=ratios[0], ratio_max=ratios[-1],
+                               read_gbs=statistics.median(samples),
+                               speedup_vs_torch=timed["torch sdpa"][0] / sec)
+                    print(f"{m:>6} {dt:>5} {t:>2} {row['read_gbs']:>9.1f} {form:>14} {sec*1e3:>8.3f} {gbs:>6.1f} "
+                          f"{ratio:>6.3f} [{ratios[0]:.2f}, {ratios[-1]:.2f}] {row['speedup_vs_torch']:>7.2f}x",
+                          flush=True)
                     if out:
                         out.write(json.dumps(row) + "\n")
     return 0

@@ -27,8 +27,8 @@ double sgemm_gflops(int n, int threads) {
 
 double memory_bandwidth_gbs(int threads) {
   const size_t n = size_t{1} << 26;  // 256 MiB of floats, far beyond L3
-  // Distinct values on every page: pages of one constant can be merged by the host (a VM's
-  // same-page merging), and reading them then ran at up to 1.6x the memory's real rate.
+  // Distinct values on every page, so that nothing about the data (pages of one constant, which
+  // a VM's host may merge) can make the sum cheaper than a read of it.
   std::vector<float> buf(n);
   for (size_t i = 0; i < n; ++i) buf[i] = static_cast<float>(i % 8191);
   double best = 1e30;
