@@ -51,12 +51,14 @@ struct Scratch {
 // the type the rows are in.
 DType row_pointers(const kernels::TileKernels& kern, const core::KvRows& t, int64_t j0, int64_t n, float* buf,
                    const void** ptr) {
-  if (t.elem_stride() == 1) {
-    for (int64_t j = 0; j < n; ++j) ptr[j] = t.row(j0 + j);
-    return t.dtype();
+  // run by run: one block-table lookup per page, not a division per row (paged caches)
+  for (int64_t j = 0; j < n;) {
+    const int64_t end = std::min(n, t.run_end(j0 + j) - j0);
+    for (const char* row = t.row(j0 + j); j < end; ++j, row += t.row_stride_bytes()) ptr[j] = row;
   }
+  if (t.elem_stride() == 1) return t.dtype();
   for (int64_t j = 0; j < n; ++j) {
-    kern.to_float(t.row(j0 + j), t.dtype(), t.elem_stride(), t.dim(), buf + j * t.dim());
+    kern.to_float(ptr[j], t.dtype(), t.elem_stride(), t.dim(), buf + j * t.dim());
     ptr[j] = buf + j * t.dim();
   }
   return DType::f32;
