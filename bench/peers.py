@@ -72,7 +72,7 @@ def decode(args, out) -> int:
 class ReadRoofline:
     """torch summing a buffer far larger than the last-level cache, one timed sum at a time, so
     that each timing of a kernel can be paired with a roofline sample taken just before it (this
-    VM's read bandwidth moves between ~31 and ~62 GB/s on two threads, sometimes within a
+    VM's read bandwidth moves between ~31 and ~65 GB/s on two threads, sometimes within a
     minute). Random values, so that nothing about the data (pages of one constant) can make the
     sum cheaper than a read of it."""
 

@@ -432,7 +432,8 @@ template <DType T>
 
 // dot4_keys4 for bfloat16 keys, q's channels in pair order (pair_order): each load of 2W key
 // values gives W even and W odd channels by a shift and a mask (d a multiple of 2W).
-[[gnu::always_inline]] inline void dot4_keys4_bf16_pairs(const float* qp, int64_t d, const void* const* k, float* s, int64_t lds) {
+[[gnu::always_inline]] inline void dot4_keys4_bf16_pairs(const float* qp, int64_t d, const void* const* k, float* s,
+                                                         int64_t lds) {
   Vec a[4][4];
   for (int x = 0; x < 4; ++x)
     for (int r = 0; r < 4; ++r) a[x][r] = Vec::zero();
@@ -522,7 +523,8 @@ void qk_rows_t(const float* q, int64_t R, int64_t d, const void* const* k, int64
 // acc[r][c0 + ...] += sum_j p[r * ldp + j] * V_j[c0 + ...] over NC vectors of channels, the
 // accumulators in registers across the keys (summed in key order).
 template <DType T, int NR, int NC>
-[[gnu::always_inline]] inline void pv_tile(const float* p, int64_t ldp, const void* const* v, int64_t n, int64_t c0, float* acc, int64_t dv) {
+[[gnu::always_inline]] inline void pv_tile(const float* p, int64_t ldp, const void* const* v, int64_t n, int64_t c0,
+                                           float* acc, int64_t dv) {
   Vec a[NR][NC];
   for (int r = 0; r < NR; ++r)
     for (int k = 0; k < NC; ++k) a[r][k] = Vec::loadu(acc + r * dv + c0 + k * Vec::W);
@@ -539,7 +541,8 @@ template <DType T, int NR, int NC>
 }
 
 template <DType T, int NR, int NC>
-[[gnu::always_inline]] inline void pv_channels(const float* p, int64_t ldp, const void* const* v, int64_t n, float* acc, int64_t dv) {
+[[gnu::always_inline]] inline void pv_channels(const float* p, int64_t ldp, const void* const* v, int64_t n, float* acc,
+                                               int64_t dv) {
   int64_t c = 0;
   for (; c + NC * Vec::W <= dv; c += NC * Vec::W) pv_tile<T, NR, NC>(p, ldp, v, n, c, acc, dv);
   for (; c + Vec::W <= dv; c += Vec::W) pv_tile<T, NR, 1>(p, ldp, v, n, c, acc, dv);
