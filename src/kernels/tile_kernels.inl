@@ -416,6 +416,20 @@ inline void dot4_keys2(const float* q, int64_t d, const void* k0, const void* k1
   }
 }
 
+// s[r * lds + x] = the sum of a[x][r]'s lanes, by the vector type's 4x4 tree where it has one.
+template <class V>
+[[gnu::always_inline]] inline void sums4x4(const V (&a)[4][4], float* s, int64_t lds) {
+  if constexpr (requires { V::sums4x4(a, s, lds); }) {
+    V::sums4x4(a, s, lds);
+  } else {
+    for (int x = 0; x < 4; ++x) {
+      float t[4];
+      V::reduce4(a[x][0], a[x][1], a[x][2], a[x][3], t);
+      for (int r = 0; r < 4; ++r) s[r * lds + x] = t[r];
+    }
+  }
+}
+
 // Four query rows against four consecutive keys, d a multiple of W: each chunk of q is loaded
 // once for four keys (16 accumulators; half the q loads of the pair kernel per key). No scalar
 // tail and always inlined: a tail's calls kept the accumulators in memory across the call, and
@@ -433,11 +447,7 @@ template <DType T>
       for (int x = 0; x < 4; ++x) a[x][r] = Vec::fma(qv, kx[x], a[x][r]);
     }
   }
-  for (int x = 0; x < 4; ++x) {
-    float t[4];
-    Vec::reduce4(a[x][0], a[x][1], a[x][2], a[x][3], t);
-    for (int r = 0; r < 4; ++r) s[r * lds + x] = t[r];
-  }
+  sums4x4(a, s, lds);
 }
 
 // dot4_keys4 for bfloat16 keys, q's channels in pair order (pair_order): each load of 2W key
@@ -455,11 +465,7 @@ template <DType T>
       for (int x = 0; x < 4; ++x) a[x][r] = Vec::fma(qo, ko[x], Vec::fma(qe, ke[x], a[x][r]));
     }
   }
-  for (int x = 0; x < 4; ++x) {
-    float t[4];
-    Vec::reduce4(a[x][0], a[x][1], a[x][2], a[x][3], t);
-    for (int r = 0; r < 4; ++r) s[r * lds + x] = t[r];
-  }
+  sums4x4(a, s, lds);
 }
 
 // R rows of d channels, each group of 2W channels reordered as its W even channels then its W odd

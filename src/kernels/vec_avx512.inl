@@ -17,6 +17,25 @@ struct Vec {
     const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(q), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(q), 1)));
     _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
   }
+  // The 16 sums of a 4x4 block, a[x][r] summed into s[r * lds + x]: one shuffle tree for all
+  // sixteen (45 operations; four reduce4 take 52 and 16 scalar stores).
+  static void sums4x4(const Vec (&a)[4][4], float* s, int64_t lds) {
+    __m512 b[8];  // b[i]: the pair a[.][2i/4], a[.][(2i+1)/4] folded to 8 lanes each
+    for (int i = 0; i < 8; ++i) {
+      const __m512 u = a[(2 * i) % 4][(2 * i) / 4].v, w = a[(2 * i + 1) % 4][(2 * i + 1) / 4].v;
+      b[i] = _mm512_add_ps(_mm512_unpacklo_ps(u, w), _mm512_unpackhi_ps(u, w));
+    }
+    __m512 c[4];  // c[i]: sums i*4 .. i*4+3 as one lane per 128-bit block
+    for (int i = 0; i < 4; ++i)
+      c[i] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0x44), _mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0xee));
+    const __m512 d0 = _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x44), _mm512_shuffle_f32x4(c[0], c[1], 0xee));
+    const __m512 d1 = _mm512_add_ps(_mm512_shuffle_f32x4(c[2], c[3], 0x44), _mm512_shuffle_f32x4(c[2], c[3], 0xee));
+    const __m512 e = _mm512_add_ps(_mm512_shuffle_f32x4(d0, d1, 0x88), _mm512_shuffle_f32x4(d0, d1, 0xdd));
+    _mm_storeu_ps(s, _mm512_castps512_ps128(e));
+    _mm_storeu_ps(s + lds, _mm512_extractf32x4_ps(e, 1));
+    _mm_storeu_ps(s + 2 * lds, _mm512_extractf32x4_ps(e, 2));
+    _mm_storeu_ps(s + 3 * lds, _mm512_extractf32x4_ps(e, 3));
+  }
   static Vec loadu_bf16(const uint16_t* p) {
     return {_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16))};
   }
