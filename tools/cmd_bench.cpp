@@ -27,8 +27,9 @@ struct BenchArgs {
   int64_t heads = 8, kv_heads = 0;
   int reps = 2;
   std::string json;
-  bool big = false, memory = false, stats = false, grid_given = false, decode_given = false;
+  bool big = false, memory = false, stats = false, grid_given = false, decode_given = false, layout_given = false;
   std::vector<int64_t> decode;  // cache lengths for decode-shaped cases (N = 1); none: the list's
+  std::string layout = "bhnd";  // of q, k, v in the --decode grid
   harness::Filter filter;
 };
 
@@ -88,6 +89,8 @@ double peak_rss_mib() {
 void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
 int run(const BenchArgs& a) {
+  if (a.layout_given && a.decode.empty())
+    fail("--layout", "applies to the --decode cases: give their cache lengths, e.g. --decode 32768");
   std::ofstream json;
   if (!a.json.empty()) {
     json.open(a.json);
@@ -154,22 +157,26 @@ int run(const BenchArgs& a) {
   }
 
   if (a.decode_given) {  // memory-bound: one query per head against a cache of M keys
-    const std::vector<harness::Case> dgrid =
+    std::vector<harness::Case> dgrid =
         a.decode.empty() ? std::vector<harness::Case>{} : harness::decode_grid(a.decode, a.dims, dtypes, a.heads);
+    for (harness::Case& c : dgrid) c.layout = a.layout == "bnhd" ? Layout::bnhd : Layout::bhnd;
     const auto druns = harness::expand(a.decode.empty() ? harness::case_list() : dgrid, harness::kDecode, a.filter);
-    fmt::print("\ndecode (B=1, N=1): GB/s of K+V read, ratio to the same-run read bandwidth\n");
-    fmt::print("{:>7} {:>4} {:>4} {:>4} {:>5} {:<6} {:>3} {:>10} {:>9} {:>8}\n", "M", "d", "H", "Hkv", "dtype", "form",
-               "T", "ms", "GB/s", "ratio");
+    fmt::print("\ndecode (B=1, N=1, {}): GB/s of K+V read; ratio to the read bandwidth measured just before each row\n",
+               a.decode.empty() ? "the list's layouts" : a.layout);
+    fmt::print("{:>7} {:>4} {:>4} {:>4} {:>5} {:<6} {:>3} {:>10} {:>9} {:>9} {:>8}\n", "M", "d", "H", "Hkv", "dtype",
+               "form", "T", "ms", "GB/s", "roof GB/s", "ratio");
     for (const harness::Run& r : druns) {
       const harness::Case& c = *r.c;
       Timed run(r);
       const harness::Inputs& in = run.in;
       const std::string& form = run.form;
       for (int t : a.threads) {
+        // this machine's bandwidth can move between minutes: the row's own roofline sample
+        const double roof = memory_bandwidth_gbs(t);
         const double secs = run.seconds(t, a.reps * 5);
         const double gbs = c.kv_bytes() / secs / 1e9;
-        fmt::print("{:>7} {:>4} {:>4} {:>4} {:>5} {:<6} {:>3} {:>10.3f} {:>9.1f} {:>8.3f}\n", c.M, c.D, c.H, c.Hkv,
-                   short_name(c.dtype), form, t, secs * 1e3, gbs, gbs / bws[t]);
+        fmt::print("{:>7} {:>4} {:>4} {:>4} {:>5} {:<6} {:>3} {:>10.3f} {:>9.1f} {:>9.1f} {:>8.3f}\n", c.M, c.D, c.H,
+                   c.Hkv, short_name(c.dtype), form, t, secs * 1e3, gbs, roof, gbs / roof);
         if (a.stats) {
           const double with = run.seconds(t, a.reps * 5, true);
           fmt::print("{:>44} {:>10.3f} ms with return_stats: {:+.1f} %\n", "", with * 1e3, (with / secs - 1) * 100);
@@ -178,7 +185,8 @@ int run(const BenchArgs& a) {
           nlohmann::json j = {{"mechanism", to_string(in.mechanism)}, {"dtype", short_name(c.dtype)}, {"batch", c.B},
                               {"heads", c.H}, {"kv_heads", c.Hkv}, {"q_len", c.N}, {"kv_len", c.M},
                               {"head_dim", c.D}, {"causal", false}, {"form", form}, {"threads", t},
-                              {"seconds", secs}, {"gbs", gbs}, {"bandwidth_gbs", bws[t]}, {"ratio", gbs / bws[t]},
+                              {"seconds", secs}, {"gbs", gbs}, {"bandwidth_gbs", roof}, {"ratio", gbs / roof},
+                              {"layout", c.layout == Layout::bnhd ? "bnhd" : "bhnd"},
                               {"isa", isa_name(active_isa())}};
           json << j.dump() << "\n";
         }
@@ -255,7 +263,9 @@ Runner add_bench(CLI::App& app) {
       "--dims, --mechanisms, --dtypes, --heads, --kv-heads replace it with that grid.\n"
       "Reports GFLOP/s (2 (D + Dv) per (query, key) pair the mask lets through) and ratio = GFLOP/s\n"
       "divided by OpenBLAS sgemm (n=2048) GFLOP/s on the same thread count, measured first in the same run.\n"
-      "--decode times one query per head against a cache (GB/s of K+V read vs the same-run read bandwidth).\n"
+      "--decode times one query per head against a cache (GB/s of K+V read vs the read bandwidth sampled\n"
+      "just before each row); --layout bnhd gives the caches flash-attn's layout. The issue-18 case:\n"
+      "  attn bench --sizes 256 --mechanisms softmax --dims 128 --heads 32 --threads 2 --decode 32768 --layout bnhd\n"
       "Example: attn bench --sizes 4096 --dims 128 --dtypes f32 --threads 2 --json out.jsonl");
   c->add_option("--sizes", args->sizes, "N = M values")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   c->add_option("--dims", args->dims, "Head dims")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{4096}));
@@ -273,6 +283,11 @@ Runner add_bench(CLI::App& app) {
                 "Also time decode-shaped calls (N=1) against these cache lengths (none given: the list's 4096 16384 65536)")
       ->expected(0, -1)
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  c->add_option("--layout", args->layout,
+                "Layout of q, k, v in the --decode cases (with cache lengths given): bhnd (B, H, M, D), or bnhd (B, M, H, D), flash-attn's KV "
+                "caches, where a key's rows of every kv head are adjacent")
+      ->check(CLI::IsMember({"bhnd", "bnhd"}))
+      ->capture_default_str();
   c->add_flag("--memory", args->memory, "Also report peak RSS at N=M=32768, d=64");
   c->add_flag("--stats", args->stats,
               "Also time each case with streamed row statistics (return_stats, k = 8) and report the extra time");
@@ -280,6 +295,7 @@ Runner add_bench(CLI::App& app) {
   add_filter_options(c, args->filter);
   return [args, c] {
     args->decode_given = c->count("--decode") > 0;
+    args->layout_given = c->count("--layout") > 0;
     for (const char* o : {"--sizes", "--dims", "--dtypes", "--mechanisms", "--heads", "--kv-heads"})
       args->grid_given = args->grid_given || c->count(o) > 0;
     return run(*args);

@@ -118,7 +118,9 @@ def test_cli_bounded_reads_and_explain(tmp_path):
 def test_cli_resource_arguments_are_bounded():
     """Hardening, class 1 and 6: thread counts and sizes that cannot be honoured are refused by name."""
     for args, fragment in ((["bench", "--threads", "-1"], "--threads"), (["bench", "--threads", "100000"], "--threads"),
-                           (["bench", "--sizes", "-5"], "--sizes"), (["demo", "--threads", "100000"], "--threads")):
+                           (["bench", "--sizes", "-5"], "--sizes"), (["bench", "--layout", "bshd"], "--layout"),
+                           (["bench", "--layout", "bnhd"], "--decode"),
+                           (["demo", "--threads", "100000"], "--threads")):
         p = subprocess.run([str(cli_path())] + args, capture_output=True, text=True, timeout=60)
         assert p.returncode != 0 and fragment in p.stderr, (args, p.stderr)
 
