@@ -38,9 +38,12 @@ double now() { return std::chrono::duration<double>(std::chrono::steady_clock::n
 struct Acc {
   __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
   void row(const char* p) {  // the four lines of one head's row
-    for (int l = 0; l < 4; ++l) a[l] = _mm512_add_ps(a[l], _mm512_load_ps(reinterpret_cast<const float*>(p + 64 * l)));
+    for (int l = 0; l < 4; ++l) line(l, p + 64 * l);
   }
-  float sum() const { return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3]))); }
+  void line(int x, const char* p) { a[x] = _mm512_add_ps(a[x], _mm512_load_ps(reinterpret_cast<const float*>(p))); }
+  float sum() const {
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
+  }
 };
 
 void prefetch(const char* p, size_t bytes) {
@@ -61,7 +64,7 @@ float pass(const std::string& order, const char* k, const char* v, size_t k0, si
         for (size_t h = 0; h < kHeads; h += 4)
           for (int l = 0; l < 4; ++l)
             for (size_t x = 0; x < 4; ++x)
-              acc.a[x] = _mm512_add_ps(acc.a[x], _mm512_load_ps(reinterpret_cast<const float*>(at(base, j, h + x) + 64 * l)));
+              acc.line(static_cast<int>(x), at(base, j, h + x) + 64 * l);
   } else if (order == "kernel" || order == "kernel-hw") {
     const bool soft = order == "kernel";
     for (size_t b = k0; b < k1; b += kBlock)

@@ -282,7 +282,8 @@ Runner add_bench(CLI::App& app) {
       "Reports GFLOP/s (2 (D + Dv) per (query, key) pair the mask lets through) and ratio = GFLOP/s\n"
       "divided by OpenBLAS sgemm (n=2048) GFLOP/s on the same thread count, measured first in the same run.\n"
       "--decode times one query per head against a cache (GB/s of K+V read vs the read bandwidth sampled\n"
-      "just before each row; calls take turns over copies of the cache, >= 1 GiB in all, so each reads from memory); --layout bnhd gives the caches flash-attn's layout. The issue-18 case:\n"
+      "just before each row; calls take turns over copies of the cache, >= 1 GiB in all, so that each\n"
+      "reads from memory); --layout bnhd gives the caches flash-attn's layout. The issue-18 case:\n"
       "  attn bench --sizes 256 --mechanisms softmax --dims 128 --heads 32 --threads 2 --decode 32768 --layout bnhd\n"
       "Example: attn bench --sizes 4096 --dims 128 --dtypes f32 --threads 2 --json out.jsonl");
   c->add_option("--sizes", args->sizes, "N = M values")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
@@ -302,8 +303,8 @@ Runner add_bench(CLI::App& app) {
       ->expected(0, -1)
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   c->add_option("--layout", args->layout,
-                "Layout of q, k, v in the --decode cases (with cache lengths given): bhnd (B, H, M, D), or bnhd (B, M, H, D), flash-attn's KV "
-                "caches, where a key's rows of every kv head are adjacent")
+                "Layout of q, k, v in the --decode cases (with cache lengths given): bhnd (B, H, M, D), or "
+                "bnhd (B, M, H, D), flash-attn's KV caches, where a key's rows of every kv head are adjacent")
       ->check(CLI::IsMember({"bhnd", "bnhd"}))
       ->capture_default_str();
   c->add_flag("--memory", args->memory, "Also report peak RSS at N=M=32768, d=64");
