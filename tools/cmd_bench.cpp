@@ -6,8 +6,10 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
+#include <random>
 #include <nlohmann/json.hpp>
 
 #include "attn/attn.hpp"
@@ -27,9 +29,11 @@ struct BenchArgs {
   int64_t heads = 8, kv_heads = 0;
   int reps = 2;
   std::string json;
-  bool big = false, memory = false, stats = false, grid_given = false, decode_given = false, layout_given = false;
+  bool big = false, memory = false, stats = false, grid_given = false, decode_given = false, layout_given = false,
+       page_given = false;
   std::vector<int64_t> decode;  // cache lengths for decode-shaped cases (N = 1); none: the list's
   std::string layout = "bhnd";  // of q, k, v in the --decode grid
+  int64_t page = 0;              // > 0: the --decode caches are read as pools of pages of this many rows
   harness::Filter filter;
 };
 
@@ -71,10 +75,28 @@ struct Timed {
       const size_t i = turn++ % (kv.size() + 1);  // 0: the inputs themselves
       const TensorView& k = i == 0 ? in.k.view : kv[i - 1].first.view;
       const TensorView& v = i == 0 ? in.v.view : kv[i - 1].second.view;
-      attend_into(in.q.view, k, v, in.mechanism, in.options, out.view(), nullptr, nullptr, nullptr,
+      attend_into(in.q.view, as_pages(k), as_pages(v), in.mechanism, in.options, out.view(), nullptr, nullptr, nullptr,
                   stats ? &views : nullptr);
     });
   }
+  // From now on k and v are read as pools of pages of `rows` rows through a shuffled block table
+  // (the cache's M rows must fill whole pages).
+  void page_kv(int64_t rows) {
+    page = rows;
+    const int64_t blocks = in.k.view.shape[2] / rows;
+    PagedKv paged{std::vector<int32_t>(static_cast<size_t>(blocks)), blocks, in.k.view.shape[2]};
+    for (int64_t b = 0; b < blocks; ++b) paged.block_table[static_cast<size_t>(b)] = static_cast<int32_t>(b);
+    std::shuffle(paged.block_table.begin(), paged.block_table.end(), std::mt19937(7));
+    in.options.paged = std::move(paged);
+  }
+  // A (1, Hkv, M, D) cache in either layout as the pool (M / page, Hkv, page, D) of its pages.
+  TensorView as_pages(TensorView t) const {
+    if (page == 0) return t;
+    t.strides = {page * t.strides[2], t.strides[1], t.strides[2], t.strides[3]};
+    t.shape = {t.shape[2] / page, t.shape[1], page, t.shape[3]};
+    return t;
+  }
+  int64_t page = 0;
   // Copies of k and v until they and the inputs hold at least `bytes` (at most 16 pairs), so that
   // calls taking turns read from memory, not from a cache the last call filled.
   void cycle_kv(double bytes) {
@@ -106,8 +128,13 @@ double peak_rss_mib() {
 void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
 int run(const BenchArgs& a) {
-  if (a.layout_given && a.decode.empty())
-    fail("--layout", "applies to the --decode cases: give their cache lengths, e.g. --decode 32768");
+  for (const auto& [given, name] : {std::pair{a.layout_given, "--layout"}, std::pair{a.page_given, "--page"}})
+    if (given && a.decode.empty())
+      fail(name, "applies to the --decode cases: give their cache lengths, e.g. --decode 32768");
+  for (int64_t m : a.decode)
+    if (a.page > 0 && m % a.page != 0)
+      fail("--page", "the cache lengths must be whole pages: " + std::to_string(m) + " is not a multiple of " +
+                         std::to_string(a.page));
   std::ofstream json;
   if (!a.json.empty()) {
     json.open(a.json);
@@ -178,14 +205,17 @@ int run(const BenchArgs& a) {
         a.decode.empty() ? std::vector<harness::Case>{} : harness::decode_grid(a.decode, a.dims, dtypes, a.heads);
     for (harness::Case& c : dgrid) c.layout = a.layout == "bnhd" ? Layout::bnhd : Layout::bhnd;
     const auto druns = harness::expand(a.decode.empty() ? harness::case_list() : dgrid, harness::kDecode, a.filter);
-    fmt::print("\ndecode (B=1, N=1, {}): GB/s of K+V read; ratio to the read bandwidth measured just before each row\n",
-               a.decode.empty() ? "the list's layouts" : a.layout);
+    fmt::print("\ndecode (B=1, N=1, {}{}): GB/s of K+V read; ratio to the read bandwidth measured just before each "
+               "row\n",
+               a.decode.empty() ? "the list's layouts" : a.layout,
+               a.page > 0 ? fmt::format(", pages of {} rows in shuffled order", a.page) : std::string());
     fmt::print("{:>7} {:>4} {:>4} {:>4} {:>5} {:<6} {:>3} {:>10} {:>9} {:>9} {:>8}\n", "M", "d", "H", "Hkv", "dtype",
                "form", "T", "ms", "GB/s", "roof GB/s", "ratio");
     for (const harness::Run& r : druns) {
       const harness::Case& c = *r.c;
       Timed run(r);
       run.cycle_kv(1 << 30);  // each call reads its cache from memory, not from the last level cache
+      if (a.page > 0 && !a.decode.empty()) run.page_kv(a.page);
       const harness::Inputs& in = run.in;
       const std::string& form = run.form;
       for (int t : a.threads) {
@@ -204,7 +234,7 @@ int run(const BenchArgs& a) {
                               {"heads", c.H}, {"kv_heads", c.Hkv}, {"q_len", c.N}, {"kv_len", c.M},
                               {"head_dim", c.D}, {"causal", false}, {"form", form}, {"threads", t},
                               {"seconds", secs}, {"gbs", gbs}, {"bandwidth_gbs", roof}, {"ratio", gbs / roof},
-                              {"layout", c.layout == Layout::bnhd ? "bnhd" : "bhnd"},
+                              {"layout", c.layout == Layout::bnhd ? "bnhd" : "bhnd"}, {"page", run.page},
                               {"isa", isa_name(active_isa())}};
           json << j.dump() << "\n";
         }
@@ -283,7 +313,8 @@ Runner add_bench(CLI::App& app) {
       "divided by OpenBLAS sgemm (n=2048) GFLOP/s on the same thread count, measured first in the same run.\n"
       "--decode times one query per head against a cache (GB/s of K+V read vs the read bandwidth sampled\n"
       "just before each row; calls take turns over copies of the cache, >= 1 GiB in all, so that each\n"
-      "reads from memory); --layout bnhd gives the caches flash-attn's layout. The issue-18 case:\n"
+      "reads from memory); --layout bnhd gives the caches flash-attn's layout, --page 16 reads them as a\n"
+      "paged cache of 16-row pages. The issue-18 case:\n"
       "  attn bench --sizes 256 --mechanisms softmax --dims 128 --heads 32 --threads 2 --decode 32768 --layout bnhd\n"
       "Example: attn bench --sizes 4096 --dims 128 --dtypes f32 --threads 2 --json out.jsonl");
   c->add_option("--sizes", args->sizes, "N = M values")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
@@ -307,6 +338,11 @@ Runner add_bench(CLI::App& app) {
                 "bnhd (B, M, H, D), flash-attn's KV caches, where a key's rows of every kv head are adjacent")
       ->check(CLI::IsMember({"bhnd", "bnhd"}))
       ->capture_default_str();
+  c->add_option("--page", args->page,
+                "Read the --decode caches (with cache lengths given) as pools of pages of this many rows through "
+                "a shuffled block table, as a paged KV cache is read (0: contiguous)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
+      ->capture_default_str();
   c->add_flag("--memory", args->memory, "Also report peak RSS at N=M=32768, d=64");
   c->add_flag("--stats", args->stats,
               "Also time each case with streamed row statistics (return_stats, k = 8) and report the extra time");
@@ -315,6 +351,7 @@ Runner add_bench(CLI::App& app) {
   return [args, c] {
     args->decode_given = c->count("--decode") > 0;
     args->layout_given = c->count("--layout") > 0;
+    args->page_given = c->count("--page") > 0;
     for (const char* o : {"--sizes", "--dims", "--dtypes", "--mechanisms", "--heads", "--kv-heads"})
       args->grid_given = args->grid_given || c->count(o) > 0;
     return run(*args);

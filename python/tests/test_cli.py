@@ -119,7 +119,8 @@ def test_cli_resource_arguments_are_bounded():
     """Hardening, class 1 and 6: thread counts and sizes that cannot be honoured are refused by name."""
     for args, fragment in ((["bench", "--threads", "-1"], "--threads"), (["bench", "--threads", "100000"], "--threads"),
                            (["bench", "--sizes", "-5"], "--sizes"), (["bench", "--layout", "bshd"], "--layout"),
-                           (["bench", "--layout", "bnhd"], "--decode"),
+                           (["bench", "--layout", "bnhd"], "--decode"), (["bench", "--page", "16"], "--decode"),
+                           (["bench", "--decode", "1000", "--page", "16"], "multiple of 16"),
                            (["demo", "--threads", "100000"], "--threads")):
         p = subprocess.run([str(cli_path())] + args, capture_output=True, text=True, timeout=60)
         assert p.returncode != 0 and fragment in p.stderr, (args, p.stderr)
