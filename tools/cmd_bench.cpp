@@ -215,7 +215,7 @@ int run(const BenchArgs& a) {
       const harness::Case& c = *r.c;
       Timed run(r);
       run.cycle_kv(1 << 30);  // each call reads its cache from memory, not from the last level cache
-      if (a.page > 0 && !a.decode.empty()) run.page_kv(a.page);
+      if (a.page > 0) run.page_kv(a.page);  // only with cache lengths (checked above)
       const harness::Inputs& in = run.in;
       const std::string& form = run.form;
       for (int t : a.threads) {
