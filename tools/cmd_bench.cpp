@@ -315,7 +315,7 @@ Runner add_bench(CLI::App& app) {
       "just before each row; calls take turns over copies of the cache, >= 1 GiB in all, so that each\n"
       "reads from memory); --layout bnhd gives the caches flash-attn's layout, --page 16 reads them as a\n"
       "paged cache of 16-row pages. The issue-18 case:\n"
-      "  attn bench --sizes 256 --mechanisms softmax --dims 128 --heads 32 --threads 2 --decode 32768 --layout bnhd\n"
+      "  attn bench --sizes 64 --mechanisms softmax --dims 128 --heads 32 --threads 2 --decode 32768 --layout bnhd\n"
       "Example: attn bench --sizes 4096 --dims 128 --dtypes f32 --threads 2 --json out.jsonl");
   c->add_option("--sizes", args->sizes, "N = M values")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   c->add_option("--dims", args->dims, "Head dims")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{4096}));
