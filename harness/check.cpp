@@ -5,7 +5,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "core/internal_api.hpp"
+#include "families/internal_api.hpp"
 
 namespace attn::harness {
 namespace {
@@ -49,7 +49,7 @@ core::ReferenceResult reference_with_stats(const Case& c, const Inputs& in, core
   AttendOptions o = in.options;
   o.return_stats = true;
   o.stats_topk = c.stats_topk;
-  return core::reference_outputs(in.q.view, in.k.view, in.v.view, in.mechanism, o, precision);
+  return families::reference_outputs(in.q.view, in.k.view, in.v.view, in.mechanism, o, precision);
 }
 
 const char* const kStatNames[4] = {"sparsity", "entropy", "max_weight", "topk_mass"};

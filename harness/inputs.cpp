@@ -3,7 +3,6 @@
 #include <cmath>
 #include <tuple>
 
-#include "core/internal_api.hpp"
 
 namespace attn::harness {
 
@@ -94,8 +93,9 @@ void make_inputs(const Case& c, Inputs& in, bool shapes_only) {
     }
     opt.params["initial_state"] = make_array_view(in.state.data(), DType::f32, {s[0], s[1], s[2], s[3]});
   }
-  opt.return_lse = core::has_lse(in.mechanism);
-  opt.return_final_state = core::has_state(in.mechanism);
+  const MechanismInfo facts = info(in.mechanism);
+  opt.return_lse = facts.has_lse;
+  opt.return_final_state = facts.cache == CacheKind::state;
 }
 
 }  // namespace attn::harness

@@ -286,7 +286,7 @@ std::vector<attn::DecoderLayerSpec> layer_specs(const attn::DecoderConfig& c, co
   for (size_t i = 0; i < specs.size(); ++i) {
     if (mechanisms.size() == 1 && specs[i].lightning) continue;
     specs[i].mechanism = attn::parse_mechanism(mechanisms.size() == 1 ? mechanisms[0] : mechanisms[i]);
-    specs[i].rope = !specs[i].lightning && !std::holds_alternative<attn::Dca>(specs[i].mechanism);
+    specs[i].rope = !specs[i].lightning && !attn::info(specs[i].mechanism).applies_positions;
   }
   return specs;
 }

@@ -1,6 +1,6 @@
 // The entry point: validate once, choose the form (walking the family's priority list), pick the
-// kernel set for this CPU, run. Family-independent: core/families.hpp maps a mechanism to its
-// family's validation, forms, FLOP count and reference.
+// kernel set for this CPU, run. Family-independent: families/table.hpp maps a mechanism to its
+// family's validation, forms, FLOP count, reference and facts.
 #include "attn/attend.hpp"
 
 #include <array>
@@ -8,8 +8,7 @@
 
 #include "attn/error.hpp"
 #include "core/io_checks.hpp"
-#include "core/families.hpp"
-#include "core/internal_api.hpp"
+#include "families/table.hpp"
 #include "core/row_stats.hpp"
 
 namespace attn {
@@ -24,8 +23,8 @@ core::Context context_of(const AttendOptions& options) {
   return {&kernels::kernels_for(isa), options.threads, options.row_cache_bytes};
 }
 
-using core::has_lse;
-using core::has_state;
+using families::has_lse;
+using families::has_state;
 
 // The outputs a family cannot give are errors, not silently missing arrays.
 template <class Family>
@@ -69,7 +68,7 @@ void attend_into(const TensorView& q, const TensorView& k, const TensorView& v, 
   std::optional<core::StatsSink> sink;
   if (stats) sink.emplace(*stats, options.stats_topk);
   const core::Outputs outs{&out, lse, probs, final_state, sink ? &*sink : nullptr};
-  core::visit_family(mechanism, [&](const auto& mech, auto family) {
+  families::visit_family(mechanism, [&](const auto& mech, auto family) {
     using Family = decltype(family);
     const typename Family::Problem p = Family::validate(q, k, v, mech, options, outs);
     if (stats) core::check_stats_views(p, *stats);
@@ -80,7 +79,7 @@ void attend_into(const TensorView& q, const TensorView& k, const TensorView& v, 
 AttendResult attend(const TensorView& q, const TensorView& k, const TensorView& v, const Mechanism& mechanism,
                     const AttendOptions& options) {
   AttendResult r;
-  core::visit_family(mechanism, [&](const auto& mech, auto family) {
+  families::visit_family(mechanism, [&](const auto& mech, auto family) {
     using Family = decltype(family);
     // Validated once, before anything is allocated (a head dim of 0 with 2^40 tokens must not
     // allocate); the outputs allocated below have the shapes validation implies.
@@ -110,7 +109,7 @@ AttendResult attend(const TensorView& q, const TensorView& k, const TensorView& 
 
 double attention_flops(const TensorView& q, const TensorView& k, const TensorView& v, const Mechanism& mechanism,
                        const AttendOptions& options) {
-  return core::visit_family(mechanism, [&](const auto& mech, auto family) {
+  return families::visit_family(mechanism, [&](const auto& mech, auto family) {
     using Family = decltype(family);
     return Family::flops(Family::validate(q, k, v, mech, options, core::Outputs{}));
   });
@@ -127,7 +126,7 @@ Explanation explain(const TensorView& q, const TensorView& k, const TensorView& 
   Explanation e;
   e.mechanism = to_string(mechanism);
   e.isa = isa_name(options.isa ? *options.isa : active_isa());
-  core::visit_family(mechanism, [&](const auto& mech, auto family) {
+  families::visit_family(mechanism, [&](const auto& mech, auto family) {
     using Family = decltype(family);
     const typename Family::Problem p = Family::validate(q, k, v, mech, options, checked);
     check_outputs<Family>(p, mechanism, options, checked);
@@ -158,7 +157,7 @@ std::string Explanation::text() const {
 
 std::array<int64_t, 4> state_shape(const TensorView& q, const TensorView& k, const TensorView& v,
                                    const Mechanism& mechanism, const AttendOptions& options) {
-  return core::visit_family(mechanism, [&](const auto& mech, auto family) -> std::array<int64_t, 4> {
+  return families::visit_family(mechanism, [&](const auto& mech, auto family) -> std::array<int64_t, 4> {
     using Family = decltype(family);
     if constexpr (has_state<Family>())
       return Family::state_shape(Family::validate(q, k, v, mech, options, core::Outputs{}));
@@ -167,31 +166,4 @@ std::array<int64_t, 4> state_shape(const TensorView& q, const TensorView& k, con
   });
 }
 
-namespace core {
-
-ReferenceResult reference_outputs(const TensorView& q, const TensorView& k, const TensorView& v,
-                                  const Mechanism& mechanism, const AttendOptions& options, RefPrecision precision) {
-  return visit_family(mechanism, [&](const auto& mech, auto family) {
-    using Family = decltype(family);
-    return Family::reference(Family::validate(q, k, v, mech, options, Outputs{}), precision);
-  });
-}
-
-bool has_lse(const Mechanism& mechanism) {
-  return visit_family(mechanism, [](const auto&, auto family) { return has_lse<decltype(family)>(); });
-}
-
-bool has_state(const Mechanism& mechanism) {
-  return visit_family(mechanism, [](const auto&, auto family) { return has_state<decltype(family)>(); });
-}
-
-std::vector<std::string> form_names(const Mechanism& mechanism) {
-  return visit_family(mechanism, [&](const auto&, auto family) {
-    std::vector<std::string> names;
-    for (const auto& f : decltype(family)::forms()) names.emplace_back(f.name);
-    return names;
-  });
-}
-
-}  // namespace core
 }  // namespace attn

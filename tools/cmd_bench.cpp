@@ -188,10 +188,9 @@ int run(const BenchArgs& a) {
       }
       std::fflush(stdout);
       if (json) {
-        const auto* softmax = std::get_if<Softmax>(&in.mechanism);
         nlohmann::json j = {{"mechanism", to_string(in.mechanism)}, {"dtype", short_name(c.dtype)}, {"batch", c.B},
                             {"heads", c.H}, {"kv_heads", c.Hkv}, {"q_len", c.N}, {"kv_len", c.M}, {"head_dim", c.D},
-                            {"causal", softmax && softmax->causal}, {"form", form}, {"threads", t},
+                            {"causal", info(in.mechanism).causal}, {"form", form}, {"threads", t},
                             {"seconds", secs}, {"gflops", gflops}, {"roofline_gflops", roof[t]}, {"ratio", ratio},
                             {"isa", isa_name(active_isa())}, {"bandwidth_gbs", bw}};
         if (a.stats) j["seconds_with_stats"] = stats_secs;

@@ -15,6 +15,7 @@
 
 #include "attn/error.hpp"
 #include "attn/gguf.hpp"
+#include "attn/info.hpp"
 #include "attn/mechanism.hpp"
 #include "attn/model.hpp"
 #include "attn/tokenizer.hpp"
@@ -72,19 +73,6 @@ Entry parse_entry(const std::string& text) {
   return e;
 }
 
-// Keys a layer must keep at context `ctx`: window-bounded softmax patterns need the window (and
-// the sinks), block-diagonal chunks their chunk; everything else may look anywhere.
-int64_t keys_needed(const Mechanism& m, int64_t ctx) {
-  if (const auto* s = std::get_if<Softmax>(&m)) {
-    if (s->strided > 0) return ctx;
-    int64_t need = ctx;
-    if (s->window_left >= 0) need = std::min(need, s->window_left + 1 + s->sinks);
-    if (s->chunk > 0) need = std::min(need, s->chunk + s->sinks);
-    return need;
-  }
-  return ctx;
-}
-
 std::string read_text(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) fail("--text", "cannot open '" + path + "'");
@@ -139,7 +127,7 @@ int run(const EvalArgs& a) {
         const bool exact = e.exact_every > 0 && l % e.exact_every == 0;
         const Mechanism m = exact ? Mechanism{Softmax{.causal = true}} : e.mechanism;
         d.set_mechanism(l, m);
-        kv += kv_row * static_cast<double>(keys_needed(m, a.tokens));
+        kv += kv_row * static_cast<double>(info(m, a.tokens).cache_rows);
       }
       const auto t0 = std::chrono::steady_clock::now();
       const std::vector<double> nll = token_nll(d, ids, [&](int64_t done, int64_t total) {

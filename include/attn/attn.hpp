@@ -4,6 +4,7 @@
 #include "attn/dtype.hpp"
 #include "attn/error.hpp"
 #include "attn/gguf.hpp"
+#include "attn/info.hpp"
 #include "attn/isa.hpp"
 #include "attn/mechanism.hpp"
 #include "attn/npy.hpp"

@@ -82,6 +82,14 @@ struct GgufLoadOptions {
   int64_t max_seq_len = 0;  // positions of context the caches hold; 0: the model's context length
 };
 
+// One layer's cache as allocated (Decoder::layer_caches).
+struct LayerCache {
+  std::string mechanism;
+  std::string kind;   // "kv" (every position), "kv-bounded" (a window's rows), "state"
+  int64_t rows = 0;   // KV rows held (capacity); 0 for a state
+  int64_t bytes = 0;  // K and V, or the state
+};
+
 class Decoder {
  public:
   // Loads a safetensors file: the config from its metadata ("attn.decoder"), the tensors by
@@ -111,18 +119,27 @@ class Decoder {
   void reset();
   int64_t position() const;  // tokens run since reset()
 
-  // Memory the caches hold per token of context: KV-cache layers' K and V rows (bytes), and the
-  // fixed bytes of recurrent states (independent of the context).
+  // Memory the caches hold: per token of context, the K and V rows of layers whose cache grows
+  // with it (bytes); the fixed bytes of bounded caches (layers whose mechanism sees a bounded
+  // past: a window + sinks, a chunk; attn::info) and of recurrent states.
   int64_t kv_bytes_per_token() const;
+  int64_t bounded_cache_bytes() const;
   int64_t state_bytes() const;
+  // Each layer's memory: its kind ("kv", "kv-bounded", "state"), rows held and bytes allocated.
+  std::vector<LayerCache> layer_caches() const;
+  // true: every KV layer keeps every row even when its mechanism needs fewer (to check that the
+  // bounded caches change no result). Only at position 0.
+  void set_full_caches(bool full);
   // Weights in the model (every tensor of its file, the tied embedding once).
   int64_t parameter_count() const;
   // Writes the weights and config to a safetensors file (random models become files).
   void save(const std::string& path) const;
   // Replaces the attention mechanism of layer `layer` (-1: every layer), e.g. a sliding window on
   // a model trained with full attention. It must be causal and keep the layer's memory kind (a
-  // KV-cache layer takes a mechanism without recurrent state, a recurrent layer one with). The
-  // cached context was computed with the old mechanism: reset() to start over cleanly.
+  // KV-cache layer takes a mechanism without recurrent state, a recurrent layer one with). A
+  // mechanism that keeps a different number of cache rows (a window instead of everything)
+  // reallocates the layer's cache, which needs position 0 (reset() first). The cached context was
+  // computed with the old mechanism: reset() to start over cleanly.
   void set_mechanism(int64_t layer, const Mechanism& mechanism);
   // Sets the forced attention form ("reference", ...; empty: the engine's choice) and threads.
   void set_attention_form(const std::string& form);

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "attn/error.hpp"
+#include "attn/info.hpp"
 #include "cache/sequence_views.hpp"
 #include "core/io_checks.hpp"
 #include "core/kv_rows.hpp"
@@ -20,19 +21,6 @@ namespace attn {
 namespace {
 
 const char* kWhere = "attend_with_kvcache";
-
-// flash-attn rotates q token by token when the mask depends on positions, else all at one.
-bool positional_mask(const Mechanism& m) {
-  return std::visit(
-      [](const auto& x) {
-        if constexpr (requires { x.window_left; }) {
-          if (x.window_left >= 0 || x.window_right >= 0) return true;
-        }
-        if constexpr (requires { x.causal; }) return static_cast<bool>(x.causal);
-        return false;
-      },
-      m);
-}
 
 struct Plan {
   int64_t B = 0, H = 0, Hkv = 0, N = 0, D = 0, Dv = 0, Nnew = 0, capacity = 0;
@@ -208,7 +196,8 @@ void attend_with_kvcache_into(const TensorView& q, const TensorView& k_cache, co
                               const TensorView& out, const TensorView* lse) {
   if (opt.return_stats) fail(kWhere, "return_stats: row statistics are not returned by cache calls (use attend)");
   const Plan p = check_cache(q, k_cache, v_cache, u, opt);
-  const bool per_token = positional_mask(mech);
+  // flash-attn rotates q token by token when the mask depends on positions, else all at one.
+  const bool per_token = info(mech).position_mask;
   if (u.rotary) check_rotary(p, *u.rotary, per_token);
   // Every sequence's attention is validated against the cache as it will be, before any write.
   for (int64_t b = 0; b < p.B; ++b) {

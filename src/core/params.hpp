@@ -16,6 +16,9 @@ struct ParamSpec {
   std::vector<std::string> dims;
   std::string meaning;
   bool optional = false;  // may be left out
+  // How tests draw a valid value (attn::ParamInfo::generate): "normal:S", "decay", "state",
+  // "positive:S", "ones".
+  std::string generate = "normal:1";
 };
 
 using Symbols = std::map<std::string, int64_t, std::less<>>;

@@ -1,13 +1,17 @@
 // The softmax family as the entry point sees it: validation, its forms in priority order, its
-// FLOP count and its reference. Every family has such a struct (core/families.hpp lists them).
+// FLOP count and its reference. Every family has such a struct (families/table.hpp lists them).
 #pragma once
 #include <vector>
 
+#include "core/facts.hpp"
 #include "core/form.hpp"
 #include "core/reference_result.hpp"
 #include "exact/problem.hpp"
 
 namespace attn::exact {
+
+// The named parameters a softmax mechanism takes (score=additive: wq, wk, w).
+std::vector<core::ParamSpec> softmax_params(const Softmax& m);
 
 struct SoftmaxFamily {
   using Problem = exact::Problem;
@@ -17,6 +21,10 @@ struct SoftmaxFamily {
                           const AttendOptions& options, const core::Outputs& outs) {
     return validate_softmax(q, k, v, m, options, outs);
   }
+  // What each mechanism is (softmax_facts.cpp): causal, its KV rows, params, limits.
+  static core::Facts facts(const Softmax& m);
+  static core::Facts facts(const Longformer& m);
+  static core::Facts facts(const BigBird& m);
   // rows (few queries per kv head), tiled (everything), reference (float64).
   static const std::vector<core::Form<Problem>>& forms();
   // 2 (D + Dv) per (query, key) pair inside the structural masks.

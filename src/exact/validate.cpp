@@ -6,6 +6,7 @@
 #include "attn/error.hpp"
 #include "core/params.hpp"
 #include "exact/problem.hpp"
+#include "exact/softmax_family.hpp"
 #include "sparse/patterns.hpp"
 
 namespace attn::exact {
@@ -30,14 +31,6 @@ TensorView broadcast_mask(TensorView m, const std::string& name, int64_t B, int6
   m.shape[0] = B;
   m.shape[1] = H;
   return m;
-}
-
-// The parameters each softmax variant takes.
-std::vector<core::ParamSpec> param_specs(const Softmax& m) {
-  if (m.score != ScoreKind::additive) return {};
-  return {{"wq", {"A", "D"}, "query projection of the additive score w^T tanh(Wq q + Wk k)"},
-          {"wk", {"A", "D"}, "key projection of the additive score"},
-          {"w", {"A"}, "output weights of the additive score"}};
 }
 
 // Everything but the pattern: inputs, scale and score options, mask, bias, ALiBi, params.
@@ -100,7 +93,7 @@ Problem validate_scores(const TensorView& q, const TensorView& k, const TensorVi
   }
 
   core::Symbols symbols{{"D", p.D}};
-  core::check_params(opt.params, param_specs(mech), text, symbols);
+  core::check_params(opt.params, softmax_params(mech), text, symbols);
   if (mech.score == ScoreKind::additive) {
     p.wq = core::to_floats(opt.params.at("wq"));
     p.wk = core::to_floats(opt.params.at("wk"));

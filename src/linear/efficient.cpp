@@ -202,10 +202,7 @@ EfficientProblem EfficientFamily::validate(const TensorView& q, const TensorView
   if (m.scale) core::check_positive_float32(*m.scale, "scale");
   p.scale = m.scale ? *m.scale : 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(p.D, 1)));
   core::Symbols symbols{{"B", p.B}, {"H", p.H}, {"D", p.D}, {"state_cols", p.Dv + 2}};
-  core::check_params(opt.params,
-                     {{"initial_state", {"B", "H", "D", "state_cols"},
-                       "the per-feature state [C | z | m] a previous call returned as final_state", true}},
-                     text, symbols);
+  core::check_params(opt.params, EfficientFamily::facts(m).params, text, symbols);
   if (const auto it = opt.params.find("initial_state"); it != opt.params.end()) {
     p.initial = it->second;
     for (int64_t b = 0; b < p.B; ++b)  // z is a sum of exponentials: >= 0

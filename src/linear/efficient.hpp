@@ -7,6 +7,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/facts.hpp"
 #include "core/form.hpp"
 #include "core/io_checks.hpp"
 #include "core/reference_result.hpp"
@@ -24,6 +25,7 @@ struct EfficientFamily {
   static constexpr bool has_lse = false;
   static Problem validate(const TensorView& q, const TensorView& k, const TensorView& v, const Efficient& m,
                           const AttendOptions& options, const core::Outputs& outs);
+  static core::Facts facts(const Efficient& m);
   static const std::vector<core::Form<Problem>>& forms();
   // 2 D Dv per key (the update) and per query (the output).
   static double flops(const Problem& p);

@@ -5,6 +5,7 @@
 #pragma once
 #include <vector>
 
+#include "core/facts.hpp"
 #include "core/form.hpp"
 #include "core/io_checks.hpp"
 #include "core/reference_result.hpp"
@@ -21,6 +22,7 @@ struct GauFamily {
   static constexpr bool has_lse = false;  // the weights are not a softmax
   static Problem validate(const TensorView& q, const TensorView& k, const TensorView& v, const Gau& m,
                           const AttendOptions& options, const core::Outputs& outs);
+  static core::Facts facts(const Gau& m);
   static const std::vector<core::Form<Problem>>& forms();
   // 2 (D + Dv) per (query, key) pair it evaluates (causal: the lower triangle).
   static double flops(const Problem& p);

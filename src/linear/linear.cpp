@@ -16,7 +16,7 @@ const char* kWhere = "attend";
 // `extra` are further named params the kind takes (performer's omega).
 LinearProblem validate_kernel(const TensorView& q, const TensorView& k, const TensorView& v, const Linear& core,
                               const std::string& kind, const std::string& text, const AttendOptions& opt,
-                              const core::Outputs& outs, int64_t F, std::vector<core::ParamSpec> extra = {},
+                              const core::Outputs& outs, int64_t F, const std::vector<core::ParamSpec>& specs,
                               bool polar = false) {
   LinearProblem p;
   static_cast<core::Dims&>(p) = core::check_io(q, k, v, outs, opt);
@@ -35,11 +35,6 @@ LinearProblem validate_kernel(const TensorView& q, const TensorView& k, const Te
       fail(kWhere, kind + " decay must be in (0, 1], got " + std::to_string(*core.decay));
   }
   core::Symbols symbols{{"B", p.B}, {"H", p.H}, {"F", p.F}, {"D", p.D}, {"Dv", p.Dv}};
-  std::vector<core::ParamSpec> specs = {
-      {"decay", {"H"}, "a decay in (0, 1] per query head", true},
-      {"initial_state", {"B", "H", "state_rows", "state_cols"},
-       "the state (S, z) a previous call returned as final_state", true}};
-  specs.insert(specs.end(), extra.begin(), extra.end());
   symbols["state_rows"] = polar ? 4 * p.D : p.F;  // PolaFormer: both streams' states
   symbols["state_cols"] = (polar ? p.Dv / 2 : p.Dv) + (core.normalize ? 1 : 0);
   core::check_params(opt.params, specs, text, symbols);
@@ -115,14 +110,14 @@ float LinearProblem::initial_at(int64_t b, int64_t h, int64_t f, int64_t c) cons
 
 LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, const TensorView& v, const Linear& m,
                                      const AttendOptions& opt, const core::Outputs& outs) {
-  return validate_kernel(q, k, v, m, "linear", to_string(Mechanism{m}), opt, outs, q.dim());
+  return validate_kernel(q, k, v, m, "linear", to_string(Mechanism{m}), opt, outs, q.dim(), facts(m).params);
 }
 
 LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, const TensorView& v, const NormAttn& m,
                                      const AttendOptions& opt, const core::Outputs& outs) {
   Linear core;
   core.map = m.map, core.causal = m.causal, core.normalize = false, core.decay = m.decay, core.chunk = m.chunk;
-  LinearProblem p = validate_kernel(q, k, v, core, "normattn", to_string(Mechanism{m}), opt, outs, q.dim());
+  LinearProblem p = validate_kernel(q, k, v, core, "normattn", to_string(Mechanism{m}), opt, outs, q.dim(), facts(m).params);
   p.norm = m.norm;
   return p;
 }
@@ -134,7 +129,7 @@ LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, c
   Linear core;
   core.causal = m.causal, core.chunk = m.chunk;
   LinearProblem p = validate_kernel(q, k, v, core, "performer", to_string(Mechanism{m}), opt, outs, m.features,
-                                    {{"omega", {"F", "D"}, "the random feature rows (features, head dim)", true}});
+                                    facts(m).params);
   const int64_t F = p.F, D = p.D;
   std::vector<double> omega;
   if (const auto it = opt.params.find("omega"); it != opt.params.end()) {
@@ -156,7 +151,7 @@ LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, c
   if (m.eps < 0) fail(kWhere, "sana eps must be >= 0, got " + std::to_string(m.eps));
   Linear core;
   core.map = FeatureMap::relu, core.causal = m.causal, core.chunk = m.chunk;
-  LinearProblem p = validate_kernel(q, k, v, core, "sana", to_string(Mechanism{m}), opt, outs, q.dim());
+  LinearProblem p = validate_kernel(q, k, v, core, "sana", to_string(Mechanism{m}), opt, outs, q.dim(), facts(m).params);
   p.eps = m.eps;
   return p;
 }
@@ -174,9 +169,7 @@ LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, c
   Linear core;
   core.causal = m.causal, core.chunk = m.chunk;
   LinearProblem p = validate_kernel(q, k, v, core, "polaformer", to_string(Mechanism{m}), opt, outs, 2 * q.dim(),
-                                    {{"power", {"D"}, "a power > 1 per channel", true},
-                                     {"coefficients", {"Dv"}, "a factor per output channel", true}},
-                                    true);
+                                    facts(m).params, true);
   p.power.assign(static_cast<size_t>(p.D), static_cast<float>(m.power));
   if (const auto it = opt.params.find("power"); it != opt.params.end()) {
     p.power = core::to_floats(it->second);

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/facts.hpp"
 #include "core/form.hpp"
 #include "core/io_checks.hpp"
 #include "core/reference_result.hpp"
@@ -57,6 +58,12 @@ struct LinearFamily {
                           const AttendOptions& options, const core::Outputs& outs);
   static Problem validate(const TensorView& q, const TensorView& k, const TensorView& v, const PolaFormer& m,
                           const AttendOptions& options, const core::Outputs& outs);
+  // What each kind is (linear_facts.cpp): a state of fixed size, its shape rule, params, limits.
+  static core::Facts facts(const Linear& m);
+  static core::Facts facts(const NormAttn& m);
+  static core::Facts facts(const Performer& m);
+  static core::Facts facts(const Sana& m);
+  static core::Facts facts(const PolaFormer& m);
   static const std::vector<core::Form<Problem>>& forms();
   // Causal: 2 C (F + Dv) + 4 F Dv per query (the chunked form, C = min(chunk, N));
   // non-causal: 2 F Dv per key and per query (the right product).

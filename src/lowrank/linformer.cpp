@@ -35,9 +35,9 @@ LinformerProblem LinformerFamily::validate(const TensorView& q, const TensorView
   const std::string text = to_string(Mechanism{m});
   if (!opt.params.empty()) {
     core::Symbols symbols{{"k", p.K}, {"M", p.M}};
-    core::check_params(opt.params, {{"E", {"k", "M"}, "key projection along the sequence, K' = E K"},
-                                    {"F", {"k", "M"}, "value projection along the sequence, V' = F V"}},
-                       text, symbols);
+    std::vector<core::ParamSpec> both = LinformerFamily::facts(m).params;  // one given: both needed
+    for (core::ParamSpec& spec : both) spec.optional = false;
+    core::check_params(opt.params, both, text, symbols);
     p.E = core::to_floats(opt.params.at("E"));
     p.F = core::to_floats(opt.params.at("F"));
   } else {

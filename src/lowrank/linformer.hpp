@@ -4,6 +4,7 @@
 #pragma once
 #include <vector>
 
+#include "core/facts.hpp"
 #include "core/form.hpp"
 #include "core/io_checks.hpp"
 #include "core/reference_result.hpp"
@@ -22,6 +23,7 @@ struct LinformerFamily {
   using Problem = LinformerProblem;
   static Problem validate(const TensorView& q, const TensorView& k, const TensorView& v, const Linformer& m,
                           const AttendOptions& options, const core::Outputs& outs);
+  static core::Facts facts(const Linformer& m);
   static const std::vector<core::Form<Problem>>& forms();
   // 2 k M (D + Dv) per kv head for the projections + 2 N k (D + Dv) per query head.
   static double flops(const Problem& p);

@@ -7,6 +7,9 @@
 
 namespace attn::mechanism {
 
+// The options the family of `m` reads, as its grammar writes them ("causal", "scale=X", ...).
+std::vector<std::string> options_of(const Mechanism& m);
+
 // Reads the family's options (the reader checks leftovers afterwards).
 void read_options(OptionReader& r, Softmax& m);
 // Writes the canonical options (defaults omitted).

@@ -74,6 +74,17 @@ std::string to_string(const Mechanism& mech) {
       mech);
 }
 
+std::vector<std::string> mechanism::options_of(const Mechanism& mech) {
+  return std::visit(
+      [](const auto& m) {
+        mechanism::OptionReader reader(m.kind, "");
+        std::decay_t<decltype(m)> unused;
+        mechanism::read_options(reader, unused);
+        return reader.known();
+      },
+      mech);
+}
+
 std::string_view kind_of(const Mechanism& mech) {
   return std::visit([](const auto& m) { return std::decay_t<decltype(m)>::kind; }, mech);
 }

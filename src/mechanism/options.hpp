@@ -31,6 +31,8 @@ class OptionReader {
   std::optional<std::string_view> word(std::string_view name, const std::vector<std::string_view>& allowed);
   // Throws naming the first option no reader consumed, with the list of known ones.
   void finish() const;
+  // The options asked for so far, as the grammar writes them ("causal", "scale=X", ...).
+  const std::vector<std::string>& known() const { return known_; }
 
  private:
   struct Option {

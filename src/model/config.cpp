@@ -4,7 +4,7 @@
 
 #include "attn/error.hpp"
 #include "attn/model.hpp"
-#include "model/layer_kind.hpp"
+#include "attn/info.hpp"
 
 namespace attn {
 namespace {
@@ -17,7 +17,7 @@ std::string layer_name(size_t i) { return "layers[" + std::to_string(i) + "]"; }
 
 std::vector<DecoderLayerSpec> DecoderConfig::softmax_layers(int64_t count, const Mechanism& softmax) {
   return std::vector<DecoderLayerSpec>(static_cast<size_t>(std::max<int64_t>(count, 0)),
-                                       DecoderLayerSpec{softmax, !std::holds_alternative<Dca>(softmax), false});
+                                       DecoderLayerSpec{softmax, !info(softmax).applies_positions, false});
 }
 
 Mechanism DecoderConfig::lightning_mechanism() {
@@ -72,13 +72,14 @@ void DecoderConfig::validate() const {
   for (size_t i = 0; i < layers.size(); ++i) {
     const DecoderLayerSpec& l = layers[i];
     const std::string text = to_string(l.mechanism);
-    if (!model::is_causal(l.mechanism))
+    const MechanismInfo facts = info(l.mechanism);
+    if (!facts.causal)
       fail(kWhere, layer_name(i) + " mechanism '" + text + "' is not causal: a decoder's token may only see the past");
     if (l.lightning && !std::holds_alternative<Linear>(l.mechanism))
       fail(kWhere, layer_name(i) + " is a lightning layer, which needs a linear mechanism, got '" + text + "'");
     if (l.lightning && l.rope) fail(kWhere, layer_name(i) + " is a lightning layer, which has no RoPE");
-    if (std::holds_alternative<Dca>(l.mechanism) && l.rope)
-      fail(kWhere, layer_name(i) + " uses dca, which applies RoPE itself: set rope off");
+    if (facts.applies_positions && l.rope)
+      fail(kWhere, layer_name(i) + " uses " + facts.family + ", which applies RoPE itself: set rope off");
   }
 }
 
@@ -145,7 +146,7 @@ DecoderConfig DecoderConfig::from_json(const std::string& text, const std::strin
       fail(where, ctx + e.what());  // "layers[i].mechanism: ..."
     }
     spec.lightning = field(l, "lightning", false, ctx);
-    spec.rope = field(l, "rope", !spec.lightning && !std::holds_alternative<Dca>(spec.mechanism), ctx);
+    spec.rope = field(l, "rope", !spec.lightning && !info(spec.mechanism).applies_positions, ctx);
     c.layers.push_back(std::move(spec));
   }
   try {

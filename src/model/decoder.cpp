@@ -10,9 +10,9 @@
 #include "attn/attend.hpp"
 #include "attn/error.hpp"
 #include "attn/gguf.hpp"
+#include "attn/info.hpp"
 #include "attn/model.hpp"
 #include "attn/tensor.hpp"
-#include "model/layer_kind.hpp"
 #include "model/ops.hpp"
 #include "model/weights.hpp"
 
@@ -20,6 +20,9 @@ namespace attn {
 namespace {
 
 constexpr int64_t kStepTokens = 256;
+// Queries per attention call of a layer whose cache is bounded: the rows its cache holds beyond
+// the mechanism's own bound.
+constexpr int64_t kBoundedSlack = 32;
 constexpr const char* kWhere = "decoder";
 constexpr const char* kConfigKey = "attn.decoder";
 
@@ -28,9 +31,52 @@ TensorView token_major(float* data, int64_t heads, int64_t n, int64_t hd) {
   return make_view(data, DType::f32, 1, heads, n, hd, Layout::bnhd);
 }
 
-// Per layer: a KV cache (1, Hkv, max_seq_len, hd) float32, or a recurrent state.
+// Tokens [i0, i0 + m) of a token-major view.
+TensorView token_rows(TensorView t, int64_t i0, int64_t m) {
+  t.data = t.ptr(0, 0, i0);
+  t.shape[2] = m;
+  return t;
+}
+
+// Per layer: a recurrent state, or a KV cache (1, Hkv, capacity, hd) float32. The cache holds
+// every position (capacity max_seq_len) unless the mechanism says its queries see a bounded past
+// (attn::info: window + sinks, chunk): then the first `sinks` rows are pinned and the rows after
+// them hold positions first.. in order, moved down when the run reaches the end. Rows are
+// compacted in steps that keep (position - sinks) mod align, so the positions the kernels see
+// (sinks, then the recent run, the queries bottom-right) give every query the keys, distances and
+// chunks it has in the full cache: the same result with the cache of a window.
 struct LayerMemory {
   Tensor k, v, state;
+  int64_t capacity = 0;                 // rows of k and v
+  int64_t lookback = -1, sinks = 0, align = 1;  // the mechanism's bound (lookback -1: none)
+  int64_t first = 0;                    // position held by row `sinks`
+  int64_t sub_step = 0;                 // queries per attention call
+
+  bool bounded() const { return lookback >= 0 && capacity > 0; }
+  // Row of position x (x < sinks, or x >= first).
+  int64_t row_of(int64_t x) const { return x < sinks ? x : sinks + (x - first); }
+  // The first position to keep so that the queries at x0.. see every key they see in full.
+  int64_t keep_from(int64_t x0) const {
+    const int64_t need = std::max(sinks, x0 - lookback);
+    return sinks + (need - sinks) / align * align;
+  }
+  // Rows the keys of positions up to x0 + m - 1 take once room is made for them.
+  int64_t rows_after(int64_t x0, int64_t m) const {
+    if (row_of(x0 + m - 1) < capacity) return row_of(x0 + m - 1) + 1;
+    return sinks + (x0 + m - keep_from(x0));
+  }
+  // Moves the rows still needed down so that positions x0..x0+m-1 fit (their rows are then free).
+  void make_room(int64_t x0, int64_t m) {
+    if (row_of(x0 + m - 1) < capacity) return;
+    const int64_t from = keep_from(x0), count = x0 - from;
+    for (Tensor* t : {&k, &v}) {
+      const TensorView c = t->view();
+      for (int64_t h = 0; h < c.shape[1]; ++h)
+        std::memmove(c.ptr(0, h, sinks), c.ptr(0, h, row_of(from)),
+                     static_cast<size_t>(count * c.shape[3]) * sizeof(float));
+    }
+    first = from;
+  }
 };
 
 }  // namespace
@@ -40,6 +86,7 @@ struct Decoder::Impl {
   int threads = 0;
   Isa isa = active_isa();
   std::string form;
+  bool full_caches = false;  // every KV layer keeps every row (set_full_caches)
   int64_t pos = 0;
   std::vector<LayerMemory> memory;
   // Activations for one step of up to kStepTokens tokens.
@@ -54,19 +101,48 @@ struct Decoder::Impl {
     x = rows(c.dim), h = rows(c.dim), tmp = rows(c.dim);
     q = rows(qdim), k = rows(qdim), v = rows(qdim), att = rows(qdim), gate = rows(qdim);
     gated = rows(c.hidden_dim), up = rows(c.hidden_dim);
-    for (size_t i = 0; i < c.layers.size(); ++i) {
-      const model::LayerWeights& l = w.layers[i];
-      LayerMemory& m = memory.emplace_back();
-      if (model::has_state(c.layers[i].mechanism)) {
-        const auto shape = state_shape(token_major(q.data(), c.heads, 1, c.head_dim),
-                                       token_major(k.data(), l.kv_heads, 1, c.head_dim),
-                                       token_major(v.data(), l.kv_heads, 1, c.head_dim), c.layers[i].mechanism);
-        m.state = Tensor(DType::f32, shape);
-      } else {
-        m.k = Tensor(DType::f32, {1, l.kv_heads, c.max_seq_len, c.head_dim});
-        m.v = Tensor(DType::f32, {1, l.kv_heads, c.max_seq_len, c.head_dim});
+    memory.resize(c.layers.size());
+    for (size_t i = 0; i < c.layers.size(); ++i) allocate_memory(i);
+  }
+
+  // Layer i's memory as its mechanism asks (attn::info): a state, or a full or bounded KV cache.
+  void allocate_memory(size_t i) {
+    const DecoderConfig& c = w.config;
+    const model::LayerWeights& l = w.layers[i];
+    const MechanismInfo facts = info(c.layers[i].mechanism);
+    LayerMemory m;
+    if (facts.cache == CacheKind::state) {
+      const auto shape = state_shape(token_major(q.data(), c.heads, 1, c.head_dim),
+                                     token_major(k.data(), l.kv_heads, 1, c.head_dim),
+                                     token_major(v.data(), l.kv_heads, 1, c.head_dim), c.layers[i].mechanism);
+      m.state = Tensor(DType::f32, shape);
+    } else {
+      m.capacity = c.max_seq_len, m.sub_step = step;
+      if (facts.lookback >= 0 && !full_caches) {
+        const int64_t bound = facts.sinks + facts.lookback + facts.align - 1 + kBoundedSlack;
+        if (bound < c.max_seq_len) {
+          m.capacity = bound, m.sub_step = std::min(step, kBoundedSlack);
+          m.lookback = facts.lookback, m.sinks = facts.sinks, m.align = facts.align;
+        }
       }
+      m.first = m.sinks;
+      m.k = Tensor(DType::f32, {1, l.kv_heads, m.capacity, c.head_dim});
+      m.v = Tensor(DType::f32, {1, l.kv_heads, m.capacity, c.head_dim});
     }
+    memory[i] = std::move(m);
+  }
+
+  // Whether layer i's memory would change shape under `mechanism`.
+  bool memory_changes(size_t i, const Mechanism& mechanism) const {
+    const MechanismInfo facts = info(mechanism);
+    const LayerMemory& m = memory[i];
+    if ((facts.cache == CacheKind::state) != m.state.defined()) return true;
+    if (m.state.defined()) return false;
+    const int64_t bound = facts.sinks + facts.lookback + facts.align - 1 + kBoundedSlack;
+    const bool want_bounded = facts.lookback >= 0 && !full_caches && bound < w.config.max_seq_len;
+    return want_bounded != m.bounded() ||
+           (want_bounded && (bound != m.capacity || facts.lookback != m.lookback || facts.sinks != m.sinks ||
+                             facts.align != m.align));
   }
 
   // The options of layer li's attention call: threads, ISA, forced form, and for a recurrent
@@ -108,14 +184,20 @@ struct Decoder::Impl {
     if (mem.state.defined()) {
       attend_into(qv, kv, vv, spec.mechanism, o, out, nullptr, nullptr, &mem.state.view());
     } else {
-      TensorView kc = mem.k.view(), vc = mem.v.view();
-      for (int64_t hk = 0; hk < l.kv_heads; ++hk)
-        for (int64_t i = 0; i < n; ++i) {
-          std::memcpy(kc.ptr(0, hk, p + i), kv.ptr(0, hk, i), static_cast<size_t>(c.head_dim) * sizeof(float));
-          std::memcpy(vc.ptr(0, hk, p + i), vv.ptr(0, hk, i), static_cast<size_t>(c.head_dim) * sizeof(float));
-        }
-      kc.shape[2] = vc.shape[2] = p + n;
-      attend_into(qv, kc, vc, spec.mechanism, o, out, nullptr, nullptr);
+      // Bounded caches take the step's queries in runs of at most sub_step (their rows fit).
+      for (int64_t i0 = 0; i0 < n; i0 += mem.sub_step) {
+        const int64_t m = std::min(mem.sub_step, n - i0);
+        mem.make_room(p + i0, m);
+        TensorView kc = mem.k.view(), vc = mem.v.view();
+        for (int64_t hk = 0; hk < l.kv_heads; ++hk)
+          for (int64_t i = i0; i < i0 + m; ++i) {
+            const int64_t row = mem.row_of(p + i);
+            std::memcpy(kc.ptr(0, hk, row), kv.ptr(0, hk, i), static_cast<size_t>(c.head_dim) * sizeof(float));
+            std::memcpy(vc.ptr(0, hk, row), vv.ptr(0, hk, i), static_cast<size_t>(c.head_dim) * sizeof(float));
+          }
+        kc.shape[2] = vc.shape[2] = mem.row_of(p + i0 + m - 1) + 1;
+        attend_into(token_rows(qv, i0, m), kc, vc, spec.mechanism, o, token_rows(out, i0, m), nullptr, nullptr);
+      }
     }
     if (spec.lightning) {
       model::rms_norm(att.data(), n, q_width, q_width, l.out_norm, c.norm_eps, att.data());
@@ -165,10 +247,11 @@ struct Decoder::Impl {
         if (mem.state.defined()) {
           const TensorView kv = token_major(k.data(), l.kv_heads, n, c.head_dim);
           explain(qv, kv, kv, c.layers[li].mechanism, o);
-        } else {
+        } else {  // the first run of queries, against the keys it will see
+          const int64_t m = std::min(mem.sub_step, n);
           TensorView kc = mem.k.view();
-          kc.shape[2] = p + n;
-          explain(qv, kc, kc, c.layers[li].mechanism, o);
+          kc.shape[2] = mem.rows_after(p, m);
+          explain(token_rows(qv, 0, m), kc, kc, c.layers[li].mechanism, o);
         }
       } catch (const Error& e) {
         fail(kWhere, "layer " + std::to_string(li) + " (" + to_string(c.layers[li].mechanism) + "): " + e.what());
@@ -226,15 +309,53 @@ void Decoder::set_mechanism(int64_t layer, const Mechanism& mechanism) {
   for (int64_t i = 0; i < count; ++i) {
     if (layer != -1 && i != layer) continue;
     DecoderLayerSpec& spec = next.layers[static_cast<size_t>(i)];
-    if (model::has_state(mechanism) != model::has_state(spec.mechanism))
-      fail(kWhere, "layer " + std::to_string(i) + " keeps " + (model::has_state(spec.mechanism) ? "a recurrent state" : "a KV cache") +
+    const bool has_state = info(mechanism).cache == CacheKind::state;
+    const bool had_state = info(spec.mechanism).cache == CacheKind::state;
+    if (has_state != had_state)
+      fail(kWhere, "layer " + std::to_string(i) + " keeps " + (had_state ? "a recurrent state" : "a KV cache") +
                        "; mechanism '" + to_string(mechanism) + "' needs " +
-                       (model::has_state(mechanism) ? "a recurrent state" : "a KV cache"));
+                       (has_state ? "a recurrent state" : "a KV cache"));
+    if (impl_->pos > 0 && impl_->memory_changes(static_cast<size_t>(i), mechanism))
+      fail(kWhere, "layer " + std::to_string(i) + ": mechanism '" + to_string(mechanism) +
+                       "' keeps a different number of cache rows than '" + to_string(spec.mechanism) +
+                       "', and the context holds " + std::to_string(impl_->pos) + " tokens: reset() first");
     spec.mechanism = mechanism;
-    if (!spec.lightning) spec.rope = !std::holds_alternative<Dca>(mechanism);
+    if (!spec.lightning) spec.rope = !info(mechanism).applies_positions;
   }
   next.validate();
+  for (int64_t i = 0; i < count; ++i)
+    if ((layer == -1 || i == layer) && impl_->memory_changes(static_cast<size_t>(i), next.layers[static_cast<size_t>(i)].mechanism)) {
+      c.layers[static_cast<size_t>(i)] = next.layers[static_cast<size_t>(i)];
+      impl_->allocate_memory(static_cast<size_t>(i));
+    }
   c.layers = std::move(next.layers);
+}
+
+void Decoder::set_full_caches(bool full) {
+  Impl& s = *impl_;
+  if (s.pos > 0 && full != s.full_caches) fail(kWhere, "set_full_caches: the context holds tokens: reset() first");
+  s.full_caches = full;
+  for (size_t i = 0; i < s.memory.size(); ++i)
+    if (!s.memory[i].state.defined()) s.allocate_memory(i);
+}
+
+std::vector<LayerCache> Decoder::layer_caches() const {
+  std::vector<LayerCache> out;
+  for (size_t i = 0; i < impl_->memory.size(); ++i) {
+    const LayerMemory& m = impl_->memory[i];
+    LayerCache l;
+    l.mechanism = to_string(impl_->w.config.layers[i].mechanism);
+    if (m.state.defined()) {
+      l.kind = "state";
+      l.bytes = m.state.view().numel() * static_cast<int64_t>(sizeof(float));
+    } else {
+      l.kind = m.bounded() ? "kv-bounded" : "kv";
+      l.rows = m.capacity;
+      l.bytes = 2 * m.k.view().numel() * static_cast<int64_t>(sizeof(float));
+    }
+    out.push_back(l);
+  }
+  return out;
 }
 
 void Decoder::set_attention_form(const std::string& form) { impl_->form = form; }
@@ -242,8 +363,10 @@ void Decoder::set_attention_form(const std::string& form) { impl_->form = form; 
 void Decoder::reset() {
   // Recurrent states restart from zero; cache rows past the position are never read (and are
   // left untouched, so a long context's cache becomes resident only as it fills).
-  for (LayerMemory& m : impl_->memory)
+  for (LayerMemory& m : impl_->memory) {
     if (m.state.defined()) std::memset(m.state.view().data, 0, static_cast<size_t>(m.state.view().numel()) * sizeof(float));
+    m.first = m.sinks;
+  }
   impl_->pos = 0;
 }
 
@@ -278,7 +401,14 @@ const std::vector<float>& Decoder::forward(const std::vector<int32_t>& tokens, i
 int64_t Decoder::kv_bytes_per_token() const {
   int64_t bytes = 0;
   for (const LayerMemory& m : impl_->memory)
-    if (m.k.defined()) bytes += 2 * m.k.view().shape[1] * m.k.view().shape[3] * static_cast<int64_t>(sizeof(float));
+    if (m.k.defined() && !m.bounded()) bytes += 2 * m.k.view().shape[1] * m.k.view().shape[3] * static_cast<int64_t>(sizeof(float));
+  return bytes;
+}
+
+int64_t Decoder::bounded_cache_bytes() const {
+  int64_t bytes = 0;
+  for (const LayerMemory& m : impl_->memory)
+    if (m.bounded()) bytes += 2 * m.k.view().numel() * static_cast<int64_t>(sizeof(float));
   return bytes;
 }
 

@@ -9,7 +9,6 @@
 #include "attn/error.hpp"
 #include "base/counter_random.hpp"
 #include "base/parallel.hpp"
-#include "model/layer_kind.hpp"
 
 namespace attn::model {
 namespace {

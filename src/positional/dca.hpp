@@ -6,6 +6,7 @@
 #pragma once
 #include <vector>
 
+#include "core/facts.hpp"
 #include "core/form.hpp"
 #include "core/reference_result.hpp"
 #include "exact/problem.hpp"
@@ -29,6 +30,7 @@ struct DcaFamily {
   using Problem = DcaProblem;
   static Problem validate(const TensorView& q, const TensorView& k, const TensorView& v, const Dca& m,
                           const AttendOptions& options, const core::Outputs& outs);
+  static core::Facts facts(const Dca& m);
   static const std::vector<core::Form<Problem>>& forms();
   // The causal pairs: 2 (D + Dv) each, whatever part they fall in.
   static double flops(const Problem& p);

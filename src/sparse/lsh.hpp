@@ -5,6 +5,7 @@
 #pragma once
 #include <vector>
 
+#include "core/facts.hpp"
 #include "core/form.hpp"
 #include "core/io_checks.hpp"
 #include "core/reference_result.hpp"
@@ -45,6 +46,7 @@ struct LshFamily {
   using Problem = LshProblem;
   static Problem validate(const TensorView& q, const TensorView& k, const TensorView& v, const Lsh& m,
                           const AttendOptions& options, const core::Outputs& outs);
+  static core::Facts facts(const Lsh& m);
   static const std::vector<core::Form<Problem>>& forms();
   // What the chunked form computes: per round, every query against its two key chunks.
   static double flops(const Problem& p);

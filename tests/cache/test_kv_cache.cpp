@@ -10,7 +10,7 @@
 
 #include "attn/attn.hpp"
 #include "cache/sequence_views.hpp"
-#include "core/internal_api.hpp"
+#include "families/internal_api.hpp"
 #include "support/expect_error.hpp"
 #include "support/random_inputs.hpp"
 
@@ -198,7 +198,7 @@ TEST(KvCache, RaggedBatchesMatchTheReferencePerSequence) {
         TensorView qb = q.view;
         qb.data = qb.ptr(b, 0, 0, 0), qb.shape[0] = 1;
         const core::ReferenceResult ref =
-            core::reference_outputs(qb, kb.view, vb.view, parse_mechanism(mech), {}, core::RefPrecision::f64);
+            families::reference_outputs(qb, kb.view, vb.view, parse_mechanism(mech), {}, core::RefPrecision::f64);
         double err = 0;
         for (int64_t h = 0; h < H; ++h)
           for (int64_t i = 0; i < Nnew; ++i) {

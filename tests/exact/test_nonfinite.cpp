@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "core/internal_api.hpp"
+#include "families/internal_api.hpp"
 #include "support/random_inputs.hpp"
 
 namespace attn {
@@ -79,7 +79,7 @@ TEST(NonFinite, InfOrNanInABiasPoisonsItsRow) {
 TEST(NonFinite, ReferenceAgrees) {
   Poisoned bad;
   testing::fill_token(bad.q.view, 0, 0, 0, testing::nan_f());
-  const auto r = core::reference_outputs(bad.q.view, bad.k.view, bad.v.view, Softmax{}, {}, core::RefPrecision::f64);
+  const auto r = families::reference_outputs(bad.q.view, bad.k.view, bad.v.view, Softmax{}, {}, core::RefPrecision::f64);
   EXPECT_TRUE(std::isnan(r.l(0, 0, 0)));
   EXPECT_TRUE(std::isnan(r.o(0, 0, 0, 3)));
   EXPECT_FALSE(std::isnan(r.l(0, 0, 1)));

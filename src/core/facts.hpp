@@ -1,0 +1,39 @@
+// What a family declares about each of its mechanisms, in one place: the facts attn::info
+// returns (include/attn/info.hpp) and that the decoder, caches, CLI, harness and Python read
+// instead of re-deriving a family's rules. A family provides
+//   static core::Facts facts(const M& m);        for each mechanism M it serves
+// and the concept below checks it where the family table (src/families/table.hpp) is built.
+#pragma once
+#include <concepts>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "attn/info.hpp"
+#include "core/params.hpp"
+
+namespace attn::core {
+
+struct Facts {
+  bool causal = false;
+  bool can_be_causal = false;
+  bool applies_positions = false;  // rotates q and k itself (no RoPE before it)
+  bool position_mask = false;      // causal or a sliding window: queries are rotated per token in caches
+  CacheKind cache = CacheKind::none;
+  // cache == kv: a query sees at most `lookback` positions back plus the first `sinks` keys
+  // (-1: unbounded); dropped rows keep (position - sinks) mod align.
+  int64_t lookback = -1, sinks = 0, align = 1;
+  std::string state_shape;         // cache == state: "(B, H, F, Dv + 1)"
+  std::vector<ParamSpec> params;   // every named parameter the mechanism takes
+  // What the params' symbols are for this mechanism ("k" -> "256", "F" -> "D"); B, H, N, M, D
+  // and Dv stay symbols, others not listed are free (bound by the first parameter using them).
+  std::map<std::string, std::string> symbols;
+  std::vector<std::string> limits;
+};
+
+template <class Family, class M>
+concept DeclaresFacts = requires(const M& m) {
+  { Family::facts(m) } -> std::same_as<Facts>;
+};
+
+}  // namespace attn::core

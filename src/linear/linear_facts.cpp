@@ -1,0 +1,59 @@
+// What the linear family's kinds are (core/facts.hpp): a recurrent state of fixed size instead of
+// K/V rows, (B, H, F, Dv [+ 1]); per-head decays and the state as optional params.
+#include <string>
+
+#include "linear/linear.hpp"
+
+namespace attn::linear {
+namespace {
+
+// What every kind shares; `F` and the state's rule are the kind's.
+core::Facts common(bool causal, bool normalize, const std::string& F, std::vector<core::ParamSpec> extra = {}) {
+  core::Facts f;
+  f.causal = causal;
+  f.can_be_causal = true;
+  f.position_mask = causal;
+  f.cache = CacheKind::state;
+  const std::string cols = normalize ? "Dv + 1" : "Dv";
+  f.state_shape = "(B, H, " + F + ", " + cols + ")";
+  f.params = {{"decay", {"H"}, "a decay in (0, 1] per query head (causal only)", true, "decay"},
+              {"initial_state", {"B", "H", "state_rows", "state_cols"},
+               "the state (S, z) a previous call returned as final_state", true, "state"}};
+  f.params.insert(f.params.end(), extra.begin(), extra.end());
+  f.symbols = {{"F", F}, {"state_rows", F}, {"state_cols", cols}};
+  f.limits = {"chunk in [1, 4096]", "decay in (0, 1], needs causal", "causal: N == M (each token brings q, k, v)",
+              "no log-sum-exp"};
+  return f;
+}
+
+}  // namespace
+
+core::Facts LinearFamily::facts(const Linear& m) { return common(m.causal, m.normalize, "D"); }
+
+core::Facts LinearFamily::facts(const NormAttn& m) { return common(m.causal, false, "D"); }
+
+core::Facts LinearFamily::facts(const Performer& m) {
+  core::Facts f = common(m.causal, true, std::to_string(m.features),
+                         {{"omega", {"F", "D"}, "the random feature rows (features, head dim)", true, "normal:1"}});
+  f.limits.push_back("features in [1, 65536]");
+  return f;
+}
+
+core::Facts LinearFamily::facts(const Sana& m) {
+  core::Facts f = common(m.causal, true, "D");
+  f.limits.push_back("eps >= 0");
+  return f;
+}
+
+core::Facts LinearFamily::facts(const PolaFormer& m) {
+  core::Facts f = common(m.causal, true, "2 D",
+                         {{"power", {"D"}, "a power > 1 per channel", true, "positive:0.5"},
+                          {"coefficients", {"Dv"}, "a factor per output channel", true, "normal:1"}});
+  f.state_shape = "(B, H, 4 D, Dv / 2 + 1)";  // both streams' states, the same-sign one first
+  f.symbols["state_rows"] = "4 D";
+  f.symbols["state_cols"] = "Dv / 2 + 1";
+  f.limits.insert(f.limits.end(), {"power > 1", "even Dv", "no probabilities"});
+  return f;
+}
+
+}  // namespace attn::linear

@@ -1,0 +1,22 @@
+// What Linformer is (core/facts.hpp): its projection mixes every key, so it is never causal and
+// a call cannot be continued (no cache).
+#include <cmath>
+#include <string>
+
+#include "lowrank/linformer.hpp"
+
+namespace attn::lowrank {
+
+core::Facts LinformerFamily::facts(const Linformer& m) {
+  core::Facts f;
+  f.cache = CacheKind::none;
+  // Both given, or both drawn N(0, 1/k) from the seed.
+  const std::string drawn = "normal:" + std::to_string(1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(m.k, 1))));
+  f.params = {{"E", {"k", "M"}, "key projection along the sequence, K' = E K", true, drawn},
+              {"F", {"k", "M"}, "value projection along the sequence, V' = F V", true, drawn}};
+  f.symbols = {{"k", std::to_string(m.k)}};
+  f.limits = {"k in [1, 2^20]", "E and F both given or both drawn from the seed", "not causal"};
+  return f;
+}
+
+}  // namespace attn::lowrank
