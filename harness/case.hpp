@@ -38,9 +38,10 @@ struct Extras {
   bool alibi = false;     // slopes 2^(-8 (h+1) / H)
   bool block_mask = false;  // random block mask (B, 1, ceil(N/16), ceil(M/24)), blocks 16 x 24, 60 % visible
   bool mask_mod = false;    // a mask_mod predicate hiding (b + h + i + 2 j) mod 5 = 0
-  bool additive = false;  // params wq, wk (5, D), w (5) for score=additive
-  bool state = false;     // a random initial_state param (recurrent families)
-  bool head_decay = false;  // param decay (H): 0.8 + 0.19 h / H
+  // Optional named params to pass ("initial_state", "decay"); the mechanism's required ones are
+  // always passed. Each is drawn by the rule its family declares (attn::info(m).params: shape,
+  // `generate`); free shape symbols (A of the additive score) take 5.
+  std::vector<std::string> params;
   float magnitude = 1.0f;  // q and k drawn from N(0, magnitude^2)
   int64_t pad = 0;         // extra elements per token row (non-packed strides)
 };

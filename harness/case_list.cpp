@@ -14,13 +14,24 @@ std::string Tolerance::describe() const { return "2x plain + floor"; }
 
 std::string Case::op() const { return std::string(kind_of(parse_mechanism(mechanism))); }
 
+namespace {
+
+// "_initial_state_decay": the optional params a case passes, in its name.
+std::string param_names(const std::vector<std::string>& params) {
+  std::string o;
+  for (const std::string& p : params) o += "_" + p;
+  return o;
+}
+
+}  // namespace
+
 std::string Case::name() const {
   std::ostringstream s;
   s << mechanism << "__B" << B << "H" << H << "kv" << Hkv << "N" << N << "M" << M << "D" << D << "Dv" << Dv << "_"
     << dtype_name(dtype) << (layout == Layout::bnhd ? "_bnhd" : "") << (extras.padding ? "_pad" : "")
     << (extras.mask ? "_mask" : "") << (extras.bias ? "_bias" : "") << (extras.alibi ? "_alibi" : "")
     << (extras.block_mask ? "_blocks" : "") << (extras.mask_mod ? "_mod" : "")
-    << (extras.additive ? "_params" : "") << (extras.state ? "_state" : "") << (extras.head_decay ? "_hdecay" : "") << (extras.magnitude != 1.0f ? "_x" + std::to_string(int(extras.magnitude)) : "")
+    << param_names(extras.params) << (extras.magnitude != 1.0f ? "_x" + std::to_string(int(extras.magnitude)) : "")
     << (extras.pad ? "_strided" : "") << (agree_with.empty() ? "" : "_vs_" + agree_with)
     << (seed != 1234 ? "_seed" + std::to_string(seed) : "") << (stats_topk != 8 ? "_top" + std::to_string(stats_topk) : "");
   std::string r = s.str();
@@ -124,7 +135,7 @@ std::vector<Case> demo_cases(int64_t n, int64_t d, int64_t heads) {
     c.label = r.label, c.mechanism = r.mechanism, c.dtype = r.dtype;
     c.B = 1, c.H = heads, c.Hkv = r.kv_heads ? r.kv_heads : heads, c.N = r.decode ? 1 : n, c.M = n, c.D = c.Dv = d;
     c.extras.alibi = r.alibi;
-    if (r.state) c.N = c.M = 1, c.extras.state = true;
+    if (r.state) c.N = c.M = 1, c.extras.params = {"initial_state"};
     c.suites = kDemo;
     c.seed = 42;
     out.push_back(c);
@@ -202,7 +213,7 @@ void softmax_check_cases(std::vector<Case>& out) {
   }
   {
     Case c;  // additive (Bahdanau) scores, weights through the named params
-    c.N = 20, c.M = 33, c.D = 8, c.Dv = 8, c.extras.additive = true, c.mechanism = "softmax:score=additive";
+    c.N = 20, c.M = 33, c.D = 8, c.Dv = 8, c.mechanism = "softmax:score=additive";
     out.push_back(c);
     c.mechanism = "softmax:score=additive,causal,scale=0.5", c.dtype = DType::bf16;
     out.push_back(c);
@@ -269,7 +280,7 @@ void softmax_bad_cases(std::vector<BadCase>& out) {
       "key_padding_lengths[1] must be in [0, 6], got 7");
   add("param_not_taken", "softmax", [](Inputs& in) { in.options.params["w"] = make_array_view(&in.q.bytes[0], DType::f32, {1}); },
       "params has 'w', which softmax does not take");
-  add("param_missing", "softmax:score=additive", [](Inputs&) {}, "softmax:score=additive needs params['wq']");
+  add("param_missing", "softmax:score=additive", [](Inputs& in) { in.options.params.clear(); }, "softmax:score=additive needs params['wq']");
   add("forced_form_refuses", "softmax:dropout=0.5", [](Inputs& in) { in.options.form = "rows"; },
       "form 'rows' cannot run softmax:dropout=0.5 for these inputs; forms: rows: dropout");
   add("unknown_form", "softmax", [](Inputs& in) { in.options.form = "fast"; }, "form must be one of rows, tiled, reference");
@@ -527,7 +538,7 @@ void linear_check_cases(std::vector<Case>& out) {
     out.push_back(c);
     Case st = c;  // a state passed in, padded keys, strided rows
     st.B = 3, st.H = 2, st.Hkv = 1, st.N = st.M = 70, st.D = 8, st.Dv = 8, st.dtype = DType::f32;
-    st.extras.state = true, st.extras.padding = true, st.extras.pad = 3;
+    st.extras.params = {"initial_state"}, st.extras.padding = true, st.extras.pad = 3;
     out.push_back(st);
     if (causal) {  // short: the recurrent and chunked forms against each other, final states included
       Case few = st;
@@ -549,9 +560,9 @@ void linear_check_cases(std::vector<Case>& out) {
   out.push_back(many);
   Case heads = small_case();  // a decay per head through the named param
   heads.mechanism = "retention:chunk=4", heads.N = heads.M = 37, heads.H = 4, heads.Hkv = 2;
-  heads.extras.head_decay = true;
+  heads.extras.params = {"decay"};
   out.push_back(heads);
-  heads.extras.state = true, heads.N = heads.M = 9, heads.form = "recurrent", heads.agree_with = "chunked";
+  heads.extras.params = {"decay", "initial_state"}, heads.N = heads.M = 9, heads.form = "recurrent", heads.agree_with = "chunked";
   out.push_back(heads);
   Case far;  // decay 0.8 over 600 keys: lambda^d underflows to 0 in float far back (zeros of the row)
   far.mechanism = "linear:map=elu,causal,decay=0.8,chunk=64";
@@ -561,7 +572,8 @@ void linear_check_cases(std::vector<Case>& out) {
                            "polaformer:power=2,causal,chunk=8"})
     for (int64_t k : {1, 200}) {  // row statistics' top-k: the max alone, the whole row (k > M)
       Case top = small_case();
-      top.mechanism = mech, top.N = top.M = 70, top.stats_topk = k, top.extras.state = k == 1;
+      top.mechanism = mech, top.N = top.M = 70, top.stats_topk = k;
+      if (k == 1) top.extras.params = {"initial_state"};
       out.push_back(top);
     }
 }
@@ -605,7 +617,7 @@ void efficient_check_cases(std::vector<Case>& out) {
     out.push_back(c);
     Case st = c;  // a state passed in, padded keys, strided rows
     st.B = 3, st.H = 2, st.Hkv = 1, st.N = st.M = 40, st.D = 8, st.Dv = 8, st.dtype = DType::f32;
-    st.extras.state = true, st.extras.padding = true, st.extras.pad = 3;
+    st.extras.params = {"initial_state"}, st.extras.padding = true, st.extras.pad = 3;
     out.push_back(st);
     st.N = st.M = 1, st.extras.padding = false;  // one token against a state
     out.push_back(st);

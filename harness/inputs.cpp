@@ -1,5 +1,6 @@
 #include "harness/inputs.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <tuple>
 
@@ -19,6 +20,68 @@ Buffer random_tensor(std::mt19937& rng, DType dtype, int64_t B, int64_t H, int64
   buf.view = v;
   return buf;
 }
+
+namespace {
+
+// The size of one declared dimension of a parameter for case c: a number, a dimension of the
+// call, or a free symbol (5).
+int64_t dim_size(const std::string& d, const Case& c) {
+  if (!d.empty() && d.find_first_not_of("0123456789") == std::string::npos) return std::stoll(d);
+  if (d == "B") return c.B;
+  if (d == "H") return c.H;
+  if (d == "N") return c.N;
+  if (d == "M") return c.M;
+  if (d == "D") return c.D;
+  if (d == "Dv") return c.Dv;
+  return 5;
+}
+
+// Every required param of the case's mechanism and the optional ones it asks for, each drawn by
+// its declared rule (attn::ParamInfo::generate).
+void add_params(const Case& c, Inputs& in, std::mt19937& rng) {
+  AttendOptions& opt = in.options;
+  for (const ParamInfo& p : info(in.mechanism).params) {
+    const bool asked = std::find(c.extras.params.begin(), c.extras.params.end(), p.name) != c.extras.params.end();
+    if (p.optional && !asked) continue;
+    std::vector<int64_t> shape;
+    if (p.generate == "state") {
+      const std::array<int64_t, 4> s = state_shape(in.q.view, in.k.view, in.v.view, in.mechanism, opt);
+      shape.assign(s.begin(), s.end());
+    } else {
+      for (const std::string& d : p.shape) shape.push_back(dim_size(d, c));
+    }
+    int64_t count = 1;
+    for (int64_t d : shape) count *= d;
+    std::vector<float>& data = in.param_data[p.name];
+    data.resize(static_cast<size_t>(count));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const size_t colon = p.generate.find(':');
+    const std::string rule = p.generate.substr(0, colon);
+    const float sd = colon == std::string::npos ? 1.0f : std::stof(p.generate.substr(colon + 1));
+    for (int64_t i = 0; i < count; ++i) {
+      float& x = data[static_cast<size_t>(i)];
+      if (rule == "normal") {
+        x = sd * normal(rng);
+      } else if (rule == "positive") {
+        x = 1.0f + std::abs(sd * normal(rng));
+      } else if (rule == "ones") {
+        x = 1.0f;
+      } else if (rule == "decay") {  // per head h of H
+        x = 0.8f + 0.19f * static_cast<float>(i) / static_cast<float>(count);
+      } else if (rule == "state") {  // normalisers (the last column, any past Dv) > 0
+        const int64_t col = i % shape.back();
+        x = col == shape.back() - 1 || col >= c.Dv ? 2.0f + std::abs(normal(rng)) : normal(rng);
+      } else {
+        fail("harness", "param '" + p.name + "': unknown generate rule '" + p.generate + "'");
+      }
+    }
+    opt.params[p.name] = make_array_view(data.data(), DType::f32, shape);
+  }
+  for (const std::string& name : c.extras.params)
+    if (!opt.params.count(name)) fail("harness", c.mechanism + " declares no param '" + name + "'");
+}
+
+}  // namespace
 
 void make_inputs(const Case& c, Inputs& in, bool shapes_only) {
   std::mt19937 rng(c.seed);
@@ -70,29 +133,7 @@ void make_inputs(const Case& c, Inputs& in, bool shapes_only) {
   }
   if (x.alibi)
     for (int64_t h = 0; h < c.H; ++h) opt.alibi_slopes.push_back(std::pow(2.0f, -8.0f * (h + 1) / c.H));
-  if (x.additive) {
-    const int64_t A = 5;
-    std::normal_distribution<float> d(0.0f, 0.3f);
-    for (int64_t i = 0; i < A * c.D; ++i) in.wq.push_back(d(rng)), in.wk.push_back(d(rng));
-    for (int64_t i = 0; i < A; ++i) in.w.push_back(d(rng) * 3);
-    opt.params["wq"] = make_array_view(in.wq.data(), DType::f32, {A, c.D});
-    opt.params["wk"] = make_array_view(in.wk.data(), DType::f32, {A, c.D});
-    opt.params["w"] = make_array_view(in.w.data(), DType::f32, {A});
-  }
-  if (x.head_decay) {
-    for (int64_t h = 0; h < c.H; ++h) in.decay.push_back(0.8f + 0.19f * static_cast<float>(h) / static_cast<float>(c.H));
-    opt.params["decay"] = make_array_view(in.decay.data(), DType::f32, {c.H});
-  }
-  if (x.state) {  // after every other option: the state's shape depends on them
-    const std::array<int64_t, 4> s = state_shape(in.q.view, in.k.view, in.v.view, in.mechanism, opt);
-    std::normal_distribution<float> d(0.0f, 1.0f);
-    in.state.resize(static_cast<size_t>(s[0] * s[1] * s[2] * s[3]));
-    for (size_t i = 0; i < in.state.size(); ++i) {  // normalisers (the last column, any past Dv) > 0
-      const int64_t col = static_cast<int64_t>(i % static_cast<size_t>(s[3]));
-      in.state[i] = col == s[3] - 1 || col >= c.Dv ? 2.0f + std::abs(d(rng)) : d(rng);
-    }
-    opt.params["initial_state"] = make_array_view(in.state.data(), DType::f32, {s[0], s[1], s[2], s[3]});
-  }
+  add_params(c, in, rng);  // after every other option: a state's shape depends on them
   const MechanismInfo facts = info(in.mechanism);
   opt.return_lse = facts.has_lse;
   opt.return_final_state = facts.cache == CacheKind::state;

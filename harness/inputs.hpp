@@ -2,6 +2,8 @@
 // declares (padding, mask, bias, ALiBi, named parameters), wired into AttendOptions.
 #pragma once
 #include <cstdint>
+#include <map>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -22,7 +24,8 @@ Buffer random_tensor(std::mt19937& rng, DType dtype, int64_t B, int64_t H, int64
 struct Inputs {
   Buffer q, k, v;
   std::vector<uint8_t> mask, block_mask;
-  std::vector<float> bias, wq, wk, w, state, decay;
+  std::vector<float> bias;
+  std::map<std::string, std::vector<float>> param_data;  // named params' values
   AttendOptions options;  // views point into this struct: do not copy it
   Mechanism mechanism;
   Inputs() = default;
