@@ -156,6 +156,56 @@ TEST(Decoder, CacheMemoryIsKvRowsForSoftmaxLayersAndAFixedStateForLightning) {
   for (int64_t i = 0; i < 8; ++i) EXPECT_EQ(hybrid.config().layers[static_cast<size_t>(i)].lightning, (i + 1) % 8 != 0);
 }
 
+TEST(Decoder, BoundedCachesGiveTheResultsOfFullCaches) {
+  // Windows (+ sinks, dilation), chunks (+ sinks): 160 tokens run through caches of 40-81 rows,
+  // compacted several times, give the logits of caches holding every row, prefilled and decoded.
+  const std::vector<int32_t> tokens = random_tokens(160, 5);
+  for (const char* text : {"softmax:causal,window=6:0,sinks=2", "softmax:causal,window=20:0", "softmax:causal,chunk=24,sinks=3",
+                           "softmax:causal,window=9:0,dilation=3,sinks=1", "softmax:causal,chunk=16,window=10:0"}) {
+    SCOPED_TRACE(text);
+    Decoder d = Decoder::random(small_config(DecoderConfig::softmax_layers(2, parse_mechanism(text))), 9);
+    const std::vector<LayerCache> caches = d.layer_caches();
+    ASSERT_EQ(caches.size(), 2u);
+    EXPECT_EQ(caches[0].kind, "kv-bounded");
+    EXPECT_LT(caches[0].rows, 100);
+    EXPECT_EQ(caches[0].bytes, 2 * caches[0].rows * 2 * 12 * 4);
+    EXPECT_EQ(d.kv_bytes_per_token(), 0);
+    EXPECT_EQ(d.bounded_cache_bytes(), 2 * caches[0].bytes);
+    const std::vector<float> bounded_full = full_pass(d, tokens), bounded_steps = incremental(d, tokens, 120);
+    d.reset();
+    d.set_full_caches(true);
+    EXPECT_EQ(d.layer_caches()[0].kind, "kv");
+    EXPECT_EQ(d.layer_caches()[0].rows, 320);
+    const std::vector<float> full = full_pass(d, tokens);
+    expect_close(bounded_full, full, 2e-5);
+    expect_close(bounded_steps, full, 2e-5);
+  }
+}
+
+TEST(Decoder, AWindowedModelHoldsOnePercentOfTheFullCacheAt32k) {
+  // 30 layers, window 256 + 4 sinks, 32k context: the bounded caches against full ones.
+  DecoderConfig c = small_config(DecoderConfig::softmax_layers(30, parse_mechanism("softmax:causal,window=256:0,sinks=4")), 32768);
+  const Decoder windowed = Decoder::random(c, 1);
+  c.layers = DecoderConfig::softmax_layers(30, parse_mechanism("softmax:causal"));
+  const Decoder exact = Decoder::random(c, 1);
+  const int64_t full = exact.kv_bytes_per_token() * 32768;
+  EXPECT_EQ(windowed.kv_bytes_per_token(), 0);
+  EXPECT_LE(windowed.bounded_cache_bytes() * 100, full) << windowed.bounded_cache_bytes() << " of " << full;
+  EXPECT_EQ(windowed.layer_caches().at(0).rows, 4 + 256 + 32);
+}
+
+TEST(Decoder, SwappingToAMechanismWithOtherCacheRowsNeedsPositionZero) {
+  Decoder d = Decoder::random(small_config(DecoderConfig::softmax_layers(2, parse_mechanism("softmax:causal"))), 2);
+  d.forward({1, 2, 3}, 0);
+  expect_error([&] { d.set_mechanism(-1, parse_mechanism("softmax:causal,window=8:0")); }, "reset() first");
+  EXPECT_EQ(d.layer_caches()[0].kind, "kv");  // nothing changed
+  d.set_mechanism(-1, parse_mechanism("softmax:causal,scale=0.5"));  // the same rows: allowed mid-context
+  d.reset();
+  d.set_mechanism(-1, parse_mechanism("softmax:causal,window=8:0"));
+  EXPECT_EQ(d.layer_caches()[1].kind, "kv-bounded");
+  EXPECT_EQ(d.layer_caches()[1].rows, 8 + 32);  // the window's 8 rows back, 32 queries at a time
+}
+
 TEST(Decoder, LightningDecaysFollowMiniMaxsFormula) {
   // H = 8, layer 0: s_h = 2^(-h) (1 + 1e-5) for h = 1..8.
   const std::vector<float> d = lightning_decays(8, 0, 80);
