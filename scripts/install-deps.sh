@@ -6,6 +6,7 @@ packages=(cmake ninja-build g++ clang libclang-rt-14-dev libomp-dev libgtest-dev
           nlohmann-json3-dev libopenblas-dev python3 python3-venv python3-dev)
 if [ "${1:-}" = --test ]; then
   packages+=(chromium)  # headless, to render attn report's page in python/tests/test_report.py
+  packages+=(pkg-config)  # builds examples/cpp_consumer against the installed attn.pc
 fi
 missing=()
 for p in "${packages[@]}"; do

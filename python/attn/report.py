@@ -707,6 +707,8 @@ def build(inputs=None, out_path: Union[str, os.PathLike] = "report.html", run=No
         raise ValueError(f"attn.report: unknown inputs {sorted(set(inputs) - set(INPUTS))} (expected {INPUTS})")
     todo = _run_list(run, found)
     if todo:
+        from .experiments import require_matplotlib
+        require_matplotlib()  # PlotsMissing before any experiment runs
         out_dir = Path(run_dir) if run_dir is not None else (
             Path(dirs_given[0]) if dirs_given else Path(out_path).with_name(Path(out_path).stem + "-data"))
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -737,9 +739,10 @@ def main(argv=None) -> int:
                                                   "model, or all, or missing")
     ap.add_argument("--quick", action="store_true", help="with --run: fewer keys and a shorter model pass")
     a = ap.parse_args(argv)
+    from .experiments import PlotsMissing
     try:
         info = build(a.sources, a.out, run=a.run, quick=a.quick)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, PlotsMissing) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     absent = [k for k, v in info["sections"].items() if v != "ok"]

@@ -81,3 +81,25 @@ def test_attn_concentration_command_runs_the_experiment(tmp_path):
     p = subprocess.run([str(cli_path()), "concentration", "curves"], capture_output=True, text=True, timeout=60,
                        env=dict(os.environ, ATTN_PYTHON=str(tmp_path / "no-python")))
     assert p.returncode == 2 and "set ATTN_PYTHON" in p.stderr
+
+
+def _run_without_matplotlib(module, *args):
+    """`python -m module args` in a process where `import matplotlib` raises ImportError."""
+    code = ("import runpy, sys; sys.modules['matplotlib'] = None; "
+            f"sys.argv = [{module!r}] + {list(args)!r}; runpy.run_module({module!r}, run_name='__main__', alter_sys=True)")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def test_experiments_without_matplotlib_say_which_extra_in_one_line(tmp_path):
+    p = _run_without_matplotlib("attn.experiments", "curves", "--out", str(tmp_path / "c"))
+    assert p.returncode == 1 and p.stdout == ""
+    assert p.stderr.count("\n") == 1 and 'pip install "attn[plots]"' in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and not (tmp_path / "c").exists()
+
+
+def test_report_run_without_matplotlib_says_which_extra_in_one_line(tmp_path):
+    p = _run_without_matplotlib("attn.report", "--out", str(tmp_path / "r.html"), "--from", str(tmp_path),
+                                "--run", "curves")
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.count("\n") == 1 and 'pip install "attn[plots]"' in p.stderr, p.stderr
+    assert not (tmp_path / "r.html").exists() and list(tmp_path.iterdir()) == []
