@@ -17,9 +17,26 @@ const std::map<std::string, harness::Suite> kSuites = {
 struct ListArgs {
   std::string suite = "check";
   harness::Filter filter;
+  bool json = false;
+  std::vector<std::string> mechanisms;
+  int64_t context = 0;
 };
 
+// What each family (or each given mechanism) is, as attn::info says: a JSON array of objects.
+int list_json(const ListArgs& a) {
+  std::vector<MechanismInfo> infos;
+  if (a.mechanisms.empty())
+    for (const MechanismInfo& i : family_infos()) infos.push_back(info(parse_mechanism(i.text), a.context));
+  for (const std::string& m : a.mechanisms) infos.push_back(info(parse_mechanism(m), a.context));
+  fmt::print("[\n");
+  for (size_t i = 0; i < infos.size(); ++i) fmt::print("{}{}\n", infos[i].to_json(), i + 1 < infos.size() ? "," : "");
+  fmt::print("]\n");
+  return 0;
+}
+
 int list(const ListArgs& a) {
+  if (a.json) return list_json(a);
+  if (!a.mechanisms.empty() || a.context != 0) fail("--mechanism/--context", "only with --json");
   const auto runs = harness::expand(harness::case_list(), kSuites.at(a.suite), a.filter);
   fmt::print("{:<4} {:<90} {:<8} {:<9} {:<8} {:>10}  {}\n", "#", "run (case__form__isa)", "op", "form", "isa",
              "MFLOP", "tolerance");
@@ -70,7 +87,16 @@ Runner add_list(CLI::App& app) {
   c->add_option("--suite", args->suite, "Which suite")->check(CLI::IsMember({"check", "bench", "decode", "demo"}))
       ->capture_default_str();
   add_filter_options(c, args->filter);
-  c->footer("Example: attn list --form rows --isa avx2 --case causal");
+  c->add_flag("--json", args->json,
+              "Instead of runs: what each mechanism family is (attn::info) as a JSON array, one object per family: "
+              "family, causal, cache (kv/state/none), cache_rows, params (name, shape, dtype, generate), forms, "
+              "grammar, limits");
+  c->add_option("-m,--mechanism", args->mechanisms, "With --json: these mechanisms instead of every family's default")
+      ->take_all();
+  c->add_option("--context", args->context, "With --json: tokens of context for cache_rows (default 0)")
+      ->check(CLI::NonNegativeNumber);
+  c->footer("Examples:\n  attn list --form rows --isa avx2 --case causal\n  attn list --json\n"
+            "  attn list --json -m softmax:causal,window=255:0,sinks=4 --context 32768   # cache_rows 260");
   return [args] { return list(*args); };
 }
 
