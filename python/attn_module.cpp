@@ -10,6 +10,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "attn/attn.hpp"
+#include "attn/info.hpp"
 #include "attn/pattern.hpp"
 #include "attn/sampler.hpp"
 #include "attn/concentration.hpp"
@@ -349,6 +350,8 @@ NB_MODULE(_attn, m) {
         "batch_offsets"_a, "Rotates x in place with RoPE (attn::apply_rope).");
   m.def("data_pointer", [](const Array& a) { return reinterpret_cast<uintptr_t>(a.data()); }, "a"_a,
         "Address of the array's first element as the C++ side sees it (zero-copy checks).");
+  m.def("info_json", [](const std::string& text, int64_t context) { return attn::info(attn::parse_mechanism(text), context).to_json(); },
+        "text"_a, "context"_a, "attn::info(mechanism, context) as JSON.");
   m.def("canonical_mechanism", [](const std::string& s) { return attn::to_string(attn::parse_mechanism(s)); },
         "text"_a, "Parses a mechanism text form and returns its canonical spelling.");
   m.def(

@@ -14,6 +14,7 @@
 #include "attn/attn.hpp"
 #include "attn/model.hpp"
 #include "base/parallel.hpp"
+#include "cache_summary.hpp"
 #include "commands.hpp"
 #include "text_model.hpp"
 
@@ -156,15 +157,11 @@ int run(const GenerateArgs& a) {
                a.new_tokens / decode_s, a.prompt_tokens, d.position());
   const int64_t per_layer = 2 * c.kv_heads * c.head_dim * static_cast<int64_t>(sizeof(float));
   const int64_t all_softmax = per_layer * static_cast<int64_t>(c.layers.size());
-  fmt::print("cache    KV {} per token ({} layer{} x {}, float32); recurrent states {} in all ({} lightning layer{}, fixed)\n",
-             bytes_text(static_cast<double>(d.kv_bytes_per_token())), cached_layers, cached_layers == 1 ? "" : "s",
-             bytes_text(static_cast<double>(per_layer)), bytes_text(static_cast<double>(d.state_bytes())), lightning,
-             lightning == 1 ? "" : "s");
-  const int64_t ctx = d.position();
-  fmt::print("         at {} tokens: {} (an all-softmax stack of this shape: {}, {:.2f}x)\n", ctx,
-             bytes_text(static_cast<double>(d.kv_bytes_per_token() * ctx + d.state_bytes())),
-             bytes_text(static_cast<double>(all_softmax * ctx)),
-             static_cast<double>(d.kv_bytes_per_token() * ctx + d.state_bytes()) / static_cast<double>(all_softmax * ctx));
+  fmt::print("cache    {}\n", cache_summary(d));
+  const int64_t ctx = d.position(), held = cache_bytes_at(d, ctx);
+  fmt::print("         at {} tokens: {} (an all-softmax stack of this shape: {}, {:.4f}x)\n", ctx,
+             bytes_text(static_cast<double>(held)), bytes_text(static_cast<double>(all_softmax * ctx)),
+             static_cast<double>(held) / static_cast<double>(all_softmax * ctx));
   if (!generated.empty()) {
     fmt::print("tokens   ");
     for (size_t i = 0; i < std::min<size_t>(generated.size(), 16); ++i) fmt::print("{} ", generated[i]);

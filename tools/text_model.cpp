@@ -1,5 +1,7 @@
 #include "text_model.hpp"
 
+#include "cache_summary.hpp"
+
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -97,11 +99,11 @@ std::vector<int32_t> TextModel::reply(const std::vector<int32_t>& prompt, int64_
 }
 
 std::string TextModel::stats_line(const ReplyStats& s) const {
-  const int64_t per_token = decoder_.kv_bytes_per_token();
-  return fmt::format("prefill {} tokens {:.1f} tok/s, decode {} tokens {:.1f} tok/s; KV cache {} per token, {} at {} tokens",
+  return fmt::format("prefill {} tokens {:.1f} tok/s, decode {} tokens {:.1f} tok/s; cache {} at {} tokens ({})",
                      s.prompt_tokens, s.prompt_tokens / std::max(s.prefill_s, 1e-9), s.new_tokens,
-                     s.new_tokens / std::max(s.decode_s, 1e-9), bytes_text(static_cast<double>(per_token)),
-                     bytes_text(static_cast<double>(per_token * decoder_.position())), decoder_.position());
+                     s.new_tokens / std::max(s.decode_s, 1e-9),
+                     bytes_text(static_cast<double>(cache_bytes_at(decoder_, decoder_.position()))), decoder_.position(),
+                     cache_summary(decoder_));
 }
 
 }  // namespace attn::cli

@@ -59,7 +59,8 @@ struct MechanismInfo {
 
   // Rows one layer keeps at `tokens` of context (kv: min(tokens, bound); else 0).
   int64_t rows_at(int64_t tokens) const;
-  // One JSON object with every field above.
+  // One JSON object with every field above ("params": the names, "param_specs": each ParamInfo)
+  // and "cache_bound" (rows kept at any context; -1: grows with it).
   std::string to_json() const;
 };
 

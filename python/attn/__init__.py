@@ -41,7 +41,7 @@ from .tokenizer import Tokenizer
 from . import theory
 from .concentration import effective_keys, entropy, max_weight, sparsity, summarize, topk_mass
 
-__all__ = ["Decoder", "Model", "Tokenizer", "Stats", "theory", "sparsity", "entropy", "max_weight", "topk_mass", "effective_keys", "summarize", "load_model", "smollm2_path", "attention", "attend", "linear_attention", "flash_attn_with_kvcache", "flash_attn_varlen_func", "explain", "rope", "mask_of", "lsh_buckets", "active_isa", "supported_isas", "set_isa",
+__all__ = ["Decoder", "Model", "Tokenizer", "Stats", "theory", "sparsity", "entropy", "max_weight", "topk_mass", "effective_keys", "summarize", "load_model", "smollm2_path", "attention", "attend", "linear_attention", "flash_attn_with_kvcache", "flash_attn_varlen_func", "explain", "rope", "mask_of", "info", "lsh_buckets", "active_isa", "supported_isas", "set_isa",
            "canonical_mechanism"]
 __version__ = "0.1.0"
 
@@ -612,6 +612,28 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_scale: Op
     return attend(q, k, v, mechanism, attn_mask=attn_mask, key_padding_lengths=key_padding_lengths,
                   alibi_slopes=alibi_slopes, layout=layout, return_lse=return_lse,
                   return_probs=return_probs, return_stats=return_stats, stats_topk=stats_topk, threads=threads)
+
+
+def info(text: str, context: Optional[int] = None) -> dict:
+    """What a mechanism is, as its family declares it (C++ ``attn::info``)::
+
+        attn.info("softmax:causal,window=255:0,sinks=4", context=32768)["cache_rows"]   # 260
+        attn.info("linear:causal")["cache"]                                             # "state"
+
+    Keys: ``family``, ``text`` (canonical), ``causal``, ``can_be_causal``, ``has_lse``,
+    ``applies_positions`` (rotates q and k itself: DCA), ``position_mask``, ``cache`` (``"kv"``,
+    ``"state"`` or ``"none"``), ``cache_rows`` (K/V rows one decoder layer keeps at ``context``
+    tokens; with ``context=None``: the bound when the mechanism has one, else None for a KV cache
+    that grows with the context, 0 for a state or none), ``cache_bound``, ``lookback``, ``sinks``,
+    ``align``, ``state_shape`` (the rule), ``params`` (names), ``param_specs`` (name, shape,
+    dtype, meaning, optional, generate), ``forms`` (priority order), ``grammar`` (the text
+    form's options), ``limits``."""
+    import json
+    d = json.loads(_attn.info_json(str(text), 0 if context is None else _integer(context, "context", 0, _INT64_MAX)))
+    if context is None:
+        d["context"] = None
+        d["cache_rows"] = (d["cache_bound"] if d["cache_bound"] >= 0 else None) if d["cache"] == "kv" else 0
+    return d
 
 
 def mask_of(mechanism: str, n: int, m: Optional[int] = None) -> np.ndarray:

@@ -82,7 +82,8 @@ std::vector<MechanismInfo> family_infos() {
 }
 
 std::string MechanismInfo::to_json() const {
-  nlohmann::json params_json = nlohmann::json::array();
+  nlohmann::json params_json = nlohmann::json::array(), names = nlohmann::json::array();
+  for (const ParamInfo& p : params) names.push_back(p.name);
   for (const ParamInfo& p : params)
     params_json.push_back({{"name", p.name}, {"shape", p.shape}, {"dtype", p.dtype}, {"meaning", p.meaning},
                            {"optional", p.optional}, {"generate", p.generate}});
@@ -96,11 +97,13 @@ std::string MechanismInfo::to_json() const {
                       {"cache", to_string(cache)},
                       {"context", context},
                       {"cache_rows", cache_rows},
+                      {"cache_bound", cache == CacheKind::kv && lookback >= 0 ? sinks + lookback + 1 : -1},
                       {"lookback", lookback},
                       {"sinks", sinks},
                       {"align", align},
                       {"state_shape", state_shape},
-                      {"params", params_json},
+                      {"params", names},
+                      {"param_specs", params_json},
                       {"forms", forms},
                       {"grammar", grammar},
                       {"limits", limits}};
