@@ -28,6 +28,7 @@
 
 #include "attn/attn.hpp"
 #include "core/internal_api.hpp"
+#include "harness/check.hpp"
 #include "support/random_inputs.hpp"
 
 // ---- the counting, failing allocator ------------------------------------------------------------
@@ -365,6 +366,39 @@ INSTANTIATE_TEST_SUITE_P(EveryFamilyAndForm, AllocFailureCase, ::testing::Range<
                              if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            return n;
                          });
+
+// Every run of the check suite's case list (every form on every ISA, with its masks, biases,
+// ALiBi, dropout, score kinds, GQA, layouts, dtypes ...), with and without row statistics and
+// probabilities where the form gives them: not one allocation inside a parallel region.
+TEST(AllocFailure, EveryCaseListRunAllocatesNothingInParallel) {
+  const std::vector<harness::Run> runs = harness::expand(harness::case_list(), harness::kCheck, {});
+  ASSERT_FALSE(runs.empty());
+  for (const harness::Run& r : runs) {
+    harness::Inputs in;
+    harness::make_inputs(*r.c, in);
+    for (int extra = 0; extra < 3; ++extra) {  // as the case says; + return_stats; + return_probs
+      AttendOptions o = in.options;
+      o.isa = r.isa;
+      o.threads = 2;
+      o.return_stats = extra == 1;
+      o.stats_topk = r.c->stats_topk;
+      o.return_probs = extra == 2;
+      if (extra > 0) {  // only where the family and the form take them
+        bool takes = false;
+        try {
+          for (const FormVerdict& v : explain(in.q.view, in.k.view, in.v.view, in.mechanism, o).forms)
+            takes = takes || (v.form == r.form && v.reasons.empty());
+        } catch (const Error&) {
+        }
+        if (!takes) continue;
+      }
+      o.form = r.form;
+      g_in_parallel = 0;
+      (void)attend(in.q.view, in.k.view, in.v.view, in.mechanism, o);
+      EXPECT_EQ(g_in_parallel.load(), 0) << r.name() << (extra == 1 ? " with return_stats" : extra == 2 ? " with probs" : "");
+    }
+  }
+}
 
 // The float64 references, small: one case per family.
 TEST(AllocFailure, References) {
