@@ -2,6 +2,8 @@
 // allocate (scratch is sized before them: base/parallel.hpp), so std::bad_alloc can only reach
 // the calling thread; each public entry point catches it (a function-try-block) and calls this.
 #pragma once
+#include <new>  // std::bad_alloc, which the entry points catch
+
 #include "attn/attend.hpp"
 
 namespace attn::core {
