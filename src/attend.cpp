@@ -8,6 +8,7 @@
 
 #include "attn/error.hpp"
 #include "core/io_checks.hpp"
+#include "core/out_of_memory.hpp"
 #include "families/table.hpp"
 #include "core/row_stats.hpp"
 
@@ -64,7 +65,7 @@ void run(const typename Family::Problem& p, const Mechanism& mechanism, const At
 
 void attend_into(const TensorView& q, const TensorView& k, const TensorView& v, const Mechanism& mechanism,
                  const AttendOptions& options, const TensorView& out, const TensorView* lse, const TensorView* probs,
-                 const TensorView* final_state, const RowStatsViews* stats) {
+                 const TensorView* final_state, const RowStatsViews* stats) try {
   std::optional<core::StatsSink> sink;
   if (stats) sink.emplace(*stats, options.stats_topk);
   const core::Outputs outs{&out, lse, probs, final_state, sink ? &*sink : nullptr};
@@ -74,10 +75,12 @@ void attend_into(const TensorView& q, const TensorView& k, const TensorView& v, 
     if (stats) core::check_stats_views(p, *stats);
     run<Family>(p, mechanism, options, outs);
   });
+} catch (const std::bad_alloc&) {
+  core::fail_out_of_memory("attend_into", "running", mechanism, q);
 }
 
 AttendResult attend(const TensorView& q, const TensorView& k, const TensorView& v, const Mechanism& mechanism,
-                    const AttendOptions& options) {
+                    const AttendOptions& options) try {
   AttendResult r;
   families::visit_family(mechanism, [&](const auto& mech, auto family) {
     using Family = decltype(family);
@@ -105,6 +108,8 @@ AttendResult attend(const TensorView& q, const TensorView& k, const TensorView& 
                  options.return_final_state ? &r.final_state.view() : nullptr, sink ? &*sink : nullptr});
   });
   return r;
+} catch (const std::bad_alloc&) {
+  core::fail_out_of_memory("attend", "running", mechanism, q);
 }
 
 double attention_flops(const TensorView& q, const TensorView& k, const TensorView& v, const Mechanism& mechanism,
@@ -116,7 +121,7 @@ double attention_flops(const TensorView& q, const TensorView& k, const TensorVie
 }
 
 Explanation explain(const TensorView& q, const TensorView& k, const TensorView& v, const Mechanism& mechanism,
-                    const AttendOptions& options) {
+                    const AttendOptions& options) try {
   // Outputs as attend() would allocate them; only their presence matters to the forms.
   TensorView none;
   const core::StatsSink no_stats(RowStatsViews{}, options.stats_topk);  // never written
@@ -134,6 +139,8 @@ Explanation explain(const TensorView& q, const TensorView& k, const TensorView& 
     e.chosen = std::string(core::choose(Family::forms(), p, outs, options.form, e.mechanism).name);
   });
   return e;
+} catch (const std::bad_alloc&) {
+  core::fail_out_of_memory("explain", "explaining", mechanism, q);
 }
 
 std::string Explanation::text() const {
@@ -166,4 +173,12 @@ std::array<int64_t, 4> state_shape(const TensorView& q, const TensorView& k, con
   });
 }
 
+namespace core {
+
+void fail_out_of_memory(const char* where, const char* doing, const Mechanism& mechanism, const TensorView& q) {
+  fail(where, std::string("out of memory while ") + doing + " " + to_string(mechanism) + " on q " + dims_text(q) + " " +
+                  dtype_name(q.dtype));
+}
+
+}  // namespace core
 }  // namespace attn

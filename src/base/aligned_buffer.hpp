@@ -1,4 +1,6 @@
-// A 64-byte aligned float buffer for tiles (aligned vector loads need it).
+// A 64-byte aligned float buffer for tiles (aligned vector loads need it). Allocated through the
+// aligned operator new, so failure is std::bad_alloc like every other allocation (and a test's
+// replacement operator new sees it).
 #pragma once
 #include <cstdlib>
 #include <cstring>
@@ -14,8 +16,7 @@ class AlignedFloats {
   void resize(size_t n) {
     if (n <= size_) return;
     const size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, bytes);
-    if (!p) throw std::bad_alloc();
+    void* p = ::operator new(bytes, std::align_val_t{64});
     std::memset(p, 0, bytes);
     data_.reset(static_cast<float*>(p));
     size_ = n;
@@ -25,7 +26,7 @@ class AlignedFloats {
 
  private:
   struct Free {
-    void operator()(float* p) const { std::free(p); }
+    void operator()(float* p) const { ::operator delete(p, std::align_val_t{64}); }
   };
   std::unique_ptr<float, Free> data_;
   size_t size_ = 0;

@@ -18,7 +18,13 @@ constexpr int kMaxThreads = 256;
 int resolve_threads(int requested, int64_t items);
 
 // Calls fn(item, thread_index) for item in [0, n) on exactly `threads` threads (a count from
-// resolve_threads); thread_index < threads. fn must not throw.
+// resolve_threads); thread_index < threads. fn must not throw and must not allocate (no
+// std::vector, std::string or new inside it, nor in what it calls): an exception leaving an
+// OpenMP region, std::bad_alloc included, ends the process through std::terminate. Size scratch
+// before the call, one slice per thread (indexed by thread_index), and re-initialise in fn what
+// an item needs fresh; allocation failure then happens on the calling thread, where the entry
+// points turn it into Error (core/out_of_memory.hpp). tests/core/test_alloc_failure.cpp checks
+// every form.
 void parallel_for(int64_t n, int threads, const std::function<void(int64_t, int)>& fn);
 
 // True in a child process created by fork() after this library was loaded.

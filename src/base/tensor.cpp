@@ -43,7 +43,7 @@ Tensor::Tensor(DType dtype, std::array<int64_t, 4> shape, Layout layout) {
   // calloc: large blocks come zeroed from the system without being touched, so memory such as a
   // decoder's KV cache for its whole context becomes resident only as it is used.
   void* raw = std::calloc(alloc + 64, 1);
-  if (!raw) fail("Tensor", "could not allocate " + std::to_string(bytes) + " bytes");
+  if (!raw) fail("Tensor", "out of memory: could not allocate " + std::to_string(bytes) + " bytes");
   storage_.reset(raw);
   void* p = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(raw) + 63) / 64 * 64);
   view_ = make_view(p, dtype, shape[0], shape[1], shape[2], shape[3], layout);

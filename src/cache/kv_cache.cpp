@@ -15,6 +15,7 @@
 #include "cache/sequence_views.hpp"
 #include "core/io_checks.hpp"
 #include "core/kv_rows.hpp"
+#include "core/out_of_memory.hpp"
 #include "positional/rope_tables.hpp"
 
 namespace attn {
@@ -193,7 +194,7 @@ void write_rows(const Plan& p, const TensorView& src, const TensorView& cache) {
 
 void attend_with_kvcache_into(const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,
                               const KvCacheUpdate& u, const Mechanism& mech, const AttendOptions& opt,
-                              const TensorView& out, const TensorView* lse) {
+                              const TensorView& out, const TensorView* lse) try {
   if (opt.return_stats) fail(kWhere, "return_stats: row statistics are not returned by cache calls (use attend)");
   const Plan p = check_cache(q, k_cache, v_cache, u, opt);
   // flash-attn rotates q token by token when the mask depends on positions, else all at one.
@@ -241,10 +242,12 @@ void attend_with_kvcache_into(const TensorView& q, const TensorView& k_cache, co
     attend_into(cache_view::entry(qq, b), sequence_cache(p, k_cache, b), sequence_cache(p, v_cache, b), mech,
                 sequence_options(p, opt, b), cache_view::entry(out, b), lse ? &lb : nullptr, nullptr);
   }
+} catch (const std::bad_alloc&) {
+  core::fail_out_of_memory("attend_with_kvcache", "running", mech, q);
 }
 
 AttendResult attend_with_kvcache(const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,
-                                 const KvCacheUpdate& update, const Mechanism& mechanism, const AttendOptions& options) {
+                                 const KvCacheUpdate& update, const Mechanism& mechanism, const AttendOptions& options) try {
   core::check_view(q, "q");  // before allocating from their shapes
   core::check_view(v_cache, "v_cache");
   AttendResult r;
@@ -253,6 +256,8 @@ AttendResult attend_with_kvcache(const TensorView& q, const TensorView& k_cache,
   attend_with_kvcache_into(q, k_cache, v_cache, update, mechanism, options, r.out.view(),
                            options.return_lse ? &r.lse.view() : nullptr);
   return r;
+} catch (const std::bad_alloc&) {
+  core::fail_out_of_memory("attend_with_kvcache", "running", mechanism, q);
 }
 
 }  // namespace attn

@@ -7,6 +7,7 @@
 #include "attn/kv_cache.hpp"
 #include "cache/sequence_views.hpp"
 #include "core/io_checks.hpp"
+#include "core/out_of_memory.hpp"
 
 namespace attn {
 namespace {
@@ -37,7 +38,7 @@ void check_cu(const std::vector<int64_t>& cu, const char* name, int64_t total, i
 void attend_varlen_into(const TensorView& q, const TensorView& k, const TensorView& v,
                         const std::vector<int64_t>& cu_q, const std::vector<int64_t>& cu_k, int64_t max_seqlen_q,
                         int64_t max_seqlen_k, const Mechanism& mech, const AttendOptions& opt, const TensorView& out,
-                        const TensorView* lse) {
+                        const TensorView* lse) try {
   if (opt.return_stats) fail(kWhere, "return_stats: row statistics are not returned by varlen calls (use attend)");
   for (auto [t, name] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"}}) {
     core::check_view(*t, name);
@@ -81,11 +82,13 @@ void attend_varlen_into(const TensorView& q, const TensorView& k, const TensorVi
     views(b, qb, kb, vb, ob, lb);
     if (qb.tokens() > 0) attend_into(qb, kb, vb, mech, opt, ob, lse ? &lb : nullptr, nullptr);
   }
+} catch (const std::bad_alloc&) {
+  core::fail_out_of_memory("attend_varlen", "running", mech, q);
 }
 
 AttendResult attend_varlen(const TensorView& q, const TensorView& k, const TensorView& v,
                            const std::vector<int64_t>& cu_q, const std::vector<int64_t>& cu_k, int64_t max_seqlen_q,
-                           int64_t max_seqlen_k, const Mechanism& mech, const AttendOptions& opt) {
+                           int64_t max_seqlen_k, const Mechanism& mech, const AttendOptions& opt) try {
   core::check_view(q, "q");
   core::check_view(v, "v");
   AttendResult r;
@@ -94,6 +97,8 @@ AttendResult attend_varlen(const TensorView& q, const TensorView& k, const Tenso
   attend_varlen_into(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k, mech, opt, r.out.view(),
                      opt.return_lse ? &r.lse.view() : nullptr);
   return r;
+} catch (const std::bad_alloc&) {
+  core::fail_out_of_memory("attend_varlen", "running", mech, q);
 }
 
 }  // namespace attn

@@ -82,20 +82,19 @@ std::vector<sparse::Run> visited_keys(const Problem& p, const sparse::BlockMask&
   return pieces;
 }
 
-// The visited keys [first, last) of `pieces` (counted in visiting order) as blocks of at most
-// kKeyChunk keys, in order.
-std::vector<sparse::Run> blocks_of(const std::vector<sparse::Run>& pieces, int64_t first, int64_t last) {
-  std::vector<sparse::Run> blocks;
+// Calls fn(block) for the visited keys [first, last) of `pieces` (counted in visiting order) as
+// blocks of at most kKeyChunk keys, in order (no allocation: it runs inside the parallel region).
+template <class Fn>
+void for_each_block(const std::vector<sparse::Run>& pieces, int64_t first, int64_t last, Fn fn) {
   int64_t pos = 0;  // visiting-order index of the piece's first key
   for (const sparse::Run& piece : pieces) {
     if (pos >= last) break;
     const int64_t len = piece.end - piece.begin;
     const int64_t j1 = piece.begin + std::min(last - pos, len);
     for (int64_t a = piece.begin + std::max<int64_t>(first - pos, 0); a < j1; a += kKeyChunk)
-      blocks.push_back({a, std::min(j1, a + kKeyChunk), piece.full});
+      fn(sparse::Run{a, std::min(j1, a + kKeyChunk), piece.full});
     pos += len;
   }
-  return blocks;
 }
 
 // A chunk partial's row statistics beyond (m, l): R summaries (their a1 and reference are l and m).
@@ -282,12 +281,14 @@ void softmax_rows(const Problem& p, const core::Outputs& o, const core::Context&
   const int nthreads = resolve_threads(ctx.threads, items);
   std::vector<Scratch> scratch(static_cast<size_t>(nthreads));
   for (Scratch& s : scratch) s.reserve(p, R, per_item);
+  std::vector<std::vector<Chunk>> chunks_of(static_cast<size_t>(nthreads));  // per thread, emptied per item
+  for (auto& heads : chunks_of) heads.reserve(static_cast<size_t>(per_item));
   parallel_for(items, nthreads, [&](int64_t item, int tid) {
     const int64_t c = item % chunks, group = item / chunks;  // group: (b, hk) or b
     const int64_t b = heads_together ? group : group / p.Hkv, hk0 = heads_together ? 0 : group % p.Hkv;
     Scratch& s = scratch[static_cast<size_t>(tid)];
-    std::vector<Chunk> heads;
-    heads.reserve(static_cast<size_t>(per_item));
+    std::vector<Chunk>& heads = chunks_of[static_cast<size_t>(tid)];
+    heads.clear();  // keeps its capacity: no allocation below
     for (int64_t h = 0; h < per_item; ++h) {
       const int64_t slot = (b * p.Hkv + hk0 + h) * chunks + c;
       const ChunkStats stats =
@@ -295,8 +296,9 @@ void softmax_rows(const Problem& p, const core::Outputs& o, const core::Context&
       heads.emplace_back(p, kern, s, b, hk0 + h, &pm[slot * R], &pl[slot * R], &pacc[slot * R * p.Dv], stats);
       heads.back().start(s.q.data() + h * R * p.D);
     }
-    for (const sparse::Run& blk : blocks_of(pieces[static_cast<size_t>(b)], c * chunk_len, (c + 1) * chunk_len))
+    for_each_block(pieces[static_cast<size_t>(b)], c * chunk_len, (c + 1) * chunk_len, [&](const sparse::Run& blk) {
       for (Chunk& head : heads) head.block(blk.begin, blk.end, blk.full);
+    });
   });
   // merge each row's chunk partials in chunk order
   std::vector<float> row(static_cast<size_t>(p.Dv)), top(static_cast<size_t>(k));

@@ -47,10 +47,20 @@ float Problem::additive_bias(int64_t b, int64_t h, int64_t i, int64_t j) const {
   return s;
 }
 
+// Called inside parallel regions (row_scale), so it must not allocate: the candidate intervals
+// go on the stack, and a pattern needing more of them (many global tokens) counts every key.
 int64_t Problem::visible_count(int64_t b, int64_t h, int64_t i) const {
+  std::pair<int64_t, int64_t> iv[64];
+  const int64_t count = pattern.candidates_into(i + offset, i + offset, kv_len[b], iv, 64);
   int64_t n = 0;
-  for (const auto& [lo, hi] : pattern.candidates(i + offset, i + offset, kv_len[b])) {
-    if (!mask && pattern.intervals_exact()) {
+  const bool pattern_only = !mask && pattern.intervals_exact();  // the intervals are the visible keys
+  if (count < 0) {  // the same count, key by key
+    for (int64_t j = 0; j < kv_len[b]; ++j) n += pattern_only ? pattern.visible(i + offset, j) : visible(b, h, i, j);
+    return n;
+  }
+  for (int64_t k = 0; k < count; ++k) {
+    const auto [lo, hi] = iv[k];
+    if (pattern_only) {
       n += hi - lo;
       continue;
     }

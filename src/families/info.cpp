@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attn/error.hpp"
+#include "core/out_of_memory.hpp"
 #include "families/internal_api.hpp"
 #include "families/table.hpp"
 #include "mechanism/family_text.hpp"
@@ -114,11 +115,13 @@ namespace families {
 
 core::ReferenceResult reference_outputs(const TensorView& q, const TensorView& k, const TensorView& v,
                                         const Mechanism& mechanism, const AttendOptions& options,
-                                        core::RefPrecision precision) {
+                                        core::RefPrecision precision) try {
   return visit_family(mechanism, [&](const auto& mech, auto family) {
     using Family = decltype(family);
     return Family::reference(Family::validate(q, k, v, mech, options, core::Outputs{}), precision);
   });
+} catch (const std::bad_alloc&) {
+  core::fail_out_of_memory("reference", "computing the reference of", mechanism, q);
 }
 
 }  // namespace families

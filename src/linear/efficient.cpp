@@ -19,9 +19,14 @@ struct FeatureSoftmax {
   std::vector<float> C, z, m;
   int64_t D, Dv;
 
-  FeatureSoftmax(const EfficientProblem& p, int64_t b, int64_t h)
-      : C(static_cast<size_t>(p.D * p.Dv), 0.0f), z(static_cast<size_t>(p.D), 0.0f), m(static_cast<size_t>(p.D), 0.0f),
-        D(p.D), Dv(p.Dv) {
+  explicit FeatureSoftmax(const EfficientProblem& p)
+      : C(static_cast<size_t>(p.D * p.Dv)), z(static_cast<size_t>(p.D)), m(static_cast<size_t>(p.D)), D(p.D), Dv(p.Dv) {}
+
+  // The initial state of (b, h), or zeros.
+  void load(const EfficientProblem& p, int64_t b, int64_t h) {
+    std::fill(C.begin(), C.end(), 0.0f);
+    std::fill(z.begin(), z.end(), 0.0f);
+    std::fill(m.begin(), m.end(), 0.0f);
     if (!p.initial) return;
     auto at = [&](int64_t f, int64_t c) { return core::element_at(*p.initial, b, h, f, c); };
     for (int64_t f = 0; f < D; ++f) {
@@ -72,15 +77,27 @@ void write_output(const kernels::TileKernels& kern, const EfficientProblem& p, c
   kern.from_float(out, o.out->dtype, o.out->strides[3], p.Dv, o.out->ptr(b, h, i));
 }
 
+// One thread's state and rows, sized before the parallel region (which must not allocate).
+struct Scratch {
+  FeatureSoftmax st;
+  std::vector<float> k, v, q, out;
+  explicit Scratch(const EfficientProblem& p)
+      : st(p), k(static_cast<size_t>(p.D)), v(static_cast<size_t>(p.Dv)), q(static_cast<size_t>(p.D)),
+        out(static_cast<size_t>(p.Dv)) {}
+};
+
 template <bool Causal>
 void run_online(const EfficientProblem& p, const core::Outputs& o, const core::Context& ctx) {
   const kernels::TileKernels& kern = *ctx.kern;
   const int64_t items = p.B * p.H;
-  parallel_for(items, resolve_threads(ctx.threads, items), [&](int64_t item, int) {
+  const int threads = resolve_threads(ctx.threads, items);
+  std::vector<Scratch> scratch(static_cast<size_t>(threads), Scratch(p));
+  parallel_for(items, threads, [&](int64_t item, int thread) {
     const int64_t b = item / p.H, h = item % p.H, hk = p.kv_head(h), len = p.kv_len[static_cast<size_t>(b)];
-    FeatureSoftmax st(p, b, h);
-    std::vector<float> k(static_cast<size_t>(p.D)), v(static_cast<size_t>(p.Dv)), q(static_cast<size_t>(p.D)),
-        out(static_cast<size_t>(p.Dv));
+    Scratch& s = scratch[static_cast<size_t>(thread)];  // the rows are written before they are read
+    FeatureSoftmax& st = s.st;
+    st.load(p, b, h);
+    std::vector<float> &k = s.k, &v = s.v, &q = s.q, &out = s.out;
     if (!Causal) {  // every key, then every query
       for (int64_t j = 0; j < len; ++j) {
         load_rows(kern, p.k, b, hk, j, 1, len, k.data(), p.D);

@@ -35,8 +35,12 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 struct KeySoftmax {
   std::vector<float> top, total;
 
-  KeySoftmax(const EfficientProblem& p, int64_t b, int64_t h)
-      : top(static_cast<size_t>(p.D), kNegInf), total(static_cast<size_t>(p.D), 0.0f) {
+  explicit KeySoftmax(const EfficientProblem& p) : top(static_cast<size_t>(p.D)), total(static_cast<size_t>(p.D)) {}
+
+  // The initial state's tokens of (b, h), or nothing yet.
+  void load(const EfficientProblem& p, int64_t b, int64_t h) {
+    std::fill(top.begin(), top.end(), kNegInf);
+    std::fill(total.begin(), total.end(), 0.0f);
     if (!p.initial) return;
     for (int64_t f = 0; f < p.D; ++f) {
       const float z = core::element_at(*p.initial, b, h, f, p.Dv);
@@ -62,23 +66,31 @@ struct KeySoftmax {
   }
 };
 
+// One per thread, its buffers sized before the parallel region (which must not allocate); start()
+// takes it to a block, and every buffer is written before it is read there.
 class Block {
  public:
-  Block(const kernels::TileKernels& kern, const EfficientProblem& p, int64_t b, int64_t h, int64_t i0)
-      : kern_(kern), p_(p), b_(b), h_(h), hk_(p.kv_head(h)), i0_(i0), nq_(std::min(kT, p.N - i0)),
-        len_(p.kv_len[static_cast<size_t>(b)]), before_(p.mech.causal ? std::min(i0, len_) : len_),
-        keys_(p, b, h), krow_(static_cast<size_t>(kT * p.D)), sigma_(static_cast<size_t>(kT * p.D)),
+  Block(const kernels::TileKernels& kern, const EfficientProblem& p)
+      : kern_(kern), p_(p), keys_(p), krow_(static_cast<size_t>(kT * p.D)), sigma_(static_cast<size_t>(kT * p.D)),
         qf_(static_cast<size_t>(kT * p.D)), top_(static_cast<size_t>(kT * p.D)), total_(static_cast<size_t>(kT * p.D)),
-        x_(static_cast<size_t>(p.D)), tile_(static_cast<size_t>(kT * kT)) {
+        x_(static_cast<size_t>(p.D)), tile_(static_cast<size_t>(kT * kT)), shift_(static_cast<size_t>(p.D)) {
     kt_.resize(static_cast<size_t>(p.D * kT));
     ones_.resize(kT);
     std::fill(ones_.data(), ones_.data() + kT, 1.0f);
   }
 
+  // The block of rows [i0, i0 + 64) of head h in batch entry b.
+  void start(int64_t b, int64_t h, int64_t i0) {
+    b_ = b, h_ = h, hk_ = p_.kv_head(h), i0_ = i0, nq_ = std::min(kT, p_.N - i0);
+    len_ = p_.kv_len[static_cast<size_t>(b)], before_ = p_.mech.causal ? std::min(i0, len_) : len_;
+    keys_.load(p_, b, h);
+  }
+
   void run(DirectRows& rows) {
     const int64_t D = p_.D;
     sweep_shared_keys();
-    const std::vector<float> shift = keys_.top;  // r_f: the top of the keys the whole block sees
+    std::copy(keys_.top.begin(), keys_.top.end(), shift_.begin());  // r_f: the top of the keys the whole block sees
+    const std::vector<float>& shift = shift_;
     row_softmaxes();
     queries();
     for (int64_t r = 0; r < nq_; ++r)
@@ -163,10 +175,11 @@ class Block {
 
   const kernels::TileKernels& kern_;
   const EfficientProblem& p_;
-  int64_t b_, h_, hk_, i0_, nq_, len_, before_;
+  int64_t b_ = 0, h_ = 0, hk_ = 0, i0_ = 0, nq_ = 0, len_ = 0, before_ = 0;
   KeySoftmax keys_;
-  // krow_: key rows; sigma_, qf_, top_, total_: per row and feature; x_: one row's exponents
-  std::vector<float> krow_, sigma_, qf_, top_, total_, x_, tile_;
+  // krow_: key rows; sigma_, qf_, top_, total_: per row and feature; x_: one row's exponents;
+  // shift_: per feature, the top of the keys the whole block sees
+  std::vector<float> krow_, sigma_, qf_, top_, total_, x_, tile_, shift_;
   AlignedFloats kt_, ones_;
 };
 
@@ -174,10 +187,19 @@ class Block {
 
 void efficient_row_stats(const EfficientProblem& p, const core::Outputs& o, const core::Context& ctx) {
   const int64_t blocks = (p.N + kT - 1) / kT, items = p.B * p.H * blocks;
-  parallel_for(items, resolve_threads(ctx.threads, items), [&](int64_t item, int) {
+  const int threads = resolve_threads(ctx.threads, items);
+  std::vector<Block> work;
+  std::vector<DirectRows> summaries;
+  work.reserve(static_cast<size_t>(threads));
+  summaries.reserve(static_cast<size_t>(threads));
+  for (int t = 0; t < threads; ++t) work.emplace_back(*ctx.kern, p), summaries.emplace_back(*ctx.kern, o.stats->topk());
+  parallel_for(items, threads, [&](int64_t item, int thread) {
     const int64_t b = item / (p.H * blocks), h = item / blocks % p.H, i0 = item % blocks * kT;
-    DirectRows rows(*ctx.kern, o.stats->topk());
-    Block(*ctx.kern, p, b, h, i0).run(rows);
+    DirectRows& rows = summaries[static_cast<size_t>(thread)];
+    rows.start();
+    Block& block = work[static_cast<size_t>(thread)];
+    block.start(b, h, i0);
+    block.run(rows);
     for (int64_t r = 0, nq = std::min(kT, p.N - i0); r < nq; ++r) o.stats->put(b, h, i0 + r, rows.summary(r));
   });
 }

@@ -29,21 +29,40 @@ T weight(const GauProblem& p, T score, int64_t n) {
   return x * x / static_cast<T>(n);
 }
 
+// One thread's tiles, sized before the parallel region (which must not allocate).
+struct Scratch {
+  std::vector<float> q, k, v, s, out;
+  AlignedFloats kt, ones;
+  std::optional<DirectRows> rows;  // return_stats
+  Scratch(const kernels::TileKernels& kern, const GauProblem& p, const core::Outputs& o)
+      : q(static_cast<size_t>(kBlock * p.D)), k(static_cast<size_t>(kBlock * p.D)), v(static_cast<size_t>(kBlock * p.Dv)),
+        s(static_cast<size_t>(kBlock * kBlock)), out(static_cast<size_t>(kBlock * p.Dv)),
+        kt(static_cast<size_t>(p.D * kBlock)), ones(kBlock) {
+    std::fill(ones.data(), ones.data() + kBlock, 1.0f);
+    if (o.stats) rows.emplace(kern, o.stats->topk());
+  }
+};
+
 // With return_stats, each row's weights are streamed into its summary tile by tile as they are
 // made (the keys the row may see, zeros included), so the statistics cost no second product.
 void run_tiled(const GauProblem& p, const core::Outputs& o, const core::Context& ctx) {
   const kernels::TileKernels& kern = *ctx.kern;
   const int64_t blocks = (p.N + kBlock - 1) / kBlock, items = p.B * p.H * blocks;
-  parallel_for(items, resolve_threads(ctx.threads, items), [&](int64_t item, int) {
+  const int threads = resolve_threads(ctx.threads, items);
+  std::vector<Scratch> scratch;
+  scratch.reserve(static_cast<size_t>(threads));
+  for (int t = 0; t < threads; ++t) scratch.emplace_back(kern, p, o);
+  parallel_for(items, threads, [&](int64_t item, int thread) {
     const int64_t b = item / (p.H * blocks), h = item / blocks % p.H, i0 = item % blocks * kBlock;
     const int64_t nq = std::min(kBlock, p.N - i0), hk = p.kv_head(h), n = p.kv_len[static_cast<size_t>(b)];
-    std::vector<float> q(static_cast<size_t>(kBlock * p.D)), k(static_cast<size_t>(kBlock * p.D)),
-        v(static_cast<size_t>(kBlock * p.Dv)), s(static_cast<size_t>(kBlock * kBlock)),
-        out(static_cast<size_t>(kBlock * p.Dv), 0.0f);
-    AlignedFloats kt(static_cast<size_t>(p.D * kBlock)), ones(kBlock);
-    std::fill(ones.data(), ones.data() + kBlock, 1.0f);
-    std::optional<DirectRows> rows;
-    if (o.stats) rows.emplace(kern, o.stats->topk());
+    Scratch& sc = scratch[static_cast<size_t>(thread)];
+    // out accumulates and the rows' statistics start empty, as fresh ones did; the other tiles
+    // are written before they are read.
+    std::vector<float> &q = sc.q, &k = sc.k, &v = sc.v, &s = sc.s, &out = sc.out;
+    std::fill(out.begin(), out.end(), 0.0f);
+    AlignedFloats &kt = sc.kt, &ones = sc.ones;
+    std::optional<DirectRows>& rows = sc.rows;
+    if (rows) rows->start();
     load_rows(kern, p.q, b, h, i0, nq, p.N, q.data(), p.D);
     const int64_t end = key_end(p, b, i0 + nq - 1);  // the block's last row sees the most keys
     for (int64_t j0 = 0; j0 < end; j0 += kBlock) {

@@ -26,6 +26,22 @@ float row_sum(const float* x, int64_t n) {
   return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
 }
 
+// One thread's state and block buffers, sized before the parallel region (which must not
+// allocate): C rows of q, k (F wide), v, out (Dv), raw (D), the block's C x C weights a, its keys
+// transposed in 64-key groups kt, the powers pw of the decay.
+struct Scratch {
+  HeadState st;
+  std::vector<float> pw, q, k, v, a, out, den, raw;
+  AlignedFloats kt, ones;
+  Scratch(const LinearProblem& p, int64_t C, int64_t groups)
+      : st(p), pw(static_cast<size_t>(C + 1)), q(static_cast<size_t>(C * p.F)), k(static_cast<size_t>(C * p.F)),
+        v(static_cast<size_t>(C * p.Dv)), a(static_cast<size_t>(C * C)), out(static_cast<size_t>(C * p.Dv)),
+        den(static_cast<size_t>(C)), raw(static_cast<size_t>(C * p.D)),
+        kt(static_cast<size_t>(groups * p.F * kernels::kQueryTile)), ones(kernels::kQueryTile) {
+    std::fill(ones.data(), ones.data() + kernels::kQueryTile, 1.0f);
+  }
+};
+
 }  // namespace
 
 void refuse_chunked(const LinearProblem& p, const core::Outputs& o, core::Reasons& why) {
@@ -38,18 +54,22 @@ void run_chunked(const LinearProblem& p, const core::Outputs& o, const core::Con
   constexpr int64_t kT = kernels::kQueryTile;  // pack_qt transposes up to 64 rows at a time
   const int64_t C = p.mech.chunk, F = p.F, Dv = p.Dv, groups = (C + kT - 1) / kT;
   const int64_t items = p.B * p.H;
-  parallel_for(items, resolve_threads(ctx.threads, items), [&](int64_t item, int) {
+  const int threads = resolve_threads(ctx.threads, items);
+  std::vector<Scratch> scratch;
+  scratch.reserve(static_cast<size_t>(threads));
+  for (int t = 0; t < threads; ++t) scratch.emplace_back(p, C, groups);
+  parallel_for(items, threads, [&](int64_t item, int thread) {
     const int64_t b = item / p.H, h = item % p.H, hk = p.kv_head(h), len = p.kv_len[static_cast<size_t>(b)];
     const double lambda = p.decay[static_cast<size_t>(h)];
-    std::vector<float> pw(static_cast<size_t>(C + 1));  // lambda^n, n <= C
+    Scratch& s = scratch[static_cast<size_t>(thread)];
+    std::vector<float>& pw = s.pw;  // lambda^n, n <= C
     for (int64_t n = 0; n <= C; ++n) pw[static_cast<size_t>(n)] = static_cast<float>(std::pow(lambda, n));
-    HeadState st(p);
+    HeadState& st = s.st;
     st.load(p, b, h);
-    std::vector<float> q(static_cast<size_t>(C * F)), k(static_cast<size_t>(C * F)), v(static_cast<size_t>(C * Dv)),
-        a(static_cast<size_t>(C * C)), out(static_cast<size_t>(C * Dv)), den(static_cast<size_t>(C)),
-        raw(static_cast<size_t>(C * p.D));
-    AlignedFloats kt(static_cast<size_t>(groups * F * kT)), ones(kT);
-    std::fill(ones.data(), ones.data() + kT, 1.0f);
+    // The other buffers are written before they are read; den is zeroed as a fresh one was.
+    std::vector<float> &q = s.q, &k = s.k, &v = s.v, &a = s.a, &out = s.out, &den = s.den, &raw = s.raw;
+    std::fill(den.begin(), den.end(), 0.0f);
+    AlignedFloats &kt = s.kt, &ones = s.ones;
     bool stored = false;
     for (int64_t s0 = 0; s0 < p.N; s0 += C) {
       const int64_t c = std::min(C, p.N - s0), ce = std::clamp<int64_t>(len - s0, 0, c);  // ce keys are valid

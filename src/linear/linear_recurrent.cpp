@@ -9,6 +9,15 @@ namespace {
 
 constexpr int64_t kMaxTokens = 64;
 
+// One thread's state and rows, sized before the parallel region (which must not allocate).
+struct Scratch {
+  HeadState st;
+  std::vector<float> fq, fk, v, num, raw;
+  explicit Scratch(const LinearProblem& p)
+      : st(p), fq(static_cast<size_t>(p.F)), fk(static_cast<size_t>(p.F)), v(static_cast<size_t>(p.Dv)),
+        num(static_cast<size_t>(p.Dv)), raw(static_cast<size_t>(p.D)) {}
+};
+
 }  // namespace
 
 void refuse_recurrent(const LinearProblem& p, const core::Outputs& o, core::Reasons& why) {
@@ -22,14 +31,16 @@ void refuse_recurrent(const LinearProblem& p, const core::Outputs& o, core::Reas
 void run_recurrent(const LinearProblem& p, const core::Outputs& o, const core::Context& ctx) {
   const kernels::TileKernels& kern = *ctx.kern;
   const int64_t items = p.B * p.H;
-  parallel_for(items, resolve_threads(ctx.threads, items), [&](int64_t item, int) {
+  const int threads = resolve_threads(ctx.threads, items);
+  std::vector<Scratch> scratch(static_cast<size_t>(threads), Scratch(p));
+  parallel_for(items, threads, [&](int64_t item, int thread) {
     const int64_t b = item / p.H, h = item % p.H, hk = p.kv_head(h), len = p.kv_len[static_cast<size_t>(b)];
     const float lambda = static_cast<float>(p.decay[static_cast<size_t>(h)]);
-    HeadState st(p);
+    Scratch& s = scratch[static_cast<size_t>(thread)];  // every buffer is written before it is read
+    HeadState& st = s.st;
     st.load(p, b, h);
     if (len == 0) st.store(p, o, b, h);
-    std::vector<float> fq(static_cast<size_t>(p.F)), fk(static_cast<size_t>(p.F)), v(static_cast<size_t>(p.Dv)),
-        num(static_cast<size_t>(p.Dv)), raw(static_cast<size_t>(p.D));
+    std::vector<float> &fq = s.fq, &fk = s.fk, &v = s.v, &num = s.num, &raw = s.raw;
     for (int64_t t = 0; t < p.N; ++t) {
       st.decay(lambda);
       if (t < len) {

@@ -4,6 +4,20 @@
 #include "linear/head_state.hpp"
 
 namespace attn::linear {
+namespace {
+
+constexpr int64_t kRows = 64;  // key / query rows per step
+
+// One thread's state and rows, sized before the parallel region (which must not allocate).
+struct Scratch {
+  HeadState st;
+  std::vector<float> x, y, raw;
+  explicit Scratch(const LinearProblem& p)
+      : st(p), x(static_cast<size_t>(kRows * p.F)), y(static_cast<size_t>(kRows * p.Dv)),
+        raw(static_cast<size_t>(kRows * p.D)) {}
+};
+
+}  // namespace
 
 void refuse_right(const LinearProblem& p, const core::Outputs& o, core::Reasons& why) {
   if (p.mech.causal) why.push_back("causal (each query sees only the keys before it: recurrent or chunked)");
@@ -12,13 +26,15 @@ void refuse_right(const LinearProblem& p, const core::Outputs& o, core::Reasons&
 
 void run_right(const LinearProblem& p, const core::Outputs& o, const core::Context& ctx) {
   const kernels::TileKernels& kern = *ctx.kern;
-  const int64_t items = p.B * p.H, rows = 64;
-  parallel_for(items, resolve_threads(ctx.threads, items), [&](int64_t item, int) {
+  const int64_t items = p.B * p.H, rows = kRows;
+  const int threads = resolve_threads(ctx.threads, items);
+  std::vector<Scratch> scratch(static_cast<size_t>(threads), Scratch(p));
+  parallel_for(items, threads, [&](int64_t item, int thread) {
     const int64_t b = item / p.H, h = item % p.H, hk = p.kv_head(h), len = p.kv_len[static_cast<size_t>(b)];
-    HeadState st(p);
+    Scratch& s = scratch[static_cast<size_t>(thread)];  // every buffer is written before it is read
+    HeadState& st = s.st;
     st.load(p, b, h);
-    std::vector<float> x(static_cast<size_t>(rows * p.F)), y(static_cast<size_t>(rows * p.Dv)),
-        raw(static_cast<size_t>(rows * p.D));
+    std::vector<float> &x = s.x, &y = s.y, &raw = s.raw;
     for (int64_t j0 = 0; j0 < len; j0 += rows) {  // S += phi(K)^T V, z += the rows of phi(K)
       const int64_t n = std::min(rows, len - j0);
       load_features(kern, p, false, b, hk, j0, n, len, 1.0f, raw.data(), x.data());

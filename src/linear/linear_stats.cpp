@@ -29,14 +29,13 @@ namespace {
 
 constexpr int64_t kT = kernels::kQueryTile;
 
-// One query block of one head: its query features and, tile by tile, its weights.
+// One query block of one head at a time: its query features and, tile by tile, its weights. One
+// per thread, its buffers sized before the parallel region (which must not allocate).
 class BlockWeights {
  public:
   // `streams`: the problem itself, or PolaFormer's two stream problems.
-  BlockWeights(const kernels::TileKernels& kern, const LinearProblem& p, const std::vector<LinearProblem>& streams,
-               int64_t b, int64_t h, int64_t i0)
-      : kern_(kern), p_(p), sub_(streams), b_(b), h_(h), hk_(p.kv_head(h)), i0_(i0), nq_(std::min(kT, p.N - i0)),
-        len_(p.kv_len[static_cast<size_t>(b)]) {
+  BlockWeights(const kernels::TileKernels& kern, const LinearProblem& p, const std::vector<LinearProblem>& streams)
+      : kern_(kern), p_(p), sub_(streams) {
     const int64_t F = p.F;
     raw_.resize(static_cast<size_t>(kT * p.D));
     fq_.resize(static_cast<size_t>(kT * F));
@@ -45,13 +44,20 @@ class BlockWeights {
     ones_.resize(kT);
     std::fill(ones_.data(), ones_.data() + kT, 1.0f);
     for (auto& t : tile_) t.resize(static_cast<size_t>(kT * kT));
+    pw_.resize(static_cast<size_t>(std::max<int64_t>(p.M, 1)));  // pos(r) + 1 <= M
+  }
+
+  // The block of rows [i0, i0 + 64) of head h in batch entry b.
+  void start(int64_t b, int64_t h, int64_t i0) {
+    b_ = b, h_ = h, hk_ = p_.kv_head(h), i0_ = i0, nq_ = std::min(kT, p_.N - i0);
+    len_ = p_.kv_len[static_cast<size_t>(b)];
     // the queries are the same in both of PolaFormer's streams (only its keys swap halves)
-    load_features(kern, sub_[0], true, b, h, i0, nq_, p.N, static_cast<float>(p.scale), raw_.data(), fq_.data());
-    const double lambda = p.decay[static_cast<size_t>(h)];
-    if (lambda != 1.0) {  // decay^d for every distance d in the block (underflows to 0 far back)
-      pw_.resize(static_cast<size_t>(pos(nq_ - 1) + 1));
+    load_features(kern_, sub_[0], true, b, h, i0, nq_, p_.N, static_cast<float>(p_.scale), raw_.data(), fq_.data());
+    const double lambda = p_.decay[static_cast<size_t>(h)];
+    decayed_ = lambda != 1.0;
+    if (decayed_) {  // decay^d for every distance d in the block (underflows to 0 far back)
       double x = 1;
-      for (float& y : pw_) y = static_cast<float>(x), x *= lambda;
+      for (int64_t d = 0; d <= pos(nq_ - 1); ++d) pw_[static_cast<size_t>(d)] = static_cast<float>(x), x *= lambda;
     }
   }
 
@@ -83,7 +89,7 @@ class BlockWeights {
     kern_.pack_qt(fk_.data(), F, static_cast<int>(nk), F, ones_.data(), kt_.data());
     float* t = tile(s);
     kern_.gemm(nq_, nk, F, fq_.data(), F, 1, kt_.data(), kT, t, kT, false);
-    if (pw_.empty()) return;
+    if (!decayed_) return;
     for (int64_t r = 0; r < nq_; ++r) {
       float* row = t + r * kT;
       for (int64_t c = 0, n = seen(r, j0, nk); c < n; ++c) row[c] *= pw_[static_cast<size_t>(pos(r) - (j0 + c))];
@@ -98,7 +104,8 @@ class BlockWeights {
   const kernels::TileKernels& kern_;
   const LinearProblem& p_;
   const std::vector<LinearProblem>& sub_;
-  int64_t b_, h_, hk_, i0_, nq_, len_;
+  int64_t b_ = 0, h_ = 0, hk_ = 0, i0_ = 0, nq_ = 0, len_ = 0;
+  bool decayed_ = false;  // pw_ holds decay^d, d <= pos(nq_ - 1)
   std::vector<float> raw_, fq_, fk_, pw_;
   AlignedFloats kt_, ones_;
   std::vector<float> tile_[2];
@@ -121,10 +128,18 @@ void linear_row_stats(const LinearProblem& p, const core::Outputs& o, const core
     streams = {stream_problem(p, 0), stream_problem(p, 1)};
   else
     streams = {p};
-  parallel_for(items, resolve_threads(ctx.threads, items), [&](int64_t item, int) {
+  const int threads = resolve_threads(ctx.threads, items);
+  std::vector<BlockWeights> weights;
+  std::vector<DirectRows> summaries;
+  weights.reserve(static_cast<size_t>(threads));
+  summaries.reserve(static_cast<size_t>(threads));
+  for (int t = 0; t < threads; ++t) weights.emplace_back(kern, p, streams), summaries.emplace_back(kern, o.stats->topk());
+  parallel_for(items, threads, [&](int64_t item, int thread) {
     const int64_t b = item / (p.H * blocks), h = item / blocks % p.H, i0 = item % blocks * kT;
-    BlockWeights w(kern, p, streams, b, h, i0);
-    DirectRows rows(kern, o.stats->topk());
+    BlockWeights& w = weights[static_cast<size_t>(thread)];
+    w.start(b, h, i0);
+    DirectRows& rows = summaries[static_cast<size_t>(thread)];
+    rows.start();
     const int64_t nq = w.rows(), end = w.end();
     double den[2][kT];
     for (int s = 0; s < w.streams(); ++s)

@@ -57,18 +57,18 @@ namespace {
 
 // ---- the projected form: float32 projections, then the softmax family on K', V' --------------
 
-// Y (K, d) = P (K, M) X (M, d) over the keys j < len, X the rows of one kv head.
-void project(const float* P, int64_t K, int64_t M, int64_t len, const TensorView& x, int64_t b, int64_t h,
-             float* y) {
+// Y (K, d) = P (K, M) X (M, d) over the keys j < len, X the rows of one kv head; row: d floats of
+// scratch.
+void project(const float* P, int64_t K, int64_t M, int64_t len, const TensorView& x, int64_t b, int64_t h, float* y,
+             float* row) {
   const int64_t d = x.dim();
   std::fill(y, y + K * d, 0.0f);
-  std::vector<float> row(static_cast<size_t>(d));
   for (int64_t j = 0; j < len; ++j) {
-    for (int64_t c = 0; c < d; ++c) row[static_cast<size_t>(c)] = x.at(b, h, j, c);
+    for (int64_t c = 0; c < d; ++c) row[c] = x.at(b, h, j, c);
     for (int64_t r = 0; r < K; ++r) {
       const float e = P[r * M + j];
       float* yr = y + r * d;
-      for (int64_t c = 0; c < d; ++c) yr[c] += e * row[static_cast<size_t>(c)];
+      for (int64_t c = 0; c < d; ++c) yr[c] += e * row[c];
     }
   }
 }
@@ -79,11 +79,14 @@ void run_projected(const LinformerProblem& p, const core::Outputs& o, const core
   inner.isa = ctx.kern->isa;
   inner.row_cache_bytes = ctx.row_cache_bytes;
   Tensor kp(DType::f32, {p.B, p.Hkv, p.K, p.D}), vp(DType::f32, {p.B, p.Hkv, p.K, p.Dv});
-  const int64_t items = p.B * p.Hkv;
-  parallel_for(items, resolve_threads(ctx.threads, items), [&](int64_t item, int) {
+  const int64_t items = p.B * p.Hkv, width = std::max(p.D, p.Dv);
+  const int threads = resolve_threads(ctx.threads, items);
+  std::vector<float> rows(static_cast<size_t>(threads * width));  // one row per thread, sized before the region
+  parallel_for(items, threads, [&](int64_t item, int thread) {
     const int64_t b = item / p.Hkv, h = item % p.Hkv;
-    project(p.E.data(), p.K, p.M, p.kv_len[b], p.k, b, h, reinterpret_cast<float*>(kp.view().ptr(b, h, 0)));
-    project(p.F.data(), p.K, p.M, p.kv_len[b], p.v, b, h, reinterpret_cast<float*>(vp.view().ptr(b, h, 0)));
+    float* row = rows.data() + thread * width;
+    project(p.E.data(), p.K, p.M, p.kv_len[b], p.k, b, h, reinterpret_cast<float*>(kp.view().ptr(b, h, 0)), row);
+    project(p.F.data(), p.K, p.M, p.kv_len[b], p.v, b, h, reinterpret_cast<float*>(vp.view().ptr(b, h, 0)), row);
   });
   Softmax exact;
   exact.scale = p.scale;

@@ -28,12 +28,14 @@ void matmul_tiles(const float* x, int64_t n, const Matrix& w, float* y, int t, c
               packed.data() + b * cols * kTokens);
   });
   std::vector<AlignedFloats> panels(static_cast<size_t>(t)), tiles_out(static_cast<size_t>(t));
+  for (int i = 0; i < t; ++i)  // before the region, which must not allocate
+    panels[static_cast<size_t>(i)].resize(static_cast<size_t>(kRowsOfW * cols)),
+        tiles_out[static_cast<size_t>(i)].resize(static_cast<size_t>(kRowsOfW * kTokens));
   const int64_t blocks = (w.rows + kRowsOfW - 1) / kRowsOfW;
   parallel_for(blocks, t, [&](int64_t b, int thread) {
     const int64_t j0 = b * kRowsOfW, nj = std::min(kRowsOfW, w.rows - j0);
     AlignedFloats& panel = panels[static_cast<size_t>(thread)];
     AlignedFloats& st = tiles_out[static_cast<size_t>(thread)];
-    panel.resize(static_cast<size_t>(kRowsOfW * cols)), st.resize(static_cast<size_t>(kRowsOfW * kTokens));
     const void* const* rows = w.row_ptrs.data() + j0;
     if (w.quant) k.dequantize_rows(rows, *w.quant, nj, cols, panel.data(), cols);
     else

@@ -117,20 +117,24 @@ void run_parts(const DcaProblem& p, const core::Outputs& o, const core::Context&
   std::vector<float> l(static_cast<size_t>(kParts * rows));
   for (size_t r = 0; r < l.size(); ++r)
     l[r] = std::isnan(lse[r]) ? lse[r] : lse[r] == -std::numeric_limits<float>::infinity() ? 0.0f : 1.0f;
-  parallel_for(e.B * e.H, resolve_threads(ctx.threads, e.B * e.H), [&](int64_t item, int) {
+  // Per thread, sized before the region (which must not allocate): a merged row and a top-k heap.
+  const int threads = resolve_threads(ctx.threads, e.B * e.H);
+  const int64_t topk = o.stats ? o.stats->topk() : 0;
+  std::vector<float> rows_of(static_cast<size_t>(threads * e.Dv)), tops_of(static_cast<size_t>(threads * topk));
+  parallel_for(e.B * e.H, threads, [&](int64_t item, int thread) {
     const int64_t b = item / e.H, h = item % e.H;
-    std::vector<float> row(static_cast<size_t>(e.Dv)), top(static_cast<size_t>(o.stats ? o.stats->topk() : 0));
+    float* const row = rows_of.data() + thread * e.Dv;  // written by merge_partials before it is read
+    float* const top = tops_of.data() + thread * topk;  // an empty heap for each row
     for (int64_t i = 0; i < e.N; ++i) {
       const int64_t r = item * e.N + i;
       if (o.stats) {
-        core::RowSummary whole =
-            core::RowSummary::empty(core::RowKind::softmax, static_cast<int32_t>(top.size()), top.data());
+        core::RowSummary whole = core::RowSummary::empty(core::RowKind::softmax, static_cast<int32_t>(topk), top);
         for (const core::StatsSink& part : part_stats) core::merge_into(whole, part.summary(b, h, i));
         o.stats->put(b, h, i, whole);
       }
       const float x = core::merge_partials(kParts, lse + r, l.data() + r, rows, out + r * e.Dv, rows * e.Dv, e.Dv,
-                                           row.data());
-      ctx.kern->from_float(row.data(), o.out->dtype, o.out->strides[3], e.Dv, o.out->ptr(b, h, i));
+                                           row);
+      ctx.kern->from_float(row, o.out->dtype, o.out->strides[3], e.Dv, o.out->ptr(b, h, i));
       if (o.lse) static_cast<float*>(o.lse->data)[o.lse->offset(b, h, i, 0)] = x;
     }
   });

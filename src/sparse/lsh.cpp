@@ -86,55 +86,72 @@ struct Scratch {
   std::vector<float> row;
   Partials part;
   core::LaneStats lanes;
+  LshWork hashing;  // the rounds of the current (batch, head)
+  // [round][position]: each round's chunk of every query and key; [round][lane]: of the lanes
+  std::vector<std::vector<int32_t>> query_chunk, key_chunk, lane_chunk;
+  std::vector<float> qrow, krow, top;  // finish(): a query and key row, a merged top-k heap
+
+  // Every buffer at its largest for p (any batch entry's keys; k: the row statistics' top k, or
+  // 0), before the parallel region: a HeadRun allocates nothing.
+  void reserve(const LshProblem& p, int64_t k) {
+    const int64_t R = p.mech.rounds, keys = std::max<int64_t>(p.M, 1);
+    if (k) {
+      lanes.reserve(k);
+      part.rows.resize(static_cast<size_t>(R * p.N));
+      part.tops.resize(static_cast<size_t>(R * p.N * k));
+    }
+    part.m.resize(static_cast<size_t>(R * p.N));
+    part.l.resize(static_cast<size_t>(R * p.N));
+    part.acc.resize(static_cast<size_t>(R * p.N * p.Dv));
+    kbuf.resize(static_cast<size_t>(keys * p.D));
+    vbuf.resize(static_cast<size_t>(keys * p.Dv));
+    qt.resize(static_cast<size_t>(p.D * L));
+    qrows.resize(static_cast<size_t>(L * p.D));
+    st.resize(static_cast<size_t>(L * L));
+    ot.resize(static_cast<size_t>(p.Dv * L));
+    row.resize(static_cast<size_t>(std::max(p.D, p.Dv)));
+    hashing.reserve(p);
+    query_chunk.assign(static_cast<size_t>(R), std::vector<int32_t>(static_cast<size_t>(p.N)));
+    key_chunk.assign(static_cast<size_t>(R), std::vector<int32_t>(static_cast<size_t>(p.M)));
+    lane_chunk.assign(static_cast<size_t>(R), std::vector<int32_t>(L));
+    qrow.resize(static_cast<size_t>(p.D));
+    krow.resize(static_cast<size_t>(p.D));
+    top.resize(static_cast<size_t>(k));
+  }
 };
 
 // The chunked form for one (batch, query head).
 class HeadRun {
  public:
   HeadRun(const LshProblem& p, const kernels::TileKernels& kern, Scratch& s, int64_t b, int64_t h)
-      : p_(p), kern_(kern), s_(s), b_(b), h_(h), keys_(p.kv_len[b]), rounds_(lsh_rounds(p, b, h)) {
+      : p_(p), kern_(kern), s_(s), b_(b), h_(h), keys_(p.kv_len[b]), rounds_(s.hashing.rounds),
+        query_chunk_(s.query_chunk), key_chunk_(s.key_chunk), lane_chunk_(s.lane_chunk) {
+    lsh_rounds_into(p, b, h, s.hashing);
     // Each round's chunk of every query and key position, for the earlier-round test.
     const int64_t R = p.mech.rounds, C = p.mech.chunk;
-    query_chunk_.resize(static_cast<size_t>(R));
-    key_chunk_.resize(static_cast<size_t>(R));
-    lane_chunk_.resize(static_cast<size_t>(R));
     for (int64_t e = 0; e < R; ++e) {
       const LshRound& round = rounds_[static_cast<size_t>(e)];
       auto& qc = query_chunk_[static_cast<size_t>(e)];
       auto& kc = key_chunk_[static_cast<size_t>(e)];
-      qc.resize(static_cast<size_t>(p.N));
-      kc.resize(static_cast<size_t>(p.M));
       for (int64_t i = 0; i < p.N; ++i) qc[static_cast<size_t>(i)] = static_cast<int32_t>(round.q_rank[static_cast<size_t>(i)] / C);
       for (int64_t j = 0; j < p.M; ++j) {
         const int32_t rank = round.k_rank[static_cast<size_t>(j)];
         kc[static_cast<size_t>(j)] = rank < 0 ? kNoKey : static_cast<int32_t>(rank / C);
       }
-      lane_chunk_[static_cast<size_t>(e)].resize(L);
     }
   }
 
   void run(const core::Outputs& o) {
     const int64_t R = p_.mech.rounds;
-    k_ = o.stats ? o.stats->topk() : 0;
+    k_ = o.stats ? o.stats->topk() : 0;  // the buffers are sized (Scratch::reserve); only reset here
     if (k_) {
-      s_.lanes.reserve(k_);
-      s_.part.rows.resize(static_cast<size_t>(R * p_.N));
-      s_.part.tops.resize(static_cast<size_t>(R * p_.N * k_));
       for (size_t at = 0; at < s_.part.rows.size(); ++at)  // a query no round reaches: no key
         s_.part.rows[at] = core::RowSummary::empty(core::RowKind::softmax, static_cast<int32_t>(k_),
                                                    s_.part.tops.data() + at * static_cast<size_t>(k_));
     }
-    s_.part.m.assign(static_cast<size_t>(R * p_.N), kNegInf);
-    s_.part.l.assign(static_cast<size_t>(R * p_.N), 0.0f);
-    s_.part.acc.resize(static_cast<size_t>(R * p_.N * p_.Dv));
-    s_.kbuf.resize(static_cast<size_t>(std::max<int64_t>(keys_, 1) * p_.D));
-    s_.vbuf.resize(static_cast<size_t>(std::max<int64_t>(keys_, 1) * p_.Dv));
-    s_.qt.resize(static_cast<size_t>(p_.D * L));
-    s_.qrows.resize(static_cast<size_t>(L * p_.D));
+    std::fill(s_.part.m.begin(), s_.part.m.end(), kNegInf);
+    std::fill(s_.part.l.begin(), s_.part.l.end(), 0.0f);
     std::fill(s_.scale.begin(), s_.scale.end(), static_cast<float>(p_.scale));
-    s_.st.resize(static_cast<size_t>(L * L));
-    s_.ot.resize(static_cast<size_t>(p_.Dv * L));
-    s_.row.resize(static_cast<size_t>(std::max(p_.D, p_.Dv)));
     for (int64_t r = 0; r < R; ++r) {
       gather_keys(r);
       for (int64_t t0 = 0; t0 < p_.N; t0 += L) tile(r, t0, std::min(L, p_.N - t0));
@@ -227,7 +244,7 @@ class HeadRun {
   void finish(const core::Outputs& o) {
     const int64_t R = p_.mech.rounds;
     float* row = s_.row.data();
-    std::vector<float> qrow(static_cast<size_t>(p_.D)), krow(static_cast<size_t>(p_.D)), top(static_cast<size_t>(k_));
+    std::vector<float> &qrow = s_.qrow, &krow = s_.krow, &top = s_.top;
     for (int64_t i = 0; i < p_.N; ++i) {
       core::RowSummary whole = core::RowSummary::empty(core::RowKind::softmax, static_cast<int32_t>(k_), top.data());
       for (int64_t r = 0; r < R && k_; ++r) core::merge_into(whole, s_.part.rows[static_cast<size_t>(r * p_.N + i)]);
@@ -256,9 +273,9 @@ class HeadRun {
   const kernels::TileKernels& kern_;
   Scratch& s_;
   int64_t b_, h_, keys_;
-  std::vector<LshRound> rounds_;
-  std::vector<std::vector<int32_t>> query_chunk_, key_chunk_;  // [round][position]
-  std::vector<std::vector<int32_t>> lane_chunk_;  // [0]: this round's; [e + 1]: round e's, per lane
+  const std::vector<LshRound>& rounds_;  // in s_.hashing
+  std::vector<std::vector<int32_t>> &query_chunk_, &key_chunk_;  // [round][position]
+  std::vector<std::vector<int32_t>>& lane_chunk_;  // [0]: this round's; [e + 1]: round e's, per lane
   int64_t k_ = 0;  // top k of the row statistics; 0: none asked for
   int32_t lane_pos_[L];
   uint8_t keep_[L];
@@ -268,6 +285,7 @@ void run_chunked(const LshProblem& p, const core::Outputs& o, const core::Contex
   const int64_t items = p.B * p.H;
   const int threads = resolve_threads(ctx.threads, items);
   std::vector<Scratch> scratch(static_cast<size_t>(threads));
+  for (Scratch& s : scratch) s.reserve(p, o.stats ? o.stats->topk() : 0);
   parallel_for(items, threads, [&](int64_t item, int t) {
     HeadRun(p, *ctx.kern, scratch[static_cast<size_t>(t)], item / p.H, item % p.H).run(o);
   });

@@ -36,6 +36,16 @@ struct LshRound {
 void lsh_hash(const LshProblem& p, const TensorView& x, int64_t b, int64_t h, int64_t count, int32_t* out);
 // The rounds of (b, h): hashing, then a stable counting sort per round.
 std::vector<LshRound> lsh_rounds(const LshProblem& p, int64_t b, int64_t h);
+// The same into reusable buffers: after reserve(p) (before a parallel region), lsh_rounds_into
+// allocates nothing for any (b, h) of p.
+struct LshWork {
+  std::vector<LshRound> rounds;  // the result
+  std::vector<float> row, dot;
+  std::vector<int32_t> qb, kb, cls;
+  std::vector<int64_t> start;
+  void reserve(const LshProblem& p);
+};
+void lsh_rounds_into(const LshProblem& p, int64_t b, int64_t h, LshWork& w);
 // Pairs the pattern allows before the rounds (causal, and not the token itself under shared_qk).
 inline bool lsh_allowed(const LshProblem& p, int64_t i, int64_t j) {
   return (!p.mech.causal || j <= i + p.M - p.N) && !(p.mech.shared_qk && i == j);

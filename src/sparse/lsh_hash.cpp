@@ -9,9 +9,12 @@
 
 namespace attn::sparse {
 
-void lsh_hash(const LshProblem& p, const TensorView& x, int64_t b, int64_t h, int64_t count, int32_t* out) {
+namespace {
+
+// lsh_hash with its scratch: row (D floats) and dot (rounds * half floats).
+void hash_rows(const LshProblem& p, const TensorView& x, int64_t b, int64_t h, int64_t count, int32_t* out,
+               std::vector<float>& row, std::vector<float>& dot) {
   const int64_t rounds = p.mech.rounds, half = p.half, width = rounds * half;
-  std::vector<float> row(static_cast<size_t>(p.D)), dot(static_cast<size_t>(width));
   for (int64_t t = 0; t < count; ++t) {
     if (x.dtype == DType::f32 && x.strides[3] == 1) {
       const auto* src = reinterpret_cast<const float*>(x.ptr(b, h, t));
@@ -38,12 +41,11 @@ void lsh_hash(const LshProblem& p, const TensorView& x, int64_t b, int64_t h, in
   }
 }
 
-namespace {
-
-// Positions [0, n) ordered by class (stable): order[rank] = position, rank_of[position] = rank.
+// Positions [0, n) ordered by class (stable): order[rank] = position, rank_of[position] = rank;
+// start: classes + 1 counters of scratch.
 void counting_sort(const int32_t* cls, int64_t n, int64_t classes, std::vector<int32_t>& order,
-                   std::vector<int32_t>& rank_of) {
-  std::vector<int64_t> start(static_cast<size_t>(classes + 1), 0);
+                   std::vector<int32_t>& rank_of, std::vector<int64_t>& start) {
+  start.assign(static_cast<size_t>(classes + 1), 0);
   for (int64_t t = 0; t < n; ++t) ++start[static_cast<size_t>(cls[t]) + 1];
   for (int64_t c = 0; c < classes; ++c) start[static_cast<size_t>(c + 1)] += start[static_cast<size_t>(c)];
   order.resize(static_cast<size_t>(n));
@@ -56,16 +58,44 @@ void counting_sort(const int32_t* cls, int64_t n, int64_t classes, std::vector<i
 
 }  // namespace
 
+void lsh_hash(const LshProblem& p, const TensorView& x, int64_t b, int64_t h, int64_t count, int32_t* out) {
+  std::vector<float> row(static_cast<size_t>(p.D)), dot(static_cast<size_t>(p.mech.rounds * p.half));
+  hash_rows(p, x, b, h, count, out, row, dot);
+}
+
+// Every buffer at its largest size for p (N queries, at most M valid keys): the assign and resize
+// calls of lsh_rounds_into then stay within capacity.
+void LshWork::reserve(const LshProblem& p) {
+  const int64_t R = p.mech.rounds;
+  row.resize(static_cast<size_t>(p.D));
+  dot.resize(static_cast<size_t>(R * p.half));
+  qb.resize(static_cast<size_t>(R * p.N));
+  kb.reserve(static_cast<size_t>(R * p.M));
+  cls.resize(static_cast<size_t>(std::max(p.N, p.M)));
+  start.reserve(static_cast<size_t>(4 * p.half + 1));  // the queries' classes: 2 x 2 half
+  rounds.resize(static_cast<size_t>(R));
+  for (LshRound& r : rounds) {
+    r.q_order.reserve(static_cast<size_t>(p.N)), r.q_rank.reserve(static_cast<size_t>(p.N));
+    r.k_order.reserve(static_cast<size_t>(p.M)), r.k_rank.reserve(static_cast<size_t>(p.M));
+  }
+}
+
 std::vector<LshRound> lsh_rounds(const LshProblem& p, int64_t b, int64_t h) {
+  LshWork w;
+  w.reserve(p);
+  lsh_rounds_into(p, b, h, w);
+  return std::move(w.rounds);
+}
+
+void lsh_rounds_into(const LshProblem& p, int64_t b, int64_t h, LshWork& w) {
   const int64_t rounds = p.mech.rounds, buckets = 2 * p.half, L = p.kv_len[b];
-  std::vector<int32_t> qb(static_cast<size_t>(rounds * p.N)), kb;
-  lsh_hash(p, p.q, b, h, p.N, qb.data());
+  std::vector<int32_t> &qb = w.qb, &kb = w.kb, &cls = w.cls;
+  hash_rows(p, p.q, b, h, p.N, qb.data(), w.row, w.dot);
   if (!p.mech.shared_qk) {
     kb.resize(static_cast<size_t>(rounds * L));
-    lsh_hash(p, p.k, b, p.kv_head(h), L, kb.data());
+    hash_rows(p, p.k, b, p.kv_head(h), L, kb.data(), w.row, w.dot);
   }
-  std::vector<LshRound> out(static_cast<size_t>(rounds));
-  std::vector<int32_t> cls(static_cast<size_t>(std::max(p.N, L)));
+  std::vector<LshRound>& out = w.rounds;
   for (int64_t r = 0; r < rounds; ++r) {
     LshRound& round = out[static_cast<size_t>(r)];
     const int32_t* q = qb.data() + r * p.N;
@@ -75,10 +105,9 @@ std::vector<LshRound> lsh_rounds(const LshProblem& p, int64_t b, int64_t h) {
     // ranks are exactly the keys' ranks.
     for (int64_t i = 0; i < p.N; ++i)
       cls[static_cast<size_t>(i)] = q[i] + (p.mech.shared_qk && i >= L ? static_cast<int32_t>(buckets) : 0);
-    counting_sort(cls.data(), p.N, 2 * buckets, round.q_order, round.q_rank);
-    counting_sort(p.mech.shared_qk ? q : kb.data() + r * L, L, buckets, round.k_order, round.k_rank);
+    counting_sort(cls.data(), p.N, 2 * buckets, round.q_order, round.q_rank, w.start);
+    counting_sort(p.mech.shared_qk ? q : kb.data() + r * L, L, buckets, round.k_order, round.k_rank, w.start);
   }
-  return out;
 }
 
 }  // namespace attn::sparse

@@ -188,12 +188,21 @@ Coverage Pattern::classify(int64_t p0, int64_t p1, int64_t j0, int64_t j1) const
 }
 
 std::vector<std::pair<int64_t, int64_t>> Pattern::candidates(int64_t p0, int64_t p1, int64_t M) const {
-  std::vector<std::pair<int64_t, int64_t>> iv;
+  std::vector<std::pair<int64_t, int64_t>> iv(16);
+  int64_t n;
+  while ((n = candidates_into(p0, p1, M, iv.data(), static_cast<int64_t>(iv.size()))) < 0) iv.resize(2 * iv.size());
+  iv.resize(static_cast<size_t>(n));
+  return iv;
+}
+
+int64_t Pattern::candidates_into(int64_t p0, int64_t p1, int64_t M, std::pair<int64_t, int64_t>* iv,
+                                 int64_t capacity) const {
+  int64_t count = 0;
   const int64_t end = causal ? std::min(M, p1 + 1) : M;
-  if (end <= 0) return iv;
+  if (end <= 0) return 0;
   auto add = [&](int64_t a, int64_t b) {
     a = std::max<int64_t>(a, 0), b = std::min(b, end);
-    if (a < b) iv.emplace_back(a, b);
+    if (a < b && count++ < capacity) iv[count - 1] = {a, b};
   };
   if (band) {
     int64_t a = band->left == kUnbounded ? 0 : p0 - band->left;
@@ -218,13 +227,14 @@ std::vector<std::pair<int64_t, int64_t>> Pattern::candidates(int64_t p0, int64_t
         for (int64_t c : bl.random_of[static_cast<size_t>(a)]) add(c * bl.size, (c + 1) * bl.size);
     }
   }
-  std::sort(iv.begin(), iv.end());
-  std::vector<std::pair<int64_t, int64_t>> merged;
-  for (const auto& [a, b] : iv) {
-    if (!merged.empty() && a <= merged.back().second)
-      merged.back().second = std::max(merged.back().second, b);
+  if (count > capacity) return -1;
+  std::sort(iv, iv + count);
+  int64_t merged = 0;  // in place: iv[0..merged) are the merged intervals so far
+  for (int64_t k = 0; k < count; ++k) {
+    if (merged > 0 && iv[k].first <= iv[merged - 1].second)
+      iv[merged - 1].second = std::max(iv[merged - 1].second, iv[k].second);
     else
-      merged.emplace_back(a, b);
+      iv[merged++] = iv[k];
   }
   return merged;
 }

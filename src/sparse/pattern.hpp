@@ -73,6 +73,9 @@ struct Pattern {
   // Sorted, disjoint key intervals [begin, end) within [0, M) outside of which no query in
   // [p0, p1] sees a key.
   std::vector<std::pair<int64_t, int64_t>> candidates(int64_t p0, int64_t p1, int64_t M) const;
+  // The same into out[0..capacity) without allocating (parallel regions): returns how many, or
+  // -1 when they need more than `capacity` slots (out is then scratch).
+  int64_t candidates_into(int64_t p0, int64_t p1, int64_t M, std::pair<int64_t, int64_t>* out, int64_t capacity) const;
   // True when candidates() of a single position are exactly its visible keys (no dilation or
   // stride gaps), so counting can add lengths.
   bool intervals_exact() const { return !band || (band->dilation <= 1 && band->stride == 0); }

@@ -146,6 +146,20 @@ TEST(Pattern, BlockMaskCoversExactlyTheVisiblePairs) {
       }
 }
 
+// candidates_into (no allocation: row_scale calls it inside parallel regions) gives candidates()
+// into the caller's array, and -1 when the array is too small.
+TEST(Pattern, CandidatesIntoIsCandidates) {
+  for (const auto [N, M] : kShapes)
+    for (const auto& [text, p] : all_patterns(N, M))
+      for (int64_t pos = M - N; pos < M; pos += 5) {
+        const auto want = p.candidates(pos, pos + 6, M);
+        std::pair<int64_t, int64_t> got[256];
+        ASSERT_EQ(p.candidates_into(pos, pos + 6, M, got, 256), static_cast<int64_t>(want.size())) << text;
+        for (size_t k = 0; k < want.size(); ++k) EXPECT_EQ(got[k], want[k]) << text << " position " << pos;
+        if (!want.empty()) EXPECT_EQ(p.candidates_into(pos, pos + 6, M, got, 0), -1) << text;
+      }
+}
+
 // What the patterns mean, position by position (N = M, so p = i).
 TEST(Pattern, Meanings) {
   const int64_t n = 100;
