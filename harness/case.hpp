@@ -82,6 +82,14 @@ struct BadCase {
 };
 const std::vector<BadCase>& bad_case_list();
 
+// A family's own cases, kept in its folder (src/<family>/<family>_cases.cpp, compiled into the
+// harness; CMake finds every such file and the list calls its function <family>_cases):
+//   void <family>_cases(FamilyCases& out);
+struct FamilyCases {
+  std::vector<Case> cases;
+  std::vector<BadCase> bad;
+};
+
 // The bench suite's grid for the given values (the list holds it for the defaults).
 std::vector<Case> bench_grid(const std::vector<int64_t>& sizes, const std::vector<int64_t>& dims,
                              const std::vector<std::string>& mechanisms, const std::vector<DType>& dtypes,

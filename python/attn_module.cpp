@@ -352,6 +352,11 @@ NB_MODULE(_attn, m) {
         "Address of the array's first element as the C++ side sees it (zero-copy checks).");
   m.def("info_json", [](const std::string& text, int64_t context) { return attn::info(attn::parse_mechanism(text), context).to_json(); },
         "text"_a, "context"_a, "attn::info(mechanism, context) as JSON.");
+  m.def("family_infos_json", [] {
+        std::vector<std::string> out;
+        for (const attn::MechanismInfo& i : attn::family_infos()) out.push_back(i.to_json());
+        return out;
+      }, "attn::family_infos() as JSON texts.");
   m.def("canonical_mechanism", [](const std::string& s) { return attn::to_string(attn::parse_mechanism(s)); },
         "text"_a, "Parses a mechanism text form and returns its canonical spelling.");
   m.def(

@@ -52,6 +52,9 @@ struct MechanismInfo {
   // (position - sinks) mod `align` (the pattern's chunk) unchanged.
   int64_t lookback = -1, sinks = 0, align = 1;
   std::string state_shape;     // cache == state: the rule, e.g. "(B, H, D, Dv + 1)"
+  // Why which keys a query sees is not fixed by the mechanism (LSH: they follow the hashed
+  // inputs); empty when it is (attn::mask_of draws it).
+  std::string no_key_pattern;
   std::vector<ParamInfo> params;
   std::vector<std::string> forms;   // in priority order
   std::string grammar;              // the text form: kind[:option,...]

@@ -25,6 +25,7 @@
 //   polaformer:power=3              PolaFormer: same- and opposite-sign streams, sharpened by a power
 //   efficient                       efficient attention: softmax of q over features, of k over tokens
 //   gau:bias=0,causal               GAU's relu^2(q.k/sqrt(d) + b)/n weights (quadratic)
+//   qsoftmax:causal                 linear attention with softmax(q) over features, raw keys (the snippet)
 //
 // A family is a struct with `static constexpr std::string_view kind`, an alternative of the
 // Mechanism variant, and a text parser/printer beside its kernels (src/exact/softmax_text.cpp
@@ -54,7 +55,7 @@ struct Softmax {
   double softcap = 0.0;           // > 0: score = cap * tanh(score / cap)
   double dropout = 0.0;           // probability of dropping a weight, in [0, 1)
   uint64_t seed = 0;              // dropout seed
-  // Sparsity patterns (positions p = i + M - N; src/sparse/pattern.hpp has the exact rules):
+  // Sparsity patterns (positions p = i + M - N; src/mask/pattern.hpp has the exact rules):
   int64_t sinks = 0;              // keys j < sinks stay visible to every query (causal still applies)
   int64_t dilation = 1;           // inside the window, only keys with (p - j) mod dilation = 0
   int64_t strided = 0;            // > 0: inside the window, |p - j| <= strided or (p - j) mod strided = 0
@@ -260,8 +261,21 @@ struct Gau {
   bool operator==(const Gau&) const = default;
 };
 
+// The sparse-vs-linear document's linear-attention snippet as written (efficient attention without
+// its key softmax): the query's features softmax-normalised, the keys raw, no denominator,
+//   o_i = scale * sum_f softmax_f(q_i)[f] * sum_j k_j[f] v_j
+// over the keys the query sees (all; causal: j <= i). Its state is S = sum_j k_j v_j^T, (B, H, D,
+// Dv); named param "initial_state" continues a sequence.
+struct QSoftmax {
+  static constexpr std::string_view kind = "qsoftmax";
+  bool causal = false;
+  std::optional<double> scale;    // none: 1 (the snippet has none)
+
+  bool operator==(const QSoftmax&) const = default;
+};
+
 // The families. The model issues append theirs.
-using Mechanism = std::variant<Softmax, Longformer, BigBird, Linformer, Lsh, Dca, Linear, NormAttn, Performer, Sana, PolaFormer, Efficient, Gau>;
+using Mechanism = std::variant<Softmax, Longformer, BigBird, Linformer, Lsh, Dca, Linear, NormAttn, Performer, Sana, PolaFormer, Efficient, Gau, QSoftmax>;
 
 // For exhaustive visits: std::visit(overloaded{[](const Softmax&) {...}, ...}, mechanism).
 template <class... Fs>

@@ -41,7 +41,7 @@ from .tokenizer import Tokenizer
 from . import theory
 from .concentration import effective_keys, entropy, max_weight, sparsity, summarize, topk_mass
 
-__all__ = ["Decoder", "Model", "Tokenizer", "Stats", "theory", "sparsity", "entropy", "max_weight", "topk_mass", "effective_keys", "summarize", "load_model", "smollm2_path", "attention", "attend", "linear_attention", "flash_attn_with_kvcache", "flash_attn_varlen_func", "explain", "rope", "mask_of", "info", "lsh_buckets", "active_isa", "supported_isas", "set_isa",
+__all__ = ["Decoder", "Model", "Tokenizer", "Stats", "theory", "sparsity", "entropy", "max_weight", "topk_mass", "effective_keys", "summarize", "load_model", "smollm2_path", "attention", "attend", "linear_attention", "flash_attn_with_kvcache", "flash_attn_varlen_func", "explain", "rope", "mask_of", "info", "families", "lsh_buckets", "active_isa", "supported_isas", "set_isa",
            "canonical_mechanism"]
 __version__ = "0.1.0"
 
@@ -634,6 +634,13 @@ def info(text: str, context: Optional[int] = None) -> dict:
         d["context"] = None
         d["cache_rows"] = (d["cache_bound"] if d["cache_bound"] >= 0 else None) if d["cache"] == "kv" else 0
     return d
+
+
+def families() -> list:
+    """One :func:`info` dict per mechanism family (its default mechanism), in the order C++ declares
+    them: what ``attn list --json`` prints."""
+    import json
+    return [json.loads(x) for x in _attn.family_infos_json()]
 
 
 def mask_of(mechanism: str, n: int, m: Optional[int] = None) -> np.ndarray:

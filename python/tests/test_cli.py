@@ -137,7 +137,7 @@ def test_cli_mask_writes_what_mask_of_returns(tmp_path):
     assert "#" in p.stdout and "." in p.stdout  # the picture
     bad = subprocess.run([str(cli_path()), "mask", "-m", "linformer", "--n", "4", "--out", str(tmp_path / "x.npy")],
                          capture_output=True, text=True)
-    assert bad.returncode != 0 and "linformer has no key pattern" in bad.stderr
+    assert bad.returncode != 0 and "linformer has no fixed key pattern" in bad.stderr
     assert not (tmp_path / "x.npy").exists()
 
 

@@ -128,7 +128,7 @@ def test_bad_patterns_and_block_masks_name_themselves():
         attn.attend(q, q, q, "softmax:dilation=0")
     with pytest.raises(ValueError, match="bigbird window must be an odd number"):
         attn.mask_of("bigbird:window=2", 8)
-    with pytest.raises(ValueError, match="linformer has no key pattern"):
+    with pytest.raises(ValueError, match="linformer has no fixed key pattern"):
         attn.mask_of("linformer:k=4", 8)
     with pytest.raises(ValueError, match=r"block_mask must be broadcastable to \(B, H, ceil\(N / 4\), ceil\(M / 4\)\)"):
         attn.attend(q, q, q, block_mask=np.ones((3, 3), bool), block_size=(4, 4))

@@ -16,7 +16,7 @@
 #include "core/io_checks.hpp"
 #include "core/kv_rows.hpp"
 #include "core/out_of_memory.hpp"
-#include "positional/rope_tables.hpp"
+#include "rope/rope_tables.hpp"
 
 namespace attn {
 namespace {
@@ -144,7 +144,7 @@ int64_t query_position(const Plan& p, bool per_token, int64_t b, int64_t i) {
 }
 
 void check_rotary(const Plan& p, const RotaryTables& r, bool per_token) {
-  positional::check_rope_tables(p.D, r.cos, r.sin);
+  rope::check_rope_tables(p.D, r.cos, r.sin);
   const int64_t P = r.cos.tokens();
   for (int64_t b = 0; b < p.B; ++b) {
     const int64_t first = std::min(p.before[static_cast<size_t>(b)], query_position(p, per_token, b, 0));

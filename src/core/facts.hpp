@@ -24,6 +24,7 @@ struct Facts {
   // (-1: unbounded); dropped rows keep (position - sinks) mod align.
   int64_t lookback = -1, sinks = 0, align = 1;
   std::string state_shape;         // cache == state: "(B, H, F, Dv + 1)"
+  std::string no_key_pattern;      // why the keys a query sees are not fixed (LSH, Linformer); empty: they are
   std::vector<ParamSpec> params;   // every named parameter the mechanism takes
   // What the params' symbols are for this mechanism ("k" -> "256", "F" -> "D"); B, H, N, M, D
   // and Dv stay symbols, others not listed are free (bound by the first parameter using them).

@@ -59,6 +59,12 @@ std::shared_ptr<const PageTable> checked_block_table(const PagedKv& pg, const Di
 
 }  // namespace
 
+void check_causal_tokens(const Dims& p, const std::string& text) {
+  if (p.N != p.M)
+    fail(kWhere, text + " is causal: each token brings its q, k and v, so N (queries) must equal M (keys), got N = " +
+                     std::to_string(p.N) + ", M = " + std::to_string(p.M) + " (pass earlier tokens as initial_state)");
+}
+
 void refuse_score_options(const AttendOptions& opt, const std::string& kind, const std::string& why) {
   auto refuse = [&](bool given, const char* what) {
     if (given) fail(kWhere, kind + " does not take " + what + " (" + why + ")");

@@ -43,6 +43,10 @@ void check_stats_views(const Dims& d, const RowStatsViews& s);
 // mask_mod, an additive bias or ALiBi slopes is an Error "<kind> does not take <what> (<why>)".
 void refuse_score_options(const AttendOptions& options, const std::string& kind, const std::string& why);
 
+// Causal calls of a recurrent family take as many queries as keys (each token brings q, k, v);
+// else an Error naming N and M.
+void check_causal_tokens(const Dims& p, const std::string& text);
+
 // Shared helpers for family checks.
 std::string dims_text(const TensorView& v);
 void check_view(const TensorView& v, const std::string& name);

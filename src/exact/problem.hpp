@@ -8,7 +8,7 @@
 
 #include "attn/attend.hpp"
 #include "core/io_checks.hpp"
-#include "sparse/pattern.hpp"
+#include "mask/pattern.hpp"
 
 namespace attn::exact {
 
@@ -16,7 +16,7 @@ struct Problem : core::Dims {
   Softmax mech;             // score options (Longformer and BigBird arrive as a Softmax + pattern)
   double base_scale = 1.0;  // resolved user scale or default
   int64_t offset = 0;       // M - N: query i sits at position i + offset (bottom-right alignment)
-  sparse::Pattern pattern;  // which keys each position sees, bounds normalised (src/sparse/)
+  mask::Pattern pattern;  // which keys each position sees, bounds normalised (src/sparse/)
   std::optional<TensorView> mask, bias;  // broadcast dims carry stride 0
   std::optional<TensorView> block_mask;  // (B, H, ceil(N / bq), ceil(M / bk)), broadcast dims stride 0
   int64_t bq = 1, bk = 1;

@@ -18,7 +18,7 @@
 #include "core/kv_rows.hpp"
 #include "core/partial_merge.hpp"
 #include "core/row_stats.hpp"
-#include "sparse/block_mask.hpp"
+#include "mask/block_mask.hpp"
 
 namespace attn::exact {
 namespace {
@@ -70,10 +70,10 @@ struct RowIndex {
 };
 
 // The keys a batch entry visits, in order: the block mask's runs cut at its valid length.
-std::vector<sparse::Run> visited_keys(const Problem& p, const sparse::BlockMask& mask, int64_t b, int64_t& count) {
-  std::vector<sparse::Run> pieces;
+std::vector<mask::Run> visited_keys(const Problem& p, const mask::BlockMask& mask, int64_t b, int64_t& count) {
+  std::vector<mask::Run> pieces;
   count = 0;
-  for (const sparse::Run& r : mask.runs(0)) {
+  for (const mask::Run& r : mask.runs(0)) {
     const int64_t end = std::min(r.end, p.kv_len[b]);
     if (end <= r.begin) continue;
     pieces.push_back({r.begin, end, r.full && !p.has_user_mask()});
@@ -85,14 +85,14 @@ std::vector<sparse::Run> visited_keys(const Problem& p, const sparse::BlockMask&
 // Calls fn(block) for the visited keys [first, last) of `pieces` (counted in visiting order) as
 // blocks of at most kKeyChunk keys, in order (no allocation: it runs inside the parallel region).
 template <class Fn>
-void for_each_block(const std::vector<sparse::Run>& pieces, int64_t first, int64_t last, Fn fn) {
+void for_each_block(const std::vector<mask::Run>& pieces, int64_t first, int64_t last, Fn fn) {
   int64_t pos = 0;  // visiting-order index of the piece's first key
-  for (const sparse::Run& piece : pieces) {
+  for (const mask::Run& piece : pieces) {
     if (pos >= last) break;
     const int64_t len = piece.end - piece.begin;
     const int64_t j1 = piece.begin + std::min(last - pos, len);
     for (int64_t a = piece.begin + std::max<int64_t>(first - pos, 0); a < j1; a += kKeyChunk)
-      fn(sparse::Run{a, std::min(j1, a + kKeyChunk), piece.full});
+      fn(mask::Run{a, std::min(j1, a + kKeyChunk), piece.full});
     pos += len;
   }
 }
@@ -248,8 +248,8 @@ void softmax_rows(const Problem& p, const core::Outputs& o, const core::Context&
   const kernels::TileKernels& kern = *ctx.kern;
   const TensorView& out = *o.out;
   const int64_t R = p.group * p.N;
-  const sparse::BlockMask mask(p.pattern, p.N, p.M, p.offset, p.N, 64);
-  std::vector<std::vector<sparse::Run>> pieces(static_cast<size_t>(p.B));
+  const mask::BlockMask mask(p.pattern, p.N, p.M, p.offset, p.N, 64);
+  std::vector<std::vector<mask::Run>> pieces(static_cast<size_t>(p.B));
   int64_t most = 0;  // visited keys of the busiest batch entry
   for (int64_t b = 0; b < p.B; ++b) {
     int64_t count;
@@ -296,7 +296,7 @@ void softmax_rows(const Problem& p, const core::Outputs& o, const core::Context&
       heads.emplace_back(p, kern, s, b, hk0 + h, &pm[slot * R], &pl[slot * R], &pacc[slot * R * p.Dv], stats);
       heads.back().start(s.q.data() + h * R * p.D);
     }
-    for_each_block(pieces[static_cast<size_t>(b)], c * chunk_len, (c + 1) * chunk_len, [&](const sparse::Run& blk) {
+    for_each_block(pieces[static_cast<size_t>(b)], c * chunk_len, (c + 1) * chunk_len, [&](const mask::Run& blk) {
       for (Chunk& head : heads) head.block(blk.begin, blk.end, blk.full);
     });
   });

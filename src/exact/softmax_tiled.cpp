@@ -22,7 +22,7 @@
 #include "core/kv_rows.hpp"
 #include "core/lane_stats.hpp"
 #include "exact/softmax_rows.hpp"
-#include "sparse/block_mask.hpp"
+#include "mask/block_mask.hpp"
 
 namespace attn::exact {
 namespace {
@@ -96,7 +96,7 @@ struct Scratch {
 
 class Block {
  public:
-  Block(const Problem& p, const sparse::BlockMask& mask, const kernels::TileKernels& kern, Scratch& s, int64_t b,
+  Block(const Problem& p, const mask::BlockMask& mask, const kernels::TileKernels& kern, Scratch& s, int64_t b,
         int64_t h, int64_t i0)
       : p_(p), kern_(kern), s_(s), b_(b), h_(h), hk_(p.kv_head(h)), i0_(i0),
         nq_(std::min<int64_t>(L, p.N - i0)), runs_(mask.runs(i0 / L)), krows_(p.keys(b, hk_)), vrows_(p.values(b, hk_)) {}
@@ -154,7 +154,7 @@ class Block {
   // block mask hides are skipped.
   template <class Fn>
   void for_each_tile(Fn&& fn) const {
-    for (const sparse::Run& r : runs_) {
+    for (const mask::Run& r : runs_) {
       const int64_t end = std::min(r.end, p_.kv_len[b_]);
       const bool full = r.full && !p_.has_user_mask();
       for (int64_t j0 = r.begin; j0 < end;) {
@@ -401,7 +401,7 @@ class Block {
   const kernels::TileKernels& kern_;
   Scratch& s_;
   int64_t b_, h_, hk_, i0_, nq_;
-  std::span<const sparse::Run> runs_;
+  std::span<const mask::Run> runs_;
   core::KvRows krows_, vrows_;
 };
 
@@ -417,7 +417,7 @@ void tiled_blocks(const Problem& p, const core::Outputs& o, const core::Context&
   // exception) can happen inside it.
   std::vector<Scratch> scratch(static_cast<size_t>(nthreads));
   for (Scratch& s : scratch) s.reserve(p, ctx.row_cache_bytes, o.stats ? o.stats->topk() : 0);
-  const sparse::BlockMask mask(p.pattern, p.N, p.M, p.offset, L, kKeyTile);
+  const mask::BlockMask mask(p.pattern, p.N, p.M, p.offset, L, kKeyTile);
   parallel_for(items, nthreads, [&](int64_t item, int tid) {
     Scratch& s = scratch[static_cast<size_t>(tid)];
     const int64_t qb = item % q_blocks, bh = item / q_blocks;

@@ -7,7 +7,7 @@
 #include "core/params.hpp"
 #include "exact/problem.hpp"
 #include "exact/softmax_family.hpp"
-#include "sparse/patterns.hpp"
+#include "mask/patterns.hpp"
 
 namespace attn::exact {
 namespace {
@@ -111,7 +111,7 @@ Problem validate_pattern(const TensorView& q, const TensorView& k, const TensorV
   Softmax scores;
   scores.scale = mech.scale;
   Problem p = validate_scores(q, k, v, scores, to_string(Mechanism{mech}), opt, outs);
-  p.pattern = sparse::pattern_of(mech, p.N, p.M);
+  p.pattern = mask::pattern_of(mech, p.N, p.M);
   return p;
 }
 
@@ -120,7 +120,7 @@ Problem validate_pattern(const TensorView& q, const TensorView& k, const TensorV
 Problem validate_softmax(const TensorView& q, const TensorView& k, const TensorView& v, const Softmax& mech,
                          const AttendOptions& opt, const core::Outputs& outs) {
   Problem p = validate_scores(q, k, v, mech, to_string(Mechanism{mech}), opt, outs);
-  p.pattern = sparse::pattern_of(mech, p.N, p.M);
+  p.pattern = mask::pattern_of(mech, p.N, p.M);
   return p;
 }
 

@@ -1,12 +1,12 @@
 // Which keys a query sees (key padding, the pattern, an optional boolean mask), plus bias and
-// ALiBi. The kernels walk a compiled sparse::BlockMask instead; this is the definition.
+// ALiBi. The kernels walk a compiled mask::BlockMask instead; this is the definition.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
 #include "base/counter_random.hpp"
 #include "exact/problem.hpp"
-#include "sparse/block_mask.hpp"
+#include "mask/block_mask.hpp"
 
 namespace attn::exact {
 
@@ -73,7 +73,7 @@ double Problem::structural_pairs() const {
   double pairs = 0, last = 0;
   for (int64_t b = 0; b < B; ++b) {
     // consecutive batch entries with the same valid length count the same
-    if (b == 0 || kv_len[b] != kv_len[b - 1]) last = sparse::visible_pairs(pattern, N, M, offset, kv_len[b]);
+    if (b == 0 || kv_len[b] != kv_len[b - 1]) last = mask::visible_pairs(pattern, N, M, offset, kv_len[b]);
     pairs += last;
   }
   return pairs * static_cast<double>(H);

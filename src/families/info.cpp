@@ -58,6 +58,7 @@ MechanismInfo info(const Mechanism& mechanism, int64_t context) {
     r.sinks = r.lookback >= 0 ? f.sinks : 0;
     r.align = r.lookback >= 0 ? f.align : 1;
     r.state_shape = f.state_shape;
+    r.no_key_pattern = f.no_key_pattern;
     for (const core::ParamSpec& s : f.params)
       r.params.push_back({s.name, substituted(s.dims, f.symbols), "float32", s.meaning, s.optional, s.generate});
     for (const auto& form : Family::forms()) r.forms.emplace_back(form.name);
@@ -103,6 +104,7 @@ std::string MechanismInfo::to_json() const {
                       {"sinks", sinks},
                       {"align", align},
                       {"state_shape", state_shape},
+                      {"no_key_pattern", no_key_pattern},
                       {"params", names},
                       {"param_specs", params_json},
                       {"forms", forms},

@@ -7,11 +7,12 @@
 #include "core/facts.hpp"
 #include "exact/softmax_family.hpp"
 #include "lowrank/linformer.hpp"
-#include "sparse/lsh.hpp"
-#include "positional/dca.hpp"
-#include "linear/efficient.hpp"
-#include "linear/gau.hpp"
+#include "lsh/lsh.hpp"
+#include "dca/dca.hpp"
+#include "efficient/efficient.hpp"
+#include "gau/gau.hpp"
 #include "linear/linear.hpp"
+#include "qsoftmax/qsoftmax.hpp"
 
 namespace attn::families {
 
@@ -33,15 +34,16 @@ decltype(auto) visit_family(const Mechanism& m, F&& f) {
                         [&](const Longformer& s) { return to_family<exact::SoftmaxFamily>(f, s); },
                         [&](const BigBird& s) { return to_family<exact::SoftmaxFamily>(f, s); },
                         [&](const Linformer& l) { return to_family<lowrank::LinformerFamily>(f, l); },
-                        [&](const Lsh& l) { return to_family<sparse::LshFamily>(f, l); },
-                        [&](const Dca& d) { return to_family<positional::DcaFamily>(f, d); },
+                        [&](const Lsh& l) { return to_family<lsh::LshFamily>(f, l); },
+                        [&](const Dca& d) { return to_family<dca::DcaFamily>(f, d); },
                         [&](const Linear& l) { return to_family<linear::LinearFamily>(f, l); },
                         [&](const NormAttn& l) { return to_family<linear::LinearFamily>(f, l); },
                         [&](const Performer& l) { return to_family<linear::LinearFamily>(f, l); },
                         [&](const Sana& l) { return to_family<linear::LinearFamily>(f, l); },
                         [&](const PolaFormer& l) { return to_family<linear::LinearFamily>(f, l); },
-                        [&](const Efficient& e) { return to_family<linear::EfficientFamily>(f, e); },
-                        [&](const Gau& g) { return to_family<linear::GauFamily>(f, g); },
+                        [&](const Efficient& e) { return to_family<efficient::EfficientFamily>(f, e); },
+                        [&](const Gau& g) { return to_family<gau::GauFamily>(f, g); },
+                        [&](const QSoftmax& m) { return to_family<qsoftmax::QSoftmaxFamily>(f, m); },
                     },
                     m);
 }

@@ -23,7 +23,7 @@ LinearProblem validate_kernel(const TensorView& q, const TensorView& k, const Te
   p.mech = core;
   p.text = text;
   core::refuse_score_options(opt, kind, "its weights are phi(q).phi(k), not a score matrix");
-  if (core.causal) check_causal_tokens(p, text);
+  if (core.causal) core::check_causal_tokens(p, text);
   if (core.chunk < 1 || core.chunk > 4096)
     fail(kWhere, kind + " chunk must be in [1, 4096], got " + std::to_string(core.chunk));
   if (core.scale) core::check_positive_float32(*core.scale, "scale");
@@ -92,11 +92,6 @@ std::vector<double> performer_omega(int64_t F, int64_t D, uint64_t seed) {
   return omega;
 }
 
-void check_causal_tokens(const core::Dims& p, const std::string& text) {
-  if (p.N != p.M)
-    fail(kWhere, text + " is causal: each token brings its q, k and v, so N (queries) must equal M (keys), got N = " +
-                     std::to_string(p.N) + ", M = " + std::to_string(p.M) + " (pass earlier tokens as initial_state)");
-}
 
 bool LinearProblem::decays() const {
   for (double d : decay)

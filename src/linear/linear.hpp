@@ -73,9 +73,6 @@ struct LinearFamily {
   static std::array<int64_t, 4> state_shape(const Problem& p);
 };
 
-// Causal calls of a recurrent family take as many queries as keys (each token brings q, k, v);
-// else an Error naming N and M.
-void check_causal_tokens(const core::Dims& p, const std::string& text);
 
 // PolaFormer's stream s of a whole problem: F = 2 D, the value, output and state columns of its
 // half (views into the caller's arrays, no copies).

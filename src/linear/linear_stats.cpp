@@ -3,7 +3,7 @@
 // its entropy, max or top k, nor sum |w| for signed maps: those need the row itself. So this pass
 // makes the weights again, 64 queries x 64 keys at a time,
 //   w_ij = scale phi(q_i) . phi(k_j) decay^(pos_i - j)    over the keys row i may see,
-// one gemm per tile, and streams each tile row into the row's summary (DirectRows). The cost is
+// one gemm per tile, and streams each tile row into the row's summary (core::DirectRows). The cost is
 // that of a quadratic call, O(N M F); the memory one tile per thread, never N x M.
 //
 // The applied weights are w_ij / den_i (normalize) or w_ij. The statistics are scale-free, so only
@@ -21,7 +21,7 @@
 #include "base/aligned_buffer.hpp"
 #include "base/parallel.hpp"
 #include "core/row_stats.hpp"
-#include "linear/direct_rows.hpp"
+#include "core/direct_rows.hpp"
 #include "linear/head_state.hpp"
 
 namespace attn::linear {
@@ -130,7 +130,7 @@ void linear_row_stats(const LinearProblem& p, const core::Outputs& o, const core
     streams = {p};
   const int threads = resolve_threads(ctx.threads, items);
   std::vector<BlockWeights> weights;
-  std::vector<DirectRows> summaries;
+  std::vector<core::DirectRows> summaries;
   weights.reserve(static_cast<size_t>(threads));
   summaries.reserve(static_cast<size_t>(threads));
   for (int t = 0; t < threads; ++t) weights.emplace_back(kern, p, streams), summaries.emplace_back(kern, o.stats->topk());
@@ -138,7 +138,7 @@ void linear_row_stats(const LinearProblem& p, const core::Outputs& o, const core
     const int64_t b = item / (p.H * blocks), h = item / blocks % p.H, i0 = item % blocks * kT;
     BlockWeights& w = weights[static_cast<size_t>(thread)];
     w.start(b, h, i0);
-    DirectRows& rows = summaries[static_cast<size_t>(thread)];
+    core::DirectRows& rows = summaries[static_cast<size_t>(thread)];
     rows.start();
     const int64_t nq = w.rows(), end = w.end();
     double den[2][kT];

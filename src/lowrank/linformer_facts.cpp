@@ -10,6 +10,7 @@ namespace attn::lowrank {
 core::Facts LinformerFamily::facts(const Linformer& m) {
   core::Facts f;
   f.cache = CacheKind::none;
+  f.no_key_pattern = "it attends to k projected rows, not to the keys";
   // Both given, or both drawn N(0, 1/k) from the seed.
   const std::string drawn = "normal:" + std::to_string(1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(m.k, 1))));
   f.params = {{"E", {"k", "M"}, "key projection along the sequence, K' = E K", true, drawn},

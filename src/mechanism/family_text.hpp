@@ -53,4 +53,7 @@ void write_options(OptionWriter& w, const Efficient& m);
 void read_options(OptionReader& r, Gau& m);
 void write_options(OptionWriter& w, const Gau& m);
 
+void read_options(OptionReader& r, QSoftmax& m);
+void write_options(OptionWriter& w, const QSoftmax& m);
+
 }  // namespace attn::mechanism

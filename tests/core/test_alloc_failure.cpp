@@ -221,6 +221,8 @@ const std::vector<Case>& cases() {
       {"efficient:causal", "recurrent", 100, 100},
       {"gau:causal", "tiled", 100, 100},
       {"gau", "tiled", 100, 100},
+      {"qsoftmax", "right", 100, 90},
+      {"qsoftmax:causal", "recurrent", 100, 100},
   };
   return list;
 }

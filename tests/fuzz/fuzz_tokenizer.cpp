@@ -6,8 +6,8 @@
 
 #include "attn/error.hpp"
 #include "attn/tokenizer.hpp"
-#include "model/byte_level.hpp"
-#include "model/chat_template.hpp"
+#include "tokenizer/byte_level.hpp"
+#include "tokenizer/chat_template.hpp"
 
 namespace {
 
@@ -17,7 +17,7 @@ const attn::Tokenizer& tokenizer() {
     v.tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<x>", "<x>y"};
     v.types = {3, 3, 3, 4, 3};
     for (int b = 0; b < 256; ++b)
-      v.tokens.push_back(attn::model::utf8_of(attn::model::byte_to_char(static_cast<uint8_t>(b)))), v.types.push_back(1);
+      v.tokens.push_back(attn::tokenizer::utf8_of(attn::tokenizer::byte_to_char(static_cast<uint8_t>(b)))), v.types.push_back(1);
     for (const char* m : {"Ġ t", "h e", "Ġt he", "i n", "Ġ a", "e r", "Ġ Ġ", "ĠĠ ĠĠ", "1 2", "Ã ©", "< |", "a a", "aa aa"}) {
       const std::string s = m;
       v.tokens.push_back(s.substr(0, s.find(' ')) + s.substr(s.find(' ') + 1)), v.types.push_back(1);
@@ -38,7 +38,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (ids.size() > text.size() || t.decode(ids) != text) __builtin_trap();
   }
   try {
-    const auto chat = attn::model::ChatTemplate::parse(text, "fuzz");
+    const auto chat = attn::tokenizer::ChatTemplate::parse(text, "fuzz");
     (void)chat.render({{"user", "hi"}, {"assistant", "ok"}}, true);
   } catch (const attn::Error&) {
   }

@@ -1,0 +1,20 @@
+// What the snippet's linear attention is (core/facts.hpp): a state S (D x Dv) per head instead of
+// K/V rows; the state may be passed in.
+#include "qsoftmax/qsoftmax.hpp"
+
+namespace attn::qsoftmax {
+
+core::Facts QSoftmaxFamily::facts(const QSoftmax& m) {
+  core::Facts f;
+  f.causal = m.causal;
+  f.can_be_causal = true;
+  f.position_mask = m.causal;
+  f.cache = CacheKind::state;
+  f.state_shape = "(B, H, D, Dv)";
+  f.params = {{"initial_state", {"B", "H", "D", "Dv"}, "the state S a previous call returned as final_state", true,
+               "state"}};
+  f.limits = {"causal: N == M (each token brings q, k, v)", "no masks but key padding", "scale > 0"};
+  return f;
+}
+
+}  // namespace attn::qsoftmax
