@@ -1,6 +1,8 @@
-// attn._attn: a thin nanobind layer over attn::attend_into. Arrays arrive through DLPack /
-// the buffer protocol as views (no copy); the Python side allocates outputs with the same
-// framework as the inputs. The GIL is released while kernels run.
+// attn._attn: a thin nanobind layer over attn::attend. Arrays arrive through DLPack / the buffer
+// protocol as views (no copy); each call takes one options object (_attn.Options, attn's
+// AttendOptions by field name); C++ validates, allocates the outputs and hands them to Python
+// without a copy, as NumPy arrays or torch tensors like the inputs. The GIL is released while
+// kernels run.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
@@ -8,6 +10,8 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
+
+#include <limits>
 
 #include "attn/attn.hpp"
 #include "attn/info.hpp"
@@ -88,87 +92,149 @@ attn::ArrayView array_view(const Array& a, const std::string& name) {
   return v;
 }
 
-// Everything but the outputs: the views and options one call needs.
+// ---- one options object per call ----------------------------------------------------------------
+// _attn.Options: attn::AttendOptions with Python's types (arrays as views, text names), filled by
+// field name on the Python side. Ranges and names are checked by C++ (attend's validation), once.
+struct Options {
+  std::string layout = "bnhd";        // q/k/v (and out) are (B, N, H, D) ("bnhd") or (B, H, N, D)
+  std::vector<int64_t> key_padding_lengths;
+  std::optional<Array> mask;          // bool (B|1, H|1, N, M)
+  std::optional<Array> bias;          // float (B|1, H|1, N, M)
+  std::optional<Array> block_mask;    // bool (B|1, H|1, ceil(N / bq), ceil(M / bk))
+  std::pair<int64_t, int64_t> block_size{128, 128};
+  std::optional<Array> alibi_slopes;  // float32, H or (B, H)
+  std::map<std::string, Array> params;
+  int64_t threads = 0;
+  std::string form;  // empty: the first form that supports the call
+  std::string isa;   // empty: the active kernel set
+  bool return_lse = false, return_probs = false, return_final_state = false, return_stats = false;
+  int64_t stats_topk = 8;
+  bool torch = false;  // outputs as torch tensors (else NumPy arrays)
+};
+
+// KvCacheUpdate with Python's types: the new tokens, rotary tables, cache lengths, block table.
+struct KvUpdate {
+  std::optional<Array> k, v;  // (B, Nnew, Hkv, D|Dv)
+  std::optional<Array> rotary_cos, rotary_sin;  // (positions, rotary_dim / 2)
+  bool rotary_interleaved = true;
+  std::vector<int64_t> cache_seqlens;
+  std::optional<nb::ndarray<const int32_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>> block_table;
+};
+
+// A mechanism built from typed fields (or parsed once from text), passed to attend beside text.
+struct PyMechanism {
+  attn::Mechanism m;
+};
+
+attn::Mechanism mechanism_of(nb::handle h) {
+  if (nb::isinstance<PyMechanism>(h)) return nb::cast<const PyMechanism&>(h).m;
+  if (nb::isinstance<nb::str>(h)) return attn::parse_mechanism(nb::cast<std::string>(h));
+  throw nb::type_error(("mechanism must be a str such as 'softmax:causal', got " +
+                        std::string(nb::type_name(h.type()).c_str())).c_str());
+}
+
+// The C++ int a field is declared as; Python ints arrive as 64-bit integers.
+int to_int(int64_t x, const char* name) {
+  if (x < std::numeric_limits<int>::min() || x > std::numeric_limits<int>::max())
+    throw nb::value_error((std::string(name) + " must fit a 32-bit int, got " + std::to_string(x)).c_str());
+  return static_cast<int>(x);
+}
+
+bool bnhd_of(const std::string& layout) {
+  if (layout != "bnhd" && layout != "bhnd")
+    throw nb::value_error(("layout must be 'bnhd' or 'bhnd', got '" + layout + "'").c_str());
+  return layout == "bnhd";
+}
+
+// The attn::AttendOptions of `o` (views of its arrays, no copies but the ALiBi slopes).
+attn::AttendOptions attend_options(const Options& o) {
+  attn::AttendOptions opt;
+  opt.out_layout = bnhd_of(o.layout) ? attn::Layout::bnhd : attn::Layout::bhnd;
+  opt.threads = to_int(o.threads, "threads");
+  opt.form = o.form;
+  if (!o.isa.empty()) opt.isa = attn::parse_isa(o.isa, "isa");
+  opt.key_padding_lengths = o.key_padding_lengths;
+  if (o.mask) opt.mask = mask_view(*o.mask, "attn_mask", true);
+  if (o.bias) opt.bias = mask_view(*o.bias, "bias", false);
+  if (o.block_mask) opt.block_mask = mask_view(*o.block_mask, "block_mask", true);
+  opt.block_size = o.block_size;
+  opt.alibi_slopes = floats(o.alibi_slopes, "alibi_slopes");
+  for (const auto& [name, a] : o.params) opt.params[name] = array_view(a, name);
+  opt.return_lse = o.return_lse;
+  opt.return_probs = o.return_probs;
+  opt.return_final_state = o.return_final_state;
+  opt.return_stats = o.return_stats;
+  opt.stats_topk = o.stats_topk;
+  return opt;
+}
+
+// Everything one call needs: the views, the mechanism and the options.
 struct Call {
   attn::TensorView q, k, v;
   attn::Mechanism mech;
   attn::AttendOptions opt;
-  bool bnhd = true;
 };
 
-Call make_call(const Array& q, const Array& k, const Array& v, const std::string& mechanism, const std::string& layout,
-               std::vector<int64_t> key_padding_lengths, std::optional<Array> mask, std::optional<Array> bias,
-               std::optional<Array> alibi_slopes, std::optional<Array> block_mask, std::pair<int64_t, int64_t> block_size,
-               const std::map<std::string, Array>& params, int threads, const std::string& form, const std::string& isa) {
-  if (layout != "bnhd" && layout != "bhnd")
-    throw nb::value_error(("layout must be 'bnhd' or 'bhnd', got '" + layout + "'").c_str());
+Call make_call(const Array& q, const Array& k, const Array& v, nb::handle mechanism, const Options& o) {
   Call c;
-  c.bnhd = layout == "bnhd";
-  c.mech = attn::parse_mechanism(mechanism);
-  c.opt.threads = threads;
-  c.opt.form = form;
-  if (!isa.empty()) c.opt.isa = attn::parse_isa(isa, "isa");
-  c.opt.key_padding_lengths = std::move(key_padding_lengths);
-  if (mask) c.opt.mask = mask_view(*mask, "attn_mask", true);
-  if (bias) c.opt.bias = mask_view(*bias, "bias", false);
-  if (block_mask) c.opt.block_mask = mask_view(*block_mask, "block_mask", true);
-  c.opt.block_size = block_size;
-  c.opt.alibi_slopes = floats(alibi_slopes, "alibi_slopes");
-  for (const auto& [name, a] : params) c.opt.params[name] = array_view(a, name);
-  c.q = view_of(q, "q", c.bnhd), c.k = view_of(k, "k", c.bnhd), c.v = view_of(v, "v", c.bnhd);
+  c.mech = mechanism_of(mechanism);
+  c.opt = attend_options(o);
+  const bool bnhd = bnhd_of(o.layout);
+  c.q = view_of(q, "q", bnhd), c.k = view_of(k, "k", bnhd), c.v = view_of(v, "v", bnhd);
   return c;
 }
 
-// A (B, H, N) float32 array (lse, a row statistic) as the (B, H, N, 1) view attend takes.
-attn::TensorView row_view(const OutArray& a, const char* name) {
-  if (a.ndim() != 3) throw nb::value_error((std::string(name) + " must have 3 dimensions (B, H, N)").c_str());
-  attn::TensorView t;
-  t.data = a.data();
-  t.dtype = dtype_of(a, name);
-  t.shape = {static_cast<int64_t>(a.shape(0)), static_cast<int64_t>(a.shape(1)), static_cast<int64_t>(a.shape(2)), 1};
-  t.strides = {a.stride(0), a.stride(1), a.stride(2), 1};
-  return t;
-}
-
-void attend_into(const Array& q, const Array& k, const Array& v, const std::string& mechanism, const OutArray& out,
-                 std::optional<OutArray> lse, std::optional<OutArray> probs, const std::string& layout,
-                 std::vector<int64_t> key_padding_lengths, std::optional<Array> mask, std::optional<Array> bias,
-                 std::optional<Array> alibi_slopes, std::optional<Array> block_mask,
-                 std::pair<int64_t, int64_t> block_size, const std::map<std::string, Array>& params, int threads,
-                 const std::string& form, const std::string& isa, std::optional<OutArray> final_state,
-                 std::optional<std::vector<OutArray>> stats, int64_t stats_topk) {
-  Call c = make_call(q, k, v, mechanism, layout, std::move(key_padding_lengths), mask, bias, alibi_slopes,
-                     block_mask, block_size, params, threads, form, isa);
-  const attn::TensorView ov = view_of(out, "out", c.bnhd);
-  std::optional<attn::TensorView> sv;
-  if (final_state) sv = view_of(*final_state, "final_state", false);  // (B, H, F, columns)
-  std::optional<attn::TensorView> lv, pv;
-  if (lse) lv = row_view(*lse, "lse");
-  if (probs) pv = view_of(*probs, "probs", false);
-  std::optional<attn::RowStatsViews> rv;
-  if (stats) {  // sparsity, entropy, max_weight, topk_mass
-    if (stats->size() != 4) throw nb::value_error("stats must be 4 arrays (sparsity, entropy, max_weight, topk_mass)");
-    rv = attn::RowStatsViews{row_view((*stats)[0], "sparsity"), row_view((*stats)[1], "entropy"),
-                             row_view((*stats)[2], "max_weight"), row_view((*stats)[3], "topk_mass")};
-    c.opt.stats_topk = stats_topk;
+nb::dlpack::dtype dlpack_of(attn::DType t) {
+  switch (t) {
+    case attn::DType::f32: return nb::dtype<float>();
+    case attn::DType::f16: return {static_cast<uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};
+    case attn::DType::bf16: return {static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat), 16, 1};
+    case attn::DType::boolean: return {static_cast<uint8_t>(nb::dlpack::dtype_code::Bool), 8, 1};
   }
-  nb::gil_scoped_release release;
-  attn::attend_into(c.q, c.k, c.v, c.mech, c.opt, ov, lv ? &*lv : nullptr, pv ? &*pv : nullptr, sv ? &*sv : nullptr,
-                    rv ? &*rv : nullptr);
+  throw nb::type_error("unexpected output dtype");
 }
 
-std::string explain(const Array& q, const Array& k, const Array& v, const std::string& mechanism,
-                    const std::string& layout, std::vector<int64_t> key_padding_lengths, std::optional<Array> mask,
-                    std::optional<Array> bias, std::optional<Array> alibi_slopes, std::optional<Array> block_mask,
-                    std::pair<int64_t, int64_t> block_size, const std::map<std::string, Array>& params, int threads,
-                    const std::string& form, const std::string& isa, bool return_lse, bool return_probs,
-                    bool return_stats, int64_t stats_topk) {
-  Call c = make_call(q, k, v, mechanism, layout, std::move(key_padding_lengths), mask, bias, alibi_slopes, block_mask,
-                     block_size, params, threads, form, isa);
-  c.opt.return_lse = return_lse;
-  c.opt.return_probs = return_probs;
-  c.opt.return_stats = return_stats;
-  c.opt.stats_topk = stats_topk;
+// A tensor attn allocated, handed to Python without a copy (NumPy array or torch tensor, which
+// frees it): `axes` picks and orders its (B, H, N, D) dims; dims left out must have size 1.
+nb::object to_python(attn::Tensor&& t, std::initializer_list<int> axes, bool torch) {
+  if (!t.defined()) return nb::none();
+  auto* owner = new attn::Tensor(std::move(t));
+  nb::capsule free(owner, [](void* p) noexcept { delete static_cast<attn::Tensor*>(p); });
+  const attn::TensorView& v = owner->view();
+  std::vector<size_t> shape;
+  std::vector<int64_t> strides;
+  for (int a : axes) shape.push_back(static_cast<size_t>(v.shape[a])), strides.push_back(v.strides[a]);
+  if (torch)
+    return nb::ndarray<nb::pytorch, nb::device::cpu>(v.data, shape.size(), shape.data(), free, strides.data(),
+                                                     dlpack_of(v.dtype)).cast();
+  return nb::ndarray<nb::numpy, nb::device::cpu>(v.data, shape.size(), shape.data(), free, strides.data(),
+                                                 dlpack_of(v.dtype)).cast();
+}
+
+// attn::attend: C++ validates, allocates and fills every output. Returns (out, lse, probs,
+// final_state, stats) with None for what was not asked; stats = (sparsity, entropy, max_weight,
+// topk_mass), each (B, H, N).
+nb::tuple attend(const Array& q, const Array& k, const Array& v, nb::handle mechanism, const Options& o) {
+  const Call c = make_call(q, k, v, mechanism, o);
+  attn::AttendResult r;
+  {
+    nb::gil_scoped_release release;
+    r = attn::attend(c.q, c.k, c.v, c.mech, c.opt);
+  }
+  const bool t = o.torch;
+  nb::object stats = nb::none();
+  if (o.return_stats)
+    stats = nb::make_tuple(to_python(std::move(r.sparsity), {0, 1, 2}, t), to_python(std::move(r.entropy), {0, 1, 2}, t),
+                           to_python(std::move(r.max_weight), {0, 1, 2}, t),
+                           to_python(std::move(r.topk_mass), {0, 1, 2}, t));
+  return nb::make_tuple(to_python(std::move(r.out), bnhd_of(o.layout) ? std::initializer_list<int>{0, 2, 1, 3}
+                                                                      : std::initializer_list<int>{0, 1, 2, 3}, t),
+                        to_python(std::move(r.lse), {0, 1, 2}, t), to_python(std::move(r.probs), {0, 1, 2, 3}, t),
+                        to_python(std::move(r.final_state), {0, 1, 2, 3}, t), stats);
+}
+
+std::string explain(const Array& q, const Array& k, const Array& v, nb::handle mechanism, const Options& o) {
+  const Call c = make_call(q, k, v, mechanism, o);
   return attn::explain(c.q, c.k, c.v, c.mech, c.opt).text();
 }
 
@@ -199,68 +265,53 @@ attn::TensorView packed_view(const A& a, const char* name) {
   return v;
 }
 
-// An lse array as a (B, H, N, 1) view: (B, H, N) as given, or (H, total) as (1, H, total).
-attn::TensorView lse_view(const OutArray& a) {
-  attn::TensorView t;
-  t.data = a.data();
-  t.dtype = dtype_of(a, "lse");
-  if (a.ndim() == 3) {
-    t.shape = {static_cast<int64_t>(a.shape(0)), static_cast<int64_t>(a.shape(1)), static_cast<int64_t>(a.shape(2)), 1};
-    t.strides = {a.stride(0), a.stride(1), a.stride(2), 1};
-  } else if (a.ndim() == 2) {
-    t.shape = {1, static_cast<int64_t>(a.shape(0)), static_cast<int64_t>(a.shape(1)), 1};
-    t.strides = {0, a.stride(0), a.stride(1), 1};
-  } else {
-    throw nb::value_error("lse must have 3 dimensions (B, H, N) or 2 (H, total)");
-  }
-  return t;
-}
-
-using BlockTable = nb::ndarray<const int32_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
-
-void kvcache_into(const Array& q, const OutArray& k_cache, const OutArray& v_cache, std::optional<Array> k,
-                  std::optional<Array> v, std::optional<Array> rotary_cos, std::optional<Array> rotary_sin,
-                  bool rotary_interleaved, std::vector<int64_t> cache_seqlens, std::optional<BlockTable> block_table,
-                  const std::string& mechanism, std::optional<Array> alibi_slopes, const OutArray& out,
-                  std::optional<OutArray> lse, int threads) {
-  attn::KvCacheUpdate u;
-  u.cache_seqlens = std::move(cache_seqlens);
-  if (k) u.k = view_of(*k, "k", true);
-  if (v) u.v = view_of(*v, "v", true);
-  if (rotary_cos.has_value() != rotary_sin.has_value())
+// attn::attend_with_kvcache (flash-attn layout): appends the update's k/v to the caches in place,
+// then attends; C++ allocates out (B, N, H, Dv) and lse (B, H, N). Returns (out, lse or None).
+nb::tuple attend_with_kvcache(const Array& q, const OutArray& k_cache, const OutArray& v_cache, const KvUpdate& u,
+                              nb::handle mechanism, const Options& o) {
+  attn::KvCacheUpdate cu;
+  cu.cache_seqlens = u.cache_seqlens;
+  if (u.k.has_value() != u.v.has_value()) throw nb::value_error("give both k and v (the new tokens), or neither");
+  if (u.k) cu.k = view_of(*u.k, "k", true);
+  if (u.v) cu.v = view_of(*u.v, "v", true);
+  if (u.rotary_cos.has_value() != u.rotary_sin.has_value())
     throw nb::value_error("give both rotary_cos and rotary_sin, or neither");
-  if (rotary_cos)
-    u.rotary = attn::RotaryTables{table_view(*rotary_cos, "rotary_cos"), table_view(*rotary_sin, "rotary_sin"),
-                                  rotary_interleaved ? attn::RopeStyle::interleaved : attn::RopeStyle::half};
-  if (block_table) {
-    const auto* p = block_table->data();
-    u.paged = attn::PagedKv{std::vector<int32_t>(p, p + block_table->size()), static_cast<int64_t>(block_table->shape(1)), -1};
+  if (u.rotary_cos)
+    cu.rotary = attn::RotaryTables{table_view(*u.rotary_cos, "rotary_cos"), table_view(*u.rotary_sin, "rotary_sin"),
+                                   u.rotary_interleaved ? attn::RopeStyle::interleaved : attn::RopeStyle::half};
+  if (u.block_table) {
+    const auto* p = u.block_table->data();
+    cu.paged = attn::PagedKv{std::vector<int32_t>(p, p + u.block_table->size()),
+                             static_cast<int64_t>(u.block_table->shape(1)), -1};
   }
-  attn::AttendOptions opt;
-  opt.threads = threads;
-  opt.alibi_slopes = floats(alibi_slopes, "alibi_slopes");
-  const attn::Mechanism mech = attn::parse_mechanism(mechanism);
+  const attn::Mechanism mech = mechanism_of(mechanism);
+  attn::AttendOptions opt = attend_options(o);
+  opt.out_layout = attn::Layout::bnhd;
   const attn::TensorView qv = view_of(q, "q", true), kc = view_of(k_cache, "k_cache", true),
-                         vc = view_of(v_cache, "v_cache", true), ov = view_of(out, "out", true);
-  std::optional<attn::TensorView> lv;
-  if (lse) lv = lse_view(*lse);
-  nb::gil_scoped_release release;
-  attn::attend_with_kvcache_into(qv, kc, vc, u, mech, opt, ov, lv ? &*lv : nullptr);
+                         vc = view_of(v_cache, "v_cache", true);
+  attn::AttendResult r;
+  {
+    nb::gil_scoped_release release;
+    r = attn::attend_with_kvcache(qv, kc, vc, cu, mech, opt);
+  }
+  return nb::make_tuple(to_python(std::move(r.out), {0, 2, 1, 3}, o.torch), to_python(std::move(r.lse), {0, 1, 2}, o.torch));
 }
 
-void varlen_into(const Array& q, const Array& k, const Array& v, std::vector<int64_t> cu_q, std::vector<int64_t> cu_k,
-                 int64_t max_q, int64_t max_k, const std::string& mechanism, std::optional<Array> alibi_slopes,
-                 const OutArray& out, std::optional<OutArray> lse, int threads) {
-  attn::AttendOptions opt;
-  opt.threads = threads;
-  opt.alibi_slopes = floats(alibi_slopes, "alibi_slopes");
-  const attn::Mechanism mech = attn::parse_mechanism(mechanism);
-  const attn::TensorView qv = packed_view(q, "q"), kv = packed_view(k, "k"), vv = packed_view(v, "v"),
-                         ov = packed_view(out, "out");
-  std::optional<attn::TensorView> lv;
-  if (lse) lv = lse_view(*lse);
-  nb::gil_scoped_release release;
-  attn::attend_varlen_into(qv, kv, vv, cu_q, cu_k, max_q, max_k, mech, opt, ov, lv ? &*lv : nullptr);
+// attn::attend_varlen on packed (total, H, D) arrays; C++ allocates out (total_q, H, Dv) and lse
+// (H, total_q). Returns (out, lse or None).
+nb::tuple attend_varlen(const Array& q, const Array& k, const Array& v, const std::vector<int64_t>& cu_q,
+                        const std::vector<int64_t>& cu_k, int64_t max_q, int64_t max_k, nb::handle mechanism,
+                        const Options& o) {
+  const attn::Mechanism mech = mechanism_of(mechanism);
+  attn::AttendOptions opt = attend_options(o);
+  opt.out_layout = attn::Layout::bnhd;  // (1, total, H, Dv): the packed (total, H, Dv)
+  const attn::TensorView qv = packed_view(q, "q"), kv = packed_view(k, "k"), vv = packed_view(v, "v");
+  attn::AttendResult r;
+  {
+    nb::gil_scoped_release release;
+    r = attn::attend_varlen(qv, kv, vv, cu_q, cu_k, max_q, max_k, mech, opt);
+  }
+  return nb::make_tuple(to_python(std::move(r.out), {2, 1, 3}, o.torch), to_python(std::move(r.lse), {1, 2}, o.torch));
 }
 
 void rope_inplace(const OutArray& x, const std::string& layout, int64_t offset, double theta, const std::string& style,
@@ -319,33 +370,89 @@ nb::ndarray<nb::numpy, float> decoder_forward(attn::Decoder& d, const std::vecto
 
 NB_MODULE(_attn, m) {
   m.doc() = "Low-level bindings of the attn C++ library; use the functions of the attn package.";
-  m.def("attend_into", &attend_into, "q"_a, "k"_a, "v"_a, "mechanism"_a, "out"_a, "lse"_a.none(), "probs"_a.none(),
-        "layout"_a, "key_padding_lengths"_a, "mask"_a.none(), "bias"_a.none(), "alibi_slopes"_a.none(),
-        "block_mask"_a.none(), "block_size"_a, "params"_a, "threads"_a, "form"_a, "isa"_a,
-        "final_state"_a.none() = nb::none(), "stats"_a.none() = nb::none(), "stats_topk"_a = 8,
-        "Runs attn::attend_into on caller-allocated outputs (no copies of inputs).");
+  nb::class_<Options>(m, "Options",
+                      "attn::AttendOptions for one call, set by field name (ranges are checked by attend).")
+      .def(nb::init<>())
+      .def_rw("layout", &Options::layout)
+      .def_rw("key_padding_lengths", &Options::key_padding_lengths)
+      .def_rw("mask", &Options::mask)
+      .def_rw("bias", &Options::bias)
+      .def_rw("block_mask", &Options::block_mask)
+      .def_rw("block_size", &Options::block_size)
+      .def_rw("alibi_slopes", &Options::alibi_slopes)
+      .def_rw("params", &Options::params)
+      .def_rw("threads", &Options::threads)
+      .def_rw("form", &Options::form)
+      .def_rw("isa", &Options::isa)
+      .def_rw("return_lse", &Options::return_lse)
+      .def_rw("return_probs", &Options::return_probs)
+      .def_rw("return_final_state", &Options::return_final_state)
+      .def_rw("return_stats", &Options::return_stats)
+      .def_rw("stats_topk", &Options::stats_topk)
+      .def_rw("torch", &Options::torch, "Return torch tensors (else NumPy arrays).");
+  nb::class_<KvUpdate>(m, "KvCacheUpdate", "attn::KvCacheUpdate: new tokens, rotary tables, cache lengths, block table.")
+      .def(nb::init<>())
+      .def_rw("k", &KvUpdate::k)
+      .def_rw("v", &KvUpdate::v)
+      .def_rw("rotary_cos", &KvUpdate::rotary_cos)
+      .def_rw("rotary_sin", &KvUpdate::rotary_sin)
+      .def_rw("rotary_interleaved", &KvUpdate::rotary_interleaved)
+      .def_rw("cache_seqlens", &KvUpdate::cache_seqlens)
+      .def_rw("block_table", &KvUpdate::block_table);
+  nb::class_<PyMechanism>(m, "Mechanism", "An attn::Mechanism, parsed from text or built from typed fields.")
+      .def("__init__", [](PyMechanism* self, const std::string& text) { new (self) PyMechanism{attn::parse_mechanism(text)}; },
+           "text"_a)
+      .def("__str__", [](const PyMechanism& p) { return attn::to_string(p.m); })
+      .def("__repr__", [](const PyMechanism& p) { return "Mechanism('" + attn::to_string(p.m) + "')"; });
+  m.def(
+      "softmax_mechanism",
+      [](bool causal, std::optional<double> scale, std::pair<int64_t, int64_t> window, double softcap, double dropout,
+         uint64_t seed) {
+        attn::Softmax s;
+        s.causal = causal, s.scale = scale, s.window_left = window.first, s.window_right = window.second;
+        s.softcap = softcap, s.dropout = dropout, s.seed = seed;
+        return PyMechanism{s};
+      },
+      nb::kw_only(), "causal"_a, "scale"_a.none(), "window"_a, "softcap"_a, "dropout"_a, "seed"_a,
+      "An attn::Softmax from typed fields (checked by attend, as the text form's values are).");
+  m.def(
+      "linear_mechanism",
+      [](const std::string& map, bool causal, bool normalize, std::optional<double> decay, int64_t chunk,
+         std::optional<double> scale) {
+        attn::Linear l;
+        if (map.find(',') != std::string::npos)
+          throw nb::value_error(("feature_map must be one name such as 'elu', got '" + map + "'").c_str());
+        try {  // the names are the text form's: C++ owns them
+          l.map = std::get<attn::Linear>(attn::parse_mechanism("linear:map=" + map)).map;
+        } catch (const attn::Error& e) {
+          throw nb::value_error((std::string("feature_map: ") + e.what()).c_str());
+        }
+        l.causal = causal, l.normalize = normalize, l.decay = decay, l.chunk = chunk, l.scale = scale;
+        return PyMechanism{l};
+      },
+      nb::kw_only(), "map"_a, "causal"_a, "normalize"_a, "decay"_a.none(), "chunk"_a, "scale"_a.none(),
+      "An attn::Linear from typed fields (checked by attend, as the text form's values are).");
+  m.def("attend", &attend, "q"_a, "k"_a, "v"_a, "mechanism"_a, "options"_a,
+        "attn::attend: validates, allocates and fills the outputs; (out, lse, probs, final_state, stats), None for "
+        "what options did not ask for.");
   m.def(
       "state_shape",
-      [](const Array& q, const Array& k, const Array& v, const std::string& mechanism, const std::string& layout,
-         std::vector<int64_t> key_padding_lengths, const std::map<std::string, Array>& params) {
-        const Call c = make_call(q, k, v, mechanism, layout, std::move(key_padding_lengths), std::nullopt, std::nullopt,
-                                 std::nullopt, std::nullopt, {128, 128}, params, 0, "", "");
+      [](const Array& q, const Array& k, const Array& v, nb::handle mechanism, const Options& o) {
+        const Call c = make_call(q, k, v, mechanism, o);
         const std::array<int64_t, 4> s = attn::state_shape(c.q, c.k, c.v, c.mech, c.opt);
         return std::vector<int64_t>(s.begin(), s.end());
       },
-      "q"_a, "k"_a, "v"_a, "mechanism"_a, "layout"_a, "key_padding_lengths"_a, "params"_a,
+      "q"_a, "k"_a, "v"_a, "mechanism"_a, "options"_a,
       "(B, H, F, columns) of the call's recurrent state (attn::state_shape); zeros without one.");
-  m.def("explain", &explain, "q"_a, "k"_a, "v"_a, "mechanism"_a, "layout"_a, "key_padding_lengths"_a, "mask"_a.none(),
-        "bias"_a.none(), "alibi_slopes"_a.none(), "block_mask"_a.none(), "block_size"_a, "params"_a, "threads"_a,
-        "form"_a, "isa"_a, "return_lse"_a, "return_probs"_a, "return_stats"_a = false, "stats_topk"_a = 8,
+  m.def("explain", &explain, "q"_a, "k"_a, "v"_a, "mechanism"_a, "options"_a,
         "Which form attn::attend would run for this call, and why the others would not.");
-  m.def("kvcache_into", &kvcache_into, "q"_a, "k_cache"_a, "v_cache"_a, "k"_a.none(), "v"_a.none(),
-        "rotary_cos"_a.none(), "rotary_sin"_a.none(), "rotary_interleaved"_a, "cache_seqlens"_a,
-        "block_table"_a.none(), "mechanism"_a, "alibi_slopes"_a.none(), "out"_a, "lse"_a.none(), "threads"_a,
-        "Runs attn::attend_with_kvcache_into: appends k/v to the caches in place, then attends (flash-attn layout).");
-  m.def("varlen_into", &varlen_into, "q"_a, "k"_a, "v"_a, "cu_seqlens_q"_a, "cu_seqlens_k"_a, "max_seqlen_q"_a,
-        "max_seqlen_k"_a, "mechanism"_a, "alibi_slopes"_a.none(), "out"_a, "lse"_a.none(), "threads"_a,
-        "Runs attn::attend_varlen_into on packed (total, H, D) arrays.");
+  m.def("attend_with_kvcache", &attend_with_kvcache, "q"_a, "k_cache"_a, "v_cache"_a, "update"_a, "mechanism"_a,
+        "options"_a,
+        "attn::attend_with_kvcache: appends the new k/v to the caches in place, then attends (flash-attn layout); "
+        "(out, lse or None).");
+  m.def("attend_varlen", &attend_varlen, "q"_a, "k"_a, "v"_a, "cu_seqlens_q"_a, "cu_seqlens_k"_a, "max_seqlen_q"_a,
+        "max_seqlen_k"_a, "mechanism"_a, "options"_a,
+        "attn::attend_varlen on packed (total, H, D) arrays; (out, lse or None).");
   m.def("rope_inplace", &rope_inplace, "x"_a, "layout"_a, "offset"_a, "theta"_a, "style"_a, "rotary_dim"_a,
         "batch_offsets"_a, "Rotates x in place with RoPE (attn::apply_rope).");
   m.def("data_pointer", [](const Array& a) { return reinterpret_cast<uintptr_t>(a.data()); }, "a"_a,
@@ -371,13 +478,11 @@ NB_MODULE(_attn, m) {
       "mechanism"_a, "n"_a, "m"_a, "The (n, m) bool mask the mechanism's key pattern implies (attn::mask_of).");
   m.def(
       "lsh_buckets",
-      [](const Array& q, const Array& k, const std::string& mechanism, const std::string& layout,
-         std::vector<int64_t> key_padding_lengths, const std::map<std::string, Array>& params) {
-        const Call c = make_call(q, k, k, mechanism, layout, std::move(key_padding_lengths), std::nullopt, std::nullopt,
-                                 std::nullopt, std::nullopt, {128, 128}, params, 0, "", "");
+      [](const Array& q, const Array& k, nb::handle mechanism, const Options& o) {
+        const Call c = make_call(q, k, k, mechanism, o);
         const auto* lsh = std::get_if<attn::Lsh>(&c.mech);
         if (!lsh) throw nb::value_error(("lsh_buckets needs an lsh mechanism such as 'lsh:buckets=32', got '" +
-                                         mechanism + "'").c_str());
+                                         attn::to_string(c.mech) + "'").c_str());
         auto* owner = new attn::LshBuckets(attn::lsh_buckets(c.q, c.k, c.k, *lsh, c.opt));
         nb::capsule free(owner, [](void* p) noexcept { delete static_cast<attn::LshBuckets*>(p); });
         using Out = nb::ndarray<nb::numpy, int32_t, nb::ndim<4>>;
@@ -387,7 +492,7 @@ NB_MODULE(_attn, m) {
                                   static_cast<size_t>(owner->rounds), static_cast<size_t>(owner->M)};
         return nb::make_tuple(Out(owner->query.data(), 4, qshape, free), Out(owner->key.data(), 4, kshape, free));
       },
-      "q"_a, "k"_a, "mechanism"_a, "layout"_a, "key_padding_lengths"_a, "params"_a,
+      "q"_a, "k"_a, "mechanism"_a, "options"_a,
       "Reformer's buckets for q and k (attn::lsh_buckets): ((B, H, rounds, N), (B, Hk, rounds, M)) int32.");
   nb::class_<attn::Decoder>(m, "Decoder", "attn::Decoder: a llama-style decoder over attn's mechanisms.")
       .def_static("load", &load_decoder, "path"_a, "threads"_a, "mechanisms"_a.none(),

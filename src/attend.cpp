@@ -87,7 +87,7 @@ AttendResult attend(const TensorView& q, const TensorView& k, const TensorView& 
     // Validated once, before anything is allocated (a head dim of 0 with 2^40 tokens must not
     // allocate); the outputs allocated below have the shapes validation implies.
     const typename Family::Problem p = Family::validate(q, k, v, mech, options, core::Outputs{});
-    r.out = Tensor(q.dtype, {p.B, p.H, p.N, p.Dv}, layout_of(q));
+    r.out = Tensor(q.dtype, {p.B, p.H, p.N, p.Dv}, options.out_layout.value_or(layout_of(q)));
     if (options.return_lse) r.lse = Tensor(DType::f32, {p.B, p.H, p.N, 1});
     if (options.return_probs) r.probs = Tensor(DType::f32, {p.B, p.H, p.N, p.M});
     check_outputs<Family>(p, mechanism, options, core::Outputs{});

@@ -71,6 +71,9 @@ struct AttendOptions {
   // Extra tensors the mechanism declares, by name (score=additive: wq (A, D), wk (A, D),
   // w (A)). A missing or unexpected name is an Error.
   Params params;
+  // attend(), attend_with_kvcache(), attend_varlen(): memory order of the `out` they allocate
+  // (bnhd: (B, N, H, Dv) contiguous, bhnd: (B, H, N, Dv)); none: q's (attend) or bhnd.
+  std::optional<Layout> out_layout;
   bool return_lse = false;    // attend(): allocate and fill AttendResult::lse
   bool return_probs = false;  // attend(): allocate and fill AttendResult::probs
   // attend(): allocate and fill AttendResult::final_state (mechanisms with a recurrent state:

@@ -91,22 +91,6 @@ def _prepare(x: Any, name: str) -> Any:
     raise TypeError(f"{name} must be a numpy.ndarray or torch.Tensor, got {type(x).__name__}")
 
 
-def _empty_like_kind(ref: Any, shape: Sequence[int], dtype: Any = None) -> Any:
-    if _is_torch(ref):
-        import torch
-
-        return torch.empty(tuple(shape), dtype=dtype if dtype is not None else ref.dtype)
-    return np.empty(tuple(shape), dtype=dtype if dtype is not None else ref.dtype)
-
-
-def _float32_of(ref: Any) -> Any:
-    if _is_torch(ref):
-        import torch
-
-        return torch.float32
-    return np.float32
-
-
 def _expand_mask(mask: Any, b: int, h: int, n: int, m: int, name: str, dims: str = "(B, H, N, M)") -> Any:
     """Broadcast a mask/bias to (B, H, N, M) as a zero-copy view (stride 0 on broadcast dims)."""
     mask = _prepare(mask, name)
@@ -122,11 +106,14 @@ def _expand_mask(mask: Any, b: int, h: int, n: int, m: int, name: str, dims: str
                          f"got shape {tuple(mask.shape)}") from None
 
 
-def _integer(x: Any, name: str, lo: int, hi: int) -> int:
-    """A true integer (int or NumPy integer, not bool or float) in [lo, hi]."""
+def _integer(x: Any, name: str, lo: int = -2**63, hi: int = 2**63 - 1) -> int:
+    """A true integer (int or NumPy integer, not bool or float) in [lo, hi]; by default the range of
+    the C++ int64_t it becomes (the limits of a value are C++'s to check, not repeated here)."""
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
         raise TypeError(f"{name} must be an integer, got {x!r} ({type(x).__name__})")
     if not lo <= int(x) <= hi:
+        if (lo, hi) == (-2**63, 2**63 - 1):
+            raise ValueError(f"{name} must be a 64-bit integer, got {int(x)}")
         raise ValueError(f"{name} must be in [{lo}, {hi}], got {int(x)}")
     return int(x)
 
@@ -144,7 +131,15 @@ def _real(x: Any, name: str) -> float:
 
 
 _INT64_MAX = 2**63 - 1
-_MAX_THREADS = 256
+
+
+def _options(**fields: Any) -> Any:
+    """One _attn.Options (attn::AttendOptions by field name); None leaves a field at its default."""
+    o = _attn.Options()
+    for name, x in fields.items():
+        if x is not None:
+            setattr(o, name, x)
+    return o
 
 
 def _as_float32_1d(x: Any, name: str) -> Optional[np.ndarray]:
@@ -157,8 +152,10 @@ def _as_float32_1d(x: Any, name: str) -> Optional[np.ndarray]:
 
 def _call_args(q: Any, k: Any, v: Any, layout: str, attn_mask: Any, key_padding_lengths: Any,
                alibi_slopes: Any, params: Optional[Mapping[str, Any]], additive_weights: Any,
-               form: Optional[str], use_reference: bool, isa: Optional[str], block_mask: Any, block_size: Any):
-    """Validated, zero-copy arguments shared by attend() and explain()."""
+               form: Optional[str], use_reference: bool, isa: Optional[str], block_mask: Any, block_size: Any,
+               **scalars: Any):
+    """(q, k, v, options): zero-copy views and the one _attn.Options shared by attend() and explain().
+    Python converts types (TypeError); ranges, shapes and names are checked by C++ (ValueError)."""
     if not isinstance(layout, str) or layout not in ("bnhd", "bhnd"):
         raise ValueError(f"layout must be 'bnhd' or 'bhnd', got {layout!r}")
     q, k, v = _prepare(q, "q"), _prepare(k, "k"), _prepare(v, "v")
@@ -178,7 +175,7 @@ def _call_args(q: Any, k: Any, v: Any, layout: str, attn_mask: Any, key_padding_
         mask, bias = (full, None) if is_bool else (None, full)
     if not isinstance(block_size, (tuple, list)) or len(block_size) != 2:
         raise ValueError(f"block_size must be (query rows, keys) per block, got {block_size!r}")
-    bq, bk = (_integer(x, f"block_size[{i}]", 1, _INT64_MAX) for i, x in enumerate(block_size))
+    bq, bk = (_integer(x, f"block_size[{i}]", 1) for i, x in enumerate(block_size))  # Python divides by them
     blocks = None
     if block_mask is not None:
         blocks = _expand_mask(block_mask, b, h, -(-n // bq), -(-m // bk), "block_mask",
@@ -199,22 +196,25 @@ def _call_args(q: Any, k: Any, v: Any, layout: str, attn_mask: Any, key_padding_
         if form not in (None, "reference"):
             raise ValueError(f"use_reference=True conflicts with form={form!r}")
         form = "reference"
-    lengths = ([_integer(x, f"key_padding_lengths[{i}]", 0, _INT64_MAX) for i, x in enumerate(key_padding_lengths)]
+    lengths = ([_integer(x, f"key_padding_lengths[{i}]") for i, x in enumerate(key_padding_lengths)]
                if key_padding_lengths is not None else [])
     if form is not None and not isinstance(form, str):
         raise TypeError(f"form must be a str such as 'tiled', got {type(form).__name__}")
     if isa is not None and not isinstance(isa, str):
         raise TypeError(f"isa must be a str such as 'avx2', got {type(isa).__name__}")
-    return (q, k, v, (b, h, n, m), mask, bias, lengths, _as_float32_1d(alibi_slopes, "alibi_slopes"), blocks,
-            (bq, bk), named, form or "", isa or "")
+    opts = _options(layout=layout, key_padding_lengths=lengths, mask=mask, bias=bias,
+                    alibi_slopes=_as_float32_1d(alibi_slopes, "alibi_slopes"), block_mask=blocks, block_size=(bq, bk),
+                    params=named, form=form, isa=isa, torch=_is_torch(q), **scalars)
+    return q, k, v, opts
 
 
-def _check_scalars(mechanism: Any, threads: Any, **flags: Any) -> None:
-    if not isinstance(mechanism, str):
+def _check_scalars(mechanism: Any, threads: Any, stats_topk: Any = 8, **flags: Any) -> dict:
+    """The scalar options as C++ types: threads and stats_topk integers, the flags bools."""
+    if not isinstance(mechanism, (str, _attn.Mechanism)):
         raise TypeError(f"mechanism must be a str such as 'softmax:causal', got {type(mechanism).__name__}")
-    _integer(threads, "threads", 0, _MAX_THREADS)
-    for name, x in flags.items():
-        _flag(x, name)
+    out = {name: _flag(x, name) for name, x in flags.items()}
+    out.pop("use_reference", None)
+    return dict(out, threads=_integer(threads, "threads"), stats_topk=_integer(stats_topk, "stats_topk"))
 
 
 class Stats(NamedTuple):
@@ -295,28 +295,14 @@ def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any
         >>> st.sparsity.shape          # (B, H, N); 1/sqrt(n) = one key, 1 = uniform
         >>> np.exp(st.entropy)         # effective number of keys per row
     """
-    _check_scalars(mechanism, threads, return_lse=return_lse, return_probs=return_probs,
-                   return_final_state=return_final_state, return_stats=return_stats, use_reference=use_reference)
-    _integer(stats_topk, "stats_topk", 1, 1024)
-    q, k, v, (b, h, n, m), mask, bias, lengths, slopes, blocks, bsize, named, form_, isa_ = _call_args(
-        q, k, v, layout, attn_mask, key_padding_lengths, alibi_slopes, {**(params or {}), **named_params},
-        additive_weights, form, use_reference, isa, block_mask, block_size)
-    dv = _dims(v, layout, "v")[3]
-    out = _empty_like_kind(q, (b, n, h, dv) if layout == "bnhd" else (b, h, n, dv))
-    f32 = _float32_of(q)
-    lse = _empty_like_kind(q, (b, h, n), f32) if return_lse else None
-    probs = _empty_like_kind(q, (b, h, n, m), f32) if return_probs else None
-    state = None
-    if return_final_state:
-        shape = _attn.state_shape(q, k, v, mechanism, layout, lengths,  # the shape does not depend on the state
-                                  {n: x for n, x in named.items() if n != "initial_state"})
-        if shape[0] == 0 and b > 0:
-            raise ValueError(f"{mechanism!r} has no recurrent state; do not ask for return_final_state")
-        state = _empty_like_kind(q, tuple(shape), f32)
-    stats = Stats(*(_empty_like_kind(q, (b, h, n), f32) for _ in range(4))) if return_stats else None
-    _attn.attend_into(q, k, v, mechanism, out, lse, probs, layout, lengths, mask, bias, slopes, blocks, bsize, named,
-                      int(threads), form_, isa_, state, list(stats) if stats else None, int(stats_topk))
-    extra = tuple(x for x in (lse, probs, state, stats) if x is not None)
+    scalars = _check_scalars(mechanism, threads, stats_topk, return_lse=return_lse, return_probs=return_probs,
+                             return_final_state=return_final_state, return_stats=return_stats,
+                             use_reference=use_reference)
+    q, k, v, opts = _call_args(q, k, v, layout, attn_mask, key_padding_lengths, alibi_slopes,
+                               {**(params or {}), **named_params}, additive_weights, form, use_reference, isa,
+                               block_mask, block_size, **scalars)
+    out, lse, probs, state, stats = _attn.attend(q, k, v, mechanism, opts)  # C++ allocates every output
+    extra = tuple(x for x in (lse, probs, state, None if stats is None else Stats(*stats)) if x is not None)
     return (out,) + extra if extra else out
 
 
@@ -380,24 +366,21 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v
         out = attn.flash_attn_with_kvcache(q_tok, k_cache, v_cache, k_tok, v_tok,
                                            cache_seqlens=len_prompt, causal=True)  # one token
     """
-    mechanism = _softmax_text(causal, softmax_scale, window_size, softcap)
-    _flag(rotary_interleaved, "rotary_interleaved")
+    mechanism = _softmax_mechanism(causal, softmax_scale, window_size, softcap)
+    update = _attn.KvCacheUpdate()
+    update.rotary_interleaved = _flag(rotary_interleaved, "rotary_interleaved")
     _flag(return_softmax_lse, "return_softmax_lse")
-    _integer(threads, "threads", 0, _MAX_THREADS)
     q = _prepare(q, "q")
     k_cache, v_cache = _prepare(k_cache, "k_cache"), _prepare(v_cache, "v_cache")
     if (k is None) != (v is None):
         raise ValueError("give both k and v (the new tokens), or neither")
     if (rotary_cos is None) != (rotary_sin is None):
         raise ValueError("give both rotary_cos and rotary_sin, or neither")
-    k = _prepare(k, "k") if k is not None else None
-    v = _prepare(v, "v") if v is not None else None
-    rotary_cos = _prepare(rotary_cos, "rotary_cos") if rotary_cos is not None else None
-    rotary_sin = _prepare(rotary_sin, "rotary_sin") if rotary_sin is not None else None
-    b, h, n, _ = _dims(q, "bnhd", "q")
-    dv = _dims(v_cache, "bnhd", "v_cache")[3]
-    seqlens = [] if cache_seqlens is None else _int_list(cache_seqlens, "cache_seqlens", b)
-    table = None
+    for name, x in (("k", k), ("v", v), ("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
+        if x is not None:
+            setattr(update, name, _prepare(x, name))
+    if cache_seqlens is not None:  # an int stands for every sequence of the batch
+        update.cache_seqlens = _int_list(cache_seqlens, "cache_seqlens", int(q.shape[0]) if q.ndim else None)
     if block_table is not None:
         if _is_torch(block_table):
             block_table = block_table.detach().cpu().numpy()
@@ -407,11 +390,10 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v
                             f"{table.dtype} with shape {table.shape}")
         if table.size and (table.min() < -2**31 or table.max() >= 2**31):
             raise ValueError("block_table entries must fit int32")
-        table = np.ascontiguousarray(table, dtype=np.int32)
-    out = _empty_like_kind(q, (b, n, h, dv))
-    lse = _empty_like_kind(q, (b, h, n), _float32_of(q)) if return_softmax_lse else None
-    _attn.kvcache_into(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, bool(rotary_interleaved), seqlens, table,
-                       mechanism, _as_float32_1d(alibi_slopes, "alibi_slopes"), out, lse, int(threads))
+        update.block_table = np.ascontiguousarray(table, dtype=np.int32)
+    opts = _options(alibi_slopes=_as_float32_1d(alibi_slopes, "alibi_slopes"), threads=_integer(threads, "threads"),
+                    return_lse=bool(return_softmax_lse), torch=_is_torch(q))
+    out, lse = _attn.attend_with_kvcache(q, k_cache, v_cache, update, mechanism, opts)  # C++ allocates out, lse
     return (out, lse) if return_softmax_lse else out
 
 
@@ -436,25 +418,15 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     Returns:
         out (total_q, nheads, headdim) like q; (out, lse, None) with return_attn_probs.
     """
-    mechanism = _softmax_text(causal, softmax_scale, window_size, softcap)
+    mechanism = _softmax_mechanism(causal, softmax_scale, window_size, softcap)
     _flag(return_attn_probs, "return_attn_probs")
-    _integer(threads, "threads", 0, _MAX_THREADS)
     q, k, v = _prepare(q, "q"), _prepare(k, "k"), _prepare(v, "v")
-    for x, name in ((q, "q"), (k, "k"), (v, "v")):
-        if getattr(x, "ndim", None) != 3:
-            raise ValueError(f"{name} must have 3 dimensions (total tokens, heads, head_dim), got shape "
-                             f"{tuple(getattr(x, 'shape', ()))}")
     cq, ck = _int_list(cu_seqlens_q, "cu_seqlens_q"), _int_list(cu_seqlens_k, "cu_seqlens_k")
-    total, h, dv = int(q.shape[0]), int(q.shape[1]), int(v.shape[2])
-    out = _empty_like_kind(q, (total, h, dv))
-    lse = _empty_like_kind(q, (h, total), _float32_of(q)) if return_attn_probs else None
-    _attn.varlen_into(q, k, v, cq, ck, _integer(max_seqlen_q, "max_seqlen_q", 0, _INT64_MAX),
-                      _integer(max_seqlen_k, "max_seqlen_k", 0, _INT64_MAX), mechanism,
-                      _as_float32_1d(alibi_slopes, "alibi_slopes"), out, lse, int(threads))
+    opts = _options(alibi_slopes=_as_float32_1d(alibi_slopes, "alibi_slopes"), threads=_integer(threads, "threads"),
+                    return_lse=bool(return_attn_probs), torch=_is_torch(q))
+    out, lse = _attn.attend_varlen(q, k, v, cq, ck, _integer(max_seqlen_q, "max_seqlen_q"),  # C++ allocates out, lse
+                                   _integer(max_seqlen_k, "max_seqlen_k"), mechanism, opts)
     return (out, lse, None) if return_attn_probs else out
-
-
-_FEATURE_MAPS = ("elu", "relu", "identity", "exp", "relu2")
 
 
 def linear_attention(q: Any, k: Any, v: Any, *, feature_map: str = "elu", causal: bool = True,
@@ -493,24 +465,22 @@ def linear_attention(q: Any, k: Any, v: Any, *, feature_map: str = "elu", causal
         o2, state = attn.linear_attention(q[:, 100:], k[:, 100:], v[:, 100:], initial_state=state,
                                           output_final_state=True)   # == one call on all tokens
     """
-    if feature_map not in _FEATURE_MAPS:
-        raise ValueError(f"feature_map must be one of {', '.join(_FEATURE_MAPS)}, got {feature_map!r}")
-    _flag(causal, "causal")
-    _flag(normalize, "normalize")
+    if not isinstance(feature_map, str):
+        raise TypeError(f"feature_map must be a str such as 'elu', got {type(feature_map).__name__}")
     _flag(output_final_state, "output_final_state")
-    opts = [f"map={feature_map}"] + (["causal"] if causal else []) + ([] if normalize else ["normalize=0"])
     params = {}
+    scalar_decay = None
     if decay is not None:
         if not _is_torch(decay) and np.ndim(decay) == 0:
-            opts.append(f"decay={_real(decay, 'decay')!r}")
+            scalar_decay = _real(decay, "decay")
         else:
             params["decay"] = decay
-    opts.append(f"chunk={_integer(chunk_size, 'chunk_size', 1, 4096)}")
-    if scale is not None:
-        opts.append(f"scale={_real(scale, 'scale')!r}")
     if initial_state is not None:
         params["initial_state"] = initial_state
-    res = attend(q, k, v, "linear:" + ",".join(opts), params=params, key_padding_lengths=key_padding_lengths,
+    mechanism = _attn.linear_mechanism(  # typed values, not text; C++ checks the names and ranges
+        map=feature_map, causal=_flag(causal, "causal"), normalize=_flag(normalize, "normalize"), decay=scalar_decay,
+        chunk=_integer(chunk_size, "chunk_size"), scale=None if scale is None else _real(scale, "scale"))
+    res = attend(q, k, v, mechanism, params=params, key_padding_lengths=key_padding_lengths,
                  layout=layout, return_final_state=output_final_state, threads=threads, form=form, isa=isa)
     return (res[0], res[1]) if output_final_state else (res, None)
 
@@ -536,35 +506,25 @@ def explain(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: An
           tiled     chosen  [...]
           reference supported (lower priority)  [...]
     """
-    _check_scalars(mechanism, threads, return_lse=return_lse, return_probs=return_probs, return_stats=return_stats,
-                   use_reference=use_reference)
-    _integer(stats_topk, "stats_topk", 1, 1024)
-    q, k, v, _, mask, bias, lengths, slopes, blocks, bsize, named, form_, isa_ = _call_args(
-        q, k, v, layout, attn_mask, key_padding_lengths, alibi_slopes, {**(params or {}), **named_params},
-        additive_weights, form, use_reference, isa, block_mask, block_size)
-    return _attn.explain(q, k, v, mechanism, layout, lengths, mask, bias, slopes, blocks, bsize, named, int(threads),
-                         form_, isa_, bool(return_lse), bool(return_probs), bool(return_stats), int(stats_topk))
+    scalars = _check_scalars(mechanism, threads, stats_topk, return_lse=return_lse, return_probs=return_probs,
+                             return_stats=return_stats, use_reference=use_reference)
+    q, k, v, opts = _call_args(q, k, v, layout, attn_mask, key_padding_lengths, alibi_slopes,
+                               {**(params or {}), **named_params}, additive_weights, form, use_reference, isa,
+                               block_mask, block_size, **scalars)
+    return _attn.explain(q, k, v, mechanism, opts)
 
 
-def _softmax_text(causal: Any, softmax_scale: Any, window_size: Any, softcap: Any, dropout_p: Any = 0.0,
-                  seed: Any = 0) -> str:
-    """The softmax mechanism text for flash-attn's arguments."""
-    opts = []
-    if _flag(causal, "causal"):
-        opts.append("causal")
-    if softmax_scale is not None:
-        opts.append(f"scale={_real(softmax_scale, 'softmax_scale')!r}")
+def _softmax_mechanism(causal: Any, softmax_scale: Any, window_size: Any, softcap: Any, dropout_p: Any = 0.0,
+                       seed: Any = 0) -> Any:
+    """The softmax mechanism for flash-attn's arguments, built from typed values (C++ checks them)."""
     if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
         raise TypeError(f"window_size must be a pair (left, right), got {window_size!r}")
-    left, right = (_integer(x, f"window_size[{i}]", -2**63, _INT64_MAX) for i, x in enumerate(window_size))
-    if (left, right) != (-1, -1):
-        opts.append(f"window={left}:{right}")
-    if _real(softcap, "softcap"):
-        opts.append(f"softcap={float(softcap)!r}")
-    if _real(dropout_p, "dropout_p"):
-        opts.append(f"dropout={float(dropout_p)!r}")
-        opts.append(f"seed={_integer(seed, 'seed', 0, 2**64 - 1)}")
-    return "softmax" + (":" + ",".join(opts) if opts else "")
+    window = tuple(_integer(x, f"window_size[{i}]") for i, x in enumerate(window_size))
+    return _attn.softmax_mechanism(
+        causal=_flag(causal, "causal"),
+        scale=None if softmax_scale is None else _real(softmax_scale, "softmax_scale"), window=window,
+        softcap=_real(softcap, "softcap"), dropout=_real(dropout_p, "dropout_p"),
+        seed=_integer(seed, "seed", 0, 2**64 - 1))  # an unsigned 64-bit integer in C++
 
 
 def attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_scale: Optional[float] = None,
@@ -608,7 +568,7 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_scale: Op
         >>> out.shape
         (1, 128, 8, 64)
     """
-    mechanism = _softmax_text(causal, softmax_scale, window_size, softcap, dropout_p, seed)
+    mechanism = _softmax_mechanism(causal, softmax_scale, window_size, softcap, dropout_p, seed)
     return attend(q, k, v, mechanism, attn_mask=attn_mask, key_padding_lengths=key_padding_lengths,
                   alibi_slopes=alibi_slopes, layout=layout, return_lse=return_lse,
                   return_probs=return_probs, return_stats=return_stats, stats_topk=stats_topk, threads=threads)
@@ -692,10 +652,10 @@ def lsh_buckets(q: Any, k: Any, mechanism: str = "lsh", *, layout: str = "bnhd",
     if not isinstance(layout, str) or layout not in ("bnhd", "bhnd"):
         raise ValueError(f"layout must be 'bnhd' or 'bhnd', got {layout!r}")
     q, k = _prepare(q, "q"), _prepare(k, "k")
-    lengths = ([_integer(x, f"key_padding_lengths[{i}]", 0, _INT64_MAX) for i, x in enumerate(key_padding_lengths)]
+    lengths = ([_integer(x, f"key_padding_lengths[{i}]") for i, x in enumerate(key_padding_lengths)]
                if key_padding_lengths is not None else [])
     named = {str(n): _prepare(x, f"params[{n!r}]") for n, x in {**(params or {}), **named_params}.items()}
-    return _attn.lsh_buckets(q, k, mechanism, layout, lengths, named)
+    return _attn.lsh_buckets(q, k, mechanism, _options(layout=layout, key_padding_lengths=lengths, params=named))
 
 
 def rope(x: Any, *, offset: int = 0, theta: float = 10000.0, style: str = "half", rotary_dim: Optional[int] = None,

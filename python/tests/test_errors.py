@@ -62,10 +62,13 @@ def _odd_strides(q):
     (lambda q, k, v: attn.attention(q.astype(object), k, v), TypeError, "q must be float32, float16 or bfloat16"),
     (lambda q, k, v: attn.attention(_odd_strides(q), k, v), ValueError,
      "not multiples of its element size 4"),
-    (lambda q, k, v: attn.attention(q, k, v, threads=2**70), ValueError, "threads must be in [0, 256], got"),
-    (lambda q, k, v: attn.attention(q, k, v, threads=100000), ValueError, "threads must be in [0, 256]"),
+    # integers that do not fit the C++ type are Python's to refuse; every range is C++'s
+    (lambda q, k, v: attn.attention(q, k, v, threads=2**70), ValueError,
+     "threads must be a 64-bit integer, got 1180591620717411303424"),
+    (lambda q, k, v: attn.attention(q, k, v, threads=2**40), ValueError, "threads must fit a 32-bit int, got 1099511627776"),
+    (lambda q, k, v: attn.attention(q, k, v, threads=100000), ValueError, "attend: threads must be in [0, 256]"),
     (lambda q, k, v: attn.attention(q, k, v, key_padding_lengths=[2**64, 3]), ValueError,
-     "key_padding_lengths[0] must be in [0, 9223372036854775807]"),
+     "key_padding_lengths[0] must be a 64-bit integer, got 18446744073709551616"),
     (lambda q, k, v: attn.attend(q, k, v, None), TypeError, "mechanism must be a str such as 'softmax:causal', got NoneType"),
     # class 7: no silent coercion
     (lambda q, k, v: attn.attention(q, k, v, window_size=(1.7, 0)), TypeError, "window_size[0] must be an integer, got 1.7"),

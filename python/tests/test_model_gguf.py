@@ -251,7 +251,7 @@ def test_cli_generate_and_chat_with_the_real_model(smollm2, model):
     p = _cli("generate", "--model", smollm2, "--prompt", "What is the capital of France?", "--chat", "--max-tokens", 20)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == model.generate("What is the capital of France?", max_tokens=20, chat=True).strip()
-    assert "prefill" in p.stderr and "decode" in p.stderr and "KV cache 45.0 KiB per token" in p.stderr
+    assert "prefill" in p.stderr and "decode" in p.stderr and "KV 30 layers x 1.5 KiB per token" in p.stderr
     p = _cli("chat", "--model", smollm2, "--max-tokens", 16, "-q", stdin="What is the capital of France?\nAnd of Italy?\n")
     assert p.returncode == 0, p.stderr
     replies = p.stdout.strip().split("\n")

@@ -17,7 +17,7 @@ def test_docstrings_cover_every_argument():
 def test_type_stubs_are_installed():
     pkg = Path(attn.__file__).parent
     stub = (pkg / "_attn.pyi").read_text()
-    assert "def attend_into(" in stub and "def canonical_mechanism(" in stub
+    assert "def attend(" in stub and "class Options" in stub and "def canonical_mechanism(" in stub
     assert (pkg / "py.typed").exists()
 
 

@@ -251,7 +251,7 @@ AttendResult attend_with_kvcache(const TensorView& q, const TensorView& k_cache,
   core::check_view(q, "q");  // before allocating from their shapes
   core::check_view(v_cache, "v_cache");
   AttendResult r;
-  r.out = Tensor(q.dtype, {q.batch(), q.heads(), q.tokens(), v_cache.dim()});
+  r.out = Tensor(q.dtype, {q.batch(), q.heads(), q.tokens(), v_cache.dim()}, options.out_layout.value_or(Layout::bhnd));
   if (options.return_lse) r.lse = Tensor(DType::f32, {q.batch(), q.heads(), q.tokens(), 1});
   attend_with_kvcache_into(q, k_cache, v_cache, update, mechanism, options, r.out.view(),
                            options.return_lse ? &r.lse.view() : nullptr);

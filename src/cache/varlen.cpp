@@ -92,7 +92,7 @@ AttendResult attend_varlen(const TensorView& q, const TensorView& k, const Tenso
   core::check_view(q, "q");
   core::check_view(v, "v");
   AttendResult r;
-  r.out = Tensor(q.dtype, {q.batch(), q.heads(), q.tokens(), v.dim()});
+  r.out = Tensor(q.dtype, {q.batch(), q.heads(), q.tokens(), v.dim()}, opt.out_layout.value_or(Layout::bhnd));
   if (opt.return_lse) r.lse = Tensor(DType::f32, {q.batch(), q.heads(), q.tokens(), 1});
   attend_varlen_into(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k, mech, opt, r.out.view(),
                      opt.return_lse ? &r.lse.view() : nullptr);

@@ -213,7 +213,7 @@ EfficientProblem EfficientFamily::validate(const TensorView& q, const TensorView
   const std::string text = to_string(Mechanism{m});
   core::refuse_score_options(opt, "efficient", "its weights are softmax(q) . softmax_seq(k), not a score matrix");
   if (m.causal) core::check_causal_tokens(p, text);
-  if (outs.wants_probs())
+  if (outs.wants_probs() || opt.return_probs)  // attend() validates before its outputs exist
     fail(kWhere, "return_probs: efficient attention's weights are not returned (its forms and reference keep "
                  "per-feature sums, not a weight row)");
   if (m.scale) core::check_positive_float32(*m.scale, "scale");

@@ -158,7 +158,7 @@ LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, c
   if (v.dim() % 2 != 0 || v.dim() == 0)
     fail(kWhere, "polaformer needs an even value head dim (two streams on its halves), got Dv = " +
                      std::to_string(v.dim()));
-  if (outs.wants_probs())
+  if (outs.wants_probs() || opt.return_probs)  // attend() validates before its outputs exist
     fail(kWhere, "return_probs: polaformer has no single weight matrix (its two streams weigh the keys "
                  "differently, each for half of the value channels)");
   Linear core;

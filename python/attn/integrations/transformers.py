@@ -99,8 +99,7 @@ class AttnBackend:
                 raise TypeError(f"{name} must be True or False, got {flag!r}")
         if isinstance(threads, bool) or not isinstance(threads, int):
             raise TypeError(f"threads must be an integer, got {threads!r}")
-        if threads < 0:
-            raise ValueError(f"threads must be >= 0 (0 = attn's default: all cores), got {threads}")
+        _check_threads(threads)
         self.mechanism = attn.canonical_mechanism(mechanism) if mechanism is not None else None
         self._options = _option_names(self.mechanism) if mechanism is not None else set()
         self._pattern_causal = _pattern_is_causal(self.mechanism) if mechanism is not None else None
@@ -328,6 +327,15 @@ def _pattern_is_causal(mechanism: str) -> Optional[bool]:
     except ValueError:
         return None
     return not bool(np.triu(visible, 1).any())
+
+
+def _check_threads(threads: int) -> None:
+    """Refuses a thread count now rather than at the model's first call, with attn's own check (C++ owns
+    the range): explain() validates a one-token call without running it."""
+    import numpy as np
+
+    one = np.zeros((1, 1, 1, 1), np.float32)
+    attn.explain(one, one, one, threads=threads)
 
 
 def _seed() -> int:
