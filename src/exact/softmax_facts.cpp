@@ -34,7 +34,10 @@ core::Facts SoftmaxFamily::facts(const Softmax& m) {
     int64_t back = -1;
     if (m.window_left >= 0) back = m.window_left;
     if (m.chunk > 0) back = back < 0 ? m.chunk - 1 : std::min(back, m.chunk - 1);
-    if (back >= 0) f.lookback = back, f.sinks = m.sinks, f.align = m.chunk > 0 ? m.chunk : 1;
+    // A bound beyond 2^40 positions bounds nothing a cache could hold (and its sums must not overflow).
+    constexpr int64_t kFar = int64_t{1} << 40;
+    if (back >= 0 && back < kFar && m.sinks >= 0 && m.sinks < kFar && m.chunk < kFar)
+      f.lookback = back, f.sinks = m.sinks, f.align = m.chunk > 0 ? m.chunk : 1;
   }
   f.params = softmax_params(m);
   f.limits = {"scale, softcap > 0 (float32 range)", "dropout in [0, 1)", "entropy_scale > 1",

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attn/error.hpp"
+#include "io/json_limits.hpp"
 #include "base/checked_math.hpp"
 #include "io/mapped_file.hpp"
 
@@ -40,7 +41,7 @@ int64_t json_count(const nlohmann::json& j, const std::string& where, const std:
   if (j.is_number_unsigned() && j.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX))
     return static_cast<int64_t>(j.get<uint64_t>());
   if (j.is_number_integer() && j.get<int64_t>() >= 0) return j.get<int64_t>();
-  fail(where, what + " must be a non-negative integer, got " + j.dump());
+  fail(where, what + " must be a non-negative integer, got " + io::json_excerpt(j));
 }
 
 struct Range {
@@ -79,12 +80,7 @@ SafetensorsFile SafetensorsFile::parse(const uint8_t* data, size_t size, const s
     fail(name, "header length " + std::to_string(header_len) + " runs past the end of the file (" +
                    std::to_string(size - 8) + " bytes follow the length)");
   const auto* header = reinterpret_cast<const char*>(data + 8);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(header, header + header_len);
-  } catch (const nlohmann::json::exception& e) {
-    fail(name, std::string("header is not valid JSON: ") + e.what());
-  }
+  const nlohmann::json j = io::parse_json(header, header + header_len, name, "header is not valid JSON");
   if (!j.is_object()) fail(name, "header must be a JSON object, got " + json_kind(j));
   const int64_t data_start = 8 + static_cast<int64_t>(header_len);
   const int64_t data_size = static_cast<int64_t>(size) - data_start;
@@ -104,7 +100,7 @@ SafetensorsFile SafetensorsFile::parse(const uint8_t* data, size_t size, const s
     for (const char* field : {"dtype", "shape", "data_offsets"})
       if (!entry.contains(field)) fail(where, std::string("has no '") + field + "'");
     SafetensorsTensor t;
-    if (!entry["dtype"].is_string()) fail(where, "dtype must be a string, got " + entry["dtype"].dump());
+    if (!entry["dtype"].is_string()) fail(where, "dtype must be a string, got " + io::json_excerpt(entry["dtype"]));
     t.dtype = entry["dtype"].get<std::string>();
     const int64_t elem = element_size(t.dtype);
     if (elem == 0) fail(where, "has unknown dtype '" + t.dtype + "'");
@@ -117,7 +113,7 @@ SafetensorsFile SafetensorsFile::parse(const uint8_t* data, size_t size, const s
     }
     const auto& off = entry["data_offsets"];
     if (!off.is_array() || off.size() != 2)
-      fail(where, "data_offsets must be [begin, end], got " + off.dump());
+      fail(where, "data_offsets must be [begin, end], got " + io::json_excerpt(off));
     const int64_t begin = json_count(off[0], where, "data_offsets[0]");
     const int64_t end = json_count(off[1], where, "data_offsets[1]");
     if (end < begin) fail(where, "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) + "] end before they begin");

@@ -43,9 +43,12 @@ Pattern pattern_of(const Softmax& m, int64_t N, int64_t M) {
     fail(kWhere, "strided and dilation cannot be combined (strided=S is the union of window S and dilation S), got "
                  "strided=" + str(m.strided) + ", dilation=" + str(m.dilation));
   p.sinks = std::min(m.sinks, M);
-  p.band->dilation = m.dilation;
-  p.band->stride = m.strided;
-  p.band->chunk = m.chunk;
+  // Past every distance (N + M) a dilation, stride or chunk acts as N + M + 1 does: normalised,
+  // like the window, so no index arithmetic sees values near 2^63.
+  const int64_t far = N + M + 1;
+  p.band->dilation = std::min(m.dilation, far);
+  p.band->stride = std::min(m.strided, far);
+  p.band->chunk = std::min(m.chunk, far);
   return p;
 }
 
@@ -54,7 +57,7 @@ Pattern pattern_of(const Longformer& m, int64_t N, int64_t M) {
   p.causal = m.causal;
   p.band = window_band(m.window_left, m.window_right, m.causal, N, M, "longformer window");
   at_least(m.dilation, 1, "longformer dilation", "1 = every key");
-  p.band->dilation = m.dilation;
+  p.band->dilation = std::min(m.dilation, N + M + 1);  // as for softmax's dilation
   if (m.global.size() > (size_t{1} << 20))
     fail(kWhere, "longformer takes at most 2^20 global positions, got " + std::to_string(m.global.size()));
   for (int64_t g : m.global) at_least(g, 0, "longformer global position", "positions count from 0");

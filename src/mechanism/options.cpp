@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <unordered_map>
 
 #include "attn/error.hpp"
 
@@ -63,6 +64,7 @@ T to_integer(std::string_view token, std::string_view value, bool allow_sign) {
 
 OptionReader::OptionReader(std::string_view kind, std::string_view options) : kind_(kind) {
   if (options.empty()) return;
+  std::unordered_map<std::string_view, size_t> seen_at;  // key -> its option: linear in the options
   size_t pos = 0;
   while (true) {
     size_t comma = options.find(',', pos);
@@ -76,10 +78,9 @@ OptionReader::OptionReader(std::string_view kind, std::string_view options) : ki
     o.has_value = eq != std::string_view::npos;
     if (o.has_value) o.value = token.substr(eq + 1);
     if (o.key.empty()) fail(kWhere, "option " + quoted(token) + " has no name");
-    for (const Option& seen : options_)
-      if (seen.key == o.key)
-        fail(kWhere, kind_ + " option " + quoted(o.key) + " is given twice (" + quoted(seen.token) + " and " +
-                         quoted(token) + ")");
+    if (const auto [it, fresh] = seen_at.emplace(o.key, options_.size()); !fresh)
+      fail(kWhere, kind_ + " option " + quoted(o.key) + " is given twice (" + quoted(options_[it->second].token) +
+                       " and " + quoted(token) + ")");
     options_.push_back(o);
     if (comma == options.size()) break;
     pos = comma + 1;

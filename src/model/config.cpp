@@ -5,6 +5,7 @@
 #include "attn/error.hpp"
 #include "attn/model.hpp"
 #include "attn/info.hpp"
+#include "io/json_limits.hpp"
 
 namespace attn {
 namespace {
@@ -97,12 +98,7 @@ std::string DecoderConfig::to_json() const {
 }
 
 DecoderConfig DecoderConfig::from_json(const std::string& text, const std::string& where) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    fail(where, std::string("decoder config is not valid JSON: ") + e.what());
-  }
+  const nlohmann::json j = io::parse_json(text.begin(), text.end(), where, "decoder config is not valid JSON");
   if (!j.is_object()) fail(where, "decoder config must be a JSON object");
   auto field = [&](const nlohmann::json& obj, const char* key, auto fallback, const std::string& ctx) {
     using T = decltype(fallback);
@@ -117,7 +113,7 @@ DecoderConfig DecoderConfig::from_json(const std::string& text, const std::strin
     } else {
       if (v.is_string()) return v.get<std::string>();
     }
-    fail(where, ctx + key + " has the wrong type: " + v.dump());
+    fail(where, ctx + key + " has the wrong type: " + io::json_excerpt(v));
   };
   DecoderConfig c;
   c.vocab_size = field(j, "vocab_size", int64_t{0}, "");

@@ -8,6 +8,7 @@
 #include <iterator>
 
 #include "attn/dtype.hpp"
+#include "attn/model.hpp"
 #include "attn/safetensors.hpp"
 #include "support/expect_error.hpp"
 
@@ -114,6 +115,26 @@ TEST(Safetensors, BadHeadersNameTheProblem) {
   expect_bad(R"({"__metadata__":{"k":1},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8,
              "__metadata__['k'] must be a string, got number");
   expect_bad(R"({"__metadata__":[],"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8, "__metadata__ must be an object");
+}
+
+TEST(Safetensors, HostileJsonIsBoundedInDepthAndInTheMessage) {
+  // 100000 nested arrays: refused while parsing (printing or freeing them would recurse).
+  expect_bad(std::string(100000, '[') + std::string(100000, ']'), 0, "nested deeper than 64 levels");
+  expect_bad(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":)" + std::string(65, '[') +
+                 std::string(65, ']') + "}}",
+             8, "nested deeper than 64 levels");
+  // A huge value in a message is cut.
+  const std::string big = "[" + std::string(100000, '1') + "]";
+  try {
+    const std::vector<uint8_t> img = image(R"({"w":{"dtype":"F32","shape":)" + big + R"(,"data_offsets":[0,8]}})", 8);
+    SafetensorsFile::parse(img.data(), img.size(), "t");
+    ADD_FAILURE() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_LT(std::string(e.what()).size(), 300u) << e.what();
+  }
+  // The decoder config in the metadata: the same bound.
+  expect_error([] { DecoderConfig::from_json(std::string(200, '[') + std::string(200, ']'), "m"); },
+               "nested deeper than 64 levels");
 }
 
 TEST(Safetensors, NonFloatTensorsLoadButAreRefusedForCompute) {

@@ -5,12 +5,15 @@
 // use them against the dense-mask reference.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "support/expect_error.hpp"
+#include "attn/attn.hpp"
 #include "attn/error.hpp"
+#include "harness/inputs.hpp"
 #include "attn/mechanism.hpp"
 #include "mask/block_mask.hpp"
 #include "mask/patterns.hpp"
@@ -227,6 +230,28 @@ TEST(Pattern, BadOptionsNameThemselves) {
   expect("bigbird:window=2", "bigbird window must be an odd number");
   expect("bigbird:block=0", "bigbird block must be >= 1");
   expect("bigbird:block=1,random=2000000", "more than 2^24");
+}
+
+TEST(Pattern, IntegersAtTheTopOfTheRangeActAsThePastEveryDistance) {
+  // dilation, strided, chunk (and Longformer's dilation) of 2^63 - 1 are the same pattern as N + M + 1.
+  const int64_t N = 37, M = 50, far = N + M + 1;
+  const std::string top = std::to_string(INT64_MAX);
+  for (const auto& [huge, small] : std::vector<std::pair<std::string, std::string>>{
+           {"softmax:causal,dilation=" + top, "softmax:causal,dilation=" + std::to_string(far)},
+           {"softmax:strided=" + top, "softmax:strided=" + std::to_string(far)},
+           {"softmax:chunk=" + top + ",sinks=" + top, "softmax:chunk=" + std::to_string(far) + ",sinks=" + std::to_string(M)},
+           {"longformer:window=4:4,dilation=" + top, "longformer:window=4:4,dilation=" + std::to_string(far)}}) {
+    SCOPED_TRACE(huge);
+    const Tensor a = mask_of(parse_mechanism(huge), N, M), b = mask_of(parse_mechanism(small), N, M);
+    EXPECT_EQ(std::memcmp(a.view().data, b.view().data, static_cast<size_t>(N * M)), 0);
+    std::mt19937 rng(3);
+    const harness::Buffer q = harness::random_tensor(rng, DType::f32, 1, 2, N, 8), k = harness::random_tensor(rng, DType::f32, 1, 2, M, 8),
+                          v = harness::random_tensor(rng, DType::f32, 1, 2, M, 8);
+    const Tensor oa = attend(q.view, k.view, v.view, parse_mechanism(huge)).out;
+    const Tensor ob = attend(q.view, k.view, v.view, parse_mechanism(small)).out;
+    EXPECT_EQ(std::memcmp(oa.view().data, ob.view().data, static_cast<size_t>(2 * N * 8) * sizeof(float)), 0);
+    EXPECT_EQ(info(parse_mechanism(huge), 1000).cache_rows, 1000);  // bounds nothing a cache holds
+  }
 }
 
 }  // namespace

@@ -43,6 +43,16 @@ TEST(MechanismText, KindsComeFromTheVariant) {
   EXPECT_EQ(kind_of(parse_mechanism("linformer:k=64")), "linformer");
 }
 
+TEST(MechanismText, ManyOptionsAreCheckedInOnePass) {
+  // 60000 options (the duplicate check is a hash set, not a quadratic scan): the repeat is named.
+  std::string text = "softmax:";
+  for (int i = 0; i < 60000; ++i) text += "o" + std::to_string(i) + "=1,";
+  text += "o7=2";
+  testing::expect_error([&] { parse_mechanism(text); }, "softmax option 'o7' is given twice ('o7=1' and 'o7=2')");
+  text.resize(text.size() - 5);
+  testing::expect_error([&] { parse_mechanism(text); }, "unknown softmax option 'o0=1'");
+}
+
 TEST(MechanismText, RoundTrips) {
   for (const char* text : {"softmax", "softmax:causal", "softmax:causal,scale=0.125,window=-1:0,softcap=30",
                            "softmax:score=additive", "softmax:dropout=0.5,seed=3", "linformer",
