@@ -138,3 +138,14 @@ def test_bad_patterns_and_block_masks_name_themselves():
         attn.attend(q, q, q, block_mask=np.ones((2, 2), bool), block_size=(0, 4))
     with pytest.raises(ValueError, match="n must be"):
         attn.mask_of("softmax", -1)
+
+
+def test_pattern_integers_at_the_top_of_int64_act_as_past_every_distance():
+    """dilation / strided / chunk of 2^63 - 1 (once a crash) equal N + M + 1, in attend and mask_of."""
+    r = np.random.default_rng(5)
+    q, k, v = (r.standard_normal((1, 37, 2, 8)).astype(np.float32) for _ in range(3))
+    top, far = 2**63 - 1, 37 + 37 + 1
+    for opt in ("dilation", "strided", "chunk"):
+        huge, small = f"softmax:causal,{opt}={top}", f"softmax:causal,{opt}={far}"
+        np.testing.assert_array_equal(attn.attend(q, k, v, huge), attn.attend(q, k, v, small))
+        np.testing.assert_array_equal(attn.mask_of(huge, 37), attn.mask_of(small, 37))
