@@ -43,8 +43,9 @@ struct MechanismInfo {
   bool applies_positions = false;  // rotates q and k itself (DCA): a decoder must not apply RoPE
   bool position_mask = false;  // which keys a query sees depends on its position (causal, windows)
   CacheKind cache = CacheKind::none;
-  // Rows of K/V a layer keeps at `context` tokens: all of them, or a bound (window + sinks,
-  // chunk); 0 for a state or no cache.
+  // Rows of K/V a layer needs at `context` tokens: all of them, or a bound (window + sinks + the
+  // query's own row, chunk); 0 for a state or no cache. attn's decoder keeps align - 1 + 32 rows
+  // more (its compaction step and 32 queries per call: Decoder::layer_caches says what it holds).
   int64_t context = 0;
   int64_t cache_rows = 0;
   // The bound's parts (cache == kv): keys a query may see at most `lookback` positions back, plus

@@ -198,7 +198,10 @@ void attend_with_kvcache_into(const TensorView& q, const TensorView& k_cache, co
   if (opt.return_stats) fail(kWhere, "return_stats: row statistics are not returned by cache calls (use attend)");
   const Plan p = check_cache(q, k_cache, v_cache, u, opt);
   // flash-attn rotates q token by token when the mask depends on positions, else all at one.
-  const bool per_token = info(mech).position_mask;
+  const MechanismInfo facts = info(mech);
+  const bool per_token = facts.position_mask;
+  if (u.rotary && facts.applies_positions)
+    fail(kWhere, "rotary_cos/rotary_sin: " + facts.family + " applies RoPE itself (give q and k unrotated, and no tables)");
   if (u.rotary) check_rotary(p, *u.rotary, per_token);
   // Every sequence's attention is validated against the cache as it will be, before any write.
   for (int64_t b = 0; b < p.B; ++b) {

@@ -137,7 +137,13 @@ struct Decoder::Impl {
     const MechanismInfo facts = info(mechanism);
     const LayerMemory& m = memory[i];
     if ((facts.cache == CacheKind::state) != m.state.defined()) return true;
-    if (m.state.defined()) return false;
+    if (m.state.defined()) {  // another state shape (polaformer's, a normaliser column more or less)
+      const DecoderConfig& c = w.config;
+      const auto shape = state_shape(token_major(const_cast<float*>(q.data()), c.heads, 1, c.head_dim),
+                                     token_major(const_cast<float*>(k.data()), w.layers[i].kv_heads, 1, c.head_dim),
+                                     token_major(const_cast<float*>(v.data()), w.layers[i].kv_heads, 1, c.head_dim), mechanism);
+      return shape != m.state.view().shape;
+    }
     const int64_t bound = facts.sinks + facts.lookback + facts.align - 1 + kBoundedSlack;
     const bool want_bounded = facts.lookback >= 0 && !full_caches && bound < w.config.max_seq_len;
     return want_bounded != m.bounded() ||
@@ -333,7 +339,8 @@ void Decoder::set_mechanism(int64_t layer, const Mechanism& mechanism) {
 
 void Decoder::set_full_caches(bool full) {
   Impl& s = *impl_;
-  if (s.pos > 0 && full != s.full_caches) fail(kWhere, "set_full_caches: the context holds tokens: reset() first");
+  if (full == s.full_caches) return;  // nothing changes (a live cache stays as it is)
+  if (s.pos > 0) fail(kWhere, "set_full_caches: the context holds tokens: reset() first");
   s.full_caches = full;
   for (size_t i = 0; i < s.memory.size(); ++i)
     if (!s.memory[i].state.defined()) s.allocate_memory(i);

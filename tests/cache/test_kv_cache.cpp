@@ -300,6 +300,10 @@ TEST(KvCache, FailedCallsLeaveTheCacheAsItWas) {
   std::vector<float> cs(4 * 4, 0.5f);
   u.rotary = RotaryTables{make_view(cs.data(), DType::f32, 1, 1, 4, 4), make_view(cs.data(), DType::f32, 1, 1, 4, 4)};
   testing::expect_error(call(u), "sequence 0 needs rotary positions up to 4, the tables have 4");
+  std::vector<float> long_cs(32 * 4, 0.5f);  // DCA rotates q and k itself: tables would rotate them twice
+  KvCacheUpdate dca = u;
+  dca.rotary = RotaryTables{make_view(long_cs.data(), DType::f32, 1, 1, 32, 4), make_view(long_cs.data(), DType::f32, 1, 1, 32, 4)};
+  testing::expect_error(call(dca, "dca:chunk=8,local=4"), "rotary_cos/rotary_sin: dca applies RoPE itself");
   u.rotary.reset();
   KvCacheUpdate only_k = u;
   only_k.v.reset();

@@ -200,10 +200,27 @@ TEST(Decoder, SwappingToAMechanismWithOtherCacheRowsNeedsPositionZero) {
   expect_error([&] { d.set_mechanism(-1, parse_mechanism("softmax:causal,window=8:0")); }, "reset() first");
   EXPECT_EQ(d.layer_caches()[0].kind, "kv");  // nothing changed
   d.set_mechanism(-1, parse_mechanism("softmax:causal,scale=0.5"));  // the same rows: allowed mid-context
+  d.reset();  // a live cache survives a no-op setting
+  d.forward({1, 2, 3}, 0);
+  const std::vector<float> before = d.forward({4}, 3);
+  d.reset();
+  d.forward({1, 2, 3}, 0);
+  d.set_full_caches(false);
+  EXPECT_EQ(d.forward({4}, 3), before);
+  expect_error([&] { d.set_full_caches(true); }, "reset() first");
   d.reset();
   d.set_mechanism(-1, parse_mechanism("softmax:causal,window=8:0"));
   EXPECT_EQ(d.layer_caches()[1].kind, "kv-bounded");
   EXPECT_EQ(d.layer_caches()[1].rows, 8 + 32);  // the window's 8 rows back, 32 queries at a time
+}
+
+TEST(Decoder, SwappingToAStateOfAnotherShapeReallocatesIt) {
+  // A lightning layer's state (no normaliser) becomes one with a normaliser column: reallocated.
+  Decoder d = Decoder::random(small_config(DecoderConfig::hybrid_layers(2, 1, 1, parse_mechanism("softmax:causal"))), 4);
+  const int64_t before = d.state_bytes();
+  d.set_mechanism(0, parse_mechanism("linear:map=identity,causal"));
+  EXPECT_EQ(d.state_bytes(), before / 12 * 13);  // (12 x 12) -> (12 x 13) per head
+  EXPECT_EQ(d.forward({1, 2, 3}, 0).size(), 97u);
 }
 
 TEST(Decoder, LightningDecaysFollowMiniMaxsFormula) {
