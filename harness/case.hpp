@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attn/attn.hpp"
@@ -88,6 +89,8 @@ const std::vector<BadCase>& bad_case_list();
 struct FamilyCases {
   std::vector<Case> cases;
   std::vector<BadCase> bad;
+  // (label, mechanism): its rows of `attn demo`, run at the demo's size
+  std::vector<std::pair<std::string, std::string>> demo;
 };
 
 // The bench suite's grid for the given values (the list holds it for the defaults).

@@ -90,6 +90,10 @@ std::vector<Case> decode_grid(const std::vector<int64_t>& cache_lengths, const s
   return out;
 }
 
+namespace {
+const FamilyCases& family_cases();  // below: the families' own case files
+}  // namespace
+
 std::vector<Case> demo_cases(int64_t n, int64_t d, int64_t heads) {
   struct Row {
     const char* label;
@@ -144,6 +148,12 @@ std::vector<Case> demo_cases(int64_t n, int64_t d, int64_t heads) {
     if (r.state) c.N = c.M = 1, c.extras.params = {"initial_state"};
     c.suites = kDemo;
     c.seed = 42;
+    out.push_back(c);
+  }
+  for (const auto& [label, mechanism] : family_cases().demo) {
+    Case c;
+    c.label = label, c.mechanism = mechanism, c.suites = kDemo, c.seed = 42;
+    c.B = 1, c.H = c.Hkv = heads, c.N = c.M = n, c.D = c.Dv = d;
     out.push_back(c);
   }
   return out;

@@ -31,6 +31,8 @@ void qsoftmax_cases(FamilyCases& out) {
   top.mechanism = "qsoftmax", top.stats_topk = 100, top.extras.padding = true;
   out.cases.push_back(top);
 
+  out.demo.push_back({"softmax(q) linear attention, raw keys (the snippet)", "qsoftmax:causal"});
+
   Case bad;
   bad.N = 5, bad.M = 6, bad.D = bad.Dv = 8;
   bad.mechanism = "qsoftmax:causal";
