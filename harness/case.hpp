@@ -23,6 +23,8 @@ enum Suite : unsigned { kCheck = 1, kBench = 2, kDecode = 4, kDemo = 8 };
 //   twice_plain: max|fast - ref64| <= 2 * max|plain - ref64| + floor, where `plain` is the
 //     reference algorithm in the storage dtype and floor = 1e-6 * max(1, max|ref|) plus, for
 //     bf16/fp16, the dtype's rounding floor 2 * max|(ref + 0.3 - 0.3) - ref| in that dtype.
+//     For bf16/fp16 also per element: |fast - ref64| - 1e-6 * max(1, max|ref|) <= kHalfUlps (0.6)
+//     units in the last place of the dtype at ref64 (check.hpp).
 //     LSE within 1e-5 (1 + |ref|); probabilities within 2e-6 + 2 |plain - ref|; row statistics
 //     (return_stats) NaN exactly where the reference's are, else within 2 |plain - ref| + 2e-5
 //     (entropy: 2e-5 max(1, log M)), and out and LSE bitwise the same as without statistics.

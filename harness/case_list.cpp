@@ -697,6 +697,24 @@ const FamilyCases& family_cases() {
   return all;
 }
 
+// Every family is checked in every storage dtype: a family whose cases miss one gets its first
+// float32 check case again in that dtype.
+void every_family_in_every_dtype(std::vector<Case>& all) {
+  std::set<std::pair<std::string, DType>> have;
+  for (const Case& c : all)
+    if (c.suites & kCheck) have.insert({c.op(), c.dtype});
+  const size_t n = all.size();
+  for (size_t i = 0; i < n; ++i) {
+    if (!(all[i].suites & kCheck) || all[i].dtype != DType::f32) continue;
+    for (DType dt : {DType::bf16, DType::f16})
+      if (have.insert({all[i].op(), dt}).second) {
+        Case c = all[i];
+        c.dtype = dt, c.suites = kCheck, c.label.clear();
+        all.push_back(c);
+      }
+  }
+}
+
 std::vector<Case> build() {
   std::vector<Case> all;
   softmax_check_cases(all);
@@ -708,6 +726,7 @@ std::vector<Case> build() {
   gau_check_cases(all);
   efficient_check_cases(all);
   for (const Case& c : family_cases().cases) all.push_back(c);
+  every_family_in_every_dtype(all);
   // Bench suite: the foundation's grid (N = M = 1024, 4096; d = 64, 128; softmax and causal;
   // f32 and bf16; 8 heads) and decode against 4096 / 16384 / 65536 cached keys.
   for (Case& c : bench_grid({1024, 4096}, {64, 128}, {"softmax", "softmax:causal"}, {DType::f32, DType::bf16}, 8, 0))

@@ -10,15 +10,30 @@
 namespace attn::harness {
 namespace {
 
-// 1e-6 * max(1, max|ref|), plus for bf16/fp16 the dtype's rounding floor.
+// The float32 floor: 1e-6 * max(1, max|ref|).
+double float32_floor(const core::ReferenceResult& ref) {
+  double max_ref = 0;
+  for (double x : ref.out) max_ref = std::max(max_ref, std::abs(x));
+  return 1e-6 * std::max(1.0, max_ref);
+}
+
+// The float32 floor plus, for bf16/fp16, the dtype's rounding floor.
 double floor_for(DType dt, const core::ReferenceResult& ref) {
-  double max_ref = 0, noise = 0;
+  double noise = 0;
   for (double x : ref.out) {
-    max_ref = std::max(max_ref, std::abs(x));
     const float r = round_to(dt, static_cast<float>(x));
     noise = std::max(noise, std::abs(static_cast<double>(round_to(dt, round_to(dt, r + 0.3f) - 0.3f)) - x));
   }
-  return 1e-6 * std::max(1.0, max_ref) + (dt == DType::f32 ? 0.0 : 2 * noise);
+  return float32_floor(ref) + (dt == DType::f32 ? 0.0 : 2 * noise);
+}
+
+// One unit in the last place of `dt` at |x| (its subnormal spacing below the normal range).
+double ulp_at(DType dt, double x) {
+  const int mantissa = dt == DType::bf16 ? 7 : dt == DType::f16 ? 10 : 23;
+  const int min_exp = dt == DType::f16 ? -14 : -126;  // the smallest normal binade
+  int e = 0;
+  std::frexp(std::abs(x), &e);  // |x| = m 2^e, m in [0.5, 1): the binade is 2^(e-1)
+  return std::ldexp(1.0, std::max(e - 1, min_exp) - mantissa);
 }
 
 std::string at_text(int64_t b, int64_t h, int64_t i, int64_t j = -1) {
@@ -112,18 +127,10 @@ Result compare(const Run& run, const Inputs& in, const References& ref, const st
     if (std::memcmp(a.data, b.data, static_cast<size_t>(a.numel()) * dtype_size(a.dtype)) != 0)
       fail_with(o, res.form + ": out differs with return_stats from without");
   }
-  double err = 0;
+  check_out(c, r.out.view(), ref, res.form, o);
   for (int64_t b = 0; b < c.B; ++b)
     for (int64_t h = 0; h < c.H; ++h)
       for (int64_t i = 0; i < c.N; ++i) {
-        for (int64_t d = 0; d < c.Dv; ++d) {
-          const double got = r.out.at(b, h, i, d);
-          if (!std::isfinite(got)) {
-            fail_with(o, res.form + ": out" + at_text(b, h, i, d) + " is not finite");
-            continue;
-          }
-          err = std::max(err, std::abs(got - ref.f64.o(b, h, i, d)));
-        }
         const double want_lse = ref.f64.lse.empty() ? 0 : ref.f64.l(b, h, i);
         const double got_lse = ref.f64.lse.empty() ? 0 : r.lse.at(b, h, i, 0);
         if (std::isinf(want_lse) ? got_lse != want_lse
@@ -152,14 +159,40 @@ Result compare(const Run& run, const Inputs& in, const References& ref, const st
       fail_with(o, res.form + ": max |final_state - reference| = " + number(state_err) + " > tolerance " +
                        number(ref.state_tol) + " (plain " + dtype_name(c.dtype) + " error " + number(ref.plain_state_err) + ")");
   }
-  o.err = std::max(o.err, err);
-  if (err > ref.tol)
-    fail_with(o, res.form + ": max |out - reference| = " + number(err) + " > tolerance " + number(ref.tol) +
-                     " (plain " + dtype_name(c.dtype) + " error " + number(ref.plain_err) + ")");
   return res;
 }
 
 }  // namespace
+
+void check_out(const Case& c, const TensorView& out, const References& ref, const std::string& form, Outcome& o) {
+  double err = 0;
+  const bool half = c.dtype == DType::bf16 || c.dtype == DType::f16;
+  const double floor32 = float32_floor(ref.f64);
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t h = 0; h < c.H; ++h)
+      for (int64_t i = 0; i < c.N; ++i)
+        for (int64_t d = 0; d < c.Dv; ++d) {
+          const double got = out.at(b, h, i, d);
+          if (!std::isfinite(got)) {
+            fail_with(o, form + ": out" + at_text(b, h, i, d) + " is not finite");
+            continue;
+          }
+          const double want = ref.f64.o(b, h, i, d), e = std::abs(got - want);
+          err = std::max(err, e);
+          if (half) {  // each element within kHalfUlps units of its own magnitude
+            const double ulps = (e - floor32) / ulp_at(c.dtype, want);
+            o.ulps = std::max(o.ulps, ulps);
+            if (!(ulps <= kHalfUlps))
+              fail_with(o, form + ": out" + at_text(b, h, i, d) + " = " + number(got) + ", reference " +
+                               number(want) + ": " + number(ulps) + " " + dtype_name(c.dtype) + " ulps > " +
+                               number(kHalfUlps));
+          }
+        }
+  o.err = std::max(o.err, err);
+  if (err > ref.tol)
+    fail_with(o, form + ": max |out - reference| = " + number(err) + " > tolerance " + number(ref.tol) +
+                     " (plain " + dtype_name(c.dtype) + " error " + number(ref.plain_err) + ")");
+}
 
 bool Filter::matches(const Case& c) const {
   if (!op.empty() && c.op() != op) return false;

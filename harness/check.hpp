@@ -38,13 +38,22 @@ struct References {
 };
 References references_for(const Case& c, const Inputs& in);
 
+// bf16/fp16 outputs: every element within this many units in the last place of the storage dtype
+// at its float64 value (plus the float32 floor), whatever the other elements' errors.
+inline constexpr double kHalfUlps = 0.6;
+
 struct Outcome {
   bool pass = true;
   std::string failure;  // the first violated bound, with the values
   double err = 0;       // max |form - f64| over the outputs
   double tol = 0;
+  double ulps = 0;      // bf16/fp16: max over elements of (|form - f64| - float32 floor) / ulp(f64)
   std::string form;     // the form that ran
 };
+
+// Checks one output against the references under the case's rule (case.hpp), recording the
+// largest error (and, for half types, ulps) in `o`; `form` names the output in failures.
+void check_out(const Case& c, const TensorView& out, const References& ref, const std::string& form, Outcome& o);
 
 // Runs the form (forced; "" = the walk) on `isa` and checks outputs, LSE and (when the case is
 // small enough) probabilities; with agree_with, also runs that form and checks they agree.

@@ -80,6 +80,34 @@ def rounding_floor(ref: torch.Tensor, dtype) -> float:
     return 2 * ((r + 0.3).to(dtype) - 0.3).to(dtype).double().sub(ref).abs().max().item()
 
 
+# bfloat16/float16 outputs: every element within HALF_ULPS units in the last place of the storage
+# dtype at its float64 value, beyond the float32 floor (docs/testing.md; harness::kHalfUlps)
+HALF_ULPS = 0.6
+
+
+def ulp(x64: torch.Tensor, dtype) -> torch.Tensor:
+    """One unit in the last place of `dtype` at |x64| (its subnormal spacing below the normal range)."""
+    mantissa, min_exp = {torch.bfloat16: (7, -126), torch.float16: (10, -14), torch.float32: (23, -126)}[dtype]
+    _, e = torch.frexp(x64.double().abs())  # |x| = m 2^e, m in [0.5, 1): the binade is 2^(e - 1)
+    return torch.pow(2.0, (e - 1).clamp(min=min_exp).double() - mantissa)
+
+
+def assert_half_ulps(ours, oracle64, dtype, what="out"):
+    """Each element of a bfloat16/float16 result within HALF_ULPS ulps of the float64 oracle."""
+    if dtype not in (torch.bfloat16, torch.float16):
+        return
+    ours, oracle64 = torch.as_tensor(ours).double(), torch.as_tensor(oracle64).double()
+    if not ours.numel():
+        return
+    floor32 = 1e-6 * max(1.0, oracle64.abs().max().item())
+    ulps = ((ours - oracle64).abs() - floor32) / ulp(oracle64, dtype)
+    worst = int(ulps.argmax())
+    assert ulps.max().item() <= HALF_ULPS, (
+        f"{what}: element {tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), ours.shape))} = "
+        f"{ours.flatten()[worst].item():.6g}, oracle {oracle64.flatten()[worst].item():.6g}: "
+        f"{ulps.max().item():.3g} {dtype} ulps > {HALF_ULPS}")
+
+
 def assert_rule(ours, oracle64, plain, dtype, what="out"):
     ours = torch.as_tensor(ours).double()
     oracle64 = torch.as_tensor(oracle64).double()
@@ -89,6 +117,7 @@ def assert_rule(ours, oracle64, plain, dtype, what="out"):
     plain_err = (plain - oracle64).abs().max().item() if ours.numel() else 0.0
     floor = 1e-6 * max(1.0, oracle64.abs().max().item() if ours.numel() else 1.0) + rounding_floor(oracle64, dtype)
     assert err <= 2 * plain_err + floor, f"{what}: error {err:.3g} > 2 * plain {plain_err:.3g} + {floor:.3g}"
+    assert_half_ulps(ours, oracle64, dtype, what)
 
 
 def cli_path() -> Path:

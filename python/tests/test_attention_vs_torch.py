@@ -30,6 +30,22 @@ def sdpa(q, k, v, dtype, mask=None, scale=None):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_the_rule_fails_a_small_error(dtype):
+    """The float64 oracle stored in the dtype passes the rule; off by 1 % (half types) or 0.1 %
+    (float32) in its largest element, or everywhere, it fails."""
+    q, k, v = make(2, 4, 2, 33, 47, 40, 24, dtype, "bhnd")
+    oracle, plain = sdpa(q, k, v, torch.float64), sdpa(q, k, v, dtype)
+    assert_rule(oracle.to(dtype), oracle, plain, dtype)
+    rel = 1e-3 if dtype == torch.float32 else 1e-2
+    largest = torch.zeros_like(oracle).flatten()
+    largest[oracle.abs().argmax()] = 1
+    for sign in (1, -1):
+        for where in (largest.view_as(oracle), torch.ones_like(oracle)):
+            with pytest.raises(AssertionError):
+                assert_rule((oracle * (1 + sign * rel * where)).to(dtype), oracle, plain, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("layout", ["bnhd", "bhnd"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("N,M", [(1, 1), (7, 65), (65, 63), (129, 129), (100, 30)])

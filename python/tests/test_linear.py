@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import attn
+from conftest import assert_half_ulps
 
 MAPS = {
     "elu": lambda x: np.where(x > 0, x + 1, np.exp(np.minimum(x, 0))),
@@ -97,7 +98,7 @@ def test_torch_in_torch_out_and_bfloat16():
     ob, _ = attn.linear_attention(q.bfloat16(), k.bfloat16(), v.bfloat16())
     assert ob.dtype == torch.bfloat16
     want = literal(q.bfloat16().float().numpy(), k.bfloat16().float().numpy(), v.bfloat16().float().numpy())
-    np.testing.assert_allclose(ob.float().numpy(), want, rtol=3e-2, atol=3e-2)
+    assert_half_ulps(ob, torch.from_numpy(want), torch.bfloat16)
 
 
 def test_non_causal_cross_attention_and_padding():

@@ -94,6 +94,41 @@ TEST(CaseListShape, FiltersSelectRuns) {
   EXPECT_EQ(expand(case_list(), kCheck, f).size(), 2 * supported_isas().size());
 }
 
+// The rule itself: for one case of every (family, dtype), the float64 reference stored in the
+// case's dtype passes, and the same output with its largest element off by 1 % (bf16, fp16) or
+// 0.1 % (float32) fails; so does the whole output scaled by as much.
+TEST(ToleranceRule, APerturbationOfOnePercentFailsEveryFamilyAndDtype) {
+  std::set<std::pair<std::string, DType>> seen;
+  for (const Case& c : case_list()) {
+    if (!(c.suites & kCheck) || !seen.insert({c.op(), c.dtype}).second) continue;
+    SCOPED_TRACE(c.name());
+    const Cached& p = prepared(c);
+    const core::ReferenceResult& ref = p.ref.f64;
+    const double rel = c.dtype == DType::f32 ? 1e-3 : 1e-2;
+    auto stored = [&](int64_t poke, double factor) {  // flat index to perturb (-1: all)
+      Tensor out(c.dtype, {c.B, c.H, c.N, c.Dv});
+      for (int64_t e = 0; e < static_cast<int64_t>(ref.out.size()); ++e)
+        store_from_float(out.view().data, c.dtype, e,
+                         static_cast<float>(ref.out[static_cast<size_t>(e)] * (poke < 0 || poke == e ? factor : 1.0)));
+      return out;
+    };
+    auto passes = [&](const Tensor& out) {
+      Outcome o;
+      check_out(c, out.view(), p.ref, "stored", o);
+      return o.pass;
+    };
+    int64_t largest = 0;
+    for (size_t e = 0; e < ref.out.size(); ++e)
+      if (std::abs(ref.out[e]) > std::abs(ref.out[static_cast<size_t>(largest)])) largest = static_cast<int64_t>(e);
+    EXPECT_TRUE(passes(stored(-1, 1.0))) << "the reference itself fails";
+    for (double sign : {1.0, -1.0}) {
+      EXPECT_FALSE(passes(stored(largest, 1 + sign * rel))) << "the largest element off by " << sign * rel;
+      EXPECT_FALSE(passes(stored(-1, 1 + sign * rel))) << "every element scaled by 1 + " << sign * rel;
+    }
+  }
+  EXPECT_EQ(seen.size(), 3 * family_infos().size()) << "a family is not checked in every storage dtype";
+}
+
 // Seeded random problems (the C++ twin of the Python property tests, so random shapes also run
 // under ASan/UBSan): small sizes, any head grouping, dtype, layout, mask and option, every form.
 TEST(RandomProblems, WithinTolerance) {
