@@ -19,6 +19,9 @@ step "release build + tests"
 cmake --preset release >/dev/null
 cmake --build --preset release
 ctest --preset release -j2
+# which ISA paths the check suite ran and which this CPU lacks (ATTN_REQUIRE_ISAS=avx2,avx512 makes
+# a missing one a failure, in ctest and pytest)
+./build/release/attn_check --gtest_filter='IsaCoverage.*' --gtest_brief=1 | grep '^attn:'
 
 step "install + a C++ consumer (find_package(attn) and pkg-config attn)"
 prefix=$(mktemp -d)

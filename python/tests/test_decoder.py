@@ -151,9 +151,18 @@ STACKS = {
 }
 
 
+@pytest.fixture(params=attn.supported_isas())
+def each_isa(request):
+    """The independent check on every ISA path this CPU runs (the kernels are picked per ISA)."""
+    before = attn.active_isa()
+    attn.set_isa(request.param)
+    yield request.param
+    attn.set_isa(before)
+
+
 @pytest.mark.parametrize("name", sorted(STACKS))
 @pytest.mark.parametrize("bf16", [False, True])
-def test_decoder_matches_a_literal_torch_implementation(tmp_path, name, bf16):
+def test_decoder_matches_a_literal_torch_implementation(tmp_path, name, bf16, each_isa):
     path, cfg, w = make_model(tmp_path, STACKS[name], bf16=bf16, tied=bf16, seed=len(name))
     tokens = list(np.random.default_rng(1).integers(0, cfg["vocab_size"], 37))
     m = attn.Decoder.load(path)
@@ -165,7 +174,7 @@ def test_decoder_matches_a_literal_torch_implementation(tmp_path, name, bf16):
     assert_close(np.concatenate(rows), ref)
 
 
-def test_windowed_layers_with_sinks_match_torch(tmp_path):
+def test_windowed_layers_with_sinks_match_torch(tmp_path, each_isa):
     layers = attn.Decoder.softmax_layers(2, "softmax:causal,window=5:0,sinks=2")
     path, cfg, w = make_model(tmp_path, layers, seed=3)
     tokens = list(np.random.default_rng(2).integers(0, cfg["vocab_size"], 30))

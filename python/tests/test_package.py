@@ -1,5 +1,6 @@
 """The installed package: docstrings explain every argument, type stubs ship with it."""
 import inspect
+import os
 from pathlib import Path
 
 import attn
@@ -23,3 +24,11 @@ def test_type_stubs_are_installed():
 
 def test_canonical_mechanism_round_trip():
     assert attn.canonical_mechanism("softmax:scale=0.5,causal") == "softmax:causal,scale=0.5"
+
+
+def test_every_isa_required_by_the_environment_runs():
+    """ATTN_REQUIRE_ISAS (comma-separated) names ISA paths the run must exercise: one this CPU
+    cannot run is a failure, not a silently smaller suite."""
+    for name in filter(None, os.environ.get("ATTN_REQUIRE_ISAS", "").split(",")):
+        assert name in attn.supported_isas(), (
+            f"ATTN_REQUIRE_ISAS names {name}, which this CPU cannot run (it runs {attn.supported_isas()})")

@@ -3,10 +3,16 @@
 // Test names are the run names, so --gtest_filter='*rows*avx2*' picks a form and an ISA.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <random>
 #include <set>
+#include <sstream>
 
 #include "harness/check.hpp"
 
@@ -77,6 +83,67 @@ TEST(CaseListShape, NamesAreUniqueAndEveryFastFormIsCovered) {
   }
   EXPECT_EQ(forms, (std::set<std::string>{"rows", "tiled", "projected", "chunked", "parts", "right", "recurrent"}));
   EXPECT_GE(names.size(), 450u);  // 150 cases before the list existed, each on 3 ISAs at least once
+}
+
+// The check runs are a committed manifest (tests/harness/check_runs.txt, one `case__form` per line,
+// the same on every ISA): a case or form that disappears, or a listed form that starts to refuse
+// its case (expand keeps only forms that accept), fails here instead of shrinking the suite.
+// After a deliberate change: ATTN_UPDATE_MANIFEST=1 attn_check --gtest_filter='*Manifest*'.
+TEST(CaseListShape, RunsEqualTheManifest) {
+  const std::string path = std::string(ATTN_SOURCE_DIR) + "/tests/harness/check_runs.txt";
+  std::map<Isa, std::set<std::string>> by_isa;
+  for (const harness::Run& r : expand(case_list(), kCheck, {})) {
+    const std::string name = r.name();
+    by_isa[r.isa].insert(name.substr(0, name.rfind("__")));
+  }
+  ASSERT_EQ(by_isa.size(), supported_isas().size());
+  const std::set<std::string>& ours = by_isa.at(Isa::portable);
+  if (const char* u = std::getenv("ATTN_UPDATE_MANIFEST"); u && std::string(u) == "1") {
+    std::ofstream out(path);
+    for (const std::string& n : ours) out << n << "\n";
+    ASSERT_TRUE(out.good()) << "cannot write " << path;
+  }
+  std::ifstream in(path);
+  ASSERT_TRUE(in.good()) << "cannot read " << path;
+  std::set<std::string> listed;
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) listed.insert(line);
+  for (const auto& [isa, names] : by_isa) {
+    SCOPED_TRACE(isa_name(isa));
+    std::vector<std::string> missing, extra;
+    std::set_difference(listed.begin(), listed.end(), names.begin(), names.end(), std::back_inserter(missing));
+    std::set_difference(names.begin(), names.end(), listed.begin(), listed.end(), std::back_inserter(extra));
+    for (const std::string& n : missing) ADD_FAILURE() << "listed run does not run (gone or refused): " << n;
+    for (const std::string& n : extra) ADD_FAILURE() << "run not in the manifest: " << n;
+    if (!missing.empty() || !extra.empty())
+      ADD_FAILURE() << "after a deliberate change, rewrite " << path
+                    << " with ATTN_UPDATE_MANIFEST=1 attn_check --gtest_filter='*Manifest*' and review its diff";
+  }
+}
+
+// ISA paths: which ones the check suite runs on this CPU (printed by the test command), and every
+// ISA named in ATTN_REQUIRE_ISAS (comma-separated) must be among them, so a machine without AVX-512
+// cannot pass a run that requires it by silently running fewer cases.
+TEST(IsaCoverage, EveryRequiredIsaRuns) {
+  std::set<Isa> ran;
+  for (const harness::Run& r : expand(case_list(), kCheck, {})) ran.insert(r.isa);
+  std::string ran_text, lacks_text;
+  for (Isa i : {Isa::portable, Isa::avx2, Isa::avx512}) {
+    std::string& text = ran.count(i) ? ran_text : lacks_text;
+    text += (text.empty() ? "" : ", ") + isa_name(i);
+  }
+  std::printf("attn: check runs on ISA paths %s; this CPU lacks %s\n", ran_text.c_str(),
+              lacks_text.empty() ? "none" : lacks_text.c_str());
+  EXPECT_EQ(ran.size(), supported_isas().size());
+  const char* env = std::getenv("ATTN_REQUIRE_ISAS");
+  std::stringstream names(env ? env : "");
+  for (std::string name; std::getline(names, name, ',');) {
+    if (name.empty()) continue;
+    Isa want{};
+    ASSERT_NO_THROW(want = parse_isa(name, "ATTN_REQUIRE_ISAS")) << "unknown ISA '" << name << "'";
+    EXPECT_TRUE(ran.count(want)) << "ATTN_REQUIRE_ISAS names " << name << ", which this CPU cannot run ("
+                                 << isa_name(best_supported_isa()) << " at best): its runs did not happen";
+  }
 }
 
 TEST(CaseListShape, FiltersSelectRuns) {
