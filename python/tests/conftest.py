@@ -12,8 +12,27 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import settings
+
+import attn
 
 torch.set_num_threads(2)
+
+# Hypothesis: the test command runs the derandomized profile (the same examples on every run, drawn
+# from a seed derived from each test's name, so a failure in CI reproduces anywhere);
+# ATTN_HYPOTHESIS_PROFILE=explore draws new examples each run (`--hypothesis-seed=N` replays one).
+# Either way a failure prints the example and a @reproduce_failure blob.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+settings.register_profile("explore", print_blob=True)
+HYPOTHESIS_PROFILE = os.environ.get("ATTN_HYPOTHESIS_PROFILE", "ci")
+settings.load_profile(HYPOTHESIS_PROFILE)
+
+
+def pytest_report_header(config):
+    seed = config.getoption("hypothesis_seed", None)
+    how = ("derandomized: seeds derived from each test's name" if settings.default.derandomize
+           else f"random, seed {seed}" if seed is not None else "random: replay a failure with --hypothesis-seed")
+    return f"attn: hypothesis profile '{HYPOTHESIS_PROFILE}' ({how}); ISA paths {attn.supported_isas()}"
 
 
 def bhnd(x, layout):

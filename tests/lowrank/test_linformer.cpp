@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "base/counter_random.hpp"
 #include "support/expect_error.hpp"
 #include "support/random_inputs.hpp"
 
@@ -48,6 +49,32 @@ TEST(Linformer, SeededProjectionsAreReproducibleAndScaledByOneOverSqrtK) {
   const auto c = attend(q.view, k.view, k.view, parse_mechanism("linformer:k=8,seed=5"));
   EXPECT_EQ(0, std::memcmp(a.out.view().data, b.out.view().data, 2 * 9 * 8 * sizeof(float)));
   EXPECT_NE(0, std::memcmp(a.out.view().data, c.out.view().data, 2 * 9 * 8 * sizeof(float)));
+  // The documented rule: E[r][j] = counter_normal(seed, 0, r, j) / sqrt(k), F the same with 1.
+  // Passed as params, those matrices give the seeded output bit for bit; without the 1/sqrt(k)
+  // they give another.
+  const int64_t K = 8, M = 40;
+  std::vector<float> e(K * M), f(K * M), e1(K * M), f1(K * M);
+  for (int64_t r = 0; r < K; ++r)
+    for (int64_t j = 0; j < M; ++j) {
+      const size_t at = static_cast<size_t>(r * M + j);
+      e1[at] = static_cast<float>(counter_normal(4, 0, static_cast<uint64_t>(r), static_cast<uint64_t>(j)));
+      f1[at] = static_cast<float>(counter_normal(4, 1, static_cast<uint64_t>(r), static_cast<uint64_t>(j)));
+      e[at] = static_cast<float>(counter_normal(4, 0, static_cast<uint64_t>(r), static_cast<uint64_t>(j)) / std::sqrt(8.0));
+      f[at] = static_cast<float>(counter_normal(4, 1, static_cast<uint64_t>(r), static_cast<uint64_t>(j)) / std::sqrt(8.0));
+    }
+  auto with = [&](std::vector<float>& E, std::vector<float>& F) {
+    AttendOptions o;
+    o.params["E"] = make_array_view(E.data(), DType::f32, {K, M});
+    o.params["F"] = make_array_view(F.data(), DType::f32, {K, M});
+    return attend(q.view, k.view, k.view, parse_mechanism("linformer:k=8"), o);
+  };
+  const auto given = with(e, f), unscaled = with(e1, f1);
+  EXPECT_EQ(0, std::memcmp(a.out.view().data, given.out.view().data, 2 * 9 * 8 * sizeof(float)));
+  double diff = 0;
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t i = 0; i < 9; ++i)
+      for (int64_t d = 0; d < 8; ++d) diff = std::max(diff, double(std::abs(a.out.at(0, h, i, d) - unscaled.out.at(0, h, i, d))));
+  EXPECT_GT(diff, 1e-2);
 }
 
 TEST(Linformer, BadInputIsNamed) {
