@@ -53,6 +53,22 @@ def assert_lse(ours, ref, what="lse"):
     assert (np.abs(ours[fin] - ref[fin]) <= 1e-5 * (1 + np.abs(ref[fin]))).all(), f"{what}: off by more than 1e-5"
 
 
+def each_form(q, k, v, text, **kw):
+    """(form, result) of every form of the mechanism (attn.info's list) that runs these inputs: each
+    is compared with the literal, the float64 reference form included."""
+    ran = []
+    for form in attn.info(text)["forms"]:
+        try:
+            res = attn.attend(q, k, v, text, form=form, **kw)
+        except ValueError as e:
+            if "cannot run" in str(e):
+                continue
+            raise
+        ran.append(form)
+        yield form, res
+    assert ran, f"{text}: no form ran"
+
+
 def qkv(seed, b, n, h, d, m=None, hk=None, dv=None, scale=1.0):
     r = np.random.default_rng(seed)
     m, hk, dv = m or n, hk or h, dv or d
@@ -85,14 +101,15 @@ PATTERNS = [
 
 
 @pytest.mark.parametrize("text,opts", PATTERNS)
-@pytest.mark.parametrize("n,m", [(37, 37), (11, 45), (45, 19)])
+@pytest.mark.parametrize("n,m", [(37, 37), (11, 45), (45, 19), (3, 45)])
 def test_softmax_patterns_equal_their_literal(text, opts, n, m):
     q, k, v = qkv(len(text) + n, 2, n, 4, 16, m=m, hk=2)
     vis = L.softmax_pattern(n, m, **opts)
     want, want_lse, want_p = L.masked_softmax_attention(q, k, v, vis)
-    out, lse, probs = attn.attend(q, k, v, text, return_lse=True, return_probs=True)
-    assert_close32(out, want, text)
-    assert_lse(lse, want_lse)
+    for form, (out, lse) in each_form(q, k, v, text, return_lse=True):
+        assert_close32(out, want, f"{text} {form}")
+        assert_lse(lse, want_lse, f"{text} {form}")
+    probs = attn.attend(q, k, v, text, return_probs=True)[1]
     np.testing.assert_array_equal(probs > 0, want_p > 0, err_msg=f"{text}: visible keys")
 
 
@@ -104,14 +121,15 @@ LONGFORMER = [
 
 
 @pytest.mark.parametrize("text,opts", LONGFORMER)
-@pytest.mark.parametrize("n,m", [(40, 40), (9, 40), (40, 25)])
+@pytest.mark.parametrize("n,m", [(40, 40), (9, 40), (40, 25), (2, 40)])
 def test_longformer_with_dilation_and_causal_equals_its_literal(text, opts, n, m):
     q, k, v = qkv(n + m, 2, n, 2, 8, m=m, hk=1)
     vis = L.longformer_pattern(n, m, **opts)
     want, want_lse, want_p = L.masked_softmax_attention(q, k, v, vis)
-    out, lse, probs = attn.attend(q, k, v, text, return_lse=True, return_probs=True)
-    assert_close32(out, want, text)
-    assert_lse(lse, want_lse)
+    for form, (out, lse) in each_form(q, k, v, text, return_lse=True):
+        assert_close32(out, want, f"{text} {form}")
+        assert_lse(lse, want_lse, f"{text} {form}")
+    probs = attn.attend(q, k, v, text, return_probs=True)[1]
     np.testing.assert_array_equal(probs > 0, want_p > 0, err_msg=f"{text}: visible keys")
 
 
@@ -144,7 +162,7 @@ def bigbird_text(o):
 
 
 @pytest.mark.parametrize("o", BIGBIRD, ids=bigbird_text)
-@pytest.mark.parametrize("n,m", [(60, 60), (17, 60)])
+@pytest.mark.parametrize("n,m", [(60, 60), (17, 60), (4, 60)])
 def test_bigbird_random_blocks_are_the_documented_draw(o, n, m):
     """Which key blocks each query block sees, from docs/seeded-draws.md's rule in NumPy: the
     weights attn applies are positive on exactly those keys, and the output is softmax over them."""
@@ -153,10 +171,11 @@ def test_bigbird_random_blocks_are_the_documented_draw(o, n, m):
     vis, rnd = L.bigbird_pattern(n, m, **o)
     assert any(len(c) == o["random"] for c in rnd.values())  # the draw is exercised, not all candidates
     want, want_lse, want_p = L.masked_softmax_attention(q, k, v, vis)
-    out, lse, probs = attn.attend(q, k, v, text, return_lse=True, return_probs=True)
-    np.testing.assert_array_equal(probs[0, 0] > 0, want_p[0, 0] > 0, err_msg=f"{text}: visible keys")
-    assert_close32(out, want, text)
-    assert_lse(lse, want_lse)
+    probs = attn.attend(q, k, v, text, return_probs=True)[1]
+    np.testing.assert_array_equal(probs > 0, want_p > 0, err_msg=f"{text}: visible keys")
+    for form, (out, lse) in each_form(q, k, v, text, return_lse=True):
+        assert_close32(out, want, f"{text} {form}")
+        assert_lse(lse, want_lse, f"{text} {form}")
 
 
 def test_bigbird_oracle_catches_a_different_draw():
@@ -208,14 +227,14 @@ def lsh_case(text, n, m, seed, rotations, kv_len, dtype, hk=2):
 def test_lsh_with_n_not_m_and_half_types_equals_its_literal(text, n, m, dtype):
     """Seeded rotations from docs/seeded-draws.md; buckets, sort, chunks and union in NumPy."""
     args, kw, want, want_lse, want_p = lsh_case(text, n, m, n * 7 + m, None, [m, m - 6], dtype)
-    out, lse, probs = attn.attend(*args, text, return_lse=True, return_probs=True, **kw)
-    np.testing.assert_array_equal(np.asarray(probs) > 0, want_p > 0, err_msg=f"{text}: visible keys")
-    assert_lse(lse, want_lse)
-    if dtype == torch.float32:
-        assert_close32(out, want, text)
-    else:
-        assert out.dtype == dtype
-        assert_half_ulps(out, torch.from_numpy(want), dtype, text)
+    for form, (out, lse, probs) in each_form(*args, text, return_lse=True, return_probs=True, **kw):
+        np.testing.assert_array_equal(np.asarray(probs) > 0, want_p > 0, err_msg=f"{text} {form}: visible keys")
+        assert_lse(lse, want_lse, f"{text} {form}")
+        if dtype == torch.float32:
+            assert_close32(out, want, f"{text} {form}")
+        else:
+            assert out.dtype == dtype
+            assert_half_ulps(out, torch.from_numpy(want), dtype, f"{text} {form}")
 
 
 def test_lsh_given_rotations_with_n_not_m():
@@ -236,9 +255,9 @@ def test_dca_with_padding_and_interleaved_rope(n, m, s, w, interleaved):
     kv_len = [m, m - 9]
     text = f"dca:chunk={s},local={w},theta=300" + (",interleaved" if interleaved else "")
     want, want_lse, _ = L.dca(q, k, v, s, w, 300.0, interleaved=interleaved, kv_len=kv_len)
-    out, lse = attn.attend(q, k, v, text, key_padding_lengths=kv_len, return_lse=True)
-    assert_close32(out, want, text)
-    assert_lse(lse, want_lse)
+    for form, (out, lse) in each_form(q, k, v, text, key_padding_lengths=kv_len, return_lse=True):
+        assert_close32(out, want, f"{text} {form}")
+        assert_lse(lse, want_lse, f"{text} {form}")
     # interleaved and rotate-half differ (the option is not ignored)
     other = L.dca(q, k, v, s, w, 300.0, interleaved=not interleaved, kv_len=kv_len)[0]
     assert not close32(out, other)
@@ -260,9 +279,10 @@ def test_linformer_seeded_projections_with_padding(n, m, kk):
     kv_len = [m, m - 11]
     E, F = L.linformer_projections(17, kk, m)
     want, want_lse, _ = L.linformer(q, k, v, E, F, kv_len=kv_len)
-    out, lse = attn.attend(q, k, v, f"linformer:k={kk},seed=17", key_padding_lengths=kv_len, return_lse=True)
-    assert_close32(out, want, "linformer seeded")
-    assert_lse(lse, want_lse)
+    for form, (out, lse) in each_form(q, k, v, f"linformer:k={kk},seed=17", key_padding_lengths=kv_len,
+                                      return_lse=True):
+        assert_close32(out, want, f"linformer seeded {form}")
+        assert_lse(lse, want_lse, f"linformer seeded {form}")
     # another seed is another projection
     E2, F2 = L.linformer_projections(18, kk, m)
     assert not close32(out, L.linformer(q, k, v, E2, F2, kv_len=kv_len)[0])
@@ -314,8 +334,8 @@ def test_normattn_layer_norm_values(fmap, causal):
     phi = L.FEATURE_MAPS[fmap]
     w, _ = L.kernel_weights(phi(q.astype(np.float64)), phi(k.astype(np.float64)), causal=causal)
     want = L.norm_rows(L.apply_weights(w, v, normalize=False), "layer")
-    out = attn.attend(q, k, v, f"normattn:map={fmap},norm=layer" + (",causal" if causal else ""))
-    assert_close32(out, want, "normattn layer", rel=2e-5)
+    for form, out in each_form(q, k, v, f"normattn:map={fmap},norm=layer" + (",causal" if causal else "")):
+        assert_close32(out, want, f"normattn layer {form}", rel=2e-5)
     rms = attn.attend(q, k, v, f"normattn:map={fmap},norm=rms" + (",causal" if causal else ""))
     assert_close32(rms, L.norm_rows(L.apply_weights(w, v, normalize=False), "rms"), "normattn rms", rel=2e-5)
     assert not close32(rms, want, rel=2e-5)  # layer is not rms
@@ -328,8 +348,8 @@ def test_performer_values_with_given_features(causal):
     fq = L.performer_features(q, omega.astype(np.float64))
     fk = L.performer_features(k, omega.astype(np.float64))
     want = L.apply_weights(L.kernel_weights(fq, fk, causal=causal)[0], v)
-    out = attn.attend(q, k, v, "performer:features=24" + (",causal" if causal else ""), omega=omega)
-    assert_close32(out, want, "performer given omega")
+    for form, out in each_form(q, k, v, "performer:features=24" + (",causal" if causal else ""), omega=omega):
+        assert_close32(out, want, f"performer given omega {form}")
 
 
 @pytest.mark.parametrize("features,d", [(16, 8), (20, 8), (5, 4)])
@@ -371,8 +391,8 @@ def test_polaformer_non_causal_values_with_powers_and_coefficients():
     power = np.array([1.5, 2.0, 3.0, 2.5, 1.2, 4.0], np.float32)
     coef = np.random.default_rng(1).standard_normal(8).astype(np.float32)
     want, _, _ = polaformer(q, k, v, power.astype(np.float64), coef.astype(np.float64), kv_len=[33, 20])
-    out = attn.attend(q, k, v, "polaformer", power=power, coefficients=coef, key_padding_lengths=[33, 20])
-    assert_close32(out, want, "polaformer", rel=2e-5)
+    for form, out in each_form(q, k, v, "polaformer", power=power, coefficients=coef, key_padding_lengths=[33, 20]):
+        assert_close32(out, want, f"polaformer {form}", rel=2e-5)
     plain, _, _ = polaformer(q, k, v, 3.0, 1.0)
     assert_close32(attn.attend(q, k, v, "polaformer:power=3"), plain, "polaformer power=3", rel=2e-5)
 
@@ -461,12 +481,12 @@ def test_streamed_statistics_equal_those_of_the_literal_weights(name, text, para
     q, k, v = qkv(len(name), 2, n, 4, 8, hk=2)
     kv_len = [n, n - 10]
     topk = 5
-    out, st = attn.attend(q, k, v, text, params=params, key_padding_lengths=kv_len, return_stats=True,
-                          stats_topk=topk)
     w, vis = weights(q, k, kv_len)
     want = L.row_stats(w, vis, topk)
-    for got, ref, what in zip(st, want, ("sparsity", "entropy", "max_weight", "topk_mass")):
-        assert_close32(got, ref, f"{name}: {what}", rel=2e-5)
+    for form, (out, st) in each_form(q, k, v, text, params=params, key_padding_lengths=kv_len, return_stats=True,
+                                     stats_topk=topk):
+        for got, ref, what in zip(st, want, ("sparsity", "entropy", "max_weight", "topk_mass")):
+            assert_close32(got, ref, f"{name} {form}: {what}", rel=2e-5)
 
 
 def test_statistics_oracle_catches_a_wrong_row():
