@@ -543,3 +543,41 @@ def test_statistics_oracle_catches_a_wrong_row():
     phi = L.FEATURE_MAPS["elu"]
     w, vis = L.kernel_weights(phi(q.astype(np.float64)), phi(k.astype(np.float64)), causal=True)
     assert not close32(st.entropy, L.row_stats(w, vis, 8)[1], rel=2e-5)
+
+
+def softmax_stats_cases():
+    """Softmax-weighted families too: the statistics of the literal's probabilities (over the keys
+    that survive every mask)."""
+    return [
+        ("bigbird", "bigbird:block=4,window=1,global=1,random=2,seed=5",
+         lambda q, k, v, n: L.masked_softmax_attention(q, k, v, L.bigbird_pattern(
+             q.shape[1], k.shape[1], block=4, window=1, glob=1, random=2, seed=5)[0], kv_len=n)),
+        ("longformer causal dilated", "longformer:window=6:0,dilation=2,global=3;20,causal",
+         lambda q, k, v, n: L.masked_softmax_attention(q, k, v, L.longformer_pattern(
+             q.shape[1], k.shape[1], window=(6, 0), dilation=2, glob=[3, 20], causal=True), kv_len=n)),
+        ("chunk window sinks", "softmax:chunk=8,window=5:2,sinks=3",
+         lambda q, k, v, n: L.masked_softmax_attention(q, k, v, L.softmax_pattern(
+             q.shape[1], k.shape[1], chunk=8, window=(5, 2), sinks=3), kv_len=n)),
+        ("dca interleaved", "dca:chunk=8,local=3,theta=300,interleaved",
+         lambda q, k, v, n: L.dca(q, k, v, 8, 3, 300.0, interleaved=True, kv_len=n)),
+    ]
+
+
+@pytest.mark.parametrize("name,text,literal", softmax_stats_cases(), ids=[c[0] for c in softmax_stats_cases()])
+def test_streamed_statistics_of_softmax_patterns(name, text, literal):
+    q, k, v = qkv(len(text), 3, 21, 2, 8, m=37, hk=1)
+    kv_len = [37, 25, 0]
+    _, _, w = literal(q, k, v, kv_len)
+    want = L.row_stats(w, w > 0, 4)  # softmax weights are positive exactly where visible
+    for form, (out, st) in each_form(q, k, v, text, key_padding_lengths=kv_len, return_stats=True, stats_topk=4):
+        for got, ref, what in zip(st, want, ("sparsity", "entropy", "max_weight", "topk_mass")):
+            assert_close32(got, ref, f"{name} {form}: {what}", rel=2e-5)
+
+
+def test_lsh_streamed_statistics_with_n_not_m():
+    text = "lsh:buckets=4,rounds=3,chunk=5,seed=8,causal"
+    args, kw, _, _, w = lsh_case(text, 50, 23, 50 * 7 + 23, None, [23, 17], torch.float32)
+    want = L.row_stats(w, w > 0, 3)
+    for form, (out, st) in each_form(*args, text, return_stats=True, stats_topk=3, **kw):
+        for got, ref, what in zip(st, want, ("sparsity", "entropy", "max_weight", "topk_mass")):
+            assert_close32(got, ref, f"lsh {form}: {what}", rel=2e-5)
