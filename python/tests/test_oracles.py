@@ -3,7 +3,8 @@ SPEC.md's formulas and the documented rules (literals.py; docs/seeded-draws.md f
 draws). The expected answers never come from attn (no mask_of, lsh_buckets or reference form):
 sparse patterns, BigBird's random blocks, LSH with N != M and half types, DCA with padding and
 interleaved RoPE, Linformer's seeded E/F with padding, NormAttn's LayerNorm, Performer (given and
-seeded features), non-causal PolaFormer, and the streamed statistics of every non-softmax family.
+seeded features), non-causal PolaFormer, and the streamed statistics of every non-softmax family
+(and of the softmax patterns, LSH and DCA).
 
 Tolerances: float32 outputs within 1e-5 * max(1, max|ref|) of the float64 literal (the float32
 floor of docs/testing.md's rule, with 10x room for the different summation orders); LSE within
@@ -181,6 +182,18 @@ def test_bigbird_random_blocks_are_the_documented_draw(o, n, m):
         assert_lse(lse, want_lse, f"{text} {form}")
 
 
+@pytest.mark.parametrize("seed", [0, 1, 7, 2**64 - 1])
+@pytest.mark.parametrize("causal", [False, True])
+def test_mask_of_bigbird_is_the_documented_draw(seed, causal):
+    """attn.mask_of (which other Python tests use to build torch masks) against the literal draw."""
+    for n, m, block, window, glob, random in ((200, 200, 8, 3, 2, 3), (31, 203, 7, 1, 1, 5), (9, 64, 4, 5, 0, 2)):
+        text = f"bigbird:block={block},window={window},global={glob},random={random},seed={seed}"
+        text += ",causal" if causal else ""
+        want, _ = L.bigbird_pattern(n, m, block=block, window=window, glob=glob, random=random, seed=seed,
+                                    causal=causal)
+        np.testing.assert_array_equal(attn.mask_of(text, n, m), want, err_msg=text)
+
+
 def test_bigbird_oracle_catches_a_different_draw():
     """The comparison can fail: the literal with the neighbouring seed (or one random block
     dropped) is not what attn computes."""
@@ -253,6 +266,21 @@ def test_lsh_with_n_not_m_and_half_types_equals_its_literal(text, n, m, dtype):
             assert_half_ulps(out, torch.from_numpy(want), dtype, f"{text} {form}")
 
 
+@pytest.mark.parametrize("seed", [0, 5, 2**63])
+def test_lsh_buckets_use_the_documented_seeded_rotations(seed):
+    """attn.lsh_buckets (the buckets attend uses) against argmax([xR, -xR]) of the literal's R."""
+    q, k, _ = qkv(seed % 97, 2, 19, 2, 16, m=33, hk=1)
+    text = f"lsh:buckets=10,rounds=3,seed={seed}"
+    rot = L.lsh_rotations(seed, 3, 16, 5)
+    (qb, qmargin), (kb, kmargin) = L.lsh_buckets(q, rot), L.lsh_buckets(k, rot)
+    assert min(qmargin, kmargin) > 1e-4, "near-tie in the literal's buckets: pick another seed"
+    got_q, got_k = attn.lsh_buckets(q, k, text)
+    np.testing.assert_array_equal(got_q, qb)
+    np.testing.assert_array_equal(got_k, kb)
+    other = L.lsh_buckets(q, L.lsh_rotations(seed + 1, 3, 16, 5))[0]
+    assert (other != got_q).any()
+
+
 def test_lsh_given_rotations_with_n_not_m():
     rot = np.random.default_rng(4).standard_normal((2, 16, 3)).astype(np.float32)
     text = "lsh:buckets=6,rounds=2,chunk=4,seed=0"
@@ -264,7 +292,7 @@ def test_lsh_given_rotations_with_n_not_m():
 
 # ---- DCA with padding and interleaved rotation ----------------------------------------------------
 
-@pytest.mark.parametrize("n,m,s,w", [(40, 40, 8, 3), (7, 45, 10, 4), (45, 45, 16, 16)])
+@pytest.mark.parametrize("n,m,s,w", [(40, 40, 8, 3), (7, 45, 10, 4), (45, 45, 16, 16), (40, 27, 6, 2)])
 @pytest.mark.parametrize("interleaved", [False, True])
 def test_dca_with_padding_and_interleaved_rope(n, m, s, w, interleaved):
     q, k, v = qkv(n + s, 2, n, 4, 16, m=m, hk=2, scale=1.5)
