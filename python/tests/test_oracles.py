@@ -609,3 +609,20 @@ def test_lsh_streamed_statistics_with_n_not_m():
     for form, (out, st) in each_form(*args, text, return_stats=True, stats_topk=3, **kw):
         for got, ref, what in zip(st, want, ("sparsity", "entropy", "max_weight", "topk_mass")):
             assert_close32(got, ref, f"lsh {form}: {what}", rel=2e-5)
+
+
+NM_STATS = ["linear relu2", "performer", "polaformer", "efficient", "gau", "gau causal", "linformer"]  # causal linear forms need N = M
+
+
+@pytest.mark.parametrize("name", NM_STATS)
+@pytest.mark.parametrize("n,m", [(13, 29), (29, 13)])
+def test_streamed_statistics_with_n_not_m(name, n, m):
+    _, text, params, weights = next(c for c in stats_cases() if c[0] == name)
+    q, k, v = qkv(len(name) + n, 2, n, 4, 8, m=m, hk=2)
+    kv_len = [m, m - 5]
+    w, vis = weights(q, k, kv_len)
+    want = L.row_stats(w, vis, 3)
+    for form, (out, st) in each_form(q, k, v, text, params=params, key_padding_lengths=kv_len, return_stats=True,
+                                     stats_topk=3):
+        for got, ref, what in zip(st, want, ("sparsity", "entropy", "max_weight", "topk_mass")):
+            assert_close32(got, ref, f"{name} {form} N={n} M={m}: {what}", rel=2e-5)
