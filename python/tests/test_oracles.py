@@ -432,6 +432,26 @@ def test_performer_seeded_features_are_the_documented_draw(features, d):
     assert not close32(out, wrong, rel=2e-5)
 
 
+def test_performer_causal_seeded_with_decays_and_half_types():
+    q, k, v = qkv(77, 1, 24, 2, 8, hk=1, dv=4)
+    decay = np.array([0.8, 0.97], np.float32)
+    omega = L.performer_omega(11, 12, 8)
+    for dtype in (torch.float32, torch.bfloat16):
+        if dtype == torch.float32:
+            args, (q64, k64, v64) = (q, k, v), (q, k, v)
+        else:
+            (tq, q64), (tk, k64), (tv, v64) = (as_half(x, dtype) for x in (q, k, v))
+            args = (tq, tk, tv)
+        w, _ = L.kernel_weights(L.performer_features(q64, omega), L.performer_features(k64, omega), causal=True,
+                                decay=decay.astype(np.float64))
+        want = L.apply_weights(w, v64)
+        for form, out in each_form(*args, "performer:features=12,seed=11,causal,chunk=5", decay=decay):
+            if dtype == torch.float32:
+                assert_close32(out, want, f"performer causal decay {form}", rel=2e-5)
+            else:
+                assert_half_ulps(out, torch.from_numpy(want), dtype, f"performer causal decay {form}")
+
+
 def polar(x, power, swap):
     x = np.asarray(x, np.float64)
     pos, neg = np.maximum(x, 0) ** power, np.maximum(-x, 0) ** power
