@@ -1,6 +1,7 @@
 // Umbrella header for the attn library.
 #pragma once
 #include "attn/attend.hpp"
+#include "attn/backward.hpp"
 #include "attn/dtype.hpp"
 #include "attn/error.hpp"
 #include "attn/gguf.hpp"

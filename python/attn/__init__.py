@@ -41,7 +41,7 @@ from .tokenizer import Tokenizer
 from . import theory
 from .concentration import effective_keys, entropy, max_weight, sparsity, summarize, topk_mass
 
-__all__ = ["Decoder", "Model", "Tokenizer", "Stats", "theory", "sparsity", "entropy", "max_weight", "topk_mass", "effective_keys", "summarize", "load_model", "smollm2_path", "attention", "attend", "linear_attention", "flash_attn_with_kvcache", "flash_attn_varlen_func", "explain", "rope", "mask_of", "info", "families", "lsh_buckets", "active_isa", "supported_isas", "set_isa",
+__all__ = ["Decoder", "Model", "Tokenizer", "Stats", "theory", "sparsity", "entropy", "max_weight", "topk_mass", "effective_keys", "summarize", "load_model", "smollm2_path", "attention", "attend", "attend_backward", "linear_attention", "flash_attn_with_kvcache", "flash_attn_varlen_func", "explain", "rope", "mask_of", "info", "families", "lsh_buckets", "active_isa", "supported_isas", "set_isa",
            "canonical_mechanism"]
 __version__ = "0.1.0"
 
@@ -304,6 +304,44 @@ def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any
     out, lse, probs, state, stats = _attn.attend(q, k, v, mechanism, opts)  # C++ allocates every output
     extra = tuple(x for x in (lse, probs, state, None if stats is None else Stats(*stats)) if x is not None)
     return (out,) + extra if extra else out
+
+
+def attend_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, mechanism: str = "softmax", *,
+                    attn_mask: Any = None, key_padding_lengths: Optional[Sequence[int]] = None,
+                    alibi_slopes: Any = None, block_mask: Any = None, block_size: Tuple[int, int] = (128, 128),
+                    layout: str = "bnhd", threads: int = 0, form: Optional[str] = None):
+    """Gradients of :func:`attend`'s output with respect to q, k and v (training).
+
+    As flash-attention's backward, nothing of size N x M is kept: the scores are recomputed from
+    q, k and the forward's ``lse``, and D_i = dout_i . out_i comes from its ``out``. Give the same
+    mechanism and options as the forward call (dropout regenerates its mask from the seed).
+
+    Args:
+        dout: gradient of the loss with respect to out, out's shape and q's dtype.
+        q, k, v: the forward's inputs.
+        out, lse: what ``attend(q, k, v, mechanism, ..., return_lse=True)`` returned.
+        mechanism: softmax (score=dot) with any option, or the patterns over it ("longformer:...",
+            "bigbird:..."); other families have no backward yet (a ValueError says so).
+        attn_mask, key_padding_lengths, alibi_slopes, block_mask, block_size, layout, threads: as
+            in :func:`attend`.
+        form: "rows" (float32 accumulation, the default) or "reference" (float64, for checking).
+
+    Returns:
+        (dq, dk, dv) in q's, k's and v's shapes, dtype and kind (NumPy or torch), in ``layout``.
+        The result is bitwise the same for any thread count.
+
+    Example::
+
+        >>> out, lse = attn.attend(q, k, v, "softmax:causal", return_lse=True)
+        >>> dq, dk, dv = attn.attend_backward(dout, q, k, v, out, lse, "softmax:causal")
+    """
+    scalars = _check_scalars(mechanism, threads)
+    q, k, v, opts = _call_args(q, k, v, layout, attn_mask, key_padding_lengths, alibi_slopes, None, None, form,
+                               False, None, block_mask, block_size, **scalars)
+    dout, out, lse = _prepare(dout, "dout"), _prepare(out, "out"), _prepare(lse, "lse")
+    if _is_torch(dout) != _is_torch(q) or _is_torch(out) != _is_torch(q) or _is_torch(lse) != _is_torch(q):
+        raise TypeError("dout, out and lse must be of q's kind (all numpy arrays or all torch tensors)")
+    return _attn.attend_backward(dout, q, k, v, out, lse, mechanism, opts)
 
 
 def _int_list(x: Any, name: str, count: Optional[int] = None) -> list:

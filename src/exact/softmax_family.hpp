@@ -3,6 +3,7 @@
 #pragma once
 #include <vector>
 
+#include "core/backward_views.hpp"
 #include "core/facts.hpp"
 #include "core/form.hpp"
 #include "core/reference_result.hpp"
@@ -30,6 +31,10 @@ struct SoftmaxFamily {
   // 2 (D + Dv) per (query, key) pair inside the structural masks.
   static double flops(const Problem& p);
   static core::ReferenceResult reference(const Problem& p, core::RefPrecision precision);
+  // dQ, dK, dV (softmax_backward.cpp): form "rows" (float32) or "reference" (float64); "" = rows.
+  // Why it cannot run (score=cosine/additive), or "".
+  static std::string backward_refusal(const Problem& p);
+  static void backward(const Problem& p, const core::BackwardViews& g, const std::string& form, int threads);
 };
 
 }  // namespace attn::exact

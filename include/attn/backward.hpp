@@ -1,0 +1,37 @@
+// Training: the gradients of attend()'s output with respect to q, k and v. As flash-attention's
+// backward, nothing of size N x M is stored: each score is recomputed from q, k and the forward's
+// log-sum-exp, and D_i = dO_i . O_i is taken from the forward's output.
+//
+//   t_ij = softcap(scale_i q_i . k_j) + bias_ij      (over the keys query i sees)
+//   P_ij = exp(t_ij - lse_i),  P~_ij = P_ij keep_ij / (1 - dropout)
+//   dV_j = sum_i P~_ij dO_i                      dP_ij = keep_ij / (1 - dropout) dO_i . v_j
+//   dT_ij = P_ij (dP_ij - D_i)                   dS_ij = dT_ij (1 - tanh^2(s_ij / softcap))
+//   dQ_i = scale_i sum_j dS_ij k_j               dK_j = sum_i scale_i dS_ij q_i
+//
+// GQA/MQA: a kv head's dK and dV sum over its group's query heads. The fast form accumulates in
+// float32 whatever the storage dtype, and its result is bitwise the same for any thread count.
+#pragma once
+#include "attn/attend.hpp"
+
+namespace attn {
+
+struct AttendGradients {
+  Tensor dq;  // q's shape (B, H, N, D) and dtype, bhnd
+  Tensor dk;  // k's shape (B, Hkv, M, D) and dtype, bhnd
+  Tensor dv;  // v's shape (B, Hkv, M, Dv) and dtype, bhnd
+};
+
+// dout: the loss's gradient with respect to out, (B, H, N, Dv) in q's dtype; out and lse: what
+// attend() returned for the same inputs, mechanism and options (lse (B, H, N, 1) float32).
+// Mechanisms: softmax with score=dot and the patterns over it (longformer, bigbird), with every
+// option of attend(): causal, windows, sinks, patterns, boolean, block and mask_mod masks, an
+// additive bias, ALiBi, softcap, scale, the entropy-invariant scale, key padding, dropout (the
+// same seed regenerates the same mask), grouped heads; float32, bfloat16 and float16 storage.
+// Forms (options.form): "rows" (the fast form: float32, parallel over batch entries and kv heads)
+// and "reference" (float64 throughout). Other families, score=cosine/additive and paged caches
+// are an Error naming what has no backward yet.
+AttendGradients attend_backward(const TensorView& dout, const TensorView& q, const TensorView& k, const TensorView& v,
+                                const TensorView& out, const TensorView& lse, const Mechanism& mechanism,
+                                const AttendOptions& options = {});
+
+}  // namespace attn

@@ -1,0 +1,61 @@
+// attend_backward: validate like attend() (the same family validation, the forward's out and
+// lse as outputs of that call), then the family's backward. Family-independent: a family has a
+// backward when its struct declares one (families/table.hpp maps the mechanism to it).
+#include "attn/backward.hpp"
+
+#include "attn/error.hpp"
+#include "core/io_checks.hpp"
+#include "core/out_of_memory.hpp"
+#include "families/table.hpp"
+
+namespace attn {
+namespace {
+
+constexpr const char* kWhere = "attend_backward";
+
+void check_dout(const TensorView& dout, const TensorView& out, const TensorView& q) {
+  core::check_view(dout, "dout");
+  if (dout.dtype != q.dtype)
+    fail(kWhere, "dout must have q's dtype " + dtype_name(q.dtype) + ", got " + dtype_name(dout.dtype));
+  if (dout.shape != out.shape)
+    fail(kWhere, "dout must have out's shape (B, H, N, Dv) = " + core::dims_text(out) + ", got " + core::dims_text(dout));
+}
+
+void check_options(const AttendOptions& o) {
+  const char* asked = o.return_lse ? "return_lse" : o.return_probs ? "return_probs" : o.return_final_state ? "return_final_state"
+                    : o.return_stats ? "return_stats" : nullptr;
+  if (asked) fail(kWhere, std::string(asked) + " does not apply: the backward returns dq, dk and dv");
+  if (o.paged) fail(kWhere, "paged K/V (a block table) have no backward: pass k and v as tensors");
+  if (!o.form.empty() && o.form != "rows" && o.form != "reference")
+    fail(kWhere, "form must be rows or reference, got '" + o.form + "'");
+}
+
+}  // namespace
+
+AttendGradients attend_backward(const TensorView& dout, const TensorView& q, const TensorView& k, const TensorView& v,
+                                const TensorView& out, const TensorView& lse, const Mechanism& mechanism,
+                                const AttendOptions& options) try {
+  check_options(options);
+  AttendGradients g;
+  families::visit_family(mechanism, [&](const auto& mech, auto family) {
+    using Family = decltype(family);
+    if constexpr (requires { Family::backward_refusal; }) {
+      const auto p = Family::validate(q, k, v, mech, options, core::Outputs{&out, &lse});
+      check_dout(dout, out, q);
+      if (const std::string why = Family::backward_refusal(p); !why.empty())
+        fail(kWhere, to_string(mechanism) + ": " + why);
+      g.dq = Tensor(q.dtype, {p.B, p.H, p.N, p.D});
+      g.dk = Tensor(k.dtype, {p.B, p.Hkv, p.M, p.D});
+      g.dv = Tensor(v.dtype, {p.B, p.Hkv, p.M, p.Dv});
+      Family::backward(p, core::BackwardViews{dout, out, lse, g.dq.view(), g.dk.view(), g.dv.view()}, options.form,
+                       options.threads);
+    } else {
+      fail(kWhere, std::string(kind_of(mechanism)) + " has no backward yet (softmax, longformer and bigbird have one)");
+    }
+  });
+  return g;
+} catch (const std::bad_alloc&) {
+  core::fail_out_of_memory(kWhere, "running the backward of", mechanism, q);
+}
+
+}  // namespace attn

@@ -1,0 +1,18 @@
+// The softmax family's backward: dQ, dK, dV of exact attention (formulas: attn/backward.hpp).
+#pragma once
+#include "core/backward_views.hpp"
+#include "core/reference_result.hpp"
+#include "exact/problem.hpp"
+
+namespace attn::exact {
+
+using core::BackwardViews;
+
+// From q, k, v and dout only (its own LSE and D): in float64 the oracle; `plain`: float with every
+// intermediate rounded to the storage dtype, the same-dtype baseline of the tolerance rule.
+void softmax_backward_reference(const Problem& p, const BackwardViews& g,
+                                core::RefPrecision precision = core::RefPrecision::f64);
+// float32, flash-style (the forward's LSE and out), parallel over (batch entry, kv head).
+void softmax_backward_rows(const Problem& p, const BackwardViews& g, int threads);
+
+}  // namespace attn::exact

@@ -1,0 +1,273 @@
+// The softmax family's backward: the float64 reference against central finite differences of the
+// float64 forward reference (tiny shapes, every option), the fast rows form against the reference
+// (float32 and half storage), thread-count independence, and bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <variant>
+
+#include "attn/attn.hpp"
+#include "exact/softmax_backward.hpp"
+#include "families/internal_api.hpp"
+#include "support/expect_error.hpp"
+#include "support/random_inputs.hpp"
+
+namespace attn {
+namespace {
+
+using testing::Buffer;
+using testing::random_tensor;
+
+struct Problem {
+  std::string mech;
+  int64_t B = 1, H = 2, Hkv = 1, N = 5, M = 7, D = 4, Dv = 3;
+  DType dtype = DType::f32;
+  bool padding = false, mask = false, bias = false, alibi = false;
+};
+
+struct Inputs {
+  Buffer q, k, v, dout;
+  std::vector<uint8_t> mask;
+  std::vector<float> bias;
+  AttendOptions o;
+  Mechanism m;
+};
+
+Inputs make(const Problem& pr, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Inputs s;
+  s.q = random_tensor(rng, pr.dtype, pr.B, pr.H, pr.N, pr.D);
+  s.k = random_tensor(rng, pr.dtype, pr.B, pr.Hkv, pr.M, pr.D);
+  s.v = random_tensor(rng, pr.dtype, pr.B, pr.Hkv, pr.M, pr.Dv);
+  s.dout = random_tensor(rng, pr.dtype, pr.B, pr.H, pr.N, pr.Dv);
+  s.m = parse_mechanism(pr.mech);
+  if (pr.padding) {
+    s.o.key_padding_lengths.assign(static_cast<size_t>(pr.B), pr.M);
+    s.o.key_padding_lengths.back() = pr.M / 2;
+  }
+  if (pr.mask) {
+    s.mask.resize(static_cast<size_t>(pr.B * pr.N * pr.M));
+    for (auto& x : s.mask) x = (rng() % 10) < 7;
+    s.o.mask = make_view(s.mask.data(), DType::boolean, pr.B, 1, pr.N, pr.M);
+    s.o.mask->strides[1] = 0;
+  }
+  if (pr.bias) {
+    s.bias.resize(static_cast<size_t>(pr.B * pr.N * pr.M));
+    std::normal_distribution<float> nd;
+    for (auto& x : s.bias) x = nd(rng);
+    s.o.bias = make_view(s.bias.data(), DType::f32, pr.B, 1, pr.N, pr.M);
+    s.o.bias->strides[1] = 0;
+  }
+  if (pr.alibi)
+    for (int64_t h = 0; h < pr.H; ++h) s.o.alibi_slopes.push_back(std::pow(2.0f, -8.0f * (h + 1) / pr.H));
+  return s;
+}
+
+// L = sum dout . out of the float64 forward reference.
+double loss(const Inputs& s) {
+  const auto r = families::reference_outputs(s.q.view, s.k.view, s.v.view, s.m, s.o, core::RefPrecision::f64);
+  double l = 0;
+  const TensorView& d = s.dout.view;
+  for (int64_t b = 0; b < d.shape[0]; ++b)
+    for (int64_t h = 0; h < d.shape[1]; ++h)
+      for (int64_t i = 0; i < d.shape[2]; ++i)
+        for (int64_t c = 0; c < d.shape[3]; ++c) l += static_cast<double>(d.at(b, h, i, c)) * r.o(b, h, i, c);
+  return l;
+}
+
+AttendGradients backward(const Inputs& s, const std::string& form, int threads = 0) {
+  AttendOptions fo = s.o;
+  fo.return_lse = true;
+  const AttendResult fwd = attend(s.q.view, s.k.view, s.v.view, s.m, fo);
+  AttendOptions bo = s.o;
+  bo.form = form;
+  bo.threads = threads;
+  return attend_backward(s.dout.view, s.q.view, s.k.view, s.v.view, fwd.out.view(), fwd.lse.view(), s.m, bo);
+}
+
+// Central differences of L in every element of x (float32 storage: the step actually taken is
+// the difference of the two rounded inputs).
+void expect_matches_finite_differences(Inputs& s, Buffer& x, const Tensor& grad, const char* name) {
+  const TensorView& v = x.view;
+  double worst = 0, largest = 0;
+  for (int64_t b = 0; b < v.shape[0]; ++b)
+    for (int64_t h = 0; h < v.shape[1]; ++h)
+      for (int64_t n = 0; n < v.shape[2]; ++n)
+        for (int64_t c = 0; c < v.shape[3]; ++c) {
+          const int64_t at = v.offset(b, h, n, c);
+          const float x0 = v.at(b, h, n, c);
+          const float up = x0 + 1e-2f, down = x0 - 1e-2f;
+          store_from_float(v.data, v.dtype, at, up);
+          const double lu = loss(s);
+          store_from_float(v.data, v.dtype, at, down);
+          const double ld = loss(s);
+          store_from_float(v.data, v.dtype, at, x0);
+          const double fd = (lu - ld) / (static_cast<double>(up) - down);
+          const double got = grad.at(b, h, n, c);
+          worst = std::max(worst, std::abs(fd - got));
+          largest = std::max(largest, std::abs(fd));
+        }
+  // second-order error of a 1e-2 step on unit-scale inputs: ~1e-4 relative
+  EXPECT_LE(worst, 1e-3 * std::max(1.0, largest)) << name << ": max |finite difference - gradient| = " << worst;
+  EXPECT_GT(largest, 1e-3) << name << ": a gradient that is all zeros checks nothing";
+}
+
+const std::vector<Problem>& problems() {
+  static const std::vector<Problem> list = [] {
+    std::vector<Problem> v;
+    auto add = [&](std::string m, auto tweak) {
+      Problem p;
+      p.mech = std::move(m);
+      tweak(p);
+      v.push_back(p);
+    };
+    auto none = [](Problem&) {};
+    add("softmax", none);
+    add("softmax:causal", none);
+    add("softmax:causal", [](Problem& p) { p.N = 9, p.M = 6; });  // rows before the first key
+    add("softmax:window=2:1", none);
+    add("softmax:causal,window=3:0,sinks=1", none);
+    add("softmax:softcap=2", none);
+    add("softmax:scale=0.7", none);
+    add("softmax:entropy_scale=16,causal", none);
+    add("softmax:dropout=0.3,seed=5", none);
+    add("softmax", [](Problem& p) { p.padding = true, p.B = 2; });
+    add("softmax", [](Problem& p) { p.mask = true; });
+    add("softmax", [](Problem& p) { p.bias = true; });
+    add("softmax:causal", [](Problem& p) { p.alibi = true; });
+    add("softmax", [](Problem& p) { p.H = 4, p.Hkv = 2; });  // GQA
+    add("softmax:dilation=2,window=4:4", [](Problem& p) { p.N = p.M = 8; });
+    add("longformer:window=1:1,global=0;5", [](Problem& p) { p.N = p.M = 8; });
+    add("bigbird:block=2,window=1,global=1,random=1,seed=3", [](Problem& p) { p.N = p.M = 8; });
+    return v;
+  }();
+  return list;
+}
+
+class Backward : public ::testing::TestWithParam<Problem> {};
+
+TEST_P(Backward, ReferenceMatchesFiniteDifferences) {
+  Inputs s = make(GetParam(), 11);
+  const AttendGradients g = backward(s, "reference");
+  expect_matches_finite_differences(s, s.q, g.dq, "dq");
+  expect_matches_finite_differences(s, s.k, g.dk, "dk");
+  expect_matches_finite_differences(s, s.v, g.dv, "dv");
+}
+
+// The rule of TESTING.md for gradients: max |fast - ref64| <= 3 max |plain - ref64| + floor, plain
+// the reference algorithm in float with its intermediates rounded to the storage dtype, floor
+// 1e-5 max(1, max |ref64|) (float32 sums over up to 200 rows).
+void expect_within_rule(const Tensor& fast, const Tensor& ref, const Tensor& plain, const char* name) {
+  const TensorView &a = fast.view(), &r = ref.view(), &pl = plain.view();
+  double largest = 0, plain_err = 0, err = 0;
+  int64_t worst = 0;
+  for (int64_t e = 0; e < r.numel(); ++e) {
+    const double want = load_as_float(r.data, r.dtype, e);
+    largest = std::max(largest, std::abs(want));
+    plain_err = std::max(plain_err, std::abs(double(load_as_float(pl.data, pl.dtype, e)) - want));
+    const double d = std::abs(double(load_as_float(a.data, a.dtype, e)) - want);
+    if (!(d <= err)) err = d, worst = e;
+  }
+  const double tol = 3 * plain_err + 1e-5 * std::max(1.0, largest);
+  EXPECT_LE(err, tol) << name << ": element " << worst << " off by " << err << " (plain " << plain_err << ")";
+}
+
+// The reference in float32 views (so the comparison is not limited by the storage dtype's
+// rounding) in float64 or plain precision.
+AttendGradients reference_f32(const Inputs& s, core::RefPrecision precision) {
+  const exact::Problem p = std::visit(
+      [&](const auto& m) -> exact::Problem {
+        if constexpr (requires { exact::validate_softmax(s.q.view, s.k.view, s.v.view, m, s.o, core::Outputs{}); })
+          return exact::validate_softmax(s.q.view, s.k.view, s.v.view, m, s.o, core::Outputs{});
+        else
+          throw std::logic_error("not a softmax mechanism");
+      },
+      s.m);
+  AttendGradients g;
+  g.dq = Tensor(DType::f32, {p.B, p.H, p.N, p.D});
+  g.dk = Tensor(DType::f32, {p.B, p.Hkv, p.M, p.D});
+  g.dv = Tensor(DType::f32, {p.B, p.Hkv, p.M, p.Dv});
+  exact::softmax_backward_reference(p, {s.dout.view, {}, {}, g.dq.view(), g.dk.view(), g.dv.view()}, precision);
+  return g;
+}
+
+TEST_P(Backward, RowsFormMatchesTheReferenceInEveryDtype) {
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Problem pr = GetParam();
+    pr.dtype = dt;
+    pr.N *= 5, pr.M *= 5, pr.D = 16, pr.Dv = 12;  // longer rows than the finite differences take
+    if (pr.mech.rfind("longformer", 0) == 0 || pr.mech.rfind("bigbird", 0) == 0 || pr.mech.find("dilation") != std::string::npos)
+      pr.N = pr.M = 40;
+    Inputs s = make(pr, 12);
+    const AttendGradients fast = backward(s, "rows"), ref = reference_f32(s, core::RefPrecision::f64),
+                          plain = reference_f32(s, core::RefPrecision::plain);
+    expect_within_rule(fast.dq, ref.dq, plain.dq, "dq");
+    expect_within_rule(fast.dk, ref.dk, plain.dk, "dk");
+    expect_within_rule(fast.dv, ref.dv, plain.dv, "dv");
+    // and bitwise the same for any thread count
+    for (int threads : {1, 3}) {
+      const AttendGradients t = backward(s, "rows", threads);
+      EXPECT_EQ(0, std::memcmp(t.dq.view().data, fast.dq.view().data, fast.dq.view().numel() * dtype_size(dt)));
+      EXPECT_EQ(0, std::memcmp(t.dk.view().data, fast.dk.view().data, fast.dk.view().numel() * dtype_size(dt)));
+      EXPECT_EQ(0, std::memcmp(t.dv.view().data, fast.dv.view().data, fast.dv.view().numel() * dtype_size(dt)));
+    }
+  }
+}
+
+std::string name_of(const ::testing::TestParamInfo<Problem>& info) {
+  std::string n = std::to_string(info.index) + "_" + info.param.mech;
+  for (char& c : n)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return n;
+}
+
+INSTANTIATE_TEST_SUITE_P(Softmax, Backward, ::testing::ValuesIn(problems()), name_of);
+
+TEST(BackwardShape, RowsWithoutKeysGetZeroGradientsAndNaNPropagates) {
+  Problem pr;
+  pr.mech = "softmax:causal";
+  pr.N = 9, pr.M = 6;  // queries 0..2 see no key
+  Inputs s = make(pr, 3);
+  const AttendGradients g = backward(s, "rows");
+  for (int64_t c = 0; c < pr.D; ++c) EXPECT_EQ(g.dq.at(0, 0, 1, c), 0.0f);
+  // a NaN in dout poisons the gradients it reaches
+  store_from_float(s.dout.view.data, DType::f32, s.dout.view.offset(0, 0, 8, 0), std::nanf(""));
+  for (const char* form : {"rows", "reference"}) {
+    const AttendGradients n = backward(s, form);
+    EXPECT_TRUE(std::isnan(n.dq.at(0, 0, 8, 0))) << form;
+    EXPECT_TRUE(std::isnan(n.dv.at(0, 0, 5, 0))) << form;
+    EXPECT_FALSE(std::isnan(n.dq.at(0, 1, 8, 0))) << form << ": another head";
+  }
+}
+
+TEST(BackwardShape, BadInputIsNamed) {
+  Problem pr;
+  pr.mech = "softmax";
+  Inputs s = make(pr, 4);
+  AttendOptions fo;
+  fo.return_lse = true;
+  const AttendResult fwd = attend(s.q.view, s.k.view, s.v.view, s.m, fo);
+  auto call = [&](const TensorView& dout, const Mechanism& m, AttendOptions o) {
+    return attend_backward(dout, s.q.view, s.k.view, s.v.view, fwd.out.view(), fwd.lse.view(), m, o);
+  };
+  testing::expect_error([&] { call(s.q.view, s.m, {}); }, "dout must have out's shape (B, H, N, Dv)");
+  AttendOptions probs;
+  probs.return_probs = true;
+  testing::expect_error([&] { call(s.dout.view, s.m, probs); }, "return_probs does not apply");
+  AttendOptions form;
+  form.form = "tiled";
+  testing::expect_error([&] { call(s.dout.view, s.m, form); }, "form must be rows or reference, got 'tiled'");
+  testing::expect_error([&] { call(s.dout.view, parse_mechanism("linear"), {}); }, "linear has no backward yet");
+  testing::expect_error([&] { call(s.dout.view, parse_mechanism("softmax:score=cosine"), {}); },
+                        "score=cosine has no backward yet");
+  testing::expect_error([&] {
+    attend_backward(s.dout.view, s.q.view, s.k.view, s.v.view, fwd.out.view(), fwd.out.view(), s.m, {});
+  }, "lse must have shape (B, H, N, 1)");
+}
+
+}  // namespace
+}  // namespace attn
