@@ -150,7 +150,7 @@ def bigbird_pattern(n, m, *, block, window, glob, random, seed, causal=False):
     vis = (np.abs(a - c) <= half) | (a < glob) | (c < glob)
     for qa, cs in rnd.items():
         vis |= (a == qa) & np.isin(c, cs)
-    vis &= p >= 0
+    vis = np.where(p >= 0, vis, c < glob)  # a query before the first key is in no block: global keys only
     if causal:
         vis &= j <= p
     return vis, rnd

@@ -37,9 +37,13 @@ bool in_band(const Band& b, int64_t p, int64_t j) {
   return true;
 }
 
+// A query before the first key (p < 0: N > M, bottom-right) is in no block (a < 0): it sees the
+// global key blocks only, as every query does, and Longformer's global keys and sinks are seen.
 bool block_visible(const Blocks& b, int64_t a, int64_t c) {
-  if (a < 0 || c < 0) return false;
-  if (std::llabs(a - c) <= b.half_window || a < b.global || c < b.global) return true;
+  if (c < 0) return false;
+  if (c < b.global) return true;
+  if (a < 0) return false;
+  if (std::llabs(a - c) <= b.half_window || a < b.global) return true;
   if (a >= static_cast<int64_t>(b.random_of.size())) return false;
   const auto& r = b.random_of[static_cast<size_t>(a)];
   return std::binary_search(r.begin(), r.end(), c);
@@ -115,9 +119,8 @@ Coverage band_coverage(const Band& b, int64_t p0, int64_t p1, int64_t j0, int64_
 }
 
 Coverage block_coverage(const Blocks& b, int64_t p0, int64_t p1, int64_t j0, int64_t j1) {
-  if (p1 < 0) return Coverage::hidden;
-  bool any = false, all = p0 >= 0;
-  for (int64_t a = floor_div(std::max<int64_t>(p0, 0), b.size); a <= floor_div(p1, b.size); ++a)
+  bool any = false, all = true;  // a = -1 stands for every query before the first key
+  for (int64_t a = std::max<int64_t>(floor_div(p0, b.size), -1); a <= std::max<int64_t>(floor_div(p1, b.size), -1); ++a)
     for (int64_t c = j0 / b.size; c <= j1 / b.size; ++c) {
       const bool v = block_visible(b, a, c);
       any |= v;
@@ -133,7 +136,7 @@ bool Pattern::visible(int64_t p, int64_t j) const {
   if (band && in_band(*band, p, j)) return true;
   if (j < sinks) return true;
   if (is_global(global, j) || (global_queries && is_global(global, p))) return true;
-  if (blocks && p >= 0 && block_visible(*blocks, floor_div(p, blocks->size), j / blocks->size)) return true;
+  if (blocks && block_visible(*blocks, floor_div(p, blocks->size), j / blocks->size)) return true;
   return false;
 }
 
@@ -147,6 +150,7 @@ void Pattern::column(int64_t j, int64_t p0, int64_t n, uint8_t* vis) const {
     vis[*g - p0] = 1;
   if (blocks) {
     const int64_t size = blocks->size, c = j / size;
+    if (c < blocks->global) return fill(vis, lo, n);  // a global key block: every query sees it
     for (int64_t a = floor_div(std::max(p0 + lo, int64_t{0}), size); a * size < p0 + n; ++a)
       if (block_visible(*blocks, a, c)) fill(vis, std::max(lo, a * size - p0), std::min(n, (a + 1) * size - p0));
   }
@@ -217,9 +221,9 @@ int64_t Pattern::candidates_into(int64_t p0, int64_t p1, int64_t M, std::pair<in
   add(0, sinks);
   if (global_queries && globals_in(global, p0, p1) > 0) add(0, end);
   for (int64_t g : global) add(g, g + 1);
-  if (blocks && p1 >= 0) {
+  if (blocks) {
     const Blocks& bl = *blocks;
-    add(0, bl.global * bl.size);
+    add(0, bl.global * bl.size);  // global key blocks: every query, those before the first key too
     for (int64_t a = floor_div(std::max<int64_t>(p0, 0), bl.size); a <= floor_div(p1, bl.size); ++a) {
       if (a < bl.global) add(0, end);
       add((a - bl.half_window) * bl.size, (a + bl.half_window + 1) * bl.size);

@@ -12,7 +12,8 @@
 //   sinks   j < sinks;
 //   global  j or p is a global position;
 //   blocks  BigBird: query block a = p / size sees key block c = j / size when |a - c| <= half
-//           window, a or c < global blocks, or c is one of a's random blocks.
+//           window, a or c < global blocks, or c is one of a's random blocks. A query before the
+//           first key (p < 0: N > M) is in no block and sees the global key blocks only.
 // Key padding and the user's masks are applied on top by the kernels.
 //
 // Three views of the same set, tested against each other (tests/mask/test_pattern.cpp):
