@@ -234,22 +234,31 @@ nb::tuple attend(const Array& q, const Array& k, const Array& v, nb::handle mech
 }
 
 // dq, dk, dv of attend() (attn::attend_backward), in the call's layout; lse as attend returns it (B, H, N).
+// A (B, H, N) float32 array as a (B, H, N, 1) view.
+attn::TensorView rows_view(const Array& a, const char* name) {
+  if (a.ndim() != 3)
+    throw nb::value_error((std::string(name) + " must have 3 dimensions (B, H, N), as attend returns lse, got " +
+                           std::to_string(a.ndim())).c_str());
+  attn::TensorView l;
+  l.data = const_cast<void*>(a.data());
+  l.dtype = dtype_of(a, name);
+  l.shape = {static_cast<int64_t>(a.shape(0)), static_cast<int64_t>(a.shape(1)), static_cast<int64_t>(a.shape(2)), 1};
+  l.strides = {a.stride(0), a.stride(1), a.stride(2), 1};
+  return l;
+}
+
 nb::tuple attend_backward(const Array& dout, const Array& q, const Array& k, const Array& v, const Array& out,
-                          const Array& lse, nb::handle mechanism, const Options& o) {
+                          const Array& lse, nb::handle mechanism, const Options& o, std::optional<Array> dlse) {
   const Call c = make_call(q, k, v, mechanism, o);
   const bool bnhd = bnhd_of(o.layout);
   const attn::TensorView d = view_of(dout, "dout", bnhd), ov = view_of(out, "out", bnhd);
-  if (lse.ndim() != 3)
-    throw nb::value_error(("lse must have 3 dimensions (B, H, N), as attend returns it, got " + std::to_string(lse.ndim())).c_str());
-  attn::TensorView l;
-  l.data = const_cast<void*>(lse.data());
-  l.dtype = dtype_of(lse, "lse");
-  l.shape = {static_cast<int64_t>(lse.shape(0)), static_cast<int64_t>(lse.shape(1)), static_cast<int64_t>(lse.shape(2)), 1};
-  l.strides = {lse.stride(0), lse.stride(1), lse.stride(2), 1};
+  const attn::TensorView l = rows_view(lse, "lse");
+  std::optional<attn::TensorView> dl;
+  if (dlse) dl = rows_view(*dlse, "dlse");
   attn::AttendGradients g;
   {
     nb::gil_scoped_release release;
-    g = attn::attend_backward(d, c.q, c.k, c.v, ov, l, c.mech, c.opt);
+    g = attn::attend_backward(d, c.q, c.k, c.v, ov, l, c.mech, c.opt, dl ? &*dl : nullptr);
   }
   auto in_layout = [&](attn::Tensor&& t) {  // an initializer_list lives only as long as its full expression
     return bnhd ? to_python(std::move(t), {0, 2, 1, 3}, o.torch) : to_python(std::move(t), {0, 1, 2, 3}, o.torch);
@@ -469,6 +478,7 @@ NB_MODULE(_attn, m) {
       "q"_a, "k"_a, "v"_a, "mechanism"_a, "options"_a,
       "(B, H, F, columns) of the call's recurrent state (attn::state_shape); zeros without one.");
   m.def("attend_backward", &attend_backward, "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "mechanism"_a, "options"_a,
+        "dlse"_a = nb::none(),
         "attn::attend_backward: (dq, dk, dv) of attend's output, recomputed from q, k, v and its out and lse.");
   m.def("explain", &explain, "q"_a, "k"_a, "v"_a, "mechanism"_a, "options"_a,
         "Which form attn::attend would run for this call, and why the others would not.");

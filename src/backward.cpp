@@ -34,7 +34,7 @@ void check_options(const AttendOptions& o) {
 
 AttendGradients attend_backward(const TensorView& dout, const TensorView& q, const TensorView& k, const TensorView& v,
                                 const TensorView& out, const TensorView& lse, const Mechanism& mechanism,
-                                const AttendOptions& options) try {
+                                const AttendOptions& options, const TensorView* dlse) try {
   check_options(options);
   AttendGradients g;
   families::visit_family(mechanism, [&](const auto& mech, auto family) {
@@ -42,12 +42,18 @@ AttendGradients attend_backward(const TensorView& dout, const TensorView& q, con
     if constexpr (requires { Family::backward_refusal; }) {
       const auto p = Family::validate(q, k, v, mech, options, core::Outputs{&out, &lse});
       check_dout(dout, out, q);
+      if (dlse) {
+        core::check_view(*dlse, "dlse");
+        if (dlse->dtype != DType::f32) fail(kWhere, "dlse must be float32, got " + dtype_name(dlse->dtype));
+        if (dlse->shape != lse.shape)
+          fail(kWhere, "dlse must have lse's shape (B, H, N, 1) = " + core::dims_text(lse) + ", got " + core::dims_text(*dlse));
+      }
       if (const std::string why = Family::backward_refusal(p); !why.empty())
         fail(kWhere, to_string(mechanism) + ": " + why);
       g.dq = Tensor(q.dtype, {p.B, p.H, p.N, p.D});
       g.dk = Tensor(k.dtype, {p.B, p.Hkv, p.M, p.D});
       g.dv = Tensor(v.dtype, {p.B, p.Hkv, p.M, p.Dv});
-      Family::backward(p, core::BackwardViews{dout, out, lse, g.dq.view(), g.dk.view(), g.dv.view()}, options.form,
+      Family::backward(p, core::BackwardViews{dout, out, lse, g.dq.view(), g.dk.view(), g.dv.view(), dlse ? *dlse : TensorView{}}, options.form,
                        options.threads);
     } else {
       fail(kWhere, std::string(kind_of(mechanism)) + " has no backward yet (softmax, longformer and bigbird have one)");

@@ -5,7 +5,7 @@
 //   t_ij = softcap(scale_i q_i . k_j) + bias_ij      (over the keys query i sees)
 //   P_ij = exp(t_ij - lse_i),  P~_ij = P_ij keep_ij / (1 - dropout)
 //   dV_j = sum_i P~_ij dO_i                      dP_ij = keep_ij / (1 - dropout) dO_i . v_j
-//   dT_ij = P_ij (dP_ij - D_i)                   dS_ij = dT_ij (1 - tanh^2(s_ij / softcap))
+//   dT_ij = P_ij (dP_ij - D_i + dlse_i)          dS_ij = dT_ij (1 - tanh^2(s_ij / softcap))
 //   dQ_i = scale_i sum_j dS_ij k_j               dK_j = sum_i scale_i dS_ij q_i
 //
 // GQA/MQA: a kv head's dK and dV sum over its group's query heads. The fast form accumulates in
@@ -29,9 +29,10 @@ struct AttendGradients {
 // same seed regenerates the same mask), grouped heads; float32, bfloat16 and float16 storage.
 // Forms (options.form): "rows" (the fast form: float32, parallel over batch entries and kv heads)
 // and "reference" (float64 throughout). Other families, score=cosine/additive and paged caches
-// are an Error naming what has no backward yet.
+// are an Error naming what has no backward yet. dlse: the loss's gradient with respect to lse,
+// (B, H, N, 1) float32, when the loss uses it (merging partial results, ring attention); none = 0.
 AttendGradients attend_backward(const TensorView& dout, const TensorView& q, const TensorView& k, const TensorView& v,
                                 const TensorView& out, const TensorView& lse, const Mechanism& mechanism,
-                                const AttendOptions& options = {});
+                                const AttendOptions& options = {}, const TensorView* dlse = nullptr);
 
 }  // namespace attn

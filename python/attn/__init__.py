@@ -295,6 +295,13 @@ def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any
         >>> st.sparsity.shape          # (B, H, N); 1/sqrt(n) = one key, 1 = uniform
         >>> np.exp(st.entropy)         # effective number of keys per row
     """
+    if _wants_autograd(q, k, v):  # torch tensors that require grad: the differentiable custom op
+        return _attend_differentiable(q, k, v, mechanism, attn_mask, key_padding_lengths, alibi_slopes, layout,
+                                      return_lse, dict(block_mask=block_mask, params=params or named_params,
+                                                       additive_weights=additive_weights, return_probs=return_probs,
+                                                       return_final_state=return_final_state,
+                                                       return_stats=return_stats, threads=threads, form=form,
+                                                       isa=isa, use_reference=use_reference))
     scalars = _check_scalars(mechanism, threads, stats_topk, return_lse=return_lse, return_probs=return_probs,
                              return_final_state=return_final_state, return_stats=return_stats,
                              use_reference=use_reference)
@@ -309,7 +316,7 @@ def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any
 def attend_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, mechanism: str = "softmax", *,
                     attn_mask: Any = None, key_padding_lengths: Optional[Sequence[int]] = None,
                     alibi_slopes: Any = None, block_mask: Any = None, block_size: Tuple[int, int] = (128, 128),
-                    layout: str = "bnhd", threads: int = 0, form: Optional[str] = None):
+                    layout: str = "bnhd", threads: int = 0, form: Optional[str] = None, dlse: Any = None):
     """Gradients of :func:`attend`'s output with respect to q, k and v (training).
 
     As flash-attention's backward, nothing of size N x M is kept: the scores are recomputed from
@@ -325,6 +332,8 @@ def attend_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, mecha
         attn_mask, key_padding_lengths, alibi_slopes, block_mask, block_size, layout, threads: as
             in :func:`attend`.
         form: "rows" (float32 accumulation, the default) or "reference" (float64, for checking).
+        dlse: the loss's gradient with respect to lse, (B, H, N) float32, when the loss uses lse
+            (merging partial results); None = 0.
 
     Returns:
         (dq, dk, dv) in q's, k's and v's shapes, dtype and kind (NumPy or torch), in ``layout``.
@@ -339,9 +348,38 @@ def attend_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, mecha
     q, k, v, opts = _call_args(q, k, v, layout, attn_mask, key_padding_lengths, alibi_slopes, None, None, form,
                                False, None, block_mask, block_size, **scalars)
     dout, out, lse = _prepare(dout, "dout"), _prepare(out, "out"), _prepare(lse, "lse")
-    if _is_torch(dout) != _is_torch(q) or _is_torch(out) != _is_torch(q) or _is_torch(lse) != _is_torch(q):
-        raise TypeError("dout, out and lse must be of q's kind (all numpy arrays or all torch tensors)")
-    return _attn.attend_backward(dout, q, k, v, out, lse, mechanism, opts)
+    dlse = None if dlse is None else _prepare(dlse, "dlse")
+    if any(_is_torch(x) != _is_torch(q) for x in (dout, out, lse, q if dlse is None else dlse)):
+        raise TypeError("dout, out, lse and dlse must be of q's kind (all numpy arrays or all torch tensors)")
+    return _attn.attend_backward(dout, q, k, v, out, lse, mechanism, opts, dlse)
+
+
+def _wants_autograd(*xs: Any) -> bool:
+    """Torch tensors that require grad, with grad enabled (attend then runs the custom op)."""
+    if not _is_torch(xs[0]):
+        return False
+    import torch
+    return torch.is_grad_enabled() and any(getattr(x, "requires_grad", False) for x in xs)
+
+
+def _attend_differentiable(q, k, v, mechanism, attn_mask, key_padding_lengths, alibi_slopes, layout, return_lse,
+                           others):
+    """attend through torch.ops.attn.attend (attn/torch_ops.py): gradients flow to q, k and v."""
+    unsupported = [name for name, x in others.items()
+                   if x not in (None, False, 0, {}) and not (name == "form" and x == "")]
+    if unsupported:
+        raise ValueError(f"attend with tensors that require grad takes mechanism, attn_mask, key_padding_lengths, "
+                         f"alibi_slopes, layout and return_lse; got {', '.join(unsupported)} (detach the inputs, or "
+                         f"call attn.attend_backward yourself)")
+    if isinstance(mechanism, _attn.Mechanism):
+        mechanism = str(mechanism)  # its canonical text: the op's schema takes a str
+    if not isinstance(mechanism, str):
+        raise TypeError(f"mechanism must be a str such as 'softmax:causal', got {type(mechanism).__name__}")
+    from . import torch_ops
+    if return_lse and not info(mechanism)["has_lse"]:  # the same error as without gradients
+        attend(q.detach(), k.detach(), v.detach(), mechanism, layout=layout, return_lse=True)
+    out, lse = torch_ops.attend(q, k, v, mechanism, layout, attn_mask, key_padding_lengths, alibi_slopes)
+    return (out, lse) if return_lse else out
 
 
 def _int_list(x: Any, name: str, count: Optional[int] = None) -> list:
@@ -565,6 +603,20 @@ def _softmax_mechanism(causal: Any, softmax_scale: Any, window_size: Any, softca
         seed=_integer(seed, "seed", 0, 2**64 - 1))  # an unsigned 64-bit integer in C++
 
 
+def _softmax_text(causal: Any, softmax_scale: Any, window_size: Any, softcap: Any, dropout_p: Any, seed: Any) -> str:
+    """flash-attn's arguments as mechanism text (C++ parses and checks it when the op runs)."""
+    opts = ["causal"] if causal else []
+    if softmax_scale is not None:
+        opts.append(f"scale={float(softmax_scale)!r}")
+    if tuple(window_size) != (-1, -1):
+        opts.append(f"window={int(window_size[0])}:{int(window_size[1])}")
+    if softcap:
+        opts.append(f"softcap={float(softcap)!r}")
+    if dropout_p:
+        opts.append(f"dropout={float(dropout_p)!r},seed={int(seed)}")
+    return "softmax" + (":" + ",".join(opts) if opts else "")
+
+
 def attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_scale: Optional[float] = None,
               window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0, alibi_slopes: Any = None,
               attn_mask: Any = None, key_padding_lengths: Optional[Sequence[int]] = None,
@@ -606,6 +658,11 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_scale: Op
         >>> out.shape
         (1, 128, 8, 64)
     """
+    if _wants_autograd(q, k, v):  # the text form in plain Python, so torch.compile traces it to the op
+        return _attend_differentiable(q, k, v, _softmax_text(causal, softmax_scale, window_size, softcap, dropout_p,
+                                                             seed), attn_mask, key_padding_lengths, alibi_slopes,
+                                      layout, return_lse, dict(return_probs=return_probs, return_stats=return_stats,
+                                                               threads=threads))
     mechanism = _softmax_mechanism(causal, softmax_scale, window_size, softcap, dropout_p, seed)
     return attend(q, k, v, mechanism, attn_mask=attn_mask, key_padding_lengths=key_padding_lengths,
                   alibi_slopes=alibi_slopes, layout=layout, return_lse=return_lse,

@@ -103,11 +103,12 @@ void reference_impl(const Problem& p, const BackwardViews& g, bool plain) {
             D += P[j] * dP[j];
           }
           const T scale = p.row_scale(b, h, i);
+          const T dlse = g.dlse.empty() ? T(0) : static_cast<T>(g.dlse.at(b, h, i, 0));
           for (int64_t j = 0; j < p.M; ++j) {
             if (t[j] == neg_inf && !nan) continue;
             const T keep = dropout_factor<T>(p, b, h, i, j);
             for (int64_t c = 0; c < p.Dv; ++c) dv[j * p.Dv + c] += P[j] * keep * g.dout.at(b, h, i, c);
-            const T dS = rnd(P[j] * (dP[j] - rnd(D)) * softcap_slope<T>(p, s[j]));
+            const T dS = rnd(P[j] * (dP[j] - rnd(D) + dlse) * softcap_slope<T>(p, s[j]));
             for (int64_t c = 0; c < p.D; ++c) {
               dq[c] += dS * scale * keys.at(j, c);
               dk[j * p.D + c] += dS * scale * p.q.at(b, h, i, c);
@@ -177,11 +178,12 @@ void rows_task(const Problem& p, const BackwardViews& g, int64_t b, int64_t hk, 
         continue;
       }
       for (int64_t c = 0; c < p.D; ++c) w.q[c] = p.q.at(b, h, i, c);
-      float D = 0;
+      float D = 0;  // dout_i . out_i, less the gradient through lse_i (d lse_i / d t_ij = P_ij)
       for (int64_t c = 0; c < p.Dv; ++c) {
         w.dout[c] = g.dout.at(b, h, i, c);
         D += w.dout[c] * g.out.at(b, h, i, c);
       }
+      if (!g.dlse.empty()) D -= g.dlse.at(b, h, i, 0);
       const float scale = static_cast<float>(p.row_scale(b, h, i));
       for (int64_t j = 0; j < M; ++j) {
         if (!p.visible(b, h, i, j)) continue;
