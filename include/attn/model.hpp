@@ -52,7 +52,11 @@ struct DecoderConfig {
   bool tied_embeddings = false;  // logits use the embedding matrix
   std::vector<DecoderLayerSpec> layers;
 
-  // Every layer softmax:causal (RoPE on).
+  // The most layers a decoder may have (checked before a layer list is made, so a file's or a
+  // caller's layer count of 10^8 is an error, not an allocation). Real models have ~100.
+  static constexpr int64_t kMaxLayers = 4096;
+
+  // Every layer softmax:causal (RoPE on). count in [0, kMaxLayers].
   static std::vector<DecoderLayerSpec> softmax_layers(int64_t count, const Mechanism& softmax);
   // `linear` lightning layers, then one softmax layer, repeated (7:1 is MiniMax-01's layout:
   // layer i is softmax iff (i + 1) % 8 == 0).
@@ -61,7 +65,8 @@ struct DecoderConfig {
   // The mechanism of lightning layers: linear:map=identity,causal,normalize=0,chunk=256.
   static Mechanism lightning_mechanism();
 
-  // Throws Error naming the first inconsistent field.
+  // Throws Error naming the first inconsistent field. Sizes are checked for consistency here;
+  // the bytes they need are checked (against this machine's memory) when a Decoder is made.
   void validate() const;
   // The JSON form stored in a safetensors file's metadata under "attn.decoder" (mechanisms as text).
   std::string to_json() const;

@@ -27,6 +27,19 @@ __all__ = ["Decoder"]
 _LIGHTNING = "linear:map=identity,causal,normalize=0,chunk=256"
 
 
+# attn::DecoderConfig::kMaxLayers: the most layers a decoder may have (checked before a list of
+# layers is made from a count).
+_MAX_LAYERS = 4096
+
+
+def _layer_count(count: Any) -> int:
+    if isinstance(count, bool) or not isinstance(count, (int, np.integer)):
+        raise TypeError(f"count must be an integer, got {type(count).__name__}")
+    if not 0 <= int(count) <= _MAX_LAYERS:
+        raise ValueError(f"count must be in [0, {_MAX_LAYERS}] (the most layers a decoder may have), got {int(count)}")
+    return int(count)
+
+
 class Decoder:
     """A decoder with its weights and run state (KV caches and recurrent states, allocated once
     for ``max_seq_len`` tokens). Not thread-safe: one sequence at a time."""
@@ -51,9 +64,10 @@ class Decoder:
 
     @staticmethod
     def softmax_layers(count: int, mechanism: str = "softmax:causal") -> list:
-        """Layer specs: ``count`` layers of ``mechanism`` with RoPE."""
+        """Layer specs: ``count`` layers (0 to 4096) of ``mechanism`` with RoPE."""
+        count = _layer_count(count)
         return [{"mechanism": mechanism, "rope": not mechanism.startswith("dca"), "lightning": False}
-                for _ in range(int(count))]
+                for _ in range(count)]
 
     @staticmethod
     def hybrid_layers(count: int, ratio: str = "7:1", mechanism: str = "softmax:causal") -> list:
@@ -63,7 +77,7 @@ class Decoder:
         if lin < 0 or soft < 1:
             raise ValueError(f"ratio: expected L:S with L >= 0 and S >= 1, got {ratio!r}")
         layers = Decoder.softmax_layers(count, mechanism)
-        for i in range(int(count)):
+        for i in range(len(layers)):
             if i % (lin + soft) < lin:
                 layers[i] = {"mechanism": _LIGHTNING, "rope": False, "lightning": True}
         return layers

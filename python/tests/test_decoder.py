@@ -218,3 +218,29 @@ def test_bad_inputs_are_value_errors(tmp_path):
     (tmp_path / "junk.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}      ")
     with pytest.raises(ValueError, match="header is not valid JSON"):
         attn.Decoder.load(tmp_path / "junk.safetensors")
+
+
+# Regression (issue 37, class 5): absurd sizes ended in std::bad_alloc (or a Python list of 10^8
+# layers); each is now a ValueError naming the sizes, before anything is allocated.
+def test_absurd_sizes_are_refused_naming_them():
+    cfg = dict(vocab_size=50, dim=16, hidden_dim=24, heads=2, kv_heads=1, head_dim=8, max_seq_len=8,
+               layers=attn.Decoder.softmax_layers(1))
+    for make in (lambda: attn.Decoder.softmax_layers(10**8), lambda: attn.Decoder.hybrid_layers(10**8),
+                 lambda: attn.Decoder.softmax_layers(-1)):
+        with pytest.raises(ValueError, match=r"count must be in \[0, 4096\]"):
+            make()
+    with pytest.raises(TypeError, match="count must be an integer"):
+        attn.Decoder.softmax_layers(2.5)
+    for change, message in [
+            (dict(vocab_size=2**31 - 1, dim=2**20, heads=2**16, kv_heads=1, head_dim=16),
+             r"more than this machine's memory .*vocab_size 2147483647, dim 1048576"),
+            (dict(hidden_dim=2**40), r"more than this machine's memory .*hidden_dim 1099511627776"),
+            (dict(hidden_dim=2**62), r"overflow 64-bit byte counts .*hidden_dim 4611686018427387904"),
+            (dict(heads=2**30, kv_heads=2**30, head_dim=2**30), "overflow 64-bit byte counts"),
+            (dict(max_seq_len=2**50), r"max_seq_len 1125899906842624"),
+            (dict(layers=[{}] * 4097), "decoder config has 4097 layers, more than 4096")]:
+        with pytest.raises(ValueError, match=message):
+            attn.Decoder.random(dict(cfg, **change))
+    # a windowed model's cache does not grow with max_seq_len: a huge context is fine
+    m = attn.Decoder.random(dict(cfg, max_seq_len=2**50, layers=attn.Decoder.softmax_layers(1, "softmax:causal,window=7:0")))
+    assert m.forward([1, 2]).shape == (2, 50)

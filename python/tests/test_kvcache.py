@@ -181,6 +181,65 @@ def test_failed_calls_write_nothing():
     assert not kc.any() and not vc.any()
 
 
+# Regression (issue 37, class 2b): new k/v (and q) that are numpy views of the cache rows being
+# written were read after those rows were overwritten. Each call must equal the same call on
+# copies made before it (output and caches bitwise).
+@pytest.mark.parametrize("k_from,v_from,q_from,at", [
+    ("k_cache", None, None, 2), ("k_cache", None, None, 4), (None, "k_cache", None, 3), ("v_cache", None, None, 3),
+    ("v_cache", "k_cache", None, 3), ("k_cache", "v_cache", None, 3), (None, None, "k_cache", 3),
+    ("v_cache", "k_cache", "v_cache", 2)])
+def test_new_rows_that_are_views_of_the_cache_are_read_as_they_were(k_from, v_from, q_from, at):
+    rng = np.random.default_rng(11)
+    B, H, D, cap, new = 2, 2, 8, 16, 3
+    caches = {"k_cache": rng.standard_normal((B, cap, H, D), dtype=np.float32),
+              "v_cache": rng.standard_normal((B, cap, H, D), dtype=np.float32)}
+    own = {n: rng.standard_normal((B, new, H, D), dtype=np.float32) for n in "kvq"}
+    k, v, q = ((own[n] if src is None else caches[src][:, at:at + new]) for n, src in
+               (("k", k_from), ("v", v_from), ("q", q_from)))
+    assert any(np.shares_memory(x, c) for x in (k, v, q) for c in caches.values())
+    kc_ref, vc_ref = caches["k_cache"].copy(), caches["v_cache"].copy()
+    out_ref = attn.flash_attn_with_kvcache(q.copy(), kc_ref, vc_ref, k.copy(), v.copy(), cache_seqlens=3, causal=True)
+    out = attn.flash_attn_with_kvcache(q, caches["k_cache"], caches["v_cache"], k, v, cache_seqlens=3, causal=True)
+    np.testing.assert_array_equal(out, out_ref)
+    np.testing.assert_array_equal(caches["k_cache"], kc_ref)
+    np.testing.assert_array_equal(caches["v_cache"], vc_ref)
+
+
+def test_caches_or_block_tables_that_would_overwrite_their_own_rows_are_refused():
+    rng = np.random.default_rng(12)
+    B, H, D = 2, 2, 8
+    q, k, v = (rng.standard_normal((B, 2, H, D), dtype=np.float32) for _ in range(3))
+    kp, vp = rng.standard_normal((6, 4, H, D), dtype=np.float32), rng.standard_normal((6, 4, H, D), dtype=np.float32)
+    kp0, vp0 = kp.copy(), vp.copy()
+    # a block listed twice for a sequence that writes it (regression: accepted, its keys overwritten)
+    for table, lens, message in [
+            ([[0, 0], [2, 3]], [3, 0], r"block_table\[0\] lists block 0 at entries 0 and 1 \(positions 0\.\.3 and 4\.\.7 "
+                                       r"of sequence 0\), and this call writes it"),
+            ([[1, 2], [3, 3]], [0, 4], r"block_table\[1\] lists block 3 at entries 0 and 1"),
+            ([[1, 2], [2, 3]], [4, 4], r"block 2 is written by sequence 0 and read by sequence 1"),
+            ([[1, 2], [3, 1]], [0, 4], r"block 1 is written by sequences 0 and 1")]:
+        with pytest.raises(ValueError, match=message):
+            attn.flash_attn_with_kvcache(q, kp, vp, k, v, cache_seqlens=lens, block_table=np.array(table, np.int32),
+                                         causal=True)
+    np.testing.assert_array_equal(kp, kp0)
+    np.testing.assert_array_equal(vp, vp0)
+    # one buffer as both caches, or v_cache a row past k_cache: refused, the buffer unchanged
+    buf = rng.standard_normal((B, 9, H, D), dtype=np.float32)
+    buf0 = buf.copy()
+    for kc, vc in [(buf[:, :8], buf[:, :8]), (buf[:, :8], buf[:, 1:9])]:
+        with pytest.raises(ValueError, match=r"written by this call, shares memory with v_cache"):
+            attn.flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=[2, 5], causal=True)
+    np.testing.assert_array_equal(buf, buf0)
+    # a packed cache (B, cap, 2, H, D): k and v share a buffer but no element, and work
+    packed = np.zeros((B, 8, 2, H, D), np.float32)
+    kc, vc = np.zeros((B, 8, H, D), np.float32), np.zeros((B, 8, H, D), np.float32)
+    out = attn.flash_attn_with_kvcache(q, packed[:, :, 0], packed[:, :, 1], k, v, cache_seqlens=[2, 5], causal=True)
+    want = attn.flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=[2, 5], causal=True)
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(packed[:, :, 0], kc)
+    np.testing.assert_array_equal(packed[:, :, 1], vc)
+
+
 @pytest.mark.parametrize("causal,window", [(True, (-1, -1)), (False, (-1, -1)), (False, (2, 1))])
 def test_varlen_matches_the_reference(causal, window):
     torch.manual_seed(5)

@@ -12,6 +12,7 @@
 
 #include "attn/error.hpp"
 #include "attn/info.hpp"
+#include "cache/cache_memory.hpp"
 #include "cache/sequence_views.hpp"
 #include "core/io_checks.hpp"
 #include "core/kv_rows.hpp"
@@ -41,26 +42,49 @@ void check_new_rows(const TensorView& t, const TensorView& cache, const char* na
                      "), got " + core::dims_text(t));
 }
 
-// A block written by this call must belong to no other sequence of the call: its new rows would
-// change what that sequence reads.
+// Positions "a..b" that entry i of a sequence's block table holds.
+std::string block_positions(const core::PageTable& t, int64_t i) {
+  return std::to_string(i * t.page) + ".." + std::to_string((i + 1) * t.page - 1);
+}
+
+// A block written by this call must hold one run of positions of one sequence: listed twice in
+// the writing sequence's table, the new rows of one entry would overwrite the keys of the other;
+// named by another sequence of the call, they would change what that sequence reads.
 void check_written_blocks(const Plan& p) {
   const core::PageTable& t = *p.pages;
+  if (p.Nnew == 0) return;
+  auto entry = [&](int64_t b, int64_t i) { return t.table[static_cast<size_t>(b * t.per_seq + i)]; };
+  auto used = [&](int64_t b) { return (p.after(b) + t.page - 1) / t.page; };  // entries sequence b reads
   std::map<int32_t, int64_t> writer;
-  for (int64_t b = 0; b < p.B; ++b)
-    for (int64_t j = p.before[static_cast<size_t>(b)]; j < p.after(b); j = (j / t.page + 1) * t.page) {
-      const int32_t blk = t.table[static_cast<size_t>(b * t.per_seq + j / t.page)];
+  for (int64_t b = 0; b < p.B; ++b) {
+    const int64_t first_written = p.before[static_cast<size_t>(b)] / t.page;
+    std::map<int32_t, int64_t> seen;  // block -> its first entry in this sequence's table
+    for (int64_t i = 0; i < used(b); ++i) {
+      const auto [s, fresh] = seen.emplace(entry(b, i), i);
+      if (!fresh && i >= first_written)
+        fail(kWhere, "block_table[" + std::to_string(b) + "] lists block " + std::to_string(entry(b, i)) +
+                         " at entries " + std::to_string(s->second) + " and " + std::to_string(i) + " (positions " +
+                         block_positions(t, s->second) + " and " + block_positions(t, i) + " of sequence " +
+                         std::to_string(b) + "), and this call writes it: its new keys would overwrite its own; "
+                         "give each entry a block of its own");
+    }
+    for (int64_t i = first_written; i < used(b); ++i) {
+      const int32_t blk = entry(b, i);
       const auto [w, fresh] = writer.emplace(blk, b);
       if (!fresh && w->second != b)
         fail(kWhere, "block " + std::to_string(blk) + " is written by sequences " + std::to_string(w->second) + " and " +
-                         std::to_string(b) + "; give each sequence its own block for new tokens");
+                         std::to_string(b) + " (positions " + block_positions(t, i) + " of sequence " +
+                         std::to_string(b) + "); give each sequence its own block for new tokens");
     }
+  }
   for (int64_t b = 0; b < p.B; ++b)
-    for (int64_t i = 0; i < (p.after(b) + t.page - 1) / t.page; ++i) {
-      const int32_t blk = t.table[static_cast<size_t>(b * t.per_seq + i)];
+    for (int64_t i = 0; i < used(b); ++i) {
+      const int32_t blk = entry(b, i);
       const auto w = writer.find(blk);
       if (w != writer.end() && w->second != b)
         fail(kWhere, "block " + std::to_string(blk) + " is written by sequence " + std::to_string(w->second) +
-                         " and read by sequence " + std::to_string(b) + "; give each sequence its own block for new tokens");
+                         " and read by sequence " + std::to_string(b) + " (its positions " + block_positions(t, i) +
+                         "); give each sequence its own block for new tokens");
     }
 }
 
@@ -190,6 +214,40 @@ void write_rows(const Plan& p, const TensorView& src, const TensorView& cache) {
     }
 }
 
+// Memory the call writes must be its own: written cache rows no other row of either cache
+// (cache_memory.hpp), out and lse nothing the call reads (they are written while the caches,
+// q and the new rows are still read).
+void check_memory(const Plan& p, const TensorView& q, const TensorView& kc, const TensorView& vc,
+                  const KvCacheUpdate& u, const TensorView& out, const TensorView* lse) {
+  cache_memory::check_written_rows_are_private(kc, vc, p.pages.get(), p.before, p.Nnew, kWhere);
+  std::vector<std::pair<const TensorView*, const char*>> read = {{&q, "q"}, {&kc, "k_cache"}, {&vc, "v_cache"}};
+  if (u.k) read.insert(read.end(), {{&*u.k, "k"}, {&*u.v, "v"}});
+  std::vector<std::pair<const TensorView*, const char*>> outputs = {{&out, "out"}};
+  if (lse) outputs.emplace_back(lse, "lse");
+  for (const auto& [o, oname] : outputs) {
+    const cache_memory::Span written = cache_memory::span_of(*o);
+    for (const auto& [r, rname] : read)
+      if (written.overlaps(cache_memory::span_of(*r)))
+        fail(kWhere, std::string(oname) + " shares memory with " + rname + ", which the call reads while writing " +
+                         oname + "; give " + oname + " memory of its own");
+    if (!cache_memory::elements_distinct(*o))
+      fail(kWhere, std::string(oname) + " is " + describe(*o) + ": two of its elements share memory; give " + oname +
+                       " one place per element");
+  }
+  if (lse && cache_memory::span_of(out).overlaps(cache_memory::span_of(*lse)))
+    fail(kWhere, "out and lse share memory; give each memory of its own");
+}
+
+// A copy of t when it shares bytes with a cache this call writes (else an empty Tensor).
+Tensor own_copy_if_in_caches(const TensorView& t, const Plan& p, const TensorView& kc, const TensorView& vc) {
+  if (p.Nnew == 0) return {};
+  const cache_memory::Span s = cache_memory::span_of(t);
+  if (!s.overlaps(cache_memory::span_of(kc)) && !s.overlaps(cache_memory::span_of(vc))) return {};
+  Tensor copy(t.dtype, t.shape);
+  cache_view::copy(t, copy.view());
+  return copy;
+}
+
 }  // namespace
 
 void attend_with_kvcache_into(const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,
@@ -217,6 +275,8 @@ void attend_with_kvcache_into(const TensorView& q, const TensorView& k_cache, co
   if (lse && (lse->shape != std::array<int64_t, 4>{p.B, p.H, p.N, 1} || lse->dtype != DType::f32))
     fail(kWhere, "lse must be float32 (B, H, N, 1), got " + dtype_name(lse->dtype) + " " + core::dims_text(*lse));
 
+  check_memory(p, q, k_cache, v_cache, u, out, lse);
+
   // Rotated copies (q is the caller's and stays as it is; new k is rotated once, then stored).
   Tensor q_rot, k_rot;
   if (u.rotary) {
@@ -235,9 +295,15 @@ void attend_with_kvcache_into(const TensorView& q, const TensorView& k_cache, co
       apply_rope_table(k_rot.view(), u.rotary->cos, u.rotary->sin, u.rotary->style, pos);
     }
   }
+  // Inputs that are views of the caches (flash-attn lets new k be a slice of k_cache, say) are
+  // copied aside first, so that every row written and every query read is the caller's value
+  // from before the call.
+  const Tensor k_own = k_rot.defined() || !u.k ? Tensor() : own_copy_if_in_caches(*u.k, p, k_cache, v_cache);
+  const Tensor v_own = u.v ? own_copy_if_in_caches(*u.v, p, k_cache, v_cache) : Tensor();
+  if (!q_rot.defined()) q_rot = own_copy_if_in_caches(q, p, k_cache, v_cache);
   if (u.k) {
-    write_rows(p, k_rot.defined() ? k_rot.view() : *u.k, k_cache);
-    write_rows(p, *u.v, v_cache);
+    write_rows(p, k_rot.defined() ? k_rot.view() : k_own.defined() ? k_own.view() : *u.k, k_cache);
+    write_rows(p, v_own.defined() ? v_own.view() : *u.v, v_cache);
   }
   const TensorView& qq = q_rot.defined() ? q_rot.view() : q;
   for (int64_t b = 0; b < p.B; ++b) {

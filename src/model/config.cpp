@@ -14,9 +14,16 @@ constexpr const char* kWhere = "decoder config";
 
 std::string layer_name(size_t i) { return "layers[" + std::to_string(i) + "]"; }
 
+void check_layer_count(int64_t count, const std::string& what) {
+  if (count < 0 || count > DecoderConfig::kMaxLayers)
+    fail(kWhere, what + " must be in [0, " + std::to_string(DecoderConfig::kMaxLayers) + "] (the most layers a decoder may have), got " +
+                     std::to_string(count));
+}
+
 }  // namespace
 
 std::vector<DecoderLayerSpec> DecoderConfig::softmax_layers(int64_t count, const Mechanism& softmax) {
+  check_layer_count(count, "the layer count");
   return std::vector<DecoderLayerSpec>(static_cast<size_t>(std::max<int64_t>(count, 0)),
                                        DecoderLayerSpec{softmax, !info(softmax).applies_positions, false});
 }
@@ -70,6 +77,7 @@ void DecoderConfig::validate() const {
   if (!(norm_eps > 0.0) || !std::isfinite(norm_eps))
     fail(kWhere, "norm_eps must be a finite number > 0, got " + std::to_string(norm_eps));
   if (layers.empty()) fail(kWhere, "needs at least one layer");
+  check_layer_count(static_cast<int64_t>(layers.size()), "the number of layers");
   for (size_t i = 0; i < layers.size(); ++i) {
     const DecoderLayerSpec& l = layers[i];
     const std::string text = to_string(l.mechanism);
@@ -131,6 +139,9 @@ DecoderConfig DecoderConfig::from_json(const std::string& text, const std::strin
   c.norm_eps = field(j, "norm_eps", 1e-5, "");
   c.tied_embeddings = field(j, "tied_embeddings", false, "");
   if (!j.contains("layers") || !j["layers"].is_array()) fail(where, "decoder config needs a 'layers' array");
+  if (j["layers"].size() > static_cast<size_t>(kMaxLayers))
+    fail(where, "decoder config has " + std::to_string(j["layers"].size()) + " layers, more than " +
+                    std::to_string(kMaxLayers) + " (the most a decoder may have)");
   for (size_t i = 0; i < j["layers"].size(); ++i) {
     const nlohmann::json& l = j["layers"][i];
     const std::string ctx = layer_name(i) + ".";

@@ -13,16 +13,15 @@
 #include "attn/info.hpp"
 #include "attn/model.hpp"
 #include "attn/tensor.hpp"
+#include "model/memory_need.hpp"
 #include "model/ops.hpp"
 #include "model/weights.hpp"
 
 namespace attn {
 namespace {
 
-constexpr int64_t kStepTokens = 256;
-// Queries per attention call of a layer whose cache is bounded: the rows its cache holds beyond
-// the mechanism's own bound.
-constexpr int64_t kBoundedSlack = 32;
+using model::kBoundedSlack;
+using model::kStepTokens;
 constexpr const char* kWhere = "decoder";
 constexpr const char* kConfigKey = "attn.decoder";
 
@@ -271,7 +270,7 @@ Decoder::Decoder(Decoder&&) noexcept = default;
 Decoder& Decoder::operator=(Decoder&&) noexcept = default;
 Decoder::~Decoder() = default;
 
-Decoder Decoder::from_safetensors(const std::string& path, int threads, const std::vector<DecoderLayerSpec>* layers) {
+Decoder Decoder::from_safetensors(const std::string& path, int threads, const std::vector<DecoderLayerSpec>* layers) try {
   auto file = std::make_shared<const SafetensorsFile>(SafetensorsFile::open(path));
   const auto it = file->metadata().find(kConfigKey);
   if (it == file->metadata().end())
@@ -289,19 +288,30 @@ Decoder Decoder::from_safetensors(const std::string& path, int threads, const st
     config.layers = *layers;
     config.validate();
   }
+  model::check_memory_need(config, 0, path);  // matrices are mapped
   return Decoder(std::make_unique<Impl>(model::load_weights(std::move(file), config), threads));
+} catch (const std::bad_alloc&) {
+  fail(path, "out of memory while loading the decoder");
 }
 
-Decoder Decoder::from_gguf(const std::string& path, const GgufLoadOptions& options) {
+Decoder Decoder::from_gguf(const std::string& path, const GgufLoadOptions& options) try {
   auto file = std::make_shared<const GgufFile>(GgufFile::open(path));
   const DecoderConfig config = model::gguf_config(*file, options.max_seq_len);
+  model::check_memory_need(config, options.dequantize ? int64_t{sizeof(float)} : 0, path);
   return Decoder(std::make_unique<Impl>(model::load_gguf_weights(std::move(file), config, options.dequantize),
                                         options.threads));
+} catch (const std::bad_alloc&) {
+  fail(path, "out of memory while loading the decoder");
 }
 
-Decoder Decoder::random(const DecoderConfig& config, uint64_t seed, DType dtype, int threads) {
+Decoder Decoder::random(const DecoderConfig& config, uint64_t seed, DType dtype, int threads) try {
   config.validate();
+  if (dtype != DType::f32 && dtype != DType::bf16 && dtype != DType::f16)
+    fail("random weights", "dtype must be float32, bfloat16 or float16, got " + dtype_name(dtype));
+  model::check_memory_need(config, static_cast<int64_t>(dtype_size(dtype)), "random decoder");
   return Decoder(std::make_unique<Impl>(model::random_weights(config, seed, dtype, threads), threads));
+} catch (const std::bad_alloc&) {
+  fail("random decoder", "out of memory while making the decoder");
 }
 
 const DecoderConfig& Decoder::config() const { return impl_->w.config; }

@@ -8,6 +8,7 @@
 // pairs (2i, 2i+1) instead of Hugging Face's halves (i, i + hd/2): file row h*hd + 2i + s holds
 // Hugging Face row h*hd + s*hd/2 + i. The rows are addressed by pointer, so the loader puts them
 // back in Hugging Face order for free and the model runs rotate-half RoPE like the original.
+#include <algorithm>
 #include <set>
 
 #include "attn/error.hpp"
@@ -71,6 +72,27 @@ void unpermute_rope_rows(Matrix& m, int64_t head_dim) {
   }
 }
 
+// llama.block_count, checked against the blocks the file's tensors name (blk.0 .. blk.N-1)
+// before a layer list is made from it: a count of 10^8 in a small file is an error, not an
+// allocation.
+int64_t block_count(const GgufFile& f) {
+  const int64_t count = f.integer("llama.block_count");
+  int64_t in_file = 0;  // 1 + the highest block index a tensor names
+  for (const GgufTensor& t : f.tensors()) {
+    if (t.name.rfind("blk.", 0) != 0) continue;
+    const size_t dot = t.name.find('.', 4);
+    const std::string index = t.name.substr(4, dot == std::string::npos ? std::string::npos : dot - 4);
+    if (index.empty() || index.size() > 9 || index.find_first_not_of("0123456789") != std::string::npos)
+      fail(f.name(), "tensor '" + t.name + "' names no block index (blk.<N>.<name>)");
+    in_file = std::max<int64_t>(in_file, std::stoll(index) + 1);
+  }
+  if (count != in_file)
+    fail(f.name(), "llama.block_count is " + std::to_string(count) + ", but the file's tensors name " +
+                       std::to_string(in_file) + " blocks" +
+                       (in_file ? " (blk.0 .. blk." + std::to_string(in_file - 1) + ")" : std::string()));
+  return count;
+}
+
 }  // namespace
 
 DecoderConfig gguf_config(const GgufFile& f, int64_t max_seq_len) {
@@ -103,7 +125,7 @@ DecoderConfig gguf_config(const GgufFile& f, int64_t max_seq_len) {
   c.max_seq_len = max_seq_len ? max_seq_len : context;
   c.tied_embeddings = true;
   for (const GgufTensor& t : f.tensors()) c.tied_embeddings &= t.name != "output.weight";
-  c.layers = DecoderConfig::softmax_layers(f.integer("llama.block_count"), Softmax{.causal = true});
+  c.layers = DecoderConfig::softmax_layers(block_count(f), Softmax{.causal = true});
   c.validate();
   return c;
 }

@@ -329,6 +329,208 @@ TEST(KvCache, FailedCallsLeaveTheCacheAsItWas) {
   EXPECT_EQ(c.vb, vbefore);
 }
 
+// A view's elements copied into owned memory (same shape, contiguous).
+Buffer owned_copy(const TensorView& t) {
+  Buffer b;
+  b.bytes.resize(static_cast<size_t>(t.numel()) * dtype_size(t.dtype));
+  b.view = make_view(b.bytes.data(), t.dtype, t.batch(), t.heads(), t.tokens(), t.dim());
+  cache_view::copy(t, b.view);
+  return b;
+}
+
+// Regression (issue 37, class 2b): new k/v (and q) that were views of the cache rows being
+// written were read after those rows had been overwritten (a forward copy smeared row 2 over rows
+// 3..5). Now each call equals the same call with the inputs copied out first: the caches and the
+// output bitwise.
+TEST(KvCache, NewRowsAndQueriesThatAreViewsOfTheCacheAreReadAsTheyWereBeforeTheCall) {
+  std::mt19937 rng(21);
+  const int64_t B = 2, H = 2, cap = 16, D = 8;
+  struct Case {
+    const char* what;
+    int k_from, v_from, q_from;  // -1: own memory; 0: k_cache; 1: v_cache (rows starting at `at`)
+    int64_t at;
+  };
+  const Case cases[] = {
+      {"k from the rows before the written ones", 0, -1, -1, 2},
+      {"k from the rows after the written ones", 0, -1, -1, 4},
+      {"v from k_cache's written rows", -1, 0, -1, 3},
+      {"k from v_cache's written rows", 1, -1, -1, 3},
+      {"k and v swapped between the caches", 1, 0, -1, 3},
+      {"k and v their own written rows", 0, 1, -1, 3},
+      {"q from k_cache's written rows", -1, -1, 0, 3},
+      {"q, k and v all from the caches", 1, 0, 1, 2},
+  };
+  for (const Case& cs : cases) {
+    for (int paged = 0; paged < 2; ++paged) {
+      const std::string what = std::string(cs.what) + (paged ? " (paged)" : "");
+      // plain caches (B, H, cap, D) or pools of 4-row blocks (8 blocks, shuffled table)
+      auto kc = paged ? testing::random_tensor(rng, DType::f32, 8, H, 4, D) : testing::random_tensor(rng, DType::f32, B, H, cap, D);
+      auto vc = paged ? testing::random_tensor(rng, DType::f32, 8, H, 4, D) : testing::random_tensor(rng, DType::f32, B, H, cap, D);
+      auto own_k = testing::random_tensor(rng, DType::f32, B, H, 3, D);
+      auto own_v = testing::random_tensor(rng, DType::f32, B, H, 3, D);
+      auto own_q = testing::random_tensor(rng, DType::f32, B, H, 3, D);
+      KvCacheUpdate u;
+      u.cache_seqlens = {3, 3};
+      if (paged) u.paged = PagedKv{{5, 1, 6, 0, 7, 3, 2, 4}, 4, -1};
+      // Rows [at, at + 3) of each sequence, (B, H, 3, D); in a pool, row `at` of block 5 (sequence
+      // 0's rows 0..3) as the one new row of both sequences (batch stride 0).
+      auto rows_of = [&](int from, const Buffer& own) -> TensorView {
+        TensorView t = from < 0 ? own.view : from == 0 ? kc.view : vc.view;
+        if (from >= 0 && !paged) return tokens(t, cs.at, 3);
+        if (from >= 0) t.data = t.ptr(5, 0, cs.at % 4), t.strides[0] = 0, t.shape[0] = B;
+        if (paged) t.shape[2] = 1;
+        return t;
+      };
+      u.k = rows_of(cs.k_from, own_k), u.v = rows_of(cs.v_from, own_v);
+      const TensorView q = rows_of(cs.q_from, own_q);
+      // the reference: caches as they were, inputs copied out first
+      auto kc2 = kc, vc2 = vc;
+      kc2.view.data = kc2.bytes.data(), vc2.view.data = vc2.bytes.data();
+      const Buffer k_in = owned_copy(*u.k), v_in = owned_copy(*u.v), q_in = owned_copy(q);
+      KvCacheUpdate u2 = u;
+      u2.k = k_in.view, u2.v = v_in.view;
+      const auto mech = parse_mechanism("softmax:causal");
+      const AttendResult got = attend_with_kvcache(q, kc.view, vc.view, u, mech);
+      const AttendResult want = attend_with_kvcache(q_in.view, kc2.view, vc2.view, u2, mech);
+      expect_same_bits(want.out.view(), got.out.view(), what + ": out");
+      EXPECT_EQ(kc.bytes, kc2.bytes) << what << ": k_cache";
+      EXPECT_EQ(vc.bytes, vc2.bytes) << what << ": v_cache";
+    }
+  }
+}
+
+// Regression (issue 37, class 2b): caches whose written rows share memory with other rows of
+// the call (k_cache and v_cache one buffer, one shifted by a row, a batch stride of 0 that makes
+// two sequences one, a row stride of 0) are refused before anything is written, naming the rows;
+// k and v interleaved in one buffer (a packed KV cache) share no element and work.
+TEST(KvCache, CachesWhoseWrittenRowsShareMemoryAreRefusedAndPackedCachesWork) {
+  std::mt19937 rng(22);
+  const int64_t B = 2, H = 2, cap = 8, D = 4;
+  auto buf = testing::random_tensor(rng, DType::f32, 1, 1, 1, 2 * B * H * cap * D + 64);
+  auto q = testing::random_tensor(rng, DType::f32, B, H, 1, D);
+  auto kn = testing::random_tensor(rng, DType::f32, B, H, 1, D);
+  auto vn = testing::random_tensor(rng, DType::f32, B, H, 1, D);
+  KvCacheUpdate u;
+  u.k = kn.view, u.v = vn.view;
+  u.cache_seqlens = {2, 5};
+  float* base = reinterpret_cast<float*>(buf.bytes.data());
+  const TensorView plain = make_view(base, DType::f32, B, H, cap, D, Layout::bnhd);
+  auto refused = [&](TensorView kc, TensorView vc, const std::string& message) {
+    const auto before = buf.bytes;
+    testing::expect_error([&] { attend_with_kvcache(q.view, kc, vc, u, parse_mechanism("softmax:causal")); }, message);
+    EXPECT_EQ(buf.bytes, before) << message;
+  };
+  refused(plain, plain, "k_cache (sequence 0, head 0, position 2), written by this call, shares memory with v_cache "
+                        "(sequence 0, head 0, position 2), also written by it");
+  TensorView shifted = plain;
+  shifted.data = base + H * D;  // v's row j is k's row j + 1
+  refused(plain, shifted, "read by it");
+  TensorView one_batch = plain;
+  one_batch.strides[0] = 0;  // both sequences in the same rows
+  TensorView apart = plain;
+  apart.data = base + B * H * cap * D;
+  refused(one_batch, apart, "k_cache (sequence 0, head 0, position 2), written by this call, shares memory with k_cache "
+                            "(sequence 1, head 0, position 2), read by it");
+  TensorView one_row = apart;
+  one_row.strides[2] = 0;  // every position of a head the same row
+  refused(plain, one_row, "shares memory with v_cache");
+  TensorView strided = plain;  // channels 2 apart, k in the even, v in the odd elements: no element shared
+  strided.strides = {cap * H * D * 2, D * 2, H * D * 2, 2};
+  TensorView odd = strided;
+  odd.data = base + 1;
+  TensorView overlapping_odd = strided;
+  overlapping_odd.data = base + 2;  // v's channel c is k's channel c + 1
+  refused(strided, overlapping_odd, "channel");
+  // packed: (B, cap, 2, H, D) with k at [.., 0, ..] and v at [.., 1, ..]; and the interleaved channels
+  for (auto [kc, vc] : {std::pair{strided, odd}, [&] {
+                          TensorView k = plain, v = plain;
+                          k.strides = {cap * 2 * H * D, D, 2 * H * D, 1};
+                          v.strides = k.strides;
+                          v.data = base + H * D;
+                          return std::pair{k, v};
+                        }()}) {
+    Cache c(DType::f32, B, H, cap, D);
+    cache_view::copy(kc, c.k), cache_view::copy(vc, c.v);
+    const AttendResult got = attend_with_kvcache(q.view, kc, vc, u, parse_mechanism("softmax:causal"));
+    const AttendResult want = attend_with_kvcache(q.view, c.k, c.v, u, parse_mechanism("softmax:causal"));
+    expect_same_bits(want.out.view(), got.out.view(), "packed cache");
+    expect_same_bits(c.k, kc, "packed k_cache");
+    expect_same_bits(c.v, vc, "packed v_cache");
+  }
+}
+
+// Regression (issue 37, class 2b): a block table listing one block twice for a sequence let the
+// new keys of one entry overwrite the keys of the other. Refused before anything is written,
+// naming the sequence, the entries, their positions and the block; a block listed twice but only
+// read is left alone (nothing is overwritten).
+TEST(KvCache, BlockListedTwiceForASequenceThatWritesItIsRefused) {
+  std::mt19937 rng(23);
+  const int64_t H = 2, D = 8;
+  auto q = testing::random_tensor(rng, DType::f32, 2, H, 2, D);
+  auto kn = testing::random_tensor(rng, DType::f32, 2, H, 2, D);
+  auto vn = testing::random_tensor(rng, DType::f32, 2, H, 2, D);
+  auto kp = testing::random_tensor(rng, DType::f32, 8, H, 4, D), vp = testing::random_tensor(rng, DType::f32, 8, H, 4, D);
+  const auto k_before = kp.bytes, v_before = vp.bytes;
+  KvCacheUpdate u;
+  u.k = kn.view, u.v = vn.view;
+  auto call = [&](std::vector<int32_t> table, std::vector<int64_t> lens) {
+    KvCacheUpdate x = u;
+    x.cache_seqlens = lens;
+    x.paged = PagedKv{table, 3, -1};
+    return [=, &kp, &vp] { attend_with_kvcache(q.view, kp.view, vp.view, x, parse_mechanism("softmax:causal")); };
+  };
+  testing::expect_error(call({0, 0, 7, 1, 2, 3}, {3, 0}),
+                        "block_table[0] lists block 0 at entries 0 and 1 (positions 0..3 and 4..7 of sequence 0), and "
+                        "this call writes it");
+  testing::expect_error(call({4, 5, 6, 1, 2, 1}, {0, 8}),
+                        "block_table[1] lists block 1 at entries 0 and 2 (positions 0..3 and 8..11 of sequence 1)");
+  testing::expect_error(call({4, 5, 4, 1, 2, 3}, {8, 0}), "block_table[0] lists block 4 at entries 0 and 2");
+  testing::expect_error(call({5, 6, 4, 4, 2, 3}, {8, 4}),  // one sequence's new rows in a block another reads
+                        "block 4 is written by sequence 0 and read by sequence 1 (its positions 0..3)");
+  EXPECT_EQ(kp.bytes, k_before);
+  EXPECT_EQ(vp.bytes, v_before);
+  // entries 0 and 1 name block 5 and are only read (the new rows go to entry 2): accepted
+  EXPECT_NO_THROW(call({5, 5, 6, 1, 2, 3}, {8, 0})());
+}
+
+// Regression (issue 37, class 2b): out or lse in memory the call reads (q, the caches, the new
+// rows), in each other, or with strides that make two elements one, are refused before the
+// caches are written.
+TEST(KvCache, OutputsThatShareMemoryWithWhatTheCallReadsAreRefused) {
+  std::mt19937 rng(24);
+  const int64_t B = 1, H = 2, D = 8, cap = 8;
+  auto q = testing::random_tensor(rng, DType::f32, B, H, 2, D);
+  auto kn = testing::random_tensor(rng, DType::f32, B, H, 2, D);
+  auto vn = testing::random_tensor(rng, DType::f32, B, H, 2, D);
+  Cache c(DType::f32, B, H, cap, D);
+  const auto kbefore = c.kb, vbefore = c.vb;
+  KvCacheUpdate u;
+  u.k = kn.view, u.v = vn.view;
+  u.cache_seqlens = {3};
+  std::vector<float> lse_mem(static_cast<size_t>(B * H * 2), 0.0f), out_mem(static_cast<size_t>(B * H * 2 * D), 0.0f);
+  const TensorView lse = make_view(lse_mem.data(), DType::f32, B, H, 2, 1);
+  const TensorView out = make_view(out_mem.data(), DType::f32, B, H, 2, D);
+  auto call = [&](TensorView o, TensorView l) {
+    return [=, &c] { attend_with_kvcache_into(q.view, c.k, c.v, u, parse_mechanism("softmax:causal"), {}, o, &l); };
+  };
+  testing::expect_error(call(q.view, lse), "out shares memory with q, which the call reads while writing out");
+  testing::expect_error(call(tokens(c.k, 0, 2), lse), "out shares memory with k_cache");
+  testing::expect_error(call(tokens(c.v, 5, 2), lse), "out shares memory with v_cache");
+  testing::expect_error(call(vn.view, lse), "out shares memory with v,");
+  TensorView lse_in_k = lse;
+  lse_in_k.data = kn.view.data;
+  testing::expect_error(call(out, lse_in_k), "lse shares memory with k,");
+  TensorView lse_in_out = lse;
+  lse_in_out.data = out_mem.data() + 3;
+  testing::expect_error(call(out, lse_in_out), "out and lse share memory");
+  TensorView broadcast = out;
+  broadcast.strides[2] = 0;
+  testing::expect_error(call(broadcast, lse), "two of its elements share memory");
+  EXPECT_EQ(c.kb, kbefore);
+  EXPECT_EQ(c.vb, vbefore);
+  EXPECT_NO_THROW(call(out, lse)());
+}
+
 TEST(Varlen, PackedEqualsOneCallPerSequence) {
   std::mt19937 rng(12);
   const std::vector<int64_t> lq = {5, 0, 17, 1}, lk = {9, 3, 17, 40};

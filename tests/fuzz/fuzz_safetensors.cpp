@@ -1,11 +1,12 @@
 // libFuzzer: the safetensors reader either returns tensors that lie inside the input, with sizes
 // that match their shapes, or throws Error; a decoder config in the metadata either parses into
-// a valid config or throws Error.
+// a valid config (whose byte need is computed without overflow) or throws Error.
 #include <cstdint>
 
 #include "attn/error.hpp"
 #include "attn/model.hpp"
 #include "attn/safetensors.hpp"
+#include "model/memory_need.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
@@ -16,8 +17,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (int64_t i = 0; i < t.bytes; ++i) sum ^= t.data[i];  // ASan sees any read outside
     }
     (void)sum;
-    if (const auto it = f.metadata().find("attn.decoder"); it != f.metadata().end())
-      attn::DecoderConfig::from_json(it->second, "fuzz").validate();
+    if (const auto it = f.metadata().find("attn.decoder"); it != f.metadata().end()) {
+      const attn::DecoderConfig c = attn::DecoderConfig::from_json(it->second, "fuzz");
+      c.validate();
+      attn::model::memory_need(c, 2, "fuzz");
+    }
   } catch (const attn::Error&) {
   }
   return 0;

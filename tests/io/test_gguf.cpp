@@ -105,6 +105,17 @@ TEST(Gguf, CorruptionsNameTheProblem) {
   bad(Writer().header(0, 1).str("k").put<uint32_t>(8).put<uint64_t>(1000), "metadata 'k' length 1000 runs past the end");
   bad(Writer().header(0, 1).str("k").put<uint32_t>(9).put<uint32_t>(4).put<uint64_t>(1000), "element count 1000 cannot fit");
   bad(Writer().header(0, 1).str("k").put<uint32_t>(9).put<uint32_t>(9).put<uint64_t>(1), "is an array of arrays");
+  // Counts and lengths near 2^64 are weighed against the bytes left before anything is reserved
+  // (issue 37, class 5): an allocation of 2^63 doubles or 2^60 strings would end the process.
+  bad(Writer().header(0, 1).str("k").put<uint32_t>(9).put<uint32_t>(4).put<uint64_t>(uint64_t{1} << 63).put<uint32_t>(1),
+      "element count 9223372036854775808 cannot fit in the 4 bytes left");
+  bad(Writer().header(0, 1).str("k").put<uint32_t>(9).put<uint32_t>(8).put<uint64_t>(uint64_t{1} << 60).str("a"),
+      "element count 1152921504606846976 cannot fit");
+  bad(Writer().header(0, 1).str("k").put<uint32_t>(8).put<uint64_t>(~uint64_t{0}).put<uint32_t>(0),
+      "metadata 'k' length 18446744073709551615 runs past the end");
+  bad(Writer().header(0, 1).str("k").put<uint32_t>(9).put<uint32_t>(9).put<uint64_t>(uint64_t{1} << 62).put<uint32_t>(9),
+      "is an array of arrays");
+  bad(Writer().header(0, uint64_t{1} << 62), "metadata count 4611686018427387904 cannot fit");
   bad(Writer().header(0, 1).str("k").put<uint32_t>(7).put<uint8_t>(2), "is a bool with value 2");
   bad(Writer().header(0, 2).str("k").put<uint32_t>(4).put<uint32_t>(1).str("k").put<uint32_t>(4).put<uint32_t>(1),
       "metadata key 'k' appears twice");

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 
 #include "attn/attn.hpp"
@@ -304,6 +305,110 @@ TEST(Decoder, FilesThatDoNotMatchTheConfigAreRefused) {
   const std::vector<DecoderLayerSpec> windowed = DecoderConfig::softmax_layers(1, parse_mechanism("softmax:causal,window=3:0"));
   EXPECT_EQ(to_string(Decoder::from_safetensors(path, 0, &windowed).config().layers[0].mechanism), "softmax:causal,window=3:0");
   for (const std::string& p : {path, path + "2", path + "3"}) std::remove(p.c_str());
+}
+
+// Regression (issue 37, class 5): sizes from a caller or a file were used to allocate before they
+// were weighed (10^8 layers, a vocabulary times a width past the machine's memory, a context of
+// 10^15 positions ended in std::bad_alloc). Each is now refused naming the sizes, before the
+// allocation (the message is the size check's, not "out of memory").
+TEST(Decoder, AbsurdSizesAreRefusedNamingThemBeforeAnythingIsAllocated) {
+  const Mechanism causal = parse_mechanism("softmax:causal");
+  expect_error([&] { DecoderConfig::softmax_layers(100000000, causal); },
+               "the layer count must be in [0, 4096] (the most layers a decoder may have), got 100000000");
+  expect_error([&] { DecoderConfig::softmax_layers(-1, causal); }, "the layer count must be in [0, 4096]");
+  expect_error([&] { DecoderConfig::hybrid_layers(int64_t{1} << 40, 7, 1, causal); }, "got 1099511627776");
+  std::string many = R"({"vocab_size":5,"dim":4,"hidden_dim":4,"heads":1,"head_dim":4,"max_seq_len":8,"layers":[)";
+  for (int i = 0; i < 4097; ++i) many += i ? ",{}" : "{}";
+  expect_error([&] { DecoderConfig::from_json(many + "]}", "f"); }, "f: decoder config has 4097 layers, more than 4096");
+  auto random = [&](auto edit, DType dtype = DType::f32) {
+    DecoderConfig c = small_config(DecoderConfig::softmax_layers(2, causal));
+    edit(c);
+    return [=] { Decoder::random(c, 1, dtype); };
+  };
+  const char* beyond = "more than this machine's memory";
+  expect_error(random([](DecoderConfig& c) { c.vocab_size = INT32_MAX, c.dim = 1 << 20, c.heads = 1 << 16, c.kv_heads = 1, c.head_dim = 16; }),
+               "vocab_size 2147483647, dim 1048576");
+  expect_error(random([](DecoderConfig& c) { c.vocab_size = INT32_MAX; }, DType::bf16), beyond);
+  expect_error(random([](DecoderConfig& c) { c.hidden_dim = int64_t{1} << 40; }), beyond);
+  expect_error(random([](DecoderConfig& c) { c.hidden_dim = int64_t{1} << 62; }),
+               "of this decoder overflow 64-bit byte counts (vocab_size 97, dim 48, hidden_dim 4611686018427387904");
+  expect_error(random([](DecoderConfig& c) { c.heads = c.kv_heads = 1 << 30, c.head_dim = 1 << 30; }), "overflow 64-bit byte counts");
+  expect_error(random([](DecoderConfig& c) { c.max_seq_len = int64_t{1} << 50; }), "max_seq_len 1125899906842624");
+  expect_error(random([](DecoderConfig& c) { c.max_seq_len = INT64_MAX; }), "run state of this decoder overflow");
+  // a bounded cache does not grow with max_seq_len: a windowed model of a huge context is fine
+  DecoderConfig windowed = small_config(DecoderConfig::softmax_layers(2, parse_mechanism("softmax:causal,window=15:0")), int64_t{1} << 50);
+  EXPECT_NO_THROW(Decoder::random(windowed, 1));
+}
+
+// A llama GGUF of `blocks` blocks of F32 tensors (dim 4, one head, hidden 4, vocab 3) whose
+// metadata says block_count and context_length.
+void write_llama_gguf(const std::string& path, int64_t blocks, uint64_t block_count, uint64_t context) {
+  std::vector<std::pair<std::string, std::vector<uint64_t>>> tensors = {{"token_embd.weight", {4, 3}},
+                                                                        {"output_norm.weight", {4}}};
+  for (int64_t i = 0; i < blocks; ++i)
+    for (const char* n : {"attn_norm", "ffn_norm"}) tensors.push_back({"blk." + std::to_string(i) + "." + n + ".weight", {4}});
+  for (int64_t i = 0; i < blocks; ++i)
+    for (const char* n : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"})
+      tensors.push_back({"blk." + std::to_string(i) + "." + n + ".weight", {4, 4}});
+  std::vector<uint8_t> b;
+  auto put = [&](auto v) {
+    const auto* p = reinterpret_cast<const uint8_t*>(&v);
+    b.insert(b.end(), p, p + sizeof v);
+  };
+  auto str = [&](const std::string& s) {
+    put(uint64_t{s.size()});
+    b.insert(b.end(), s.begin(), s.end());
+  };
+  b.insert(b.end(), {'G', 'G', 'U', 'F'});
+  put(uint32_t{3}), put(uint64_t{tensors.size()}), put(uint64_t{6});
+  str("general.architecture"), put(uint32_t{8}), str("llama");
+  str("llama.block_count"), put(uint32_t{10}), put(block_count);
+  str("llama.context_length"), put(uint32_t{10}), put(context);
+  str("llama.embedding_length"), put(uint32_t{4}), put(uint32_t{4});
+  str("llama.feed_forward_length"), put(uint32_t{4}), put(uint32_t{4});
+  str("llama.attention.head_count"), put(uint32_t{4}), put(uint32_t{1});
+  uint64_t offset = 0;
+  for (const auto& [name, dims] : tensors) {
+    str(name), put(uint32_t(dims.size()));
+    for (uint64_t d : dims) put(d);
+    put(uint32_t{0}), put(offset);  // F32
+    offset += (dims.size() == 2 ? dims[0] * dims[1] : dims[0]) * 4;
+    offset = (offset + 31) / 32 * 32;
+  }
+  while (b.size() % 32) b.push_back(0);
+  b.resize(b.size() + offset, 0);
+  for (size_t i = b.size() - offset; i < b.size(); i += 4) {
+    const float x = 0.25f;
+    std::memcpy(&b[i], &x, 4);
+  }
+  FILE* f = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  std::fwrite(b.data(), 1, b.size(), f);
+  std::fclose(f);
+}
+
+// Regression (issue 37, class 5): a GGUF whose llama.block_count is 10^8 made a list of 10^8
+// layers before any tensor was looked at; a context_length of 10^15 sized the caches. Both are
+// checked against the file (its blk.N tensors) and the machine first.
+TEST(Decoder, GgufSizesMustAgreeWithTheFileAndFitTheMachine) {
+  const std::string path = ::testing::TempDir() + "attn_decoder_sizes.gguf";
+  write_llama_gguf(path, 2, 2, 64);
+  EXPECT_EQ(Decoder::from_gguf(path).config().layers.size(), 2u);
+  write_llama_gguf(path, 2, 100000000, 64);
+  expect_error([&] { Decoder::from_gguf(path); },
+               "llama.block_count is 100000000, but the file's tensors name 2 blocks (blk.0 .. blk.1)");
+  write_llama_gguf(path, 2, 1, 64);
+  expect_error([&] { Decoder::from_gguf(path); }, "llama.block_count is 1, but the file's tensors name 2 blocks");
+  write_llama_gguf(path, 0, 0, 64);
+  expect_error([&] { Decoder::from_gguf(path); }, "needs at least one layer");
+  write_llama_gguf(path, 2, uint64_t{1} << 63, 64);
+  expect_error([&] { Decoder::from_gguf(path); }, "llama.block_count is 9223372036854775807");
+  write_llama_gguf(path, 2, 2, uint64_t{1} << 50);
+  expect_error([&] { Decoder::from_gguf(path); }, "max_seq_len 1125899906842624");
+  GgufLoadOptions small;
+  small.max_seq_len = 16;  // the caller's own context: fine
+  EXPECT_EQ(Decoder::from_gguf(path, small).config().max_seq_len, 16);
+  std::remove(path.c_str());
 }
 
 }  // namespace
