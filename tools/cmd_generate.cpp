@@ -210,7 +210,7 @@ Runner add_generate(CLI::App& app) {
       ->capture_default_str()->check(CLI::IsMember({"f32", "bf16"}));
   c->add_option("--prompt-tokens", a->prompt_tokens, "Prompt length (random token ids)")->capture_default_str()->check(CLI::Range(1, 1 << 22));
   c->add_option("--new-tokens", a->new_tokens, "Tokens to generate")->capture_default_str()->check(CLI::Range(0, 1 << 22));
-  c->add_option("--seed", a->seed, "Seed of weights and prompt")->capture_default_str();
+  add_seed_option(c, a->seed, "Seed of weights and prompt (random weights), of the draws (--model)");
   c->add_option("--threads", a->threads, "Threads (0 = all cores)")->capture_default_str()->check(CLI::Range(0, 256));
   c->add_flag("-q,--quiet", a->quiet, "No progress line");
   return [a] { return run(*a); };
