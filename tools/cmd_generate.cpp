@@ -143,8 +143,9 @@ int run(const GenerateArgs& a) {
   progress.restart();
   t0 = Clock::now();
   std::vector<int32_t> generated;
+  Sampler greedy({});  // NaN logits (NaN weights in --weights) are an error, not token 0
   for (int64_t i = 0; i < a.new_tokens; ++i) {
-    const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    const int32_t next = greedy.next(logits.data(), static_cast<int64_t>(logits.size()));
     generated.push_back(next);
     logits = d.forward({next}, d.position());
     progress.update("decode", i + 1, a.new_tokens, t0);

@@ -54,6 +54,26 @@ def test_nan_weights_are_an_error_naming_the_step(tmp_path, poison, said):
     assert p.returncode == 2 and "error: sampling: the logits at step 0 (new token 1) are not finite" in p.stderr, p.stderr
 
 
+def test_cli_benchmark_generate_refuses_nan_weights(tmp_path):
+    """attn generate --weights (the benchmark's greedy loop) took argmax of NaN logits: token 0."""
+    import json
+    import struct
+
+    cfg = dict(vocab_size=32, dim=16, hidden_dim=16, heads=2, kv_heads=1, head_dim=8, max_seq_len=16,
+               layers=attn.Decoder.softmax_layers(1))
+    path = tmp_path / "nan.safetensors"
+    attn.Decoder.random(cfg, seed=1).save(path)
+    raw = bytearray(path.read_bytes())
+    n = struct.unpack("<Q", raw[:8])[0]
+    begin, end = json.loads(raw[8:8 + n])["model.norm.weight"]["data_offsets"]
+    raw[8 + n + begin:8 + n + end] = np.full((end - begin) // 4, np.nan, np.float32).tobytes()
+    path.write_bytes(bytes(raw))
+    p = subprocess.run([str(cli_path()), "generate", "--weights", str(path), "--prompt-tokens", "4", "--new-tokens", "2",
+                        "-q"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "error: sampling: the logits at step 0 (new token 1) are not finite: 32 NaN" in p.stderr, \
+        p.stderr
+
+
 # ---- 2c: seeds ----------------------------------------------------------------------------------
 
 def test_seeds_outside_the_unsigned_64_bit_range_are_refused(model):
