@@ -155,7 +155,7 @@ attn::AttendOptions attend_options(const Options& o) {
   if (!o.isa.empty()) opt.isa = attn::parse_isa(o.isa, "isa");
   opt.key_padding_lengths = o.key_padding_lengths;
   if (o.mask) opt.mask = mask_view(*o.mask, "attn_mask", true);
-  if (o.bias) opt.bias = mask_view(*o.bias, "bias", false);
+  if (o.bias) opt.bias = mask_view(*o.bias, "attn_mask", false);  // a float attn_mask in Python
   if (o.block_mask) opt.block_mask = mask_view(*o.block_mask, "block_mask", true);
   opt.block_size = o.block_size;
   opt.alibi_slopes = floats(o.alibi_slopes, "alibi_slopes");
@@ -584,6 +584,8 @@ NB_MODULE(_attn, m) {
             return s.next(logits.data(), static_cast<int64_t>(logits.shape(0)));
           },
           "logits"_a, "The next token id from a row of logits (advances the draw counter).");
+  m.def("check_generation_length", &attn::check_generation_length, "argument"_a, "prompt_tokens"_a, "max_tokens"_a,
+        "max_seq_len"_a, "attn::check_generation_length: max_tokens >= 0 and the prompt plus max_tokens within the context.");
   // ---- Tokenizer (attn::Tokenizer; Python: attn.Tokenizer in python/attn/tokenizer.py) ----------------
   nb::class_<attn::Tokenizer>(m, "Tokenizer", "attn::Tokenizer: a GGUF file's byte-level BPE tokenizer.")
       .def_static("from_gguf", [](const std::string& path) { return attn::Tokenizer::from_gguf(path); }, "path"_a,

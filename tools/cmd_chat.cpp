@@ -62,7 +62,7 @@ Runner add_chat(CLI::App& app) {
   c->add_option("--max-tokens", a->max_tokens, "Most tokens per reply")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   c->add_option("--temperature", a->temperature, "0: greedy; > 0: sample")->capture_default_str()->check(CLI::Range(0.0, 100.0));
   c->add_option("--top-p", a->top_p, "Nucleus sampling mass, in (0, 1]")->capture_default_str();
-  c->add_option("--seed", a->seed, "Seed of the draws (turn t uses seed + t)")->capture_default_str();
+  add_seed_option(c, a->seed, "Seed of the draws (turn t uses seed + t, modulo 2^64)");
   c->add_option("-m,--mechanism", a->model.mechanism, "Attention of every layer (causal), e.g. softmax:causal,window=255:0");
   c->add_option("--dtype", a->model.dtype, "q4_1: as stored; f32: dequantized once")->capture_default_str()->check(CLI::IsMember({"q4_1", "f32"}));
   c->add_option("--max-context", a->model.max_context, "Context the KV caches hold")->capture_default_str()->check(CLI::Range(1, 1 << 22));

@@ -143,8 +143,9 @@ int run(const GenerateArgs& a) {
   progress.restart();
   t0 = Clock::now();
   std::vector<int32_t> generated;
+  Sampler greedy({});  // NaN logits (NaN weights in --weights) are an error, not token 0
   for (int64_t i = 0; i < a.new_tokens; ++i) {
-    const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    const int32_t next = greedy.next(logits.data(), static_cast<int64_t>(logits.size()));
     generated.push_back(next);
     logits = d.forward({next}, d.position());
     progress.update("decode", i + 1, a.new_tokens, t0);
@@ -210,7 +211,7 @@ Runner add_generate(CLI::App& app) {
       ->capture_default_str()->check(CLI::IsMember({"f32", "bf16"}));
   c->add_option("--prompt-tokens", a->prompt_tokens, "Prompt length (random token ids)")->capture_default_str()->check(CLI::Range(1, 1 << 22));
   c->add_option("--new-tokens", a->new_tokens, "Tokens to generate")->capture_default_str()->check(CLI::Range(0, 1 << 22));
-  c->add_option("--seed", a->seed, "Seed of weights and prompt")->capture_default_str();
+  add_seed_option(c, a->seed, "Seed of weights and prompt (random weights), of the draws (--model)");
   c->add_option("--threads", a->threads, "Threads (0 = all cores)")->capture_default_str()->check(CLI::Range(0, 256));
   c->add_flag("-q,--quiet", a->quiet, "No progress line");
   return [a] { return run(*a); };

@@ -59,10 +59,8 @@ TextModel::TextModel(const TextModelOptions& o)
 std::vector<int32_t> TextModel::reply(const std::vector<int32_t>& prompt, int64_t max_tokens, const SamplingOptions& sampling,
                                       const std::function<void(const std::string&)>& piece, ReplyStats& stats) {
   if (prompt.empty()) fail("prompt", "must not be empty");
-  const int64_t room = decoder_.config().max_seq_len;
-  if (static_cast<int64_t>(prompt.size()) + max_tokens > room)
-    fail("prompt", std::to_string(prompt.size()) + " tokens + " + std::to_string(max_tokens) +
-                       " new ones exceed the context of " + std::to_string(room) + " (--max-context)");
+  check_generation_length("--max-tokens", static_cast<int64_t>(prompt.size()), max_tokens,
+                          decoder_.config().max_seq_len);  // the context is --max-context
   // reuse the cached context when the prompt extends it
   const bool extends = context_.size() < prompt.size() && std::equal(context_.begin(), context_.end(), prompt.begin());
   if (!extends) decoder_.reset(), context_.clear();

@@ -34,7 +34,7 @@ from typing import Any, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _attn
+from . import _args, _attn
 from .decoder import Decoder
 from .model import Model, load_model, smollm2_path
 from .tokenizer import Tokenizer
@@ -47,8 +47,17 @@ __version__ = "0.1.0"
 
 active_isa = _attn.active_isa
 supported_isas = _attn.supported_isas
-set_isa = _attn.set_isa
-canonical_mechanism = _attn.canonical_mechanism
+
+
+def set_isa(name: str) -> None:
+    """Sets the process-wide default kernel set ("portable"/"scalar", "avx2", "avx512"); raises if
+    the CPU cannot run it."""
+    _attn.set_isa(_args.text(name, "name"))
+
+
+def canonical_mechanism(text: str) -> str:
+    """Parses a mechanism text form and returns its canonical spelling."""
+    return _attn.canonical_mechanism(_args.text(text, "text"))
 
 
 def _is_torch(x: Any) -> bool:
@@ -81,6 +90,8 @@ def _prepare(x: Any, name: str) -> Any:
     if isinstance(x, np.ndarray):
         if x.dtype.kind not in "fb":
             raise TypeError(f"{name} must be float32, float16 or bfloat16 (bool for masks), got {x.dtype}")
+        if x.dtype.kind == "f" and x.dtype.itemsize not in (2, 4):  # named here, not by the binding's names
+            raise TypeError(f"{name} must be float32, float16 or bfloat16, got {x.dtype}")
         if not x.dtype.isnative:
             raise TypeError(f"{name} must be in native (little-endian) byte order, got {x.dtype.str}; "
                             f"use {name}.astype({name}.dtype.newbyteorder('='))")
@@ -106,28 +117,8 @@ def _expand_mask(mask: Any, b: int, h: int, n: int, m: int, name: str, dims: str
                          f"got shape {tuple(mask.shape)}") from None
 
 
-def _integer(x: Any, name: str, lo: int = -2**63, hi: int = 2**63 - 1) -> int:
-    """A true integer (int or NumPy integer, not bool or float) in [lo, hi]; by default the range of
-    the C++ int64_t it becomes (the limits of a value are C++'s to check, not repeated here)."""
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer, got {x!r} ({type(x).__name__})")
-    if not lo <= int(x) <= hi:
-        if (lo, hi) == (-2**63, 2**63 - 1):
-            raise ValueError(f"{name} must be a 64-bit integer, got {int(x)}")
-        raise ValueError(f"{name} must be in [{lo}, {hi}], got {int(x)}")
-    return int(x)
-
-
-def _flag(x: Any, name: str) -> bool:
-    if not isinstance(x, (bool, np.bool_)):
-        raise TypeError(f"{name} must be True or False, got {x!r} ({type(x).__name__})")
-    return bool(x)
-
-
-def _real(x: Any, name: str) -> float:
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a number, got {x!r} ({type(x).__name__})")
-    return float(x)
+# the shared argument checks (python/attn/_args.py), under the names this module has used
+_integer, _flag, _real = _args.integer, _args.flag, _args.real
 
 
 _INT64_MAX = 2**63 - 1
@@ -389,13 +380,13 @@ def _int_list(x: Any, name: str, count: Optional[int] = None) -> list:
     if isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
         if count is None:
             raise TypeError(f"{name} must be a sequence of integers, got {x!r}")
-        return [int(x)] * count
+        return [_integer(x, name)] * count
     arr = np.asarray(x)
     if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
         raise TypeError(f"{name} must be a 1-D sequence of integers, got {arr.dtype} with shape {arr.shape}")
     if count is not None and arr.size != count:
         raise ValueError(f"{name} must have one value per sequence ({count}), got {arr.size}")
-    return [int(v) for v in arr]
+    return [_integer(v, f"{name}[{i}]") for i, v in enumerate(arr.tolist())]
 
 
 def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = None,
@@ -448,6 +439,8 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v
     _flag(return_softmax_lse, "return_softmax_lse")
     q = _prepare(q, "q")
     k_cache, v_cache = _prepare(k_cache, "k_cache"), _prepare(v_cache, "v_cache")
+    for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
+        _args.writable(cache, name, "the caches are buffers attn appends to in place")
     if (k is None) != (v is None):
         raise ValueError("give both k and v (the new tokens), or neither")
     if (rotary_cos is None) != (rotary_sin is None):
@@ -505,6 +498,11 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     return (out, lse, None) if return_attn_probs else out
 
 
+# attend's names of linear_attention's arguments, as they appear in its messages
+_LINEAR_NAMES = (("params['initial_state']", "initial_state"), ("params['decay']", "decay"),
+                 ("linear chunk ", "chunk_size "), ("linear decay ", "decay "))
+
+
 def linear_attention(q: Any, k: Any, v: Any, *, feature_map: str = "elu", causal: bool = True,
                      decay: Any = None, chunk_size: int = 64, initial_state: Any = None,
                      output_final_state: bool = False, normalize: bool = True, scale: Optional[float] = None,
@@ -550,14 +548,25 @@ def linear_attention(q: Any, k: Any, v: Any, *, feature_map: str = "elu", causal
         if not _is_torch(decay) and np.ndim(decay) == 0:
             scalar_decay = _real(decay, "decay")
         else:
-            params["decay"] = decay
+            if isinstance(decay, (list, tuple)):
+                try:
+                    decay = np.asarray(decay, dtype=np.float32)
+                except (TypeError, ValueError):
+                    raise TypeError(f"decay must be a number or one number per query head, got {decay!r}") from None
+            params["decay"] = _prepare(decay, "decay")  # checked under the name the caller used
     if initial_state is not None:
-        params["initial_state"] = initial_state
+        params["initial_state"] = _prepare(initial_state, "initial_state")
     mechanism = _attn.linear_mechanism(  # typed values, not text; C++ checks the names and ranges
         map=feature_map, causal=_flag(causal, "causal"), normalize=_flag(normalize, "normalize"), decay=scalar_decay,
         chunk=_integer(chunk_size, "chunk_size"), scale=None if scale is None else _real(scale, "scale"))
-    res = attend(q, k, v, mechanism, params=params, key_padding_lengths=key_padding_lengths,
-                 layout=layout, return_final_state=output_final_state, threads=threads, form=form, isa=isa)
+    try:
+        res = attend(q, k, v, mechanism, params=params, key_padding_lengths=key_padding_lengths,
+                     layout=layout, return_final_state=output_final_state, threads=threads, form=form, isa=isa)
+    except (TypeError, ValueError) as e:  # attend's names for what this function's caller named
+        text = str(e)
+        for inner, outer in _LINEAR_NAMES:
+            text = text.replace(inner, outer)
+        raise type(e)(text) from None
     return (res[0], res[1]) if output_final_state else (res, None)
 
 
@@ -783,6 +792,9 @@ def rope(x: Any, *, offset: int = 0, theta: float = 10000.0, style: str = "half"
     _dims(x, layout, "x")
     if not _flag(inplace, "inplace"):
         x = given = x.clone() if _is_torch(x) else np.array(x, copy=True)
+    _args.writable(x, "x", "inplace=True rotates x itself")
+    if not isinstance(layout, str):
+        raise TypeError(f"layout must be 'bnhd' or 'bhnd', got {layout!r}")
     offs = ([_integer(o, f"batch_offsets[{i}]", -2**63, _INT64_MAX) for i, o in enumerate(batch_offsets)]
             if batch_offsets is not None else [])
     if not isinstance(style, str):

@@ -15,7 +15,7 @@ from typing import Any, Dict, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _attn
+from . import _args, _attn
 
 __all__ = ["sparsity", "entropy", "max_weight", "topk_mass", "effective_keys", "summarize"]
 
@@ -24,6 +24,7 @@ def _measure(a: Any, axis: int, what: str, k: int = 0, name: str = "a") -> np.nd
     arr = np.asarray(a.detach().cpu().numpy() if hasattr(a, "detach") else a, dtype=np.float64)
     if arr.ndim == 0:
         raise ValueError(f"{name}: expected an array with at least one axis, got a scalar")
+    axis = _args.integer(axis, "axis")
     if not -arr.ndim <= axis < arr.ndim:
         raise ValueError(f"axis: expected an axis of the {arr.ndim}-D array {name}, got {axis}")
     moved = np.moveaxis(arr, axis, -1)
@@ -52,9 +53,10 @@ def max_weight(a: Any, axis: int = -1) -> np.ndarray:
 
 def topk_mass(a: Any, k: int, axis: int = -1) -> np.ndarray:
     """The k largest |a| as a share of sum |a| (1 when k >= n)."""
-    if int(k) < 1:
+    k = _args.integer(k, "k")
+    if k < 1:
         raise ValueError(f"k: expected >= 1, got {k}")
-    return _measure(a, axis, "topk_mass", int(k))
+    return _measure(a, axis, "topk_mass", k)
 
 
 def effective_keys(p: Any, axis: int = -1) -> np.ndarray:
@@ -67,6 +69,11 @@ def summarize(values: Any, axis: Union[int, Sequence[int], None] = None,
     """Mean and quantiles of per-row values over ``axis`` (e.g. the batch and query axes, leaving
     one figure per head), NaN rows left out: ``{"mean": ..., "q0.1": ..., "q0.5": ..., ...}``."""
     x = np.asarray(values, dtype=np.float64)
+    if axis is not None:
+        axes = [axis] if not isinstance(axis, (tuple, list)) else list(axis)
+        for i, ax in enumerate(axes):
+            if not -x.ndim <= _args.integer(ax, "axis" if not isinstance(axis, (tuple, list)) else f"axis[{i}]") < x.ndim:
+                raise ValueError(f"axis: expected axes of the {x.ndim}-D array values, got {axis}")
     out = {"mean": np.nanmean(x, axis=axis)}
     for q in quantiles:
         out[f"q{q:g}"] = np.nanquantile(x, q, axis=axis)

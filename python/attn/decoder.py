@@ -20,7 +20,8 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from . import _attn
+from . import _args, _attn
+from ._serial import Serial
 
 __all__ = ["Decoder"]
 
@@ -42,10 +43,13 @@ def _layer_count(count: Any) -> int:
 
 class Decoder:
     """A decoder with its weights and run state (KV caches and recurrent states, allocated once
-    for ``max_seq_len`` tokens). Not thread-safe: one sequence at a time."""
+    for ``max_seq_len`` tokens). One sequence at a time: calls from several threads are
+    serialised by a lock per Decoder."""
 
     def __init__(self, impl: Any):
         self._impl = impl
+        self._serial = Serial("Decoder")
+        self._vocab = int(json.loads(impl.config_json)["vocab_size"])
 
     @staticmethod
     def load(path: str, *, mechanisms: Union[None, str, Sequence[str]] = None, threads: int = 0) -> "Decoder":
@@ -53,19 +57,31 @@ class Decoder:
         layer that is not a lightning layer, or one text per layer (None: the file's)."""
         if isinstance(mechanisms, str):
             mechanisms = [mechanisms]
-        return Decoder(_attn.Decoder.load(str(path), int(threads), None if mechanisms is None else list(mechanisms)))
+        elif mechanisms is not None:
+            if isinstance(mechanisms, bytes) or not isinstance(mechanisms, Sequence):
+                raise TypeError(f"mechanisms must be a str, a sequence of str or None, got {type(mechanisms).__name__}")
+            mechanisms = [_args.text(m, f"mechanisms[{i}]") for i, m in enumerate(mechanisms)]
+        return Decoder(_attn.Decoder.load(_args.path(path), _args.integer(threads, "threads", -2**31, 2**31 - 1),
+                                          mechanisms))
 
     @staticmethod
     def random(config: Mapping[str, Any], seed: int = 0, *, dtype: str = "float32", threads: int = 0) -> "Decoder":
         """Random weights for ``config`` (keys: vocab_size, dim, hidden_dim, heads, kv_heads,
         head_dim, max_seq_len, rope_theta, rope_style, norm_eps, tied_embeddings, layers: a list of
         {"mechanism": text, "rope": bool, "lightning": bool}), the same for a seed everywhere."""
-        return Decoder(_attn.Decoder.random(json.dumps(dict(config)), int(seed), str(dtype), int(threads)))
+        if not isinstance(config, Mapping):
+            raise TypeError(f"config must be a dict, got {type(config).__name__}")
+        try:
+            text = json.dumps(dict(config), allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"config must hold JSON values (numbers, str, lists, dicts): {e}") from None
+        return Decoder(_attn.Decoder.random(text, _args.seed(seed), _args.text(dtype, "dtype"),
+                                            _args.integer(threads, "threads", -2**31, 2**31 - 1)))
 
     @staticmethod
     def softmax_layers(count: int, mechanism: str = "softmax:causal") -> list:
         """Layer specs: ``count`` layers (0 to 4096) of ``mechanism`` with RoPE."""
-        count = _layer_count(count)
+        count, mechanism = _layer_count(count), _args.text(mechanism, "mechanism")
         return [{"mechanism": mechanism, "rope": not mechanism.startswith("dca"), "lightning": False}
                 for _ in range(count)]
 
@@ -73,7 +89,10 @@ class Decoder:
     def hybrid_layers(count: int, ratio: str = "7:1", mechanism: str = "softmax:causal") -> list:
         """Layer specs of a MiniMax-style hybrid: ``ratio`` "L:S" repeats L lightning layers then
         S softmax layers (7:1: layer i is softmax iff (i + 1) % 8 == 0)."""
-        lin, soft = (int(x) for x in str(ratio).split(":"))
+        parts = _args.text(ratio, "ratio").split(":")
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            raise ValueError(f"ratio: expected L:S with L >= 0 and S >= 1, got {ratio!r}")
+        lin, soft = int(parts[0]), int(parts[1])
         if lin < 0 or soft < 1:
             raise ValueError(f"ratio: expected L:S with L >= 0 and S >= 1, got {ratio!r}")
         layers = Decoder.softmax_layers(count, mechanism)
@@ -85,21 +104,27 @@ class Decoder:
     def forward(self, tokens: Sequence[int], pos: Optional[int] = None, *, all_logits: bool = True) -> np.ndarray:
         """Runs ``tokens`` after the ``pos`` tokens already in the context (default: all of them)
         and returns float32 logits, (len(tokens), vocab) or (1, vocab) for the last only."""
-        ids = [int(t) for t in np.asarray(tokens).reshape(-1)]
-        return self._impl.forward(ids, self.position if pos is None else int(pos), bool(all_logits))
+        ids = _args.token_ids(tokens, "tokens", self._vocab)
+        pos = None if pos is None else _args.integer(pos, "pos")
+        all_logits = _args.flag(all_logits, "all_logits")
+        with self._serial:
+            return self._impl.forward(ids, self._impl.position if pos is None else pos, all_logits)
 
     def logits(self, tokens: Sequence[int]) -> np.ndarray:
         """Logits of every position of ``tokens`` from an empty context."""
-        self.reset()
-        return self.forward(tokens, 0)
+        ids = _args.token_ids(tokens, "tokens", self._vocab)
+        with self._serial:
+            self._impl.reset()
+            return self._impl.forward(ids, 0, True)
 
     def reset(self) -> None:
         """Forgets the context."""
-        self._impl.reset()
+        with self._serial:
+            self._impl.reset()
 
     def save(self, path: str) -> None:
         """Writes weights and config to a safetensors file (atomically)."""
-        self._impl.save(str(path))
+        self._impl.save(_args.path(path))
 
     @property
     def position(self) -> int:
@@ -121,4 +146,4 @@ class Decoder:
 
     def set_attention_form(self, form: str) -> None:
         """Forces an attention form ("reference", "tiled", ...; "" for the engine's choice)."""
-        self._impl.set_attention_form(str(form))
+        self._impl.set_attention_form(_args.text(form, "form"))

@@ -18,7 +18,8 @@ from typing import Callable, Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 
-from . import _attn
+from . import _args, _attn
+from ._serial import Serial
 
 __all__ = ["Model", "load_model", "smollm2_path"]
 
@@ -38,14 +39,19 @@ def smollm2_path() -> str:
 
 
 class Model:
-    """A decoder (attn::Decoder) with its tokenizer. Not thread-safe: one sequence at a time."""
+    """A decoder (attn::Decoder) with its tokenizer. Calls from several threads are serialised by
+    a lock per Model (each waits for the others and gets the result it would get alone); two
+    Models run in parallel."""
 
     def __init__(self, impl, tokenizer, path: str, dtype: str, mechanism: Optional[str]):
         self._impl = impl
+        self._serial = Serial("Model")
         self.tokenizer = tokenizer
         self.path = path
         self.dtype = dtype
-        self.mechanism = mechanism
+        self.mechanism = _args.text(mechanism, "mechanism", none=True)
+        config = self.config
+        self._vocab, self._max_seq_len = int(config["vocab_size"]), int(config["max_seq_len"])
         if mechanism is not None:
             impl.set_mechanism(-1, mechanism)
 
@@ -53,13 +59,17 @@ class Model:
     def set_mechanism(self, mechanism: Optional[str], layer: int = -1) -> None:
         """Sets the attention mechanism of every layer (or one): a causal mechanism text such as
         ``"softmax:causal,window=255:0,sinks=4"``; None restores exact softmax. Forgets the context."""
-        self._impl.set_mechanism(int(layer), "softmax:causal" if mechanism is None else str(mechanism))
-        self._impl.reset()
-        if layer == -1:
-            self.mechanism = mechanism
+        mechanism = _args.text(mechanism, "mechanism", none=True)
+        layer = _args.integer(layer, "layer")
+        with self._serial:
+            self._impl.set_mechanism(layer, "softmax:causal" if mechanism is None else mechanism)
+            self._impl.reset()
+            if layer == -1:
+                self.mechanism = mechanism
 
     def _with_mechanism(self, mechanism: Optional[str]):
         model = self
+        mechanism = _args.text(mechanism, "mechanism", none=True)
 
         class _Scope:
             def __enter__(self):
@@ -76,18 +86,17 @@ class Model:
     # -- running -----------------------------------------------------------------------------
     def _ids(self, ids: Union[str, Sequence[int], np.ndarray], name: str = "ids") -> List[int]:
         if isinstance(ids, str):
-            return list(self.tokenizer.encode(ids))
-        arr = np.asarray(ids)
-        if arr.ndim != 1 or arr.size == 0 or not np.issubdtype(arr.dtype, np.integer):
-            raise ValueError(f"{name}: expected a non-empty 1-D sequence of token ids (or a str), got "
-                             f"shape {arr.shape} dtype {arr.dtype}")
-        return [int(t) for t in arr]
+            tokens = list(self.tokenizer.encode(ids))
+            if not tokens:
+                raise ValueError(f"{name} must not be empty, got ''")
+            return tokens
+        return _args.token_ids(ids, name, self._vocab)
 
     def logits(self, ids: Union[str, Sequence[int]], mechanism: Optional[str] = None) -> np.ndarray:
         """Logits of every position of ``ids`` from an empty context, (len, vocab) float32.
         ``mechanism`` applies to every layer's attention for this call (default: the model's)."""
         tokens = self._ids(ids)
-        with self._with_mechanism(mechanism):
+        with self._serial, self._with_mechanism(mechanism):
             self._impl.reset()
             try:
                 return self._impl.forward(tokens, 0, True)
@@ -100,7 +109,7 @@ class Model:
         token, numpy), "tokens", "seconds"}``; ``mechanism`` as in :meth:`logits`."""
         import time
         tokens = self._ids(ids)
-        with self._with_mechanism(mechanism):
+        with self._serial, self._with_mechanism(mechanism):
             t0 = time.perf_counter()
             nll = np.asarray(self._impl.token_nll(tokens), dtype=np.float64)
             seconds = time.perf_counter() - t0
@@ -116,23 +125,27 @@ class Model:
         turn. Stops at end-of-sequence tokens (``stop``, default the tokenizer's). ``stream``
         receives each piece of text as it is made. Returns the new text for a text prompt, the
         new ids for ids."""
+        # every argument is checked before anything is decoded
         text_in = isinstance(prompt, str)
+        chat = _args.flag(chat, "chat")
         if chat and not text_in:
             raise ValueError("chat: needs a text prompt, got token ids")
         if text_in and chat:
             prompt = self.tokenizer.chat_prompt([{"role": "user", "content": prompt}], add_generation_prompt=True)
         tokens = self._ids(prompt, "prompt")
-        if int(max_tokens) < 0:
-            raise ValueError(f"max_tokens: expected >= 0, got {max_tokens}")
-        stops = set(self.stop_ids() if stop is None else (int(s) for s in stop))
-        sampler = _attn.Sampler(float(temperature), float(top_p), int(seed))
+        max_tokens = _args.integer(max_tokens, "max_tokens")
+        _attn.check_generation_length("max_tokens", len(tokens), max_tokens, self._max_seq_len)
+        if stream is not None and not callable(stream):
+            raise TypeError(f"stream must be a callable or None, got {type(stream).__name__}")
+        stops = set(self.stop_ids() if stop is None else _args.token_ids(stop, "stop", self._vocab, empty=True))
+        sampler = _attn.Sampler(_args.real(temperature, "temperature"), _args.real(top_p, "top_p"), _args.seed(seed))
         out: List[int] = []
         shown = ""
-        with self._with_mechanism(mechanism):
+        with self._serial, self._with_mechanism(mechanism):
             self._impl.reset()
             try:
-                logits = self._impl.forward(tokens, 0, False)
-                for _ in range(int(max_tokens)):
+                logits = self._impl.forward(tokens, 0, False) if max_tokens else None
+                for _ in range(max_tokens):
                     nxt = sampler.next(np.ascontiguousarray(logits[-1]))
                     if nxt in stops:
                         break
@@ -142,7 +155,7 @@ class Model:
                         if not text.endswith("\ufffd"):  # a character still incomplete waits
                             stream(text[len(shown):])
                             shown = text
-                    if len(out) == int(max_tokens):
+                    if len(out) == max_tokens:
                         break
                     logits = self._impl.forward([nxt], self._impl.position, False)
             finally:
@@ -193,11 +206,14 @@ def load_model(path: Optional[str] = None, dtype: str = "q4_1", *, mechanism: Op
     becomes resident only as the context grows)."""
     from .tokenizer import Tokenizer
 
-    path = smollm2_path() if path is None else os.fspath(path)
-    d = str(dtype).lower()
+    path = smollm2_path() if path is None else _args.path(path)
+    d = _args.text(dtype, "dtype").lower()
     if d not in _STORED | _FLOAT32:
         raise ValueError(f"dtype: expected 'q4_1' (as stored) or 'f32', got {dtype!r}")
+    _args.text(mechanism, "mechanism", none=True)
+    threads = _args.integer(threads, "threads", -2**31, 2**31 - 1)  # C++ int; its range is checked there
+    max_seq_len = _args.integer(max_seq_len, "max_seq_len")
     if not os.path.exists(path):
         raise FileNotFoundError(f"path: no such file {path!r}")
-    impl = _attn.Decoder.from_gguf(path, int(threads), d in _FLOAT32, int(max_seq_len))
+    impl = _attn.Decoder.from_gguf(path, threads, d in _FLOAT32, max_seq_len)
     return Model(impl, Tokenizer.from_gguf(path), path, "f32" if d in _FLOAT32 else d, mechanism)

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import _attn
+from . import _args, _attn
 
 __all__ = ["sparsity_exp", "sparsity_relu2", "sparsity_relu2_erf_form", "sparsity_identity", "sparsity_linear",
            "sparsity_linear_iid", "sparsity_decay"]
@@ -62,6 +62,10 @@ def sparsity_linear_iid(q: Sequence[float], mean: float, deviation: float) -> fl
 
 def sparsity_decay(lam: Any, n: Any) -> Any:
     """The pure decay row (lam^(n-1), ..., lam, 1)."""
-    l, m = np.broadcast_arrays(np.asarray(lam, dtype=np.float64), np.asarray(n))
-    out = np.array([_attn.theory_sparsity_decay(float(x), int(y)) for x, y in zip(l.ravel(), m.ravel())]).reshape(l.shape)
+    counts = np.asarray(n)
+    if counts.dtype.kind not in "iuO" or counts.dtype == np.bool_:
+        raise TypeError(f"n must be an integer or integers, got {counts.dtype}")
+    l, m = np.broadcast_arrays(np.asarray(lam, dtype=np.float64), counts)
+    out = np.array([_attn.theory_sparsity_decay(float(x), _args.integer(y, "n"))
+                    for x, y in zip(l.ravel(), m.ravel())]).reshape(l.shape)
     return float(out) if out.ndim == 0 else out

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, List, Mapping, Sequence, Union
 
-from . import _attn
+from . import _args, _attn
 
 __all__ = ["Tokenizer"]
 
@@ -29,7 +29,7 @@ class Tokenizer:
     def from_gguf(path: str) -> "Tokenizer":
         """Reads ``tokenizer.ggml.*`` (model "gpt2", pre-tokenizer "smollm" or "gpt2") and
         ``tokenizer.chat_template`` from a GGUF file."""
-        return Tokenizer(_attn.Tokenizer.from_gguf(str(path)))
+        return Tokenizer(_attn.Tokenizer.from_gguf(_args.path(path)))
 
     def encode(self, text: Union[str, bytes], special: bool = True) -> List[int]:
         """Token ids of ``text`` (str, or bytes: any bytes, not only UTF-8). ``special=False``
@@ -42,11 +42,7 @@ class Tokenizer:
 
     def decode_bytes(self, ids: Sequence[int]) -> bytes:
         """The bytes ``ids`` stand for; incomplete UTF-8 sequences are kept as they are."""
-        try:
-            return self._impl.decode(ids if isinstance(ids, list) else list(ids))
-        except TypeError:
-            self._ids(ids)  # says which id is not an integer
-            raise
+        return self._impl.decode(_args.token_ids(ids, "ids", self._impl.vocab_size, empty=True))
 
     def decode(self, ids: Sequence[int]) -> str:
         """The text ``ids`` stand for; bytes that are not UTF-8 (a sequence cut between tokens)
@@ -55,23 +51,25 @@ class Tokenizer:
 
     def token_text(self, id: int) -> str:
         """The token as the vocabulary writes it (the space is "Ġ": ``"Ġthe"``)."""
-        return self._impl.token_text(self._ids([id])[0])
+        return self._impl.token_text(self._id(id))
 
     def is_special(self, id: int) -> bool:
         """Whether the token is a control or user-defined token (matched and decoded verbatim)."""
-        return self._impl.is_special(self._ids([id])[0])
+        return self._impl.is_special(self._id(id))
 
     def chat_prompt(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True) -> str:
         """The file's chat template (ChatML) applied to ``messages``, a list of
         ``{"role": ..., "content": ...}``; with the template's default system turn when the first
         message is not a system message, and ``<|im_start|>assistant\\n`` at the end when
         ``add_generation_prompt``."""
+        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
+            raise TypeError(f"messages must be a list of {{'role': ..., 'content': ...}} dicts, got {type(messages).__name__}")
         pairs = []
         for i, m in enumerate(messages):
             if not isinstance(m, Mapping) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
                 raise TypeError(f"messages[{i}] must be a dict with str 'role' and 'content', got {m!r}")
             pairs.append((m["role"], m["content"]))
-        return self._impl.chat_prompt(pairs, bool(add_generation_prompt))
+        return self._impl.chat_prompt(pairs, _args.flag(add_generation_prompt, "add_generation_prompt"))
 
     @property
     def bos_id(self) -> int:
@@ -92,14 +90,9 @@ class Tokenizer:
         """The Unicode version of the letter/number/space tables ("16.0.0")."""
         return _attn.Tokenizer.unicode_version()
 
-    @staticmethod
-    def _ids(ids: Sequence[int]) -> List[int]:
-        out = []
-        for i, x in enumerate(ids):
-            if isinstance(x, bool) or not hasattr(x, "__index__"):
-                raise TypeError(f"ids[{i}] must be an integer, got {x!r}")
-            v = x.__index__()
-            if not -2**31 <= v < 2**31:
-                raise ValueError(f"ids[{i}] = {v} is not a token id")
-            out.append(v)
-        return out
+    def _id(self, id: Any) -> int:
+        """One token id: an integer in [0, vocab_size)."""
+        vocab = self._impl.vocab_size
+        if not 0 <= _args.integer(id, "id") < vocab:
+            raise ValueError(f"id = {int(id)} is not a token id in [0, {vocab}) (the vocabulary's size)")
+        return int(id)

@@ -115,8 +115,17 @@ def test_bad_input_names_the_argument():
         attn.linear_attention(q, k, v, feature_map="tanh")
     with pytest.raises(ValueError, match="a decay needs causal"):
         attn.linear_attention(q, k, v, causal=False, decay=0.9)
-    with pytest.raises(ValueError, match=r"initial_state'\] must have shape"):
+    # the caller's names, not attend's (params['initial_state'], linear chunk)
+    with pytest.raises(ValueError, match=r"^attend: initial_state must have shape"):
         attn.linear_attention(q, k, v, initial_state=np.zeros((2, 4, 16, 12), np.float32))
+    with pytest.raises(TypeError, match=r"^initial_state must be float32, float16 or bfloat16, got float64"):
+        attn.linear_attention(q, k, v, initial_state=np.zeros((2, 4, 16, 13)))
+    with pytest.raises(ValueError, match=r"^attend: chunk_size must be in \[1, "):
+        attn.linear_attention(q, k, v, chunk_size=0)
+    with pytest.raises(ValueError, match=r"^attend: decay must be in \(0, 1\]"):
+        attn.linear_attention(q, k, v, decay=1.5)
+    o, _ = attn.linear_attention(q, k, v, decay=[0.5] * q.shape[2])  # a list: one decay per head
+    assert np.array_equal(o, attn.linear_attention(q, k, v, decay=np.full(q.shape[2], 0.5, np.float32))[0])
     with pytest.raises(ValueError, match="has no log-sum-exp"):
         attn.attend(q, k, v, "linear", return_lse=True)
     with pytest.raises(ValueError, match="has no recurrent state"):

@@ -230,12 +230,12 @@ def test_load_model_errors(smollm2, tmp_path):
     m = attn.load_model(smollm2, max_seq_len=32)
     with pytest.raises(ValueError, match="exceed max_seq_len 32"):
         m.logits(list(range(40)))
-    with pytest.raises(ValueError, match="non-empty 1-D sequence"):
+    with pytest.raises(ValueError, match="^ids must hold one token id at least, got none"):
         m.logits([])
     with pytest.raises(ValueError, match="not causal"):
         m.logits([1, 2, 3], mechanism="softmax")
     with pytest.raises(ValueError, match="top_p must be in"):
-        m.generate([1, 2, 3], temperature=1.0, top_p=0.0)
+        m.generate([1, 2, 3], max_tokens=2, temperature=1.0, top_p=0.0)
 
 
 # ---- the command line ------------------------------------------------------------------------

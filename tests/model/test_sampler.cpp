@@ -1,10 +1,14 @@
 // Greedy and nucleus sampling: choices, reproducibility by seed, frequencies, bad options.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <numeric>
 #include <vector>
 
 #include "attn/sampler.hpp"
+#include "model/nucleus.hpp"
 #include "support/expect_error.hpp"
 
 namespace attn {
@@ -58,6 +62,130 @@ TEST(Sampler, BadOptionsAreErrors) {
   testing::expect_error([] { Sampler({-1.0, 1.0, 0}); }, "temperature must be a finite number >= 0, got -1");
   testing::expect_error([] { Sampler({1.0, 0.0, 0}); }, "top_p must be in (0, 1], got 0");
   testing::expect_error([] { Sampler({1.0, 1.5, 0}); }, "top_p must be in (0, 1], got 1.5");
+}
+
+// Non-finite logits (a model with NaN weights) used to give token 0 or the first +inf without a
+// word; now each kind is an error naming the step, on the greedy and the sampling path alike.
+TEST(Sampler, NonFiniteLogitsAreErrorsNamingTheStep) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::vector<std::vector<float>> bad = {
+      {nan, nan, nan, nan}, {0.5f, nan, 1.0f, 0.0f}, {0.5f, inf, 1.0f, 0.0f}, {inf, inf, inf, inf},
+      {nan, inf, 1.0f, 0.0f}, {-inf, -inf, -inf, -inf}};
+  const std::vector<const char*> said = {"4 NaN and 0 +inf of 4 (the first at token 0)", "1 NaN and 0 +inf of 4 (the first at token 1)",
+                                         "0 NaN and 1 +inf of 4 (the first at token 1)", "0 NaN and 4 +inf of 4",
+                                         "1 NaN and 1 +inf of 4 (the first at token 0)", "are all -inf: no token is possible"};
+  const float good[4] = {0.0f, 1.0f, 2.0f, -inf};
+  for (const SamplingOptions& o : {SamplingOptions{}, SamplingOptions{1.0, 1.0, 3}, SamplingOptions{0.8, 0.5, 3}}) {
+    for (size_t i = 0; i < bad.size(); ++i) {
+      Sampler s(o);
+      EXPECT_EQ(s.next(good, 4) >= 0, true);  // step 0 is fine; -inf is a token that cannot come
+      EXPECT_EQ(s.next(good, 4) == 3, false);
+      testing::expect_error([&] { s.next(bad[i].data(), 4); }, "the logits at step 2 (new token 3)");
+      Sampler t(o);
+      testing::expect_error([&] { t.next(bad[i].data(), 4); }, said[i]);
+    }
+  }
+}
+
+// The nucleus of an independent reference (long double, a full sort): the smallest set of most
+// likely tokens reaching top_p; returns the least probability in it.
+double least_in_reference_nucleus(const std::vector<float>& logits, double temperature, double top_p) {
+  const long double top = *std::max_element(logits.begin(), logits.end());
+  std::vector<long double> p;
+  for (float l : logits) p.push_back(std::exp((l - top) / temperature));
+  std::sort(p.rbegin(), p.rend());
+  if (top_p >= 1.0) return static_cast<double>(p.back());  // every token
+  const long double total = std::accumulate(p.begin(), p.end(), 0.0L);
+  long double mass = 0;
+  for (long double x : p)
+    if ((mass += x) >= top_p * total * (1 - 1e-12L)) return static_cast<double>(x);
+  return static_cast<double>(p.back());
+}
+
+// The root of "a seed makes top-p return a token of probability 1e-15": the draw u * mass was
+// walked down by subtraction, whose rounding can leave it above zero after the last candidate,
+// and the fallback then took the last candidate -- with top_p near 1 the nucleus, grown by
+// rounding, held every token, so that was the least likely token of the vocabulary. Now a
+// draw picks the first cumulative sum above it, and a token whose probability adds nothing to
+// the sum cannot be picked. Draws at the extremes and adversarial seeds, on adversarial logits.
+TEST(Sampler, TopPNeverReturnsATokenOutsideTheNucleus) {
+  std::vector<std::vector<float>> rows;
+  std::vector<float> spike(6000, -30.0f);  // one token of probability ~1, the rest ~1e-13 each
+  spike[777] = 0.0f;
+  rows.push_back(spike);
+  std::vector<float> cliff(4096, -100.0f);  // two likely tokens, a sea of ~1e-44
+  cliff[5] = 1.0f, cliff[4000] = 1.0f;
+  rows.push_back(cliff);
+  std::vector<float> wide(6000);
+  for (size_t i = 0; i < wide.size(); ++i) wide[i] = 8.0f * std::sin(static_cast<float>(i) * 0.37f);
+  rows.push_back(wide);
+  const double below_one = std::nextafter(1.0, 0.0);
+  const std::vector<double> draws = {0.0, 1e-300, 0.5, 0.999999, 1.0 - 1e-12, below_one};
+  const std::vector<uint64_t> seeds = {0, 1, 2, 0x8000000000000000ull, 0xFFFFFFFFFFFFFFFFull, 0xFFFFFFFFFFFFFFFEull,
+                                       0x9E3779B97F4A7C15ull, 12345};
+  int tried = 0;
+  for (const std::vector<float>& row : rows)
+    for (double top_p : {1.0, below_one, 0.999, 0.9, 0.5, 1e-9})
+      for (double temperature : {1.0, 0.7, 3.0}) {
+        const double least = least_in_reference_nucleus(row, temperature, top_p);
+        const float best = *std::max_element(row.begin(), row.end());
+        auto probability = [&](int32_t id) { return std::exp((static_cast<double>(row[id]) - best) / temperature); };
+        const model::Nucleus n = model::nucleus(row.data(), static_cast<int64_t>(row.size()), temperature, top_p);
+        for (double x : draws) {
+          const int32_t id = model::pick(n, x);
+          ASSERT_TRUE(id >= 0 && id < static_cast<int32_t>(row.size()));
+          EXPECT_GE(probability(id), least * (1 - 1e-9)) << "draw " << x << " top_p " << top_p;
+          EXPECT_GT(probability(id), 0.0);
+          ++tried;
+        }
+        for (uint64_t seed : seeds) {
+          Sampler s({temperature, top_p, seed});
+          for (int step = 0; step < 3; ++step) {
+            const int32_t id = s.next(row.data(), static_cast<int64_t>(row.size()));
+            EXPECT_GE(probability(id), least * (1 - 1e-9)) << "seed " << seed << " step " << step << " top_p " << top_p;
+            ++tried;
+          }
+        }
+      }
+  EXPECT_EQ(tried, 3 * 6 * 3 * (6 + 8 * 3));
+  // the extremes of a draw: 0 takes the most likely token, the largest double below 1 the last
+  // token that adds probability
+  const float four[4] = {0.0f, std::log(2.0f), std::log(3.0f), std::log(4.0f)};
+  const model::Nucleus n = model::nucleus(four, 4, 1.0, 0.65);
+  EXPECT_EQ(n.ids, (std::vector<int32_t>{3, 2}));
+  EXPECT_EQ(model::pick(n, 0.0), 3);
+  EXPECT_EQ(model::pick(n, below_one), 2);
+  const float zeros_last[3] = {0.0f, 0.0f, -std::numeric_limits<float>::infinity()};
+  EXPECT_EQ(model::pick(model::nucleus(zeros_last, 3, 1.0, 1.0), below_one), 1);  // not the -inf token 2
+}
+
+// Seed 2^64 - 1 used to give a draw of exactly 0 at step 0 (seed * phi + step, then one splitmix64
+// round that first adds phi), so with top_p = 1 it returned token 0 whatever its probability.
+// No seed near the ends of the range or a power of two draws 0 (or anything below 1e-12) in the
+// first thousand steps.
+TEST(Sampler, NoSimpleSeedDrawsZero) {
+  std::vector<uint64_t> seeds = {0, 1, 2, 3, 0xFFFFFFFFFFFFFFFFull, 0xFFFFFFFFFFFFFFFEull, 0x9E3779B97F4A7C15ull,
+                                 0x61C8864680B583EBull /* -phi */, 0x61C8864680B583EAull};
+  for (int b = 0; b < 64; ++b) seeds.push_back(uint64_t{1} << b), seeds.push_back(~(uint64_t{1} << b));
+  double least = 1.0;
+  for (uint64_t seed : seeds)
+    for (uint64_t step = 0; step < 1000; ++step) least = std::min(least, model::draw(seed, step));
+  EXPECT_GT(least, 1e-12);  // 137 000 draws: the smallest is ~1e-5 for uniform draws
+  // the regression itself: token 0 of probability ~1e-15, top_p 1, seed 2^64 - 1
+  const float row[2] = {-34.5f, 0.0f};
+  for (uint64_t seed : {uint64_t{0xFFFFFFFFFFFFFFFFull}, uint64_t{0}, uint64_t{1}}) {
+    Sampler s({1.0, 1.0, seed});
+    for (int step = 0; step < 100; ++step) EXPECT_EQ(s.next(row, 2), 1) << seed << " " << step;
+  }
+}
+
+TEST(Sampler, GenerationLengthIsCheckedUpFront) {
+  check_generation_length("max_tokens", 5, 8187, 8192);
+  check_generation_length("max_tokens", 5, 0, 8192);
+  testing::expect_error([] { check_generation_length("max_tokens", 5, 1000000000000, 8192); },
+                        "max_tokens: 1000000000000 new tokens after a prompt of 5 exceed the context of 8192 tokens (at most 8187)");
+  testing::expect_error([] { check_generation_length("--max-tokens", 9000, 1, 8192); }, "(at most 0)");
+  testing::expect_error([] { check_generation_length("max_tokens", 5, -1, 8192); }, "max_tokens: must be >= 0, got -1");
 }
 
 }  // namespace

@@ -1,0 +1,98 @@
+"""Argument checks shared by every public function of the package: Python refuses a wrong type
+(TypeError) or a value the binding layer would truncate, wrap or reject with its own message
+(ValueError), naming the argument the user passed. Ranges that are facts of a mechanism or a
+model are C++'s to check; these only make sure C++ receives the value the user meant."""
+from __future__ import annotations
+
+import os
+from typing import Any, List, Optional
+
+import numpy as np
+
+UINT64_MAX = 2**64 - 1
+
+
+def integer(x: Any, name: str, lo: int = -2**63, hi: int = 2**63 - 1) -> int:
+    """A true integer (int or NumPy integer, not bool or float) in [lo, hi]; by default the range of
+    the C++ int64_t it becomes (the limits of a value are C++'s to check, not repeated here)."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {x!r} ({type(x).__name__})")
+    if not lo <= int(x) <= hi:
+        if (lo, hi) == (-2**63, 2**63 - 1):
+            raise ValueError(f"{name} must be a 64-bit integer, got {int(x)}")
+        raise ValueError(f"{name} must be in [{lo}, {hi}], got {int(x)}")
+    return int(x)
+
+
+def seed(x: Any, name: str = "seed") -> int:
+    """A seed: an integer in [0, 2**64 - 1] (C++ uint64_t); -1 or 2**64 are refused, not wrapped."""
+    return integer(x, name, 0, UINT64_MAX)
+
+
+def flag(x: Any, name: str) -> bool:
+    if not isinstance(x, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {x!r} ({type(x).__name__})")
+    return bool(x)
+
+
+def real(x: Any, name: str) -> float:
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number, got {x!r} ({type(x).__name__})")
+    try:
+        return float(x)
+    except OverflowError:
+        raise ValueError(f"{name} must be a finite number, got {x!r}") from None
+
+
+def text(x: Any, name: str, none: bool = False) -> Optional[str]:
+    """A str (None too when `none`); bytes and other objects are refused, not str()-ed."""
+    if x is None and none:
+        return None
+    if not isinstance(x, str):
+        raise TypeError(f"{name} must be a str{' or None' if none else ''}, got {x!r} ({type(x).__name__})")
+    return x
+
+
+def path(x: Any, name: str = "path") -> str:
+    """A file path: str, bytes (file-system encoding) or os.PathLike."""
+    if isinstance(x, (str, bytes, os.PathLike)):
+        p = os.fsdecode(x)
+        if "\0" in p:
+            raise ValueError(f"{name} must not contain a NUL character, got {p!r}")
+        return p
+    raise TypeError(f"{name} must be a path (str, bytes or os.PathLike), got {x!r} ({type(x).__name__})")
+
+
+def writable(x: Any, name: str, why: str) -> Any:
+    """x itself, if attn may write into it (a NumPy array whose writeable flag is off may not)."""
+    if isinstance(x, np.ndarray) and not x.flags.writeable:
+        raise ValueError(f"{name} must be writable ({why}), got a read-only array; pass {name}.copy()")
+    return x
+
+
+def token_ids(x: Any, name: str, vocab: int, empty: bool = False) -> List[int]:
+    """Token ids from a sequence of integers or a 1-D integer array, each in [0, vocab). Floats
+    (3.7, a float array), bools and nested sequences are refused, never truncated."""
+    if isinstance(x, (str, bytes)) or x is None:
+        raise TypeError(f"{name} must be a sequence of token ids, got {type(x).__name__}")
+    if type(x).__module__.startswith("torch"):
+        x = x.detach().cpu().numpy()
+    if isinstance(x, np.ndarray):
+        if x.ndim != 1 or (x.size and x.dtype.kind not in "iu"):
+            raise TypeError(f"{name} must be a 1-D sequence of integer token ids, got a {x.dtype} array of shape {x.shape}")
+        items = x.tolist()
+    else:
+        try:
+            items = list(x)
+        except TypeError:
+            raise TypeError(f"{name} must be a sequence of token ids, got {x!r} ({type(x).__name__})") from None
+    if not items and not empty:
+        raise ValueError(f"{name} must hold one token id at least, got none")
+    out = []
+    for i, t in enumerate(items):
+        if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)):
+            raise TypeError(f"{name}[{i}] must be an integer token id, got {t!r} ({type(t).__name__})")
+        if not 0 <= int(t) < vocab:
+            raise ValueError(f"{name}[{i}] = {int(t)} is not a token id in [0, {vocab}) (the vocabulary's size)")
+        out.append(int(t))
+    return out

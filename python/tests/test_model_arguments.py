@@ -1,0 +1,240 @@
+"""Hardening (issue 37, classes 2c and 7): the model, sampler and tokenizer refuse what they would
+otherwise get silently wrong -- NaN weights, seeds outside [0, 2**64 - 1], token ids that are not
+integers or not in the vocabulary, max_tokens beyond the context, one Model from many threads --
+each with our own message naming the argument. The model is tiny_text_model.py's GGUF file."""
+import math
+import subprocess
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+import attn
+from conftest import cli_path
+from tiny_text_model import write_tiny_text_model
+
+gguf = pytest.importorskip("gguf")
+
+FOREIGN = ("incompatible function arguments", "Invoked with", "nanobind")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny") / "tiny.gguf"
+    vocab = write_tiny_text_model(path)
+    return path, vocab
+
+
+@pytest.fixture(scope="module")
+def model(tiny):
+    return attn.load_model(tiny[0], dtype="f32", threads=1, max_seq_len=64)
+
+
+def raises(kind, pattern, fn):
+    with pytest.raises(kind, match=pattern) as e:
+        fn()
+    assert not any(f in str(e.value) for f in FOREIGN), str(e.value)
+
+
+# ---- 2c: non-finite logits ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("poison, said", [("all", r"\d+ NaN and 0 \+inf of 271"),
+                                          ("one", r"1 NaN and 0 \+inf of 271 \(the first at token 5\)")])
+def test_nan_weights_are_an_error_naming_the_step(tmp_path, poison, said):
+    """A model with NaN weights used to generate '' without a word (all-NaN logits became token 0)."""
+    path = tmp_path / "nan.gguf"
+    write_tiny_text_model(path, poison=poison)
+    m = attn.load_model(path, dtype="f32", threads=1)
+    for kw in ({}, {"temperature": 0.8, "top_p": 0.9, "seed": 3}, {"temperature": 1.0}):
+        raises(ValueError, r"^sampling: the logits at step 0 \(new token 1\) are not finite: " + said,
+               lambda: m.generate([10, 11, 12], max_tokens=4, **kw))
+    p = subprocess.run([str(cli_path()), "generate", "--model", str(path), "--dtype", "f32", "--prompt", "hello",
+                        "--max-tokens", "4", "-q"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "error: sampling: the logits at step 0 (new token 1) are not finite" in p.stderr, p.stderr
+
+
+def test_cli_benchmark_generate_refuses_nan_weights(tmp_path):
+    """attn generate --weights (the benchmark's greedy loop) took argmax of NaN logits: token 0."""
+    import json
+    import struct
+
+    cfg = dict(vocab_size=32, dim=16, hidden_dim=16, heads=2, kv_heads=1, head_dim=8, max_seq_len=16,
+               layers=attn.Decoder.softmax_layers(1))
+    path = tmp_path / "nan.safetensors"
+    attn.Decoder.random(cfg, seed=1).save(path)
+    raw = bytearray(path.read_bytes())
+    n = struct.unpack("<Q", raw[:8])[0]
+    begin, end = json.loads(raw[8:8 + n])["model.norm.weight"]["data_offsets"]
+    raw[8 + n + begin:8 + n + end] = np.full((end - begin) // 4, np.nan, np.float32).tobytes()
+    path.write_bytes(bytes(raw))
+    p = subprocess.run([str(cli_path()), "generate", "--weights", str(path), "--prompt-tokens", "4", "--new-tokens", "2",
+                        "-q"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "error: sampling: the logits at step 0 (new token 1) are not finite: 32 NaN" in p.stderr, \
+        p.stderr
+
+
+# ---- 2c: seeds ----------------------------------------------------------------------------------
+
+def test_seeds_outside_the_unsigned_64_bit_range_are_refused(model):
+    """-1 and 2**64 used to be taken modulo 2**64."""
+    for bad in (-1, 2**64, -2**63, 2**70):
+        raises(ValueError, rf"^seed must be in \[0, 18446744073709551615\], got {bad}$",
+               lambda: model.generate([10, 11], max_tokens=2, temperature=1.0, seed=bad))
+    for bad in (1.5, True, "3", None, np.float64(2.0)):
+        raises(TypeError, r"^seed must be an integer", lambda: model.generate([10, 11], max_tokens=2, temperature=1.0, seed=bad))
+    for good in (0, 2**64 - 1, np.uint64(2**64 - 1), np.int8(7)):
+        out = model.generate([10, 11], max_tokens=3, temperature=1.0, top_p=0.9, seed=good, stop=[])
+        assert len(out) == 3 and all(0 <= t < 271 for t in out)
+    assert model.generate([10, 11], max_tokens=5, temperature=1.0, seed=2**64 - 1, stop=[]) == \
+        model.generate([10, 11], max_tokens=5, temperature=1.0, seed=np.uint64(2**64 - 1), stop=[])
+    raises(ValueError, r"^seed must be in \[0, 18446744073709551615\], got -1$", lambda: attn.Decoder.random(
+        dict(vocab_size=8, dim=8, hidden_dim=8, heads=1, kv_heads=1, head_dim=8, max_seq_len=8,
+             layers=attn.Decoder.softmax_layers(1)), seed=-1))
+
+
+def test_cli_seeds_outside_the_unsigned_64_bit_range_are_refused(tiny):
+    for command in (["generate", "--random-weights"], ["chat", "--model", str(tiny[0])]):
+        for bad in ("-1", "18446744073709551616", "99999999999999999999", "0x10", "010", "1.5", "", " 1", "1e3"):
+            p = subprocess.run([str(cli_path())] + command + ["--seed", bad], capture_output=True, text=True,
+                               input="", timeout=60)
+            assert p.returncode != 0 and "--seed" in p.stderr and \
+                "must be an integer in [0, 18446744073709551615] (decimal digits), got '" + bad + "'" in p.stderr, \
+                (command, bad, p.stderr)
+    tiny_model = ["--layers", "1", "--dim", "16", "--heads", "2", "--kv-heads", "1", "--head-dim", "8", "--hidden", "16",
+                  "--vocab", "32", "--prompt-tokens", "4", "--new-tokens", "2", "-q"]
+    for good in ("0", "18446744073709551615"):
+        p = subprocess.run([str(cli_path()), "generate", "--random-weights", "--seed", good] + tiny_model,
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+
+
+# ---- 2c: token ids ------------------------------------------------------------------------------
+
+def test_token_ids_must_be_integers_in_the_vocabulary(model, tiny):
+    """Floats (3.7), float arrays and bools used to be truncated silently."""
+    d = attn.Decoder.load  # noqa: F841 (the Decoder wrapper is checked below through Model's impl)
+    calls = (("ids", model.logits), ("ids", model.perplexity),
+             ("prompt", lambda x: model.generate(x, max_tokens=1)), ("ids", model.tokenizer.decode))
+    for name, fn in calls:
+        for bad, kind, said in (([3.7], TypeError, r"\[0\] must be an integer token id, got 3\.7"),
+                                ([1, True], TypeError, r"\[1\] must be an integer token id, got True"),
+                                (np.array([1.0, 2.0]), TypeError, r" must be a 1-D sequence of integer token ids, got a float64"),
+                                (np.array([True]), TypeError, r" must be a 1-D sequence of integer token ids, got a bool"),
+                                (np.array([[1, 2]]), TypeError, r" must be a 1-D sequence of integer token ids, got a int64 array of shape \(1, 2\)"),
+                                ([271], ValueError, r"\[0\] = 271 is not a token id in \[0, 271\) \(the vocabulary's size\)"),
+                                ([5, -1], ValueError, r"\[1\] = -1 is not a token id in \[0, 271\)"),
+                                ([2**40], ValueError, r"\[0\] = 1099511627776 is not a token id"),
+                                ([2**70], ValueError, r"\[0\] = 1180591620717411303424 is not a token id"),
+                                (None, TypeError, r" must be a sequence of token ids, got NoneType"),
+                                (b"\x01\x02", TypeError, r" must be a sequence of token ids, got bytes"),
+                                (7, TypeError, r" must be a sequence of token ids, got 7")):
+            raises(kind, "^" + name + said, lambda: fn(bad))
+    raises(ValueError, r"^stop\[0\] = 271 is not a token id", lambda: model.generate([5], max_tokens=1, stop=[271]))
+    raises(TypeError, r"^stop\[0\] must be an integer token id, got 1\.5", lambda: model.generate([5], max_tokens=1, stop=[1.5]))
+    raises(ValueError, r"^id = 271 is not a token id in \[0, 271\)", lambda: model.tokenizer.token_text(271))
+    raises(TypeError, r"^id must be an integer, got 3\.0", lambda: model.tokenizer.is_special(3.0))
+    # integer arrays of any width are fine and mean the same ids
+    want = model.logits([10, 11, 12])
+    for same in (np.array([10, 11, 12], np.int8), np.array([10, 11, 12], np.uint64), (10, 11, 12)):
+        assert np.array_equal(model.logits(same), want)
+
+
+def test_decoder_token_ids_and_arguments(tmp_path):
+    cfg = dict(vocab_size=16, dim=16, hidden_dim=16, heads=2, kv_heads=1, head_dim=8, max_seq_len=8,
+               layers=attn.Decoder.softmax_layers(1))
+    d = attn.Decoder.random(cfg, seed=1)
+    raises(TypeError, r"^tokens\[0\] must be an integer token id, got 3\.7", lambda: d.forward([3.7]))
+    raises(ValueError, r"^tokens\[0\] = 16 is not a token id in \[0, 16\)", lambda: d.logits([16]))
+    raises(TypeError, r"^pos must be an integer, got 0\.0", lambda: d.forward([1], 0.0))
+    raises(TypeError, r"^all_logits must be True or False", lambda: d.forward([1], all_logits=None))
+    raises(TypeError, r"^config must be a dict", lambda: attn.Decoder.random(None))
+    raises(TypeError, r"^config must hold JSON values", lambda: attn.Decoder.random({**cfg, "dim": object()}))
+    raises(TypeError, r"^dtype must be a str", lambda: attn.Decoder.random(cfg, dtype=None))
+    raises(TypeError, r"^form must be a str", lambda: d.set_attention_form(None))
+    raises(ValueError, r"^ratio: expected L:S", lambda: attn.Decoder.hybrid_layers(4, "a:b"))
+    raises(TypeError, r"^path must be a path", lambda: d.save(None))
+    d.save(str(tmp_path / "d.safetensors").encode())  # a bytes path is a path
+    e = attn.Decoder.load(str(tmp_path / "d.safetensors").encode())
+    assert np.array_equal(e.logits([1, 2, 3]), d.logits([1, 2, 3]))
+    raises(TypeError, r"^mechanisms\[0\] must be a str", lambda: attn.Decoder.load(tmp_path / "d.safetensors", mechanisms=[None]))
+
+
+# ---- 7: max_tokens and the other generate arguments, up front ----------------------------------
+
+def test_max_tokens_is_checked_before_decoding(model):
+    streamed = []
+    for bad, kind, said in ((1e12, TypeError, r"^max_tokens must be an integer, got 1000000000000\.0"),
+                            (2.0, TypeError, r"^max_tokens must be an integer"),
+                            (None, TypeError, r"^max_tokens must be an integer"),
+                            (10**12, ValueError, r"^max_tokens: 1000000000000 new tokens after a prompt of 3 exceed "
+                                                 r"the context of 64 tokens \(at most 61\)"),
+                            (62, ValueError, r"^max_tokens: 62 new tokens after a prompt of 3 exceed"),
+                            (-1, ValueError, r"^max_tokens: must be >= 0, got -1"),
+                            (2**70, ValueError, r"^max_tokens must be a 64-bit integer")):
+        raises(kind, said, lambda: model.generate([10, 11, 12], max_tokens=bad, stream=streamed.append))
+    assert streamed == []  # refused before the first token
+    assert len(model.generate([10, 11, 12], max_tokens=61, stop=[])) == 61  # exactly the context
+    for kw, kind, said in (({"temperature": "0.5"}, TypeError, r"^temperature must be a number"),
+                           ({"temperature": -1.0}, ValueError, r"temperature must be a finite number >= 0"),
+                           ({"top_p": None}, TypeError, r"^top_p must be a number"),
+                           ({"top_p": 1.5}, ValueError, r"top_p must be in \(0, 1\]"),
+                           ({"chat": 1}, TypeError, r"^chat must be True or False"),
+                           ({"mechanism": b"softmax"}, TypeError, r"^mechanism must be a str or None"),
+                           ({"stream": 5}, TypeError, r"^stream must be a callable or None")):
+        raises(kind, said, lambda: model.generate("hello", max_tokens=2, **kw))
+
+
+def test_cli_max_tokens_goes_through_the_same_check(tiny):
+    for command in (["generate", "--prompt", "hello world"], ["chat"]):
+        p = subprocess.run([str(cli_path())] + command + ["--model", str(tiny[0]), "--max-context", "16",
+                                                          "--max-tokens", "1000", "-q"],
+                           capture_output=True, text=True, input="hello\n", timeout=60)
+        assert p.returncode == 2 and "error: --max-tokens: 1000 new tokens after a prompt of" in p.stderr \
+            and "exceed the context of 16 tokens" in p.stderr, (command, p.stderr)
+
+
+def test_paths_and_options_of_load_model(tiny):
+    raises(TypeError, r"^path must be a path \(str, bytes or os\.PathLike\), got 5", lambda: attn.load_model(5))
+    raises(TypeError, r"^dtype must be a str", lambda: attn.load_model(tiny[0], dtype=None))
+    raises(TypeError, r"^threads must be an integer", lambda: attn.load_model(tiny[0], threads=1.0))
+    raises(TypeError, r"^max_seq_len must be an integer", lambda: attn.load_model(tiny[0], max_seq_len=None))
+    raises(TypeError, r"^mechanism must be a str or None", lambda: attn.load_model(tiny[0], mechanism=3))
+    with pytest.raises(FileNotFoundError, match="path: no such file"):
+        attn.load_model(b"/nonexistent/x.gguf")
+    m = attn.load_model(str(tiny[0]).encode(), dtype="f32", threads=1)  # a bytes path is a path
+    assert m.config["vocab_size"] == tiny[1]
+    assert attn.Tokenizer.from_gguf(str(tiny[0]).encode()).vocab_size == tiny[1]
+    raises(TypeError, r"^path must be a path", lambda: attn.Tokenizer.from_gguf(None))
+    raises(TypeError, r"^messages must be a list", lambda: m.tokenizer.chat_prompt("hi"))
+    raises(TypeError, r"^add_generation_prompt must be True or False",
+           lambda: m.tokenizer.chat_prompt([{"role": "user", "content": "a"}], add_generation_prompt=None))
+    raises(TypeError, r"^layer must be an integer", lambda: m.set_mechanism(None, layer=0.0))
+
+
+# ---- 2c: one Model from many threads ------------------------------------------------------------
+
+def test_one_model_from_many_threads_gives_the_single_threaded_results(model):
+    """Model released the GIL and was not thread-safe: threads got each other's logits. A lock per
+    Model serialises the calls; each result equals the one computed alone."""
+    prompts = [[(7 * i + 13 * j) % 271 for j in range(24)] for i in range(12)]
+    want_logits = [model.logits(p) for p in prompts]
+    want_text = [model.generate(p, max_tokens=6, temperature=0.9, seed=i, stop=[]) for i, p in enumerate(prompts)]
+    want_ppl = [model.perplexity(p)["nll"] for p in prompts]
+
+    def work(i):
+        p = prompts[i % len(prompts)]
+        return (i, model.logits(p), model.generate(p, max_tokens=6, temperature=0.9, seed=i % len(prompts), stop=[]),
+                model.perplexity(p)["nll"])
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        results = list(pool.map(work, range(96)))
+    for i, logits, text, nll in results:
+        j = i % len(prompts)
+        assert np.array_equal(logits, want_logits[j]) and text == want_text[j] and np.array_equal(nll, want_ppl[j]), i
+
+
+def test_a_stream_callback_may_not_reenter_its_model(model):
+    with pytest.raises(RuntimeError, match="Model is already running a call on this thread"):
+        model.generate([10, 11], max_tokens=3, stop=[], stream=lambda piece: model.logits([1]))
+    assert model.logits([10, 11]).shape == (2, 271)  # the lock was released
