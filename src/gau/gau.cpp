@@ -125,8 +125,7 @@ GauProblem GauFamily::validate(const TensorView& q, const TensorView& k, const T
   p.mech = m;
   core::refuse_score_options(opt, "gau", "only causal and key padding");
   if (!opt.params.empty()) fail(kWhere, "gau takes no named params, got '" + opt.params.begin()->first + "'");
-  core::check_finite(m.bias, "bias");
-  if (m.scale) core::check_positive_float32(*m.scale, "scale");
+  core::check_option_ranges(facts(m).ranges, "gau");
   p.scale = m.scale ? *m.scale : 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(p.D, 1)));
   return p;
 }

@@ -6,6 +6,8 @@
 //   S      = lambda^C S + sum_s lambda^(C - 1 - s) k_s v_s^T,  z likewise
 // Every factor is a power <= 1 of lambda, so no lambda^(-n) appears at any length. Each product
 // is one kernels.gemm call; the block's keys are transposed once (pack_qt) for Q_b K_b^T.
+#include <algorithm>
+
 #include "base/aligned_buffer.hpp"
 #include "base/parallel.hpp"
 #include "linear/head_state.hpp"
@@ -52,7 +54,10 @@ void refuse_chunked(const LinearProblem& p, const core::Outputs& o, core::Reason
 void run_chunked(const LinearProblem& p, const core::Outputs& o, const core::Context& ctx) {
   const kernels::TileKernels& kern = *ctx.kern;
   constexpr int64_t kT = kernels::kQueryTile;  // pack_qt transposes up to 64 rows at a time
-  const int64_t C = p.mech.chunk, F = p.F, Dv = p.Dv, groups = (C + kT - 1) / kT;
+  // Scratch by the chunk the sequence fills: a chunk longer than N is one block of N rows anyway
+  // (chunk=4096 on one token must not size 4096 x 4096 floats per thread).
+  const int64_t C = std::min(p.mech.chunk, std::max<int64_t>(p.N, 1)), F = p.F, Dv = p.Dv,
+                groups = (C + kT - 1) / kT;
   const int64_t items = p.B * p.H;
   const int threads = resolve_threads(ctx.threads, items);
   std::vector<Scratch> scratch;

@@ -29,6 +29,7 @@ constexpr int32_t kNoChunk = std::numeric_limits<int32_t>::min() / 2;
 
 LshProblem LshFamily::validate(const TensorView& q, const TensorView& k, const TensorView& v, const Lsh& m,
                                const AttendOptions& opt, const core::Outputs& outs) {
+  core::check_option_ranges(facts(m).ranges, "lsh");
   LshProblem p;
   static_cast<core::Dims&>(p) = core::check_io(q, k, v, outs, opt);
   p.mech = m;
@@ -41,10 +42,14 @@ LshProblem LshFamily::validate(const TensorView& q, const TensorView& k, const T
   if (p.N >= (int64_t{1} << 31) || p.M >= (int64_t{1} << 31))
     fail(kWhere, "lsh sorts at most 2^31 - 1 queries and keys, got N = " + std::to_string(p.N) +
                      ", M = " + std::to_string(p.M));
+  // The rotations are D x rounds x buckets / 2: sized by the keys there are to spread, not by the option.
+  if (const int64_t most = std::max<int64_t>(64, 2 * p.M); m.buckets > most)
+    fail(kWhere, "lsh buckets must be at most max(64, 2 M) = " + std::to_string(most) + " for M = " +
+                     std::to_string(p.M) + " keys (more leave buckets empty; the rotations grow with them), got " +
+                     std::to_string(m.buckets));
   if (m.shared_qk && p.N != p.M)
     fail(kWhere, "lsh shared_qk needs as many queries as keys (they are the same tokens), got N = " +
                      std::to_string(p.N) + ", M = " + std::to_string(p.M));
-  if (m.scale) core::check_positive_float32(*m.scale, "scale");
   p.scale = m.scale ? *m.scale : 1.0 / std::sqrt(static_cast<double>(p.D));
   p.half = m.buckets / 2;
   const int64_t width = m.rounds * p.half;

@@ -164,7 +164,7 @@ QSoftmaxProblem QSoftmaxFamily::validate(const TensorView& q, const TensorView& 
   const std::string text = to_string(Mechanism{m});
   core::refuse_score_options(opt, "qsoftmax", "its weights are softmax(q) . k, not a score matrix");
   if (m.causal) core::check_causal_tokens(p, text);
-  if (m.scale) core::check_positive_float32(*m.scale, "scale");
+  core::check_option_ranges(facts(m).ranges, "qsoftmax");
   p.scale = m.scale.value_or(1.0);
   core::Symbols symbols{{"B", p.B}, {"H", p.H}, {"D", p.D}, {"Dv", p.Dv}};
   core::check_params(opt.params, facts(m).params, text, symbols);
