@@ -149,3 +149,25 @@ def test_every_family_answers_every_output_request_or_refuses_it():
                 assert extra.shape == (1, 2, 1, 50) and np.isfinite(extra).all(), m
             elif request == "return_lse":
                 assert extra.shape[:3] == (1, 2, 1), m
+
+
+@pytest.mark.parametrize("mechanism", ["polaformer:power=3", "gau", "softmax:softcap=20", "linear:map=relu",
+                                       "efficient", "qsoftmax", "linformer:k=8"])
+def test_a_nan_query_or_inf_key_poisons_exactly_its_rows(mechanism):
+    """Hardening (issue 37, class 2a): a NaN query makes its row NaN and no other (PolaFormer and
+    GAU's non-causal form used to drop it); +inf in a key reaches every row that sees it (softcap's
+    tanh used to swallow it). All these mechanisms see every key: every row of the key's heads."""
+    rng = np.random.default_rng(4)
+    q, k, v = (rng.standard_normal((1, 12, 2, 8)).astype(np.float32) for _ in range(3))
+    clean = attn.attend(q, k, v, mechanism)
+    bad_q = q.copy()
+    bad_q[0, 5, 1, 3] = np.nan
+    out = attn.attend(bad_q, k, v, mechanism)
+    assert np.isnan(out[0, 5, 1]).all()
+    mask = np.ones(out.shape, bool)
+    mask[0, 5, 1] = False
+    assert np.array_equal(out[mask], clean[mask])
+    bad_k = k.copy()
+    bad_k[0, 7, 0] = np.inf
+    out = attn.attend(q, bad_k, v, mechanism)
+    assert np.isnan(out[:, :, 0]).all() and np.array_equal(out[:, :, 1], clean[:, :, 1])

@@ -1,7 +1,8 @@
-// Hardening, classes 2 and 3: non-finite inputs and options that would overflow downstream
-// arithmetic. A non-finite input that reaches a visible score makes that row NaN (output and
-// LSE) on every form and ISA, as in the reference; it never leaks into other rows; LSE -inf
-// stays reserved for rows that see no key.
+// Hardening, classes 2 and 3 (issue 37: 2a, 5 and 6 too): non-finite inputs, options that would
+// overflow downstream arithmetic, and sizes options derive from the input. A non-finite input
+// that reaches a visible score makes that row NaN (output and LSE) on every form and ISA, as in
+// the reference; it never leaks into other rows; LSE -inf stays reserved for rows that see no key.
+// (Every family: tests/harness/test_nonfinite_cases.cpp.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -68,6 +69,32 @@ TEST(NonFinite, InfInAKeyPoisonsTheRowsThatSeeIt) {
   // causal: query i sees j <= i + M - N, so key M - 2 is seen by queries 1 and 2 only
   expect_rows(clean, bad, "softmax:causal",
               [](int64_t b, int64_t h, int64_t i) { return b == 0 && h >= 2 && i >= 1; });
+}
+
+// Regression (issue 37, class 2a): tanh saturates, so softcap turned a +inf score into +cap and
+// the row came out finite; a score of +-inf is now NaN before any transform, on every form and ISA.
+TEST(NonFinite, SoftcapDoesNotSwallowAnInfiniteKey) {
+  Poisoned clean, bad;
+  testing::fill_token(bad.k.view, 0, 1, M - 2, INFINITY);
+  expect_rows(clean, bad, "softmax:causal,softcap=20",
+              [](int64_t b, int64_t h, int64_t i) { return b == 0 && h >= 2 && i >= 1; });
+}
+
+// Regression (issue 37, class 2a): PolaFormer split a NaN channel into "neither sign" (0 in both
+// streams) and GAU's non-causal tiles took max(NaN, 0) = 0, so a NaN query gave a finite row.
+TEST(NonFinite, PolaFormerAndGauKeepANanQuery) {
+  for (const char* mech : {"polaformer:power=3", "gau", "linear:map=relu", "sana"}) {
+    Poisoned bad;
+    testing::fill_token(bad.q.view, 1, 2, 1, testing::nan_f());
+    for (Isa isa : supported_isas()) {
+      AttendOptions o;
+      o.isa = isa;
+      const AttendResult r = attend(bad.q.view, bad.k.view, bad.v.view, parse_mechanism(mech), o);
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t c = 0; c < D; ++c)
+          EXPECT_EQ(std::isnan(r.out.at(1, 2, i, c)), i == 1) << mech << " " << isa_name(isa) << " row " << i;
+    }
+  }
 }
 
 TEST(NonFinite, InfOrNanInABiasPoisonsItsRow) {
