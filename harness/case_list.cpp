@@ -290,8 +290,9 @@ void softmax_bad_cases(std::vector<BadCase>& out) {
   add("negative_length", "softmax", [](Inputs& in) { in.q.view.shape[2] = -1; }, "q has negative dimension 2");
   add("threads_beyond_limit", "softmax", [](Inputs& in) { in.options.threads = 100000; },
       "threads must be in [0, 256]");
-  add("scale_infinite_as_float32", "softmax:scale=1e39", [](Inputs&) {}, "scale must be a positive finite float32");
-  add("softcap_infinite_as_float32", "softmax:softcap=1e39", [](Inputs&) {}, "softcap (when not 0) must be a positive finite float32");
+  add("scale_infinite_as_float32", "softmax:scale=1e39", [](Inputs&) {}, "softmax scale must be in [1e-30, 1e+12], got 1e+39");
+  add("softcap_infinite_as_float32", "softmax:softcap=1e39", [](Inputs&) {},
+      "softmax softcap must be in [1e-30, 1e+30], got 1e+39 (0 = off)");
   add("padding_beyond_keys", "softmax", [](Inputs& in) { in.options.key_padding_lengths = {6, 7}; },
       "key_padding_lengths[1] must be in [0, 6], got 7");
   add("param_not_taken", "softmax", [](Inputs& in) { in.options.params["w"] = make_array_view(&in.q.bytes[0], DType::f32, {1}); },
@@ -409,7 +410,7 @@ void linformer_check_cases(std::vector<Case>& out) {
   out.push_back(c);
   c.N = 1, c.mechanism = "linformer:k=64";  // one query: the softmax rows form on the projections
   out.push_back(c);
-  c.N = 7, c.M = 5, c.mechanism = "linformer:k=9,seed=2";  // k > M
+  c.N = 7, c.M = 5, c.mechanism = "linformer:k=5,seed=2";  // k = M, the most rows that mean anything
   out.push_back(c);
 }
 
@@ -422,6 +423,11 @@ void linformer_bad_cases(std::vector<BadCase>& out) {
                    in.options.alibi_slopes = {1, 1}; }, "linformer does not take ALiBi slopes"});
   out.push_back({"unknown_form", c, [](Inputs& in) { in.options.form = "tiled"; },
                  "form must be one of projected, reference for linformer:k=4, got 'tiled'"});
+  // sizes from the option are checked against the input before E, F (k x M) exist
+  add_bad_text(out, c, "k_beyond_keys", "linformer:k=1048576",
+               "linformer k must be in [1, M] (E K and F V have rank at most the key count M = 6), got k = 1048576");
+  add_bad_text(out, c, "linformer_scale_overflows", "linformer:scale=3e38",
+               "linformer scale must be in [1e-30, 1e+12], got 3e+38");
 }
 
 // ---- lsh: Reformer's hashed chunks ----------------------------------------------------------
@@ -468,6 +474,9 @@ void lsh_bad_cases(std::vector<BadCase>& out) {
   add("lsh_zero_rounds", "lsh:rounds=0", "lsh rounds must be in [1, 64], got 0");
   add("lsh_zero_chunk", "lsh:chunk=0", "lsh chunk must be >= 1, got 0");
   add("lsh_shared_needs_square", "lsh:shared_qk", "lsh shared_qk needs as many queries as keys");
+  add("lsh_buckets_beyond_keys", "lsh:buckets=65536,rounds=64",
+      "lsh buckets must be at most max(64, 2 M) = 64 for M = 6 keys");
+  add("lsh_scale_overflows", "lsh:scale=1e13", "lsh scale must be in [1e-30, 1e+12], got 1e+13");
   c.N = c.M = 6, c.mechanism = "lsh", c.extras.mask = true;
   out.push_back({"lsh_mask", c, [](Inputs&) {}, "lsh does not take a boolean mask"});
 }
@@ -508,7 +517,9 @@ void dca_bad_cases(std::vector<BadCase>& out) {
   Case c = small_case();
   auto add = [&](const char* name, const char* mech, const char* message) { add_bad_text(out, c, name, mech, message); };
   add("dca_local_beyond_chunk", "dca:chunk=8,local=9", "dca local must be in [1, chunk = 8], got 9");
-  add("dca_theta", "dca:theta=1", "dca theta must be a finite number > 1");
+  add("dca_theta", "dca:theta=1", "dca theta must be in (1, 1e+30], got 1");
+  add("dca_theta_overflows", "dca:theta=1e300", "dca theta must be in (1, 1e+30], got 1e+300");
+  add("dca_scale_overflows", "dca:scale=3e38", "dca scale must be in [1e-30, 1e+12], got 3e+38");
   c.D = 7;
   add("dca_odd_head_dim", "dca:chunk=4,local=2", "dca needs an even head dim (RoPE rotates pairs of channels), got D = 7");
   c.D = 8;
@@ -653,7 +664,7 @@ void linear_bad_cases(std::vector<BadCase>& out) {
   add("linear_causal_needs_square", "linear:causal", "so N (queries) must equal M (keys), got N = 5, M = 6");
   add("linear_decay_needs_causal", "linear:decay=0.9", "a decay needs causal");
   c.N = c.M = 6;
-  add("linear_decay_range", "linear:causal,decay=1.5", "linear decay must be in (0, 1]");
+  add("linear_decay_range", "linear:causal,decay=1.5", "linear decay must be in (0, 1], got 1.5 (1 = none; needs causal)");
   add("linear_chunk_range", "linear:causal,chunk=0", "linear chunk must be in [1, 4096], got 0");
   c.mechanism = "linear";
   out.push_back({"linear_lse", c, [](Inputs& in) { in.options.return_lse = true; },
@@ -668,9 +679,25 @@ void linear_bad_cases(std::vector<BadCase>& out) {
   add("efficient_causal_needs_square", "efficient:causal", "so N (queries) must equal M (keys), got N = 5, M = 6");
   add("polaformer_odd_value_dim", "polaformer", "polaformer needs an even value head dim (two streams on its halves), got Dv = 7");
   c.Dv = 8;
-  add("polaformer_power", "polaformer:power=1", "polaformer power must be > 1, got 1");
+  add("polaformer_power", "polaformer:power=1", "polaformer power must be in (1, 10], got 1");
   add("performer_features", "performer:features=0", "performer features must be in [1, 65536], got 0");
-  add("sana_eps", "sana:eps=-1", "sana eps must be >= 0");
+  add("sana_eps", "sana:eps=-1", "sana eps must be in [0, 1e+30], got -1 (added to the normaliser)");
+  // class 6: float options whose computation would overflow float32 from ordinary inputs
+  add("polaformer_power_overflows", "polaformer:power=100", "polaformer power must be in (1, 10], got 100");
+  add("linear_scale_overflows", "linear:scale=3e38", "linear scale must be in [1e-30, 1e+12], got 3e+38");
+  add("gau_bias_overflows", "gau:bias=3e38", "gau bias must be in [-1e+12, 1e+12], got 3e+38");
+  add("gau_scale_overflows", "gau:scale=1e20", "gau scale must be in [1e-30, 1e+12], got 1e+20");
+  add("efficient_scale_overflows", "efficient:scale=3e38", "efficient scale must be in [1e-30, 1e+12], got 3e+38");
+  add("sana_eps_overflows", "sana:eps=1e39", "sana eps must be in [0, 1e+30], got 1e+39");
+  add("normattn_decay_range", "normattn:causal,decay=2", "normattn decay must be in (0, 1], got 2");
+  add("softmax_scale_overflows", "softmax:scale=3e38", "softmax scale must be in [1e-30, 1e+12], got 3e+38");
+  add("longformer_scale_overflows", "longformer:scale=3e38", "longformer scale must be in [1e-30, 1e+12], got 3e+38");
+  add("bigbird_scale_tiny", "bigbird:scale=1e-40", "bigbird scale must be in [1e-30, 1e+12], got 1e-40");
+  // class 5: performer's omega (features x D) is bounded before it is drawn
+  c.D = 32;
+  add("performer_features_by_head_dim", "performer:features=65536",
+      "performer features x head dim must be at most 2^20 (the random feature matrix omega), got 65536 x D = 32");
+  c.D = 8;
   add("normattn_decay_needs_causal", "normattn:decay=0.9", "a decay needs causal");
   c.mechanism = "gau", c.extras.mask = true;
   out.push_back({"gau_mask", c, [](Inputs&) {}, "gau does not take a boolean mask"});

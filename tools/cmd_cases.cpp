@@ -90,7 +90,7 @@ Runner add_list(CLI::App& app) {
   c->add_flag("--json", args->json,
               "Instead of runs: what each mechanism family is (attn::info) as a JSON array, one object per family: "
               "family, causal, cache (kv/state/none), cache_rows, params (name, shape, dtype, generate), forms, "
-              "grammar, limits");
+              "grammar, limits, option_ranges (each float option's range: outside it is refused)");
   c->add_option("-m,--mechanism", args->mechanisms, "With --json: these mechanisms instead of every family's default")
       ->take_all();
   c->add_option("--context", args->context, "With --json: tokens of context for cache_rows (default 0)")

@@ -232,6 +232,21 @@ int run(const RunArgs& r) {
   return 0;
 }
 
+// Every family's text grammar and the range of each float option (attn::info: the families'
+// facts, so the help cannot drift from what validation refuses).
+std::string mechanism_help() {
+  std::string o = "Mechanism text, per family (float options outside their range are refused):\n";
+  for (const MechanismInfo& f : family_infos()) {
+    o += "  " + f.grammar + "\n";
+    if (!f.option_ranges.empty()) {
+      o += "      ";
+      for (size_t i = 0; i < f.option_ranges.size(); ++i) o += (i ? "; " : "") + f.option_ranges[i];
+      o += "\n";
+    }
+  }
+  return o;
+}
+
 }  // namespace
 
 Runner add_run(CLI::App& app) {
@@ -243,13 +258,13 @@ Runner add_run(CLI::App& app) {
       "with bnhd it is (B, N, H, D) (as in flash-attn and most model code). A 3-D array is one batch.\n"
       "k and v may have fewer heads than q (MQA/GQA) if that number divides q's.\n"
       "  attn run -m softmax:causal --q q.npy --k k.npy --v v.npy --explain      (which form runs, and why)\n"
-      "Mechanism text: softmax[:causal,scale=S,window=L:R,softcap=C,score=dot|cosine|additive,\n"
-      "  entropy_scale=TRAIN_LEN,dropout=P,seed=N]. Causal is bottom-right aligned (query i sees\n"
-      "  keys j <= i + M - N); rows that see no key give zeros and lse = -inf.\n"
+      "Causal is bottom-right aligned (query i sees keys j <= i + M - N); rows that see no key give\n"
+      "  zeros and lse = -inf.\n"
       "KV cache (decode one token of two sequences of 5 and 9 cached tokens, bnhd layout):\n"
       "  attn run -m softmax:causal --layout bnhd --q q.npy --k-cache kc.npy --v-cache vc.npy --k k.npy --v v.npy\n"
       "           --cache-seqlens 5,9 --out o.npy --k-cache-out kc2.npy --v-cache-out vc2.npy\n"
-      "Packed sequences of 3 and 4 tokens: --layout bnhd --q q.npy --k k.npy --v v.npy --cu-seqlens-q 0,3,7 --cu-seqlens-k 0,3,7");
+      "Packed sequences of 3 and 4 tokens: --layout bnhd --q q.npy --k k.npy --v v.npy --cu-seqlens-q 0,3,7 --cu-seqlens-k 0,3,7\n" +
+      mechanism_help());
   c->add_option("-m,--mechanism", args->mechanism, "Mechanism text form")->capture_default_str();
   c->add_option("--q", args->q, "Queries .npy")->required()->check(CLI::ExistingFile);
   c->add_option("--k", args->k, "Keys .npy (with --k-cache: new keys to append, optional)")->check(CLI::ExistingFile);

@@ -59,7 +59,10 @@ struct MechanismInfo {
   std::vector<ParamInfo> params;
   std::vector<std::string> forms;   // in priority order
   std::string grammar;              // the text form: kind[:option,...]
-  std::vector<std::string> limits;  // what the family refuses, in words
+  std::vector<std::string> limits;  // what the family refuses, in words (the ranges first)
+  // The range of every float option of the text form, e.g. "scale in [1e-30, 1e+12]",
+  // "power in (1, 10]": past it the option overflows float32 and is refused.
+  std::vector<std::string> option_ranges;
 
   // Rows one layer keeps at `tokens` of context (kv: min(tokens, bound); else 0).
   int64_t rows_at(int64_t tokens) const;

@@ -691,7 +691,8 @@ def info(text: str, context: Optional[int] = None) -> dict:
     that grows with the context, 0 for a state or none), ``cache_bound``, ``lookback``, ``sinks``,
     ``align``, ``state_shape`` (the rule), ``params`` (names), ``param_specs`` (name, shape,
     dtype, meaning, optional, generate), ``forms`` (priority order), ``grammar`` (the text
-    form's options), ``limits``."""
+    form's options), ``limits``, ``option_ranges`` (every float option's range, e.g.
+    ``"scale in [1e-30, 1e+12]"``: values outside are refused, they would overflow float32)."""
     import json
     d = json.loads(_attn.info_json(str(text), 0 if context is None else _integer(context, "context", 0, _INT64_MAX)))
     if context is None:

@@ -198,3 +198,22 @@ def test_cli_packed_batches_and_bad_cache_calls(tmp_path):
                         "--k-cache-out", f("kc3")], capture_output=True, text=True)
     assert p.returncode == 2 and "7 new ones do not fit its capacity 4" in p.stderr, p.stderr
     assert not (tmp_path / "o2.npy").exists() and not (tmp_path / "kc3.npy").exists()
+
+
+def test_cli_refuses_options_that_overflow_or_oversize(tmp_path):
+    """Hardening (issue 37, classes 5 and 6): float options past their range and sizes beyond what
+    the input can use are errors naming the option, range or sizes, before anything is computed;
+    `attn run --help` prints every family's float option ranges (from attn::info)."""
+    _qkv_files(tmp_path)
+    for mech, message in [("polaformer:power=100", "polaformer power must be in (1, 10], got 100"),
+                          ("gau:bias=3e38", "gau bias must be in [-1e+12, 1e+12], got 3e+38"),
+                          ("linformer:k=1048576", "the key count M = 5), got k = 1048576"),
+                          ("lsh:buckets=65536", "lsh buckets must be at most max(64, 2 M) = 64 for M = 5 keys")]:
+        p = _run(tmp_path, "-m", mech, "--out", tmp_path / "o.npy", "--layout", "bhnd")
+        assert p.returncode == 2 and message in p.stderr, (mech, p.stderr)
+        assert not (tmp_path / "o.npy").exists()
+    help_text = subprocess.run([str(cli_path()), "run", "--help"], capture_output=True, text=True).stdout
+    for family in attn.families():
+        for r in family["option_ranges"]:
+            assert r in help_text, (family["family"], r)
+    assert "power in (1, 10]" in help_text and "scale in [1e-30, 1e+12]" in help_text

@@ -28,10 +28,10 @@ def _odd_strides(q):
     (lambda q, k, v: attn.attention(q.astype(np.float64), k, v), TypeError, "q must be float32, float16 or bfloat16, got float64"),
     (lambda q, k, v: attn.attention(q, k.astype(np.float16), v), ValueError, "must share a dtype"),
     (lambda q, k, v: attn.attention(q, k, v, softmax_scale=float("nan")), ValueError, "scale"),
-    (lambda q, k, v: attn.attention(q, k, v, softmax_scale=-1.0), ValueError, "scale must be > 0"),
+    (lambda q, k, v: attn.attention(q, k, v, softmax_scale=-1.0), ValueError, "softmax scale must be in [1e-30, 1e+12], got -1"),
     (lambda q, k, v: attn.attention(q, k, v, window_size=(-2, 0)), ValueError, "window"),
-    (lambda q, k, v: attn.attention(q, k, v, softcap=-3.0), ValueError, "softcap must be >= 0"),
-    (lambda q, k, v: attn.attention(q, k, v, dropout_p=1.0), ValueError, "dropout must be in [0, 1)"),
+    (lambda q, k, v: attn.attention(q, k, v, softcap=-3.0), ValueError, "softmax softcap must be in [1e-30, 1e+30], got -3 (0 = off)"),
+    (lambda q, k, v: attn.attention(q, k, v, dropout_p=1.0), ValueError, "softmax dropout must be in [0, 1), got 1"),
     (lambda q, k, v: attn.attention(q, k, v, attn_mask=np.ones((5, 7), bool)), ValueError, "broadcastable to (B, H, N, M) = (2, 4, 5, 6)"),
     (lambda q, k, v: attn.attention(q, k, v, key_padding_lengths=[6]), ValueError, "one length per batch (2), got 1"),
     (lambda q, k, v: attn.attention(q, k, v, key_padding_lengths=[6, 9]), ValueError, "key_padding_lengths[1] must be in [0, 6], got 9"),
@@ -76,7 +76,7 @@ def _odd_strides(q):
     (lambda q, k, v: attn.attention(q, k, v, softmax_scale="0.5"), TypeError, "softmax_scale must be a number"),
     (lambda q, k, v: attn.attention(q, k, v, return_lse=1), TypeError, "return_lse must be True or False"),
     # class 3: finite as a double, infinite as float32
-    (lambda q, k, v: attn.attention(q, k, v, softmax_scale=1e39), ValueError, "scale must be a positive finite float32"),
+    (lambda q, k, v: attn.attention(q, k, v, softmax_scale=1e39), ValueError, "softmax scale must be in [1e-30, 1e+12], got 1e+39"),
     (lambda q, k, v: attn.attend(q, k, v, layout="nhd"), ValueError, "layout must be 'bnhd' or 'bhnd'"),
     (lambda q, k, v: attn.attention(q, torch.from_numpy(k), v), TypeError, "must all be numpy arrays or all torch tensors"),
     (lambda q, k, v: attn.attention([1.0], k, v), TypeError, "q must be a numpy.ndarray or torch.Tensor"),
@@ -149,3 +149,25 @@ def test_every_family_answers_every_output_request_or_refuses_it():
                 assert extra.shape == (1, 2, 1, 50) and np.isfinite(extra).all(), m
             elif request == "return_lse":
                 assert extra.shape[:3] == (1, 2, 1), m
+
+
+@pytest.mark.parametrize("mechanism", ["polaformer:power=3", "gau", "softmax:softcap=20", "linear:map=relu",
+                                       "efficient", "qsoftmax", "linformer:k=8"])
+def test_a_nan_query_or_inf_key_poisons_exactly_its_rows(mechanism):
+    """Hardening (issue 37, class 2a): a NaN query makes its row NaN and no other (PolaFormer and
+    GAU's non-causal form used to drop it); +inf in a key reaches every row that sees it (softcap's
+    tanh used to swallow it). All these mechanisms see every key: every row of the key's heads."""
+    rng = np.random.default_rng(4)
+    q, k, v = (rng.standard_normal((1, 12, 2, 8)).astype(np.float32) for _ in range(3))
+    clean = attn.attend(q, k, v, mechanism)
+    bad_q = q.copy()
+    bad_q[0, 5, 1, 3] = np.nan
+    out = attn.attend(bad_q, k, v, mechanism)
+    assert np.isnan(out[0, 5, 1]).all()
+    mask = np.ones(out.shape, bool)
+    mask[0, 5, 1] = False
+    assert np.array_equal(out[mask], clean[mask])
+    bad_k = k.copy()
+    bad_k[0, 7, 0] = np.inf
+    out = attn.attend(q, bad_k, v, mechanism)
+    assert np.isnan(out[:, :, 0]).all() and np.array_equal(out[:, :, 1], clean[:, :, 1])

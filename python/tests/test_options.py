@@ -118,3 +118,23 @@ def test_cache_and_varlen_outputs_are_packed_like_flash_attn():
     vo, vlse, _ = attn.flash_attn_varlen_func(q[0], k[0], v[0], [0, 2, 5], [0, 2, 5], 3, 3, causal=True,
                                               return_attn_probs=True)
     assert isinstance(vo, np.ndarray) and vo.shape == (5, 4, 8) and vo.flags.c_contiguous and vlse.shape == (4, 5)
+
+
+@pytest.mark.parametrize("mechanism,message", [
+    # Hardening (issue 37, class 6): options whose computation overflows float32 are refused
+    ("polaformer:power=100", "attend: polaformer power must be in (1, 10], got 100"),
+    ("linear:scale=3e38", "attend: linear scale must be in [1e-30, 1e+12], got 3e+38"),
+    ("gau:bias=3e38", "attend: gau bias must be in [-1e+12, 1e+12], got 3e+38"),
+    ("efficient:scale=3e38", "attend: efficient scale must be in [1e-30, 1e+12], got 3e+38"),
+    ("softmax:softcap=1e39", "attend: softmax softcap must be in [1e-30, 1e+30], got 1e+39"),
+    # class 5: sizes beyond what the input can use, before anything is allocated
+    ("linformer:k=1048576", "attend: linformer k must be in [1, M] (E K and F V have rank at most the key count M = 6), got k = 1048576"),
+    ("performer:features=65536", "attend: performer features x head dim must be at most 2^20"),
+])
+def test_options_past_their_range_are_refused(mechanism, message):
+    q = np.random.default_rng(2).standard_normal((1, 6, 2, 32)).astype(np.float32)
+    with pytest.raises(ValueError) as e:
+        attn.attend(q, q, q, mechanism)
+    assert message in str(e.value), str(e.value)
+    ranges = attn.info(mechanism.split(":")[0])["option_ranges"]  # performer has no float option
+    assert (ranges or mechanism.startswith("performer")) and all(" in " in r for r in ranges)

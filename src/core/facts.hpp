@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "attn/info.hpp"
+#include "core/option_range.hpp"
 #include "core/params.hpp"
 
 namespace attn::core {
@@ -30,6 +31,9 @@ struct Facts {
   // and Dv stay symbols, others not listed are free (bound by the first parameter using them).
   std::map<std::string, std::string> symbols;
   std::vector<std::string> limits;
+  // Every float option of the text form with its range (one place: validation checks these,
+  // attn::info lists them before `limits`).
+  std::vector<OptionRange> ranges;
 };
 
 template <class Family, class M>

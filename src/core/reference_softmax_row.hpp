@@ -16,7 +16,8 @@ namespace attn::core {
 // and out[c] = rnd(sum_j rnd(p_j) value(j, c)) for c < dv; s is overwritten with exp(s - max).
 // With stats (4 values, see core/row_stats.hpp), the row statistics of the probabilities over the
 // visible keys whose score is > -inf, top-k mass with k = topk.
-// A row with no visible key (or only -inf scores) is left as the caller initialised it.
+// A row with no visible key (or only -inf scores) is left as the caller initialised it; a NaN
+// score makes the whole row (lse, probabilities, out) NaN.
 template <class T, class Round, class Value>
 void reference_softmax_row(std::vector<T>& s, const uint8_t* vis, int64_t dv, Round rnd, Value value, double& lse,
                            double* probs, double* out, double* stats = nullptr, int64_t topk = 0) {
@@ -26,7 +27,8 @@ void reference_softmax_row(std::vector<T>& s, const uint8_t* vis, int64_t dv, Ro
   std::vector<uint8_t> counted(stats ? static_cast<size_t>(n) : 0);
   for (int64_t j = 0; j < n; ++j)
     if (seen(j)) {
-      mx = std::max(mx, s[static_cast<size_t>(j)]);
+      const T x = s[static_cast<size_t>(j)];
+      mx = std::isnan(x) || x > mx ? x : mx;  // a NaN score (non-finite input) makes the row NaN, as in the kernels
       if (stats) counted[static_cast<size_t>(j)] = s[static_cast<size_t>(j)] > -std::numeric_limits<T>::infinity();
     }
   if (mx == -std::numeric_limits<T>::infinity()) return;

@@ -41,6 +41,7 @@ DcaProblem DcaFamily::validate(const TensorView& q, const TensorView& k, const T
   if (!opt.params.empty()) fail(kWhere, "dca takes no named params, got " + std::to_string(opt.params.size()));
   if (!opt.alibi_slopes.empty())
     fail(kWhere, "dca does not take ALiBi slopes (its positions are RoPE's, remapped per chunk)");
+  core::check_option_ranges(facts(m).ranges, "dca");
   DcaProblem p;
   p.dca = m;
   Softmax scores;
@@ -52,8 +53,6 @@ DcaProblem DcaFamily::validate(const TensorView& q, const TensorView& k, const T
     fail(kWhere, "dca local must be in [1, chunk = " + std::to_string(m.chunk) + "], got " + std::to_string(m.local));
   if (m.chunk > (int64_t{1} << 39))
     fail(kWhere, "dca chunk must be at most 2^39 (RoPE positions reach chunk + local), got " + std::to_string(m.chunk));
-  if (!std::isfinite(m.theta) || m.theta <= 1.0)
-    fail(kWhere, "dca theta must be a finite number > 1, got " + std::to_string(m.theta));
   if (p.D % 2 != 0)
     fail(kWhere, "dca needs an even head dim (RoPE rotates pairs of channels), got D = " + std::to_string(p.D));
   return p;

@@ -4,14 +4,16 @@
 
 namespace attn::dca {
 
-core::Facts DcaFamily::facts(const Dca&) {
+core::Facts DcaFamily::facts(const Dca& m) {
   core::Facts f;
   f.causal = true;
   f.can_be_causal = true;
   f.applies_positions = true;
   f.position_mask = true;
   f.cache = CacheKind::kv;
-  f.limits = {"chunk in [1, 2^39]", "local in [1, chunk]", "theta > 1", "even head dim", "no params, no ALiBi"};
+  // theta: RoPE's base; frequencies theta^(-2i/D) stay normal float32 up to 1e30
+  f.ranges = {{"theta", m.theta, 1, 1e30, true, false, ""}, core::scale_range(m.scale)};
+  f.limits = {"chunk in [1, 2^39]", "local in [1, chunk]", "even head dim", "no params, no ALiBi"};
   return f;
 }
 

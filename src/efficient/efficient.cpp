@@ -216,7 +216,7 @@ EfficientProblem EfficientFamily::validate(const TensorView& q, const TensorView
   if (outs.wants_probs() || opt.return_probs)  // attend() validates before its outputs exist
     fail(kWhere, "return_probs: efficient attention's weights are not returned (its forms and reference keep "
                  "per-feature sums, not a weight row)");
-  if (m.scale) core::check_positive_float32(*m.scale, "scale");
+  core::check_option_ranges(EfficientFamily::facts(m).ranges, "efficient");
   p.scale = m.scale ? *m.scale : 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(p.D, 1)));
   core::Symbols symbols{{"B", p.B}, {"H", p.H}, {"D", p.D}, {"state_cols", p.Dv + 2}};
   core::check_params(opt.params, EfficientFamily::facts(m).params, text, symbols);

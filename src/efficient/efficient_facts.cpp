@@ -14,7 +14,8 @@ core::Facts EfficientFamily::facts(const Efficient& m) {
   f.params = {{"initial_state", {"B", "H", "D", "state_cols"},
                "the per-feature state [C | z | m] a previous call returned as final_state", true, "state"}};
   f.symbols = {{"state_cols", "Dv + 2"}};
-  f.limits = {"causal: N == M (each token brings q, k, v)", "no probabilities", "scale > 0"};
+  f.ranges = {core::scale_range(m.scale)};
+  f.limits = {"causal: N == M (each token brings q, k, v)", "no probabilities"};
   return f;
 }
 

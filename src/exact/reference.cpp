@@ -21,7 +21,9 @@ T score(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t j, DType roun
         hq += static_cast<T>(p.wq[a * p.D + c]) * p.q.at(b, h, i, c);
         hk_ += static_cast<T>(p.wk[a * p.D + c]) * keys.at(j, c);
       }
-      s += static_cast<T>(p.w[a]) * std::tanh(hq + hk_);
+      // tanh saturates at +-inf: + (u - u) keeps a non-finite input's NaN (as the fast forms do)
+      const T u = hq + hk_;
+      s += static_cast<T>(p.w[a]) * (std::tanh(u) + (u - u));
     }
   } else {
     T nq = 0, nk = 0;
@@ -31,6 +33,7 @@ T score(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t j, DType roun
       nq += qc * qc;
       nk += kc * kc;
     }
+    s += s - s;  // a score of +-inf (a non-finite q or k) is NaN, as in the kernels' qk
     if (p.mech.score == ScoreKind::cosine) {
       const T tiny = static_cast<T>(1e-30);
       s /= std::sqrt(std::max(nq, tiny)) * std::sqrt(std::max(nk, tiny));
@@ -39,7 +42,7 @@ T score(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t j, DType roun
   s = rnd(s * static_cast<T>(p.row_scale(b, h, i)));
   if (p.mech.softcap > 0) {
     const T cap = static_cast<T>(p.mech.softcap);
-    s = rnd(cap * std::tanh(s / cap));
+    s = rnd(cap * std::tanh(s / cap) + (s - s));  // tanh(+-inf) would hide a non-finite score
   }
   if (p.has_bias()) s = rnd(s + static_cast<T>(p.additive_bias(b, h, i, j)));
   return s;

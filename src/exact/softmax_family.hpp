@@ -1,6 +1,7 @@
 // The softmax family as the entry point sees it: validation, its forms in priority order, its
 // FLOP count and its reference. Every family has such a struct (families/table.hpp lists them).
 #pragma once
+#include <string>
 #include <vector>
 
 #include "core/backward_views.hpp"
@@ -20,6 +21,7 @@ struct SoftmaxFamily {
   template <class M>
   static Problem validate(const TensorView& q, const TensorView& k, const TensorView& v, const M& m,
                           const AttendOptions& options, const core::Outputs& outs) {
+    core::check_option_ranges(facts(m).ranges, std::string(M::kind));
     return validate_softmax(q, k, v, m, options, outs);
   }
   // What each mechanism is (softmax_facts.cpp): causal, its KV rows, params, limits.

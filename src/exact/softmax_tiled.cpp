@@ -19,6 +19,7 @@
 
 #include "base/aligned_buffer.hpp"
 #include "base/parallel.hpp"
+#include "core/nonfinite_rows.hpp"
 #include "core/kv_rows.hpp"
 #include "core/lane_stats.hpp"
 #include "exact/softmax_rows.hpp"
@@ -97,8 +98,8 @@ struct Scratch {
 class Block {
  public:
   Block(const Problem& p, const mask::BlockMask& mask, const kernels::TileKernels& kern, Scratch& s, int64_t b,
-        int64_t h, int64_t i0)
-      : p_(p), kern_(kern), s_(s), b_(b), h_(h), hk_(p.kv_head(h)), i0_(i0),
+        int64_t h, int64_t i0, const core::NonFiniteRows& nonfinite)
+      : p_(p), kern_(kern), s_(s), nonfinite_(nonfinite), b_(b), h_(h), hk_(p.kv_head(h)), i0_(i0),
         nq_(std::min<int64_t>(L, p.N - i0)), runs_(mask.runs(i0 / L)), krows_(p.keys(b, hk_)), vrows_(p.values(b, hk_)) {}
 
   void run(const TensorView& out, const TensorView* lse, const TensorView* probs, const core::StatsSink* stats) {
@@ -118,7 +119,10 @@ class Block {
       if (p_.mech.dropout > 0) apply_dropout(j0, bc);
       int64_t vs;
       const float* v = values(j0, bc, all_live, vs);
+      const bool poisoned = nonfinite_.any(b_, hk_, j0, bc);
+      if (poisoned) v = finite_values(v, j0, bc, vs);
       kern_.pv(s_.st.data(), bc, v, vs, p_.Dv, s_.ot.data(), s_.alpha.data(), lo, hi);
+      if (poisoned) poison_lanes(j0, bc, lo, hi);
     };
     for_each_tile([&](int64_t j0, int64_t bc, bool full) {
       if (full) return step(j0, bc, true, 0, L);
@@ -322,7 +326,10 @@ class Block {
         }
         const float* qp = s_.qp.data() + i * p_.A;
         float s = 0;
-        for (int64_t a = 0; a < p_.A; ++a) s += w[a] * std::tanh(qp[a] + kp[j * p_.A + a]);
+        for (int64_t a = 0; a < p_.A; ++a) {  // + (u - u): tanh(+-inf) must not hide a non-finite input
+          const float u = qp[a] + kp[j * p_.A + a];
+          s += w[a] * (std::tanh(u) + (u - u));
+        }
         st[j * L + i] = s * s_.row_scale[i];
       }
   }
@@ -349,6 +356,37 @@ class Block {
     }
     vs = p_.Dv;
     return buf;
+  }
+
+  // A tile holding a non-finite value (rare): its copy in vbuf with those elements 0, so that a
+  // weight of 0 (a hidden or dropped key) times NaN leaks into no row; poison_lanes then puts the
+  // NaN into exactly the rows that weigh the key.
+  const float* finite_values(const float* v, int64_t j0, int64_t bc, int64_t& vs) {
+    float* buf = s_.vbuf.data();
+    for (int64_t j = 0; j < bc; ++j) {
+      for (int64_t c = 0; c < p_.Dv; ++c) {
+        const float x = v == buf ? buf[j * p_.Dv + c] : vrows_.at(j0 + j, c);
+        buf[j * p_.Dv + c] = std::isfinite(x) ? x : 0.0f;
+      }
+    }
+    vs = p_.Dv;
+    return buf;
+  }
+
+  // Channel c of every lane with a non-zero weight for a key whose value is non-finite in c.
+  void poison_lanes(int64_t j0, int64_t bc, int lo, int hi) {
+    const float* st = s_.st.data();
+    float* ot = s_.ot.data();
+    const int end = static_cast<int>(std::min<int64_t>(hi, nq_));
+    for (int64_t j = 0; j < bc; ++j) {
+      if (!nonfinite_.row(b_, hk_, j0 + j)) continue;
+      for (int64_t c = 0; c < p_.Dv; ++c) {
+        const float x = vrows_.at(j0 + j, c);
+        if (std::isfinite(x)) continue;
+        for (int i = lo; i < end; ++i)
+          if (st[j * L + i] != 0.0f) ot[c * L + i] = x * st[j * L + i];  // NaN, or +-inf times a weight > 0
+      }
+    }
   }
 
   void write_outputs(const TensorView& out, const TensorView* lse) {
@@ -400,6 +438,7 @@ class Block {
   const Problem& p_;
   const kernels::TileKernels& kern_;
   Scratch& s_;
+  const core::NonFiniteRows& nonfinite_;
   int64_t b_, h_, hk_, i0_, nq_;
   std::span<const mask::Run> runs_;
   core::KvRows krows_, vrows_;
@@ -418,10 +457,11 @@ void tiled_blocks(const Problem& p, const core::Outputs& o, const core::Context&
   std::vector<Scratch> scratch(static_cast<size_t>(nthreads));
   for (Scratch& s : scratch) s.reserve(p, ctx.row_cache_bytes, o.stats ? o.stats->topk() : 0);
   const mask::BlockMask mask(p.pattern, p.N, p.M, p.offset, L, kKeyTile);
+  const core::NonFiniteRows nonfinite(p, ctx.threads);
   parallel_for(items, nthreads, [&](int64_t item, int tid) {
     Scratch& s = scratch[static_cast<size_t>(tid)];
     const int64_t qb = item % q_blocks, bh = item / q_blocks;
-    Block(p, mask, *ctx.kern, s, bh / p.H, bh % p.H, qb * L).run(*o.out, o.lse, o.probs, o.stats);
+    Block(p, mask, *ctx.kern, s, bh / p.H, bh % p.H, qb * L, nonfinite).run(*o.out, o.lse, o.probs, o.stats);
   });
 }
 

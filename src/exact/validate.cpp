@@ -42,18 +42,11 @@ Problem validate_scores(const TensorView& q, const TensorView& k, const TensorVi
 
   // mechanism parameters
   p.mech = mech;
-  if (mech.scale) {
-    core::check_positive_float32(*mech.scale, "scale");
+  if (mech.scale) {  // in range: SoftmaxFamily::validate checked the facts' ranges (or the caller did)
     p.base_scale = *mech.scale;
   } else {
     p.base_scale = mech.score == ScoreKind::additive ? 1.0 : 1.0 / std::sqrt(static_cast<double>(p.D));
   }
-  check_finite(mech.softcap, "softcap");
-  if (mech.softcap < 0) fail(kWhere, "softcap must be >= 0 (0 = off), got " + std::to_string(mech.softcap));
-  if (mech.softcap > 0) core::check_positive_float32(mech.softcap, "softcap (when not 0)");
-  check_finite(mech.dropout, "dropout");
-  if (mech.dropout < 0 || mech.dropout >= 1)
-    fail(kWhere, "dropout must be in [0, 1), got " + std::to_string(mech.dropout));
   if (mech.entropy_train_len < 0 || mech.entropy_train_len == 1)
     fail(kWhere, "entropy_scale training length must be >= 2 (0 = off), got " +
                      std::to_string(mech.entropy_train_len));

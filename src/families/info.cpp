@@ -62,7 +62,9 @@ MechanismInfo info(const Mechanism& mechanism, int64_t context) {
     for (const core::ParamSpec& s : f.params)
       r.params.push_back({s.name, substituted(s.dims, f.symbols), "float32", s.meaning, s.optional, s.generate});
     for (const auto& form : Family::forms()) r.forms.emplace_back(form.name);
-    r.limits = f.limits;
+    for (const core::OptionRange& range : f.ranges) r.option_ranges.push_back(range.text());
+    r.limits = r.option_ranges;
+    r.limits.insert(r.limits.end(), f.limits.begin(), f.limits.end());
     if ((f.cache == CacheKind::state) != families::has_state<Family>())
       fail("info", r.text + ": the family's facts and its state shape disagree");  // a family bug, caught by tests
   });
@@ -109,7 +111,8 @@ std::string MechanismInfo::to_json() const {
                       {"param_specs", params_json},
                       {"forms", forms},
                       {"grammar", grammar},
-                      {"limits", limits}};
+                      {"limits", limits},
+                      {"option_ranges", option_ranges}};
   return j.dump();
 }
 

@@ -9,6 +9,7 @@
 #include "base/parallel.hpp"
 #include "core/row_stats.hpp"
 #include "core/direct_rows.hpp"
+#include "core/nonfinite_rows.hpp"
 #include "core/rows.hpp"
 
 namespace attn::gau {
@@ -25,7 +26,8 @@ int64_t key_end(const GauProblem& p, int64_t b, int64_t i) {
 
 template <class T>
 T weight(const GauProblem& p, T score, int64_t n) {
-  const T x = std::max(score * static_cast<T>(p.scale) + static_cast<T>(p.mech.bias), T(0));
+  // + (score - score): a score of +-inf (a non-finite q or k) is NaN, as in the tiled form
+  const T x = std::max((score + (score - score)) * static_cast<T>(p.scale) + static_cast<T>(p.mech.bias), T(0));
   return x * x / static_cast<T>(n);
 }
 
@@ -52,6 +54,7 @@ void run_tiled(const GauProblem& p, const core::Outputs& o, const core::Context&
   std::vector<Scratch> scratch;
   scratch.reserve(static_cast<size_t>(threads));
   for (int t = 0; t < threads; ++t) scratch.emplace_back(kern, p, o);
+  const core::NonFiniteRows nonfinite(p, ctx.threads);
   parallel_for(items, threads, [&](int64_t item, int thread) {
     const int64_t b = item / (p.H * blocks), h = item / blocks % p.H, i0 = item % blocks * kBlock;
     const int64_t nq = std::min(kBlock, p.N - i0), hk = p.kv_head(h), n = p.kv_len[static_cast<size_t>(b)];
@@ -80,7 +83,20 @@ void run_tiled(const GauProblem& p, const core::Outputs& o, const core::Context&
         if (rows) rows->add(r, row, seen);
         std::fill(row + seen, row + nk, 0.0f);
       }
+      // a non-finite value: 0 in the product (a hidden key's weight 0 times NaN would reach rows
+      // that cannot see it), then NaN in its channel of the rows that see the key
+      const bool poisoned = nonfinite.any(b, hk, j0, nk);
+      if (poisoned)
+        for (float& x : v) x = std::isfinite(x) ? x : 0.0f;
       kern.gemm(nq, p.Dv, nk, s.data(), kBlock, 1, v.data(), p.Dv, out.data(), p.Dv, true);
+      if (poisoned)
+        for (int64_t j = 0; j < nk; ++j)
+          for (int64_t c = 0; nonfinite.row(b, hk, j0 + j) && c < p.Dv; ++c) {
+            const float x = p.v.at(b, hk, j0 + j, c);
+            if (std::isfinite(x)) continue;
+            for (int64_t r = 0; r < nq; ++r)
+              if (key_end(p, b, i0 + r) > j0 + j) out[static_cast<size_t>(r * p.Dv + c)] = x * 0.0f;  // NaN
+          }
     }
     for (int64_t r = 0; r < nq; ++r)
       kern.from_float(out.data() + r * p.Dv, o.out->dtype, o.out->strides[3], p.Dv, o.out->ptr(b, h, i0 + r));
@@ -125,8 +141,7 @@ GauProblem GauFamily::validate(const TensorView& q, const TensorView& k, const T
   p.mech = m;
   core::refuse_score_options(opt, "gau", "only causal and key padding");
   if (!opt.params.empty()) fail(kWhere, "gau takes no named params, got '" + opt.params.begin()->first + "'");
-  core::check_finite(m.bias, "bias");
-  if (m.scale) core::check_positive_float32(*m.scale, "scale");
+  core::check_option_ranges(facts(m).ranges, "gau");
   p.scale = m.scale ? *m.scale : 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(p.D, 1)));
   return p;
 }

@@ -10,7 +10,9 @@ core::Facts GauFamily::facts(const Gau& m) {
   f.can_be_causal = true;
   f.position_mask = m.causal;
   f.cache = CacheKind::kv;
-  f.limits = {"no named params", "only causal and key padding as masks", "scale > 0"};
+  // relu(scale q.k + bias)^2: bias^2 and scale^2 |q.k|^2 must stay finite in float32
+  f.ranges = {{"bias", m.bias, -1e12, 1e12, false, false, ""}, core::scale_range(m.scale)};
+  f.limits = {"no named params", "only causal and key padding as masks"};
   return f;
 }
 

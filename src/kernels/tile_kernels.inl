@@ -95,7 +95,21 @@ inline void qk_block(const float* qt, int64_t d, const float* k, int64_t k_strid
   over_lanes(lo, hi, [&](auto mv, int lane0) { qk_micro<NR, decltype(mv)::value>(qt, d, k, k_stride, st, lane0); });
 }
 
+// x + (x - x): x where x is finite, NaN where it is not. A score of +-inf comes only from a
+// non-finite input (or overflow), and must not pass for a masked key (-inf, weight 0) or win the
+// row (+inf): it poisons its row, as NaN does (docs/reliability.md, "Non-finite inputs").
+inline Vec poison_infinite(Vec x) { return x + (x - x); }
+inline float poison_infinite(float x) { return x + (x - x); }
+
+void qk_scores(const float* qt, int64_t d, const float* k, int64_t k_stride, int64_t bc, float* st, int lo, int hi);
+
 void qk(const float* qt, int64_t d, const float* k, int64_t k_stride, int64_t bc, float* st, int lo, int hi) {
+  qk_scores(qt, d, k, k_stride, bc, st, lo, hi);
+  for (int64_t j = 0; j < bc; ++j)  // lanes [lo, hi) are whole vectors (multiples of kLaneGroup)
+    for (int i = lo; i < hi; i += Vec::W) poison_infinite(Vec::load(st + j * kLanes + i)).store(st + j * kLanes + i);
+}
+
+void qk_scores(const float* qt, int64_t d, const float* k, int64_t k_stride, int64_t bc, float* st, int lo, int hi) {
   constexpr int NR = Vec::NR;
   int64_t j = 0;
   for (; j + NR <= bc; j += NR) qk_block<NR>(qt, d, k + j * k_stride, k_stride, st + j * kLanes, lo, hi);
@@ -273,8 +287,12 @@ void pv(const float* pt, int64_t bc, const float* v, int64_t v_stride, int64_t d
 void softcap(float* x, int64_t n, float cap) {
   const Vec c = Vec::set1(cap), inv = Vec::set1(1.0f / cap);
   int64_t i = 0;
-  for (; i + Vec::W <= n; i += Vec::W) (c * vtanh(Vec::load(x + i) * inv)).store(x + i);
-  for (; i < n; ++i) x[i] = cap * tanhf(x[i] / cap);
+  // + (x - x): tanh saturates at +-inf, which must poison the row, not become +-cap
+  for (; i + Vec::W <= n; i += Vec::W) {
+    const Vec v = Vec::load(x + i);
+    (c * vtanh(v * inv) + (v - v)).store(x + i);
+  }
+  for (; i < n; ++i) x[i] = cap * tanhf(x[i] / cap) + (x[i] - x[i]);
 }
 
 void exp_rows(float* x, int64_t n, const float* sub) {
@@ -593,9 +611,15 @@ void pv_rows_t(const float* p, int64_t ldp, int64_t R, const void* const* v, int
 void qk_rows(const float* q, int64_t R, int64_t d, const void* const* k, DType kt, int64_t n, float* s, int64_t lds,
              const void* const* next, int64_t next_bytes) {
   switch (kt) {
-    case DType::bf16: return qk_rows_t<DType::bf16>(q, R, d, k, n, s, lds, next, next_bytes);
-    case DType::f16: return qk_rows_t<DType::f16>(q, R, d, k, n, s, lds, next, next_bytes);
-    default: return qk_rows_t<DType::f32>(q, R, d, k, n, s, lds, next, next_bytes);
+    case DType::bf16: qk_rows_t<DType::bf16>(q, R, d, k, n, s, lds, next, next_bytes); break;
+    case DType::f16: qk_rows_t<DType::f16>(q, R, d, k, n, s, lds, next, next_bytes); break;
+    default: qk_rows_t<DType::f32>(q, R, d, k, n, s, lds, next, next_bytes); break;
+  }
+  for (int64_t r = 0; r < R; ++r) {  // +-inf scores poison their rows (poison_infinite)
+    float* row = s + r * lds;
+    int64_t j = 0;
+    for (; j + Vec::W <= n; j += Vec::W) poison_infinite(Vec::loadu(row + j)).storeu(row + j);
+    for (; j < n; ++j) row[j] = poison_infinite(row[j]);
   }
 }
 
@@ -774,12 +798,14 @@ void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t
 void relu2_rows(float* x, int64_t n, float scale, float bias, float mul) {
   const Vec s = Vec::set1(scale), b = Vec::set1(bias), m = Vec::set1(mul), zero = Vec::zero();
   int64_t i = 0;
+  // A non-finite score (a non-finite q or k) stays NaN: +-inf becomes NaN (poison_infinite),
+  // and max(0, NaN) keeps the NaN (the vector max returns its second operand when one is NaN).
   for (; i + Vec::W <= n; i += Vec::W) {
-    const Vec y = Vec::max(Vec::fma(Vec::loadu(x + i), s, b), zero);
+    const Vec y = Vec::max(zero, Vec::fma(poison_infinite(Vec::loadu(x + i)), s, b));
     (y * y * m).storeu(x + i);
   }
   for (; i < n; ++i) {
-    const float y = std::max(x[i] * scale + bias, 0.0f);
+    const float y = std::max(poison_infinite(x[i]) * scale + bias, 0.0f);  // std::max(NaN, 0) is NaN
     x[i] = y * y * mul;
   }
 }

@@ -13,20 +13,24 @@
 
 namespace attn::linear {
 
+// Every map first turns +-inf into NaN (x + (x - x)): relu(-inf) = 0 or a clamped exp(+inf)
+// would hide a non-finite input, which must poison the rows that see it.
 template <class T>
 T feature(FeatureMap f, T x) {
+  x += x - x;
   switch (f) {
     case FeatureMap::elu: return x > 0 ? x + 1 : std::exp(x);
-    case FeatureMap::relu: return x > 0 ? x : T(0);
+    case FeatureMap::relu: return x < 0 ? T(0) : x;  // NaN stays NaN (a non-finite input poisons)
     case FeatureMap::identity: return x;
     case FeatureMap::exp: return std::exp(x);
-    case FeatureMap::relu2: return x > 0 ? x * x : T(0);
+    case FeatureMap::relu2: return x < 0 ? T(0) : x * x;
   }
   return x;
 }
 
 // x[i] = phi(x[i]) for i < n.
 inline void map_features(const kernels::TileKernels& kern, FeatureMap f, float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += x[i] - x[i];  // +-inf -> NaN, as feature()
   switch (f) {
     case FeatureMap::elu:  // max(x, 0) + exp(min(x, 0)): x + 1 above zero, exp(x) at or below
       for (int64_t i0 = 0; i0 < n; i0 += 256) {
@@ -43,7 +47,7 @@ inline void map_features(const kernels::TileKernels& kern, FeatureMap f, float* 
     case FeatureMap::identity: return;
     case FeatureMap::exp: kern.exp_shift_sum(x, n, 0.0f); return;
     case FeatureMap::relu2:
-      for (int64_t i = 0; i < n; ++i) x[i] = x[i] > 0 ? x[i] * x[i] : 0.0f;
+      for (int64_t i = 0; i < n; ++i) x[i] = x[i] < 0 ? 0.0f : x[i] * x[i];  // NaN stays NaN
       return;
   }
 }
@@ -57,7 +61,9 @@ void polar_features(const LinearProblem& p, bool query, const T* x, T* out) {
   const bool swap = !query && p.stream == 1;
   for (int64_t c = 0; c < p.D; ++c) {
     const T e = static_cast<T>(p.power[static_cast<size_t>(c)]);
-    const T pos = x[c] > 0 ? std::pow(x[c], e) : T(0), neg = x[c] < 0 ? std::pow(-x[c], e) : T(0);
+    // a NaN channel is NaN in both halves: it must reach the output, not vanish as "neither sign"
+    const T nan = std::isnan(x[c]) ? x[c] : T(0);
+    const T pos = x[c] > 0 ? std::pow(x[c], e) : nan, neg = x[c] < 0 ? std::pow(-x[c], e) : nan;
     out[c] = swap ? neg : pos;
     out[p.D + c] = swap ? pos : neg;
   }

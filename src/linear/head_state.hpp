@@ -89,6 +89,8 @@ inline void write_row(const kernels::TileKernels& kern, const LinearProblem& p, 
   if (p.norm != OutputNorm::none) normalise_row(p.norm, num, p.Dv);
   if (!p.coef.empty())
     for (int64_t c = 0; c < p.Dv; ++c) num[c] *= p.coef[static_cast<size_t>(c)];
+  // a non-finite input gives +-inf in an unnormalised row (+inf k . q v): NaN, as everywhere
+  for (int64_t c = 0; c < p.Dv; ++c) num[c] += num[c] - num[c];
   kern.from_float(num, o.out->dtype, o.out->strides[3], p.Dv, o.out->ptr(b, h, i));
 }
 

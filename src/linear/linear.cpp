@@ -1,5 +1,6 @@
 #include "linear/linear.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "attn/error.hpp"
@@ -10,6 +11,7 @@ namespace attn::linear {
 namespace {
 
 const char* kWhere = "attend";
+constexpr int64_t kMaxOmega = int64_t{1} << 20;  // performer: features x head dim
 
 
 // Everything the family's kinds share: inputs, the kernel `core`, decays, the state param.
@@ -26,14 +28,9 @@ LinearProblem validate_kernel(const TensorView& q, const TensorView& k, const Te
   if (core.causal) core::check_causal_tokens(p, text);
   if (core.chunk < 1 || core.chunk > 4096)
     fail(kWhere, kind + " chunk must be in [1, 4096], got " + std::to_string(core.chunk));
-  if (core.scale) core::check_positive_float32(*core.scale, "scale");
   p.scale = core.scale ? *core.scale : 1.0;
   p.F = F;
-  if (core.decay) {
-    core::check_finite(*core.decay, "decay");
-    if (!(*core.decay > 0 && *core.decay <= 1))
-      fail(kWhere, kind + " decay must be in (0, 1], got " + std::to_string(*core.decay));
-  }
+  // core.scale and core.decay: in the ranges the kind's facts declare (checked by its validate)
   core::Symbols symbols{{"B", p.B}, {"H", p.H}, {"F", p.F}, {"D", p.D}, {"Dv", p.Dv}};
   symbols["state_rows"] = polar ? 4 * p.D : p.F;  // PolaFormer: both streams' states
   symbols["state_cols"] = (polar ? p.Dv / 2 : p.Dv) + (core.normalize ? 1 : 0);
@@ -63,11 +60,13 @@ LinearProblem validate_kernel(const TensorView& q, const TensorView& k, const Te
 // stream 1: the norms.
 std::vector<double> performer_omega(int64_t F, int64_t D, uint64_t seed) {
   std::vector<double> omega(static_cast<size_t>(F * D));
-  std::vector<double> g(static_cast<size_t>(D * D));
+  std::vector<double> g(static_cast<size_t>(std::min(D, F) * D));  // a block's columns, at most F x D
   for (int64_t block = 0; block * D < F; ++block) {
-    for (int64_t c = 0; c < D; ++c)  // column c of a Gaussian matrix, orthogonalised against 0..c-1 (twice)
+    // only the columns this block uses: column c depends on columns 0..c-1 alone
+    const int64_t cols = std::min(D, F - block * D);
+    for (int64_t c = 0; c < cols; ++c)  // column c of a Gaussian matrix, orthogonalised against 0..c-1 (twice)
       for (int64_t r = 0; r < D; ++r) g[static_cast<size_t>(c * D + r)] = counter_normal(seed, 0, block, c * D + r);
-    for (int64_t c = 0; c < D; ++c) {
+    for (int64_t c = 0; c < cols; ++c) {
       double* col = &g[static_cast<size_t>(c * D)];
       for (int pass = 0; pass < 2; ++pass)
         for (int64_t e = 0; e < c; ++e) {
@@ -105,11 +104,13 @@ float LinearProblem::initial_at(int64_t b, int64_t h, int64_t f, int64_t c) cons
 
 LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, const TensorView& v, const Linear& m,
                                      const AttendOptions& opt, const core::Outputs& outs) {
+  core::check_option_ranges(facts(m).ranges, "linear");
   return validate_kernel(q, k, v, m, "linear", to_string(Mechanism{m}), opt, outs, q.dim(), facts(m).params);
 }
 
 LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, const TensorView& v, const NormAttn& m,
                                      const AttendOptions& opt, const core::Outputs& outs) {
+  core::check_option_ranges(facts(m).ranges, "normattn");
   Linear core;
   core.map = m.map, core.causal = m.causal, core.normalize = false, core.decay = m.decay, core.chunk = m.chunk;
   LinearProblem p = validate_kernel(q, k, v, core, "normattn", to_string(Mechanism{m}), opt, outs, q.dim(), facts(m).params);
@@ -121,6 +122,12 @@ LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, c
                                      const AttendOptions& opt, const core::Outputs& outs) {
   if (m.features < 1 || m.features > 65536)
     fail(kWhere, "performer features must be in [1, 65536], got " + std::to_string(m.features));
+  // omega is features x D (drawn by Gram-Schmidt in O(features min(features, D) D)), and every
+  // row's features are computed against it: bounded by 2^20 entries before anything is drawn.
+  if (m.features * std::max<int64_t>(q.dim(), 1) > kMaxOmega)
+    fail(kWhere, "performer features x head dim must be at most 2^20 (the random feature matrix omega), got " +
+                     std::to_string(m.features) + " x D = " + std::to_string(q.dim()) + " (use features <= " +
+                     std::to_string(kMaxOmega / std::max<int64_t>(q.dim(), 1)) + ")");
   Linear core;
   core.causal = m.causal, core.chunk = m.chunk;
   LinearProblem p = validate_kernel(q, k, v, core, "performer", to_string(Mechanism{m}), opt, outs, m.features,
@@ -142,8 +149,7 @@ LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, c
 
 LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, const TensorView& v, const Sana& m,
                                      const AttendOptions& opt, const core::Outputs& outs) {
-  core::check_finite(m.eps, "eps");
-  if (m.eps < 0) fail(kWhere, "sana eps must be >= 0, got " + std::to_string(m.eps));
+  core::check_option_ranges(facts(m).ranges, "sana");
   Linear core;
   core.map = FeatureMap::relu, core.causal = m.causal, core.chunk = m.chunk;
   LinearProblem p = validate_kernel(q, k, v, core, "sana", to_string(Mechanism{m}), opt, outs, q.dim(), facts(m).params);
@@ -153,8 +159,7 @@ LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, c
 
 LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, const TensorView& v,
                                      const PolaFormer& m, const AttendOptions& opt, const core::Outputs& outs) {
-  core::check_finite(m.power, "power");
-  if (!(m.power > 1)) fail(kWhere, "polaformer power must be > 1, got " + std::to_string(m.power));
+  core::check_option_ranges(facts(m).ranges, "polaformer");
   if (v.dim() % 2 != 0 || v.dim() == 0)
     fail(kWhere, "polaformer needs an even value head dim (two streams on its halves), got Dv = " +
                      std::to_string(v.dim()));
@@ -168,9 +173,10 @@ LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, c
   p.power.assign(static_cast<size_t>(p.D), static_cast<float>(m.power));
   if (const auto it = opt.params.find("power"); it != opt.params.end()) {
     p.power = core::to_floats(it->second);
+    const core::OptionRange range = polaformer_power_range(std::nullopt);  // the text option's range
     for (int64_t c = 0; c < p.D; ++c)
-      if (!(p.power[static_cast<size_t>(c)] > 1))
-        fail(kWhere, "params['power'][" + std::to_string(c) + "] must be > 1, got " +
+      if (!(p.power[static_cast<size_t>(c)] > range.lo && p.power[static_cast<size_t>(c)] <= range.hi))
+        fail(kWhere, "params['power'][" + std::to_string(c) + "] must be in " + range.interval() + ", got " +
                          std::to_string(p.power[static_cast<size_t>(c)]));
   }
   if (const auto it = opt.params.find("coefficients"); it != opt.params.end()) p.coef = core::to_floats(it->second);

@@ -44,6 +44,9 @@ struct LinearProblem : core::Dims {
   bool decays() const;
 };
 
+// PolaFormer's power: the text option's range, also the bound of params['power'] (linear_facts.cpp).
+core::OptionRange polaformer_power_range(const std::optional<double>& value);
+
 struct LinearFamily {
   using Problem = LinearProblem;
   static constexpr bool has_lse = false;  // the weights are not a softmax

@@ -6,8 +6,11 @@
 //   S      = lambda^C S + sum_s lambda^(C - 1 - s) k_s v_s^T,  z likewise
 // Every factor is a power <= 1 of lambda, so no lambda^(-n) appears at any length. Each product
 // is one kernels.gemm call; the block's keys are transposed once (pack_qt) for Q_b K_b^T.
+#include <algorithm>
+
 #include "base/aligned_buffer.hpp"
 #include "base/parallel.hpp"
+#include "core/nonfinite_rows.hpp"
 #include "linear/head_state.hpp"
 
 namespace attn::linear {
@@ -52,12 +55,16 @@ void refuse_chunked(const LinearProblem& p, const core::Outputs& o, core::Reason
 void run_chunked(const LinearProblem& p, const core::Outputs& o, const core::Context& ctx) {
   const kernels::TileKernels& kern = *ctx.kern;
   constexpr int64_t kT = kernels::kQueryTile;  // pack_qt transposes up to 64 rows at a time
-  const int64_t C = p.mech.chunk, F = p.F, Dv = p.Dv, groups = (C + kT - 1) / kT;
+  // Scratch by the chunk the sequence fills: a chunk longer than N is one block of N rows anyway
+  // (chunk=4096 on one token must not size 4096 x 4096 floats per thread).
+  const int64_t C = std::min(p.mech.chunk, std::max<int64_t>(p.N, 1)), F = p.F, Dv = p.Dv,
+                groups = (C + kT - 1) / kT;
   const int64_t items = p.B * p.H;
   const int threads = resolve_threads(ctx.threads, items);
   std::vector<Scratch> scratch;
   scratch.reserve(static_cast<size_t>(threads));
   for (int t = 0; t < threads; ++t) scratch.emplace_back(p, C, groups);
+  const core::NonFiniteRows nonfinite(p, ctx.threads);
   parallel_for(items, threads, [&](int64_t item, int thread) {
     const int64_t b = item / p.H, h = item % p.H, hk = p.kv_head(h), len = p.kv_len[static_cast<size_t>(b)];
     const double lambda = p.decay[static_cast<size_t>(h)];
@@ -102,10 +109,24 @@ void run_chunked(const LinearProblem& p, const core::Outputs& o, const core::Con
           for (int64_t x = 0; x < Dv; ++x) out[static_cast<size_t>(r * Dv + x)] *= t;
         if (p.mech.normalize) den[static_cast<size_t>(r)] += t * dot(q.data() + r * F, st.z.data(), F);
       }
+      // A non-finite value is 0 in A V_b (A's zeros above the diagonal times NaN would reach the
+      // rows before its key), then NaN in its channel of the rows at or after it; the state
+      // update below takes the value as it is.
+      const bool poisoned = nonfinite.any(b, hk, s0, ce);
+      if (poisoned)
+        for (int64_t e = 0; e < ce * Dv; ++e) v[static_cast<size_t>(e)] = std::isfinite(v[static_cast<size_t>(e)]) ? v[static_cast<size_t>(e)] : 0.0f;
       for (int64_t r0 = 0; r0 < c; r0 += kBand) {  // A V_b: a band's keys end at its last row
         const int64_t rows = std::min(kBand, c - r0);
         kern.gemm(rows, Dv, r0 + rows, a.data() + r0 * C, C, 1, v.data(), Dv, out.data() + r0 * Dv, Dv, true);
       }
+      if (poisoned)
+        for (int64_t s = 0; s < ce; ++s)
+          for (int64_t x = 0; nonfinite.row(b, hk, s0 + s) && x < Dv; ++x) {
+            const float val = p.v.at(b, hk, s0 + s, x);
+            if (std::isfinite(val)) continue;
+            v[static_cast<size_t>(s * Dv + x)] = val;
+            for (int64_t r = s; r < c; ++r) out[static_cast<size_t>(r * Dv + x)] = val * 0.0f;  // NaN
+          }
       for (int64_t r = 0; r < c; ++r)
         write_row(kern, p, o, b, h, s0 + r, out.data() + r * Dv, den[static_cast<size_t>(r)]);
       // S = lambda^ce S + sum_(s < ce) lambda^(ce - 1 - s) k_s v_s^T: the state after the block's

@@ -1,5 +1,6 @@
 // What the linear family's kinds are (core/facts.hpp): a recurrent state of fixed size instead of
 // K/V rows, (B, H, F, Dv [+ 1]); per-head decays and the state as optional params.
+#include <optional>
 #include <string>
 
 #include "linear/linear.hpp"
@@ -21,27 +22,45 @@ core::Facts common(bool causal, bool normalize, const std::string& F, std::vecto
                "the state (S, z) a previous call returned as final_state", true, "state"}};
   f.params.insert(f.params.end(), extra.begin(), extra.end());
   f.symbols = {{"F", F}, {"state_rows", F}, {"state_cols", cols}};
-  f.limits = {"chunk in [1, 4096]", "decay in (0, 1], needs causal", "causal: N == M (each token brings q, k, v)",
+  f.limits = {"chunk in [1, 4096]", "causal: N == M (each token brings q, k, v)",
               "no log-sum-exp"};
   return f;
 }
 
+core::OptionRange decay_range(const std::optional<double>& value) {
+  return {"decay", value, 0, 1, true, false, "1 = none; needs causal"};
+}
+
 }  // namespace
 
-core::Facts LinearFamily::facts(const Linear& m) { return common(m.causal, m.normalize, "D"); }
+// |x|^power per channel, then products of two such features summed over the keys: power 10
+// keeps entries up to 10 finite in float32 (10^20 per product); power 100 overflows at |x| = 3.
+core::OptionRange polaformer_power_range(const std::optional<double>& value) {
+  return {"power", value, 1, 10, true, false, ""};
+}
 
-core::Facts LinearFamily::facts(const NormAttn& m) { return common(m.causal, false, "D"); }
+core::Facts LinearFamily::facts(const Linear& m) {
+  core::Facts f = common(m.causal, m.normalize, "D");
+  f.ranges = {core::scale_range(m.scale), decay_range(m.decay)};
+  return f;
+}
+
+core::Facts LinearFamily::facts(const NormAttn& m) {
+  core::Facts f = common(m.causal, false, "D");
+  f.ranges = {decay_range(m.decay)};
+  return f;
+}
 
 core::Facts LinearFamily::facts(const Performer& m) {
   core::Facts f = common(m.causal, true, std::to_string(m.features),
                          {{"omega", {"F", "D"}, "the random feature rows (features, head dim)", true, "normal:1"}});
-  f.limits.push_back("features in [1, 65536]");
+  f.limits.push_back("features in [1, 65536], features x D <= 2^20");
   return f;
 }
 
 core::Facts LinearFamily::facts(const Sana& m) {
   core::Facts f = common(m.causal, true, "D");
-  f.limits.push_back("eps >= 0");
+  f.ranges = {{"eps", m.eps, 0, 1e30, false, false, "added to the normaliser"}};
   return f;
 }
 
@@ -52,7 +71,8 @@ core::Facts LinearFamily::facts(const PolaFormer& m) {
   f.state_shape = "(B, H, 4 D, Dv / 2 + 1)";  // both streams' states, the same-sign one first
   f.symbols["state_rows"] = "4 D";
   f.symbols["state_cols"] = "Dv / 2 + 1";
-  f.limits.insert(f.limits.end(), {"power > 1", "even Dv", "no probabilities"});
+  f.ranges = {polaformer_power_range(m.power)};
+  f.limits.insert(f.limits.end(), {"params['power'] in the same range", "even Dv", "no probabilities"});
   return f;
 }
 

@@ -56,7 +56,8 @@ core::ReferenceResult reference_impl(const LinearProblem& p, bool plain) {
           if (p.mech.causal && j > pos) continue;
           T dot = 0;
           for (int64_t c = 0; c < F; ++c) dot += fq[static_cast<size_t>(c)] * fk[static_cast<size_t>(j * F + c)];
-          const T x = rnd(rnd(dot * static_cast<T>(p.scale)) * std::pow(lambda, static_cast<T>(pos - j)));
+          T x = rnd(rnd(dot * static_cast<T>(p.scale)) * std::pow(lambda, static_cast<T>(pos - j)));
+          x += x - x;  // a weight of +-inf (a non-finite q or k) is NaN, as the fast forms' rows
           w[static_cast<size_t>(j)] = x;
           den += x;
           for (int64_t c = 0; c < p.Dv; ++c) num[static_cast<size_t>(c)] += x * static_cast<T>(p.v.at(b, hk, j, c));

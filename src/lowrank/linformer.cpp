@@ -20,6 +20,7 @@ const char* kWhere = "attend";
 
 LinformerProblem LinformerFamily::validate(const TensorView& q, const TensorView& k, const TensorView& v,
                                            const Linformer& m, const AttendOptions& opt, const core::Outputs& outs) {
+  core::check_option_ranges(facts(m).ranges, "linformer");
   if (outs.probs || opt.return_probs)
     fail(kWhere, "linformer returns no probabilities over the keys (its weights are over k projected rows)");
   LinformerProblem p;
@@ -28,13 +29,17 @@ LinformerProblem LinformerFamily::validate(const TensorView& q, const TensorView
   core::refuse_score_options(opt, "linformer", "it attends to k projected rows, not to the keys");
   if (m.k < 1 || m.k > (int64_t{1} << 20))
     fail(kWhere, "linformer k must be in [1, 2^20], got " + std::to_string(m.k));
-  p.K = m.k;
-  if (m.scale) core::check_positive_float32(*m.scale, "scale");
+  // More projected rows than keys add nothing (E K has rank at most M) and would size E, F
+  // (k x M) and K', V' (k rows per head) by the option, not the input: refused before allocating.
+  if (p.M > 0 && m.k > p.M)
+    fail(kWhere, "linformer k must be in [1, M] (E K and F V have rank at most the key count M = " +
+                     std::to_string(p.M) + "), got k = " + std::to_string(m.k));
+  p.K = p.M > 0 ? m.k : 1;  // no keys: every projected row is zero, one stands for them all
   p.scale = m.scale ? *m.scale : 1.0 / std::sqrt(static_cast<double>(p.D));
   // E and F: both given (named params, shape (k, M)) or both drawn from the seed.
   const std::string text = to_string(Mechanism{m});
   if (!opt.params.empty()) {
-    core::Symbols symbols{{"k", p.K}, {"M", p.M}};
+    core::Symbols symbols{{"k", m.k}, {"M", p.M}};
     std::vector<core::ParamSpec> both = LinformerFamily::facts(m).params;  // one given: both needed
     for (core::ParamSpec& spec : both) spec.optional = false;
     core::check_params(opt.params, both, text, symbols);

@@ -16,7 +16,8 @@ core::Facts LinformerFamily::facts(const Linformer& m) {
   f.params = {{"E", {"k", "M"}, "key projection along the sequence, K' = E K", true, drawn},
               {"F", {"k", "M"}, "value projection along the sequence, V' = F V", true, drawn}};
   f.symbols = {{"k", std::to_string(m.k)}};
-  f.limits = {"k in [1, 2^20]", "E and F both given or both drawn from the seed", "not causal"};
+  f.ranges = {core::scale_range(m.scale)};
+  f.limits = {"k in [1, min(M, 2^20)] (M: the key count)", "E and F both given or both drawn from the seed", "not causal"};
   return f;
 }
 

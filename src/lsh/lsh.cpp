@@ -25,10 +25,26 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int32_t kNoKey = std::numeric_limits<int32_t>::max() / 2;
 constexpr int32_t kNoChunk = std::numeric_limits<int32_t>::min() / 2;
 
+// Whether head h of batch entry b meets a non-finite input: its queries, or its kv head's valid
+// keys or values. Hashing a non-finite vector gives no bucket, so which rows meet which keys is
+// undefined: every row of such a head is NaN (output and LSE), in every form.
+bool head_not_finite(const LshProblem& p, int64_t b, int64_t h) {
+  float probe = 0;  // x * 0 is NaN exactly when x is not finite
+  for (int64_t i = 0; i < p.N; ++i)
+    for (int64_t c = 0; c < p.D; ++c) probe += p.q.at(b, h, i, c) * 0.0f;
+  const int64_t hk = p.kv_head(h), len = p.kv_len[static_cast<size_t>(b)];
+  for (int64_t j = 0; j < len; ++j) {
+    for (int64_t c = 0; c < p.D; ++c) probe += p.k.at(b, hk, j, c) * 0.0f;
+    for (int64_t c = 0; c < p.Dv; ++c) probe += p.v.at(b, hk, j, c) * 0.0f;
+  }
+  return std::isnan(probe);
+}
+
 }  // namespace
 
 LshProblem LshFamily::validate(const TensorView& q, const TensorView& k, const TensorView& v, const Lsh& m,
                                const AttendOptions& opt, const core::Outputs& outs) {
+  core::check_option_ranges(facts(m).ranges, "lsh");
   LshProblem p;
   static_cast<core::Dims&>(p) = core::check_io(q, k, v, outs, opt);
   p.mech = m;
@@ -41,10 +57,14 @@ LshProblem LshFamily::validate(const TensorView& q, const TensorView& k, const T
   if (p.N >= (int64_t{1} << 31) || p.M >= (int64_t{1} << 31))
     fail(kWhere, "lsh sorts at most 2^31 - 1 queries and keys, got N = " + std::to_string(p.N) +
                      ", M = " + std::to_string(p.M));
+  // The rotations are D x rounds x buckets / 2: sized by the keys there are to spread, not by the option.
+  if (const int64_t most = std::max<int64_t>(64, 2 * p.M); m.buckets > most)
+    fail(kWhere, "lsh buckets must be at most max(64, 2 M) = " + std::to_string(most) + " for M = " +
+                     std::to_string(p.M) + " keys (more leave buckets empty; the rotations grow with them), got " +
+                     std::to_string(m.buckets));
   if (m.shared_qk && p.N != p.M)
     fail(kWhere, "lsh shared_qk needs as many queries as keys (they are the same tokens), got N = " +
                      std::to_string(p.N) + ", M = " + std::to_string(p.M));
-  if (m.scale) core::check_positive_float32(*m.scale, "scale");
   p.scale = m.scale ? *m.scale : 1.0 / std::sqrt(static_cast<double>(p.D));
   p.half = m.buckets / 2;
   const int64_t width = m.rounds * p.half;
@@ -243,6 +263,7 @@ class HeadRun {
   // attends to itself.
   void finish(const core::Outputs& o) {
     const int64_t R = p_.mech.rounds;
+    const bool poisoned = head_not_finite(p_, b_, h_);
     float* row = s_.row.data();
     std::vector<float> &qrow = s_.qrow, &krow = s_.krow, &top = s_.top;
     for (int64_t i = 0; i < p_.N; ++i) {
@@ -264,6 +285,7 @@ class HeadRun {
         }
       }
       if (k_) o.stats->put(b_, h_, i, whole);
+      if (poisoned) std::fill(row, row + p_.Dv, lse = std::numeric_limits<float>::quiet_NaN());
       kern_.from_float(row, o.out->dtype, o.out->strides[3], p_.Dv, o.out->ptr(b_, h_, i));
       if (o.lse) static_cast<float*>(o.lse->data)[o.lse->offset(b_, h_, i, 0)] = lse;
     }
@@ -327,6 +349,12 @@ core::ReferenceResult reference_impl(const LshProblem& p, bool plain) {
             s, vis.data(), p.Dv, rnd, [&](int64_t j, int64_t c) { return static_cast<T>(p.v.at(b, hk, j, c)); },
             r.lse[at], &r.probs[at * p.M], &r.out[at * p.Dv], r.stats_of(b, h, i), p.stats_topk);
       }
+      if (head_not_finite(p, b, h))
+        for (int64_t i = 0; i < p.N; ++i) {
+          const size_t at = static_cast<size_t>((b * p.H + h) * p.N + i);
+          r.lse[at] = std::numeric_limits<double>::quiet_NaN();
+          std::fill(&r.out[at * p.Dv], &r.out[at * p.Dv] + p.Dv, std::numeric_limits<double>::quiet_NaN());
+        }
     }
   return r;
 }

@@ -57,7 +57,7 @@ void emit(const kernels::TileKernels& kern, const QSoftmaxProblem& p, const core
   std::fill(s.o.begin(), s.o.end(), 0.0f);
   for (int64_t f = 0; f < p.D; ++f)
     for (int64_t c = 0; c < p.Dv; ++c) s.o[static_cast<size_t>(c)] += s.q[static_cast<size_t>(f)] * s.S[static_cast<size_t>(f * p.Dv + c)];
-  for (float& x : s.o) x *= static_cast<float>(p.scale);
+  for (float& x : s.o) x = x * static_cast<float>(p.scale) + (x - x);  // +-inf (a non-finite k) is NaN
   kern.from_float(s.o.data(), out.out->dtype, out.out->strides[3], p.Dv, out.out->ptr(b, h, i));
   if (!s.rows) return;
   s.rows->start();  // the weights softmax(q_i) . k_j over the keys the row sees, 64 at a time
@@ -136,6 +136,7 @@ core::ReferenceResult reference_impl(const QSoftmaxProblem& p, bool plain) {
           T w = 0;
           for (int64_t f = 0; f < p.D; ++f) w += sq[static_cast<size_t>(f)] * static_cast<T>(p.k.at(b, hk, j, f));
           w = rnd(w);
+          w += w - w;  // a weight of +-inf (a non-finite k) is NaN, as the fast forms' rows
           r.probs[at * p.M + j] = static_cast<double>(w) * p.scale;
           for (int64_t c = 0; c < p.Dv; ++c) acc[static_cast<size_t>(c)] += w * static_cast<T>(p.v.at(b, hk, j, c));
         }
@@ -164,7 +165,7 @@ QSoftmaxProblem QSoftmaxFamily::validate(const TensorView& q, const TensorView& 
   const std::string text = to_string(Mechanism{m});
   core::refuse_score_options(opt, "qsoftmax", "its weights are softmax(q) . k, not a score matrix");
   if (m.causal) core::check_causal_tokens(p, text);
-  if (m.scale) core::check_positive_float32(*m.scale, "scale");
+  core::check_option_ranges(facts(m).ranges, "qsoftmax");
   p.scale = m.scale.value_or(1.0);
   core::Symbols symbols{{"B", p.B}, {"H", p.H}, {"D", p.D}, {"Dv", p.Dv}};
   core::check_params(opt.params, facts(m).params, text, symbols);

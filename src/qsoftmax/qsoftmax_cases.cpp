@@ -40,6 +40,9 @@ void qsoftmax_cases(FamilyCases& out) {
   bad.mechanism = "qsoftmax", bad.extras.mask = true;
   out.bad.push_back({"qsoftmax_mask", bad, [](Inputs&) {}, "qsoftmax does not take a boolean mask"});
   bad.extras.mask = false;
+  Case scale = bad;
+  scale.mechanism = "qsoftmax:scale=3e38";  // class 6: refused, it would overflow the feature softmax
+  out.bad.push_back({"qsoftmax_scale_overflows", scale, [](Inputs&) {}, "qsoftmax scale must be in [1e-30, 1e+12], got 3e+38"});
   out.bad.push_back({"qsoftmax_lse", bad, [](Inputs& in) { in.options.return_lse = true; },
                      "qsoftmax has no log-sum-exp (its weights are not a softmax)"});
 }

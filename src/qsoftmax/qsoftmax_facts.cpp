@@ -13,7 +13,8 @@ core::Facts QSoftmaxFamily::facts(const QSoftmax& m) {
   f.state_shape = "(B, H, D, Dv)";
   f.params = {{"initial_state", {"B", "H", "D", "Dv"}, "the state S a previous call returned as final_state", true,
                "state"}};
-  f.limits = {"causal: N == M (each token brings q, k, v)", "no masks but key padding", "scale > 0"};
+  f.ranges = {core::scale_range(m.scale)};
+  f.limits = {"causal: N == M (each token brings q, k, v)", "no masks but key padding"};
   return f;
 }
 

@@ -251,11 +251,11 @@ TEST(NormAttnAndSana, MatchTheirDefinitions) {
   for (int64_t i = 0; i < N; ++i)
     for (int64_t c = 0; c < D; ++c) EXPECT_NEAR(sana.out.at(0, 0, i, c), relu.out.at(0, 0, i, c), 1e-6);
   testing::expect_error([&] { attend(q.view, k.view, v.view, parse_mechanism("sana:eps=-1")); },
-                        "sana eps must be >= 0");
+                        "sana eps must be in [0, 1e+30], got -1");
   testing::expect_error([&] { attend(q.view, k.view, v.view, parse_mechanism("performer:features=0")); },
                         "performer features must be in [1, 65536], got 0");
   testing::expect_error([&] { attend(q.view, k.view, v.view, parse_mechanism("polaformer:power=1")); },
-                        "polaformer power must be > 1, got 1");
+                        "polaformer power must be in (1, 10], got 1");
 }
 
 TEST(PolaFormer, StreamsOnValueHalvesWithPowersAndCoefficients) {
