@@ -421,6 +421,31 @@ TEST(AllocFailure, References) {
   }
 }
 
+// The backward: both forms, allocating nothing in parallel; a failed allocation an Error.
+TEST(AllocFailure, Backward) {
+  for (const char* m : {"softmax:causal", "bigbird:block=16,window=3,global=1,random=2,seed=7"}) {
+    const Problem p(Case{m, "", 60, 70});
+    std::mt19937 rng(5);
+    const harness::Buffer dout = testing::random_tensor(rng, DType::f32, kB, kH, 60, kD);
+    AttendOptions fo;
+    fo.return_lse = true;
+    const AttendResult fwd = attend(p.q.view, p.k.view, p.v.view, p.mechanism, fo);
+    for (const char* form : {"rows", "reference"}) {
+      AttendOptions o;
+      o.threads = 2;
+      o.form = form;
+      sweep(std::string("attend_backward ") + m + " " + form, [&] {
+        const AttendGradients g = attend_backward(dout.view, p.q.view, p.k.view, p.v.view, fwd.out.view(),
+                                                  fwd.lse.view(), p.mechanism, o);
+        disarm();
+        Bits b;
+        for (const Tensor* t : {&g.dq, &g.dk, &g.dv}) append(b, t->view());
+        return b;
+      });
+    }
+  }
+}
+
 TEST(AllocFailure, KvCacheAndVarlen) {
   std::mt19937 rng(3);
   const int64_t cap = 64, Nnew = 1;
