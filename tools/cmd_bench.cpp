@@ -14,6 +14,7 @@
 
 #include "attn/attn.hpp"
 #include "commands.hpp"
+#include "json_lines.hpp"
 #include "roofline.hpp"
 #include "harness/inputs.hpp"
 #include "workload.hpp"
@@ -135,11 +136,7 @@ int run(const BenchArgs& a) {
     if (a.page > 0 && m % a.page != 0)
       fail("--page", "the cache lengths must be whole pages: " + std::to_string(m) + " is not a multiple of " +
                          std::to_string(a.page));
-  std::ofstream json;
-  if (!a.json.empty()) {
-    json.open(a.json);
-    if (!json) fail("--json", "cannot open '" + a.json + "' for writing");
-  }
+  JsonLines json("--json", a.json);  // checked and opened now; replaced at its first line
   fmt::print("roofline (same run): ");
   std::map<int, double> roof;
   for (int t : a.threads) {
@@ -194,7 +191,7 @@ int run(const BenchArgs& a) {
                             {"seconds", secs}, {"gflops", gflops}, {"roofline_gflops", roof[t]}, {"ratio", ratio},
                             {"isa", isa_name(active_isa())}, {"bandwidth_gbs", bw}};
         if (a.stats) j["seconds_with_stats"] = stats_secs;
-        json << j.dump() << "\n";
+        json.line(j.dump());
       }
     }
   }
@@ -235,7 +232,7 @@ int run(const BenchArgs& a) {
                               {"seconds", secs}, {"gbs", gbs}, {"bandwidth_gbs", roof}, {"ratio", gbs / roof},
                               {"layout", c.layout == Layout::bnhd ? "bnhd" : "bhnd"}, {"page", run.page},
                               {"isa", isa_name(active_isa())}};
-          json << j.dump() << "\n";
+          json.line(j.dump());
         }
       }
     }
@@ -296,6 +293,7 @@ int run(const BenchArgs& a) {
                secs, err, err < 1e-4 ? "OK" : "FAILED");
     if (err >= 1e-4) return 1;
   }
+  json.close();
   return 0;
 }
 
@@ -327,7 +325,8 @@ Runner add_bench(CLI::App& app) {
       ->check(CLI::Range(int64_t{0}, int64_t{1024}));
   c->add_option("--reps", args->reps, "Timed repetitions per case (best is reported)")->capture_default_str()
       ->check(CLI::Range(1, 1000));
-  c->add_option("--json", args->json, "Write one JSON object per case to this file");
+  c->add_option("--json", args->json, "Write one JSON object per case to this file, a line per finished case (an existing file is\n"
+                "replaced when the first case is done)");
   c->add_option("--decode", args->decode,
                 "Also time decode-shaped calls (N=1) against these cache lengths (none given: the list's 4096 16384 65536)")
       ->expected(0, -1)

@@ -105,12 +105,12 @@ def test_cli_writes_all_outputs_or_none(tmp_path):
 
 
 def test_cli_bounded_reads_and_explain(tmp_path):
-    """Hardening, class 5: /dev/zero is rejected at its magic; --explain computes and writes nothing."""
+    """Hardening, class 5: /dev/zero is refused (not a regular file); --explain computes and writes nothing."""
     _qkv_files(tmp_path)
     p = subprocess.run([str(cli_path()), "run", "--q", "/dev/zero", "--k", str(tmp_path / "k.npy"), "--v",
                         str(tmp_path / "v.npy"), "--out", str(tmp_path / "o.npy")], capture_output=True, text=True,
                        timeout=30)
-    assert p.returncode == 2 and "not a .npy file (bad magic)" in p.stderr
+    assert p.returncode == 2 and "/dev/zero: is a character device, not a regular file" in p.stderr
     p = _run(tmp_path, "--explain", "--form", "tiled")
     assert p.returncode == 0 and "runs form 'tiled'" in p.stdout and not (tmp_path / "o.npy").exists()
 
