@@ -18,6 +18,7 @@
 #include "attn/model.hpp"
 #include "attn/tokenizer.hpp"
 #include "commands.hpp"
+#include "usage.hpp"
 #include "io/input_file.hpp"
 #include "output_files.hpp"
 #include "svg_chart.hpp"
@@ -182,11 +183,11 @@ Runner add_eval_ppl(CLI::App& app) {
       "  -m 'softmax:causal,window=255:0@exact-every=4': windowed, but layers 0, 4, 8, ... stay exact");
   c->add_option("--model", a->model, "A llama-architecture GGUF file")->required()->check(CLI::ExistingFile);
   c->add_option("--text", a->text_file, "A text file (UTF-8, a regular file of at most 64 MiB) to score")->required()->check(CLI::ExistingFile);
-  c->add_option("--tokens", a->tokens, "Tokens of the text to score (the context)")->capture_default_str()->check(CLI::Range(2, 1 << 20));
+  c->add_option("--tokens", a->tokens, "Tokens of the text to score (the context)")->capture_default_str()->check(in_range(2, 1 << 20));
   c->add_option("-m,--mechanism", a->mechanisms, "MECHANISM[@exact-every=K], repeatable (default: exact, windows 64/256/1024,\n"
                 "window + sinks, dilated, strided, BigBird, LSH, DCA, a window with every 4th layer exact, Linformer)");
   c->add_option("--dtype", a->dtype, "q4_1: matrices as stored; f32: dequantized once")->capture_default_str()->check(CLI::IsMember({"q4_1", "f32"}));
-  c->add_option("--threads", a->threads, "Threads (0 = all cores)")->capture_default_str()->check(CLI::Range(0, 256));
+  c->add_option("--threads", a->threads, "Threads (0 = all cores)")->capture_default_str()->check(in_range(0, 256));
   c->add_option("--out", a->out, "Write OUT.csv, OUT.json and OUT.svg (a chart: perplexity vs KV cache and vs time)");
   c->add_flag("-q,--quiet", a->quiet, "No progress line");
   return [a] { return run(*a); };
