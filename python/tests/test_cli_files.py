@@ -219,3 +219,47 @@ def test_bench_json_is_written_a_line_per_case_and_replaced_only_at_the_first(tm
             proc.kill()
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert rows and rows[0]["q_len"] == 16
+
+
+def test_python_loaders_and_savers_share_the_checks(tmp_path):
+    """The module reads and writes through the same src/io code: a FIFO or device path is a
+    ValueError at once (in a child with a timeout, so a regression fails instead of hanging), and a
+    full device is a ValueError, not a silent success."""
+    import sys
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    script = f"""
+import attn
+cfg = dict(vocab_size=16, dim=16, hidden_dim=16, heads=1, kv_heads=1, head_dim=16, max_seq_len=8,
+           layers=attn.Decoder.softmax_layers(1))
+calls = [
+    lambda p: attn.Decoder.load(p),
+    lambda p: attn.Tokenizer.from_gguf(p),
+    lambda p: attn.load_model(p),
+]
+for path in ({str(fifo)!r}, "/dev/zero"):
+    for call in calls:
+        try:
+            call(path)
+            print("loaded", path)
+        except ValueError as e:
+            print("ValueError", e)
+try:
+    attn.Decoder.random(cfg, 1).save("/dev/full")
+    print("saved")
+except ValueError as e:
+    print("ValueError", e)
+attn.Decoder.random(cfg, 1).save("/dev/null")
+print("saved /dev/null")
+"""
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=TIMEOUT,
+                       env=dict(os.environ))
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[:3] == [f"ValueError {fifo}: is a FIFO (named pipe), not a regular file; attn reads inputs from "
+                         "regular files only"] * 3, lines
+    assert lines[3:6] == ["ValueError /dev/zero: is a character device, not a regular file; attn reads inputs from "
+                          "regular files only"] * 3, lines
+    assert lines[6] == "ValueError /dev/full: write failed: No space left on device", lines
+    assert lines[7] == "saved /dev/null" and _device_id("/dev/null")[0]
