@@ -20,13 +20,14 @@
 namespace attn::cli {
 
 // When `path` is this process's standard output (/dev/stdout, /proc/self/fd/1, or the file or
-// pipe stdout goes to), the data gets it: stdout's file is kept on a new descriptor, whose
+// pipe stdout goes to; not a terminal or /dev/null), the data gets it: stdout's file is kept on a new descriptor, whose
 // /proc/self/fd path is returned for writing, and stdout itself then goes to stderr, so that no
 // message or table lands in the middle of the data. Any other path is returned as it is.
 inline std::string claim_stdout(const std::string& path) {
   struct stat a {}, b {};
   if (path.empty() || ::stat(path.c_str(), &a) != 0 || ::fstat(STDOUT_FILENO, &b) != 0) return path;
   if (a.st_dev != b.st_dev || a.st_ino != b.st_ino) return path;
+  if (S_ISCHR(b.st_mode)) return path;  // a terminal or /dev/null: nothing to keep apart
   std::fflush(stdout);
   const int kept = ::dup(STDOUT_FILENO);
   if (kept < 0 || ::dup2(STDERR_FILENO, STDOUT_FILENO) < 0) return path;
