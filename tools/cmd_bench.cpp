@@ -14,6 +14,8 @@
 
 #include "attn/attn.hpp"
 #include "commands.hpp"
+#include "usage.hpp"
+#include "json_lines.hpp"
 #include "roofline.hpp"
 #include "harness/inputs.hpp"
 #include "workload.hpp"
@@ -135,11 +137,7 @@ int run(const BenchArgs& a) {
     if (a.page > 0 && m % a.page != 0)
       fail("--page", "the cache lengths must be whole pages: " + std::to_string(m) + " is not a multiple of " +
                          std::to_string(a.page));
-  std::ofstream json;
-  if (!a.json.empty()) {
-    json.open(a.json);
-    if (!json) fail("--json", "cannot open '" + a.json + "' for writing");
-  }
+  JsonLines json("--json", a.json);  // checked and opened now; replaced at its first line
   fmt::print("roofline (same run): ");
   std::map<int, double> roof;
   for (int t : a.threads) {
@@ -194,7 +192,7 @@ int run(const BenchArgs& a) {
                             {"seconds", secs}, {"gflops", gflops}, {"roofline_gflops", roof[t]}, {"ratio", ratio},
                             {"isa", isa_name(active_isa())}, {"bandwidth_gbs", bw}};
         if (a.stats) j["seconds_with_stats"] = stats_secs;
-        json << j.dump() << "\n";
+        json.line(j.dump());
       }
     }
   }
@@ -235,7 +233,7 @@ int run(const BenchArgs& a) {
                               {"seconds", secs}, {"gbs", gbs}, {"bandwidth_gbs", roof}, {"ratio", gbs / roof},
                               {"layout", c.layout == Layout::bnhd ? "bnhd" : "bhnd"}, {"page", run.page},
                               {"isa", isa_name(active_isa())}};
-          json << j.dump() << "\n";
+          json.line(j.dump());
         }
       }
     }
@@ -296,6 +294,7 @@ int run(const BenchArgs& a) {
                secs, err, err < 1e-4 ? "OK" : "FAILED");
     if (err >= 1e-4) return 1;
   }
+  json.close();
   return 0;
 }
 
@@ -316,22 +315,23 @@ Runner add_bench(CLI::App& app) {
       "paged cache of 16-row pages. The issue-18 case:\n"
       "  attn bench --sizes 64 --mechanisms softmax --dims 128 --heads 32 --threads 2 --decode 32768 --layout bnhd\n"
       "Example: attn bench --sizes 4096 --dims 128 --dtypes f32 --threads 2 --json out.jsonl");
-  c->add_option("--sizes", args->sizes, "N = M values")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  c->add_option("--dims", args->dims, "Head dims")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{4096}));
-  c->add_option("--threads", args->threads, "Thread counts (1 to 256)")->capture_default_str()->check(CLI::Range(1, 256));
+  c->add_option("--sizes", args->sizes, "N = M values")->capture_default_str()->check(in_range(int64_t{1}, int64_t{1} << 20));
+  c->add_option("--dims", args->dims, "Head dims")->capture_default_str()->check(in_range(int64_t{1}, int64_t{4096}));
+  c->add_option("--threads", args->threads, "Thread counts (1 to 256)")->capture_default_str()->check(in_range(1, 256));
   c->add_option("--dtypes", args->dtypes, "f32, bf16, f16")->capture_default_str();
   c->add_option("--mechanisms", args->mechanisms, "Mechanism text forms to time (e.g. softmax:causal,window=256:0)")
            ->capture_default_str();
-  c->add_option("--heads", args->heads, "Query heads")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1024}));
+  c->add_option("--heads", args->heads, "Query heads")->capture_default_str()->check(in_range(int64_t{1}, int64_t{1024}));
   c->add_option("--kv-heads", args->kv_heads, "Key/value heads (0 = same as heads)")->capture_default_str()
-      ->check(CLI::Range(int64_t{0}, int64_t{1024}));
+      ->check(in_range(int64_t{0}, int64_t{1024}));
   c->add_option("--reps", args->reps, "Timed repetitions per case (best is reported)")->capture_default_str()
-      ->check(CLI::Range(1, 1000));
-  c->add_option("--json", args->json, "Write one JSON object per case to this file");
+      ->check(in_range(1, 1000));
+  c->add_option("--json", args->json, "Write one JSON object per case to this file, a line per finished case (an existing file is\n"
+                "replaced when the first case is done)");
   c->add_option("--decode", args->decode,
                 "Also time decode-shaped calls (N=1) against these cache lengths (none given: the list's 4096 16384 65536)")
       ->expected(0, -1)
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+      ->check(in_range(int64_t{1}, int64_t{1} << 30));
   c->add_option("--layout", args->layout,
                 "Layout of q, k, v in the --decode cases (with cache lengths given): bhnd (B, H, M, D), or "
                 "bnhd (B, M, H, D), flash-attn's KV caches, where a key's rows of every kv head are adjacent")
@@ -340,7 +340,7 @@ Runner add_bench(CLI::App& app) {
   c->add_option("--page", args->page,
                 "Read the --decode caches (with cache lengths given) as pools of pages of this many rows through "
                 "a shuffled block table, as a paged KV cache is read (0: contiguous)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
+      ->check(in_range(int64_t{0}, int64_t{1} << 20))
       ->capture_default_str();
   c->add_flag("--memory", args->memory, "Also report peak RSS at N=M=32768, d=64");
   c->add_flag("--stats", args->stats,

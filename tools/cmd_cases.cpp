@@ -7,6 +7,7 @@
 
 #include "attn/attn.hpp"
 #include "commands.hpp"
+#include "usage.hpp"
 
 namespace attn::cli {
 namespace {
@@ -94,7 +95,7 @@ Runner add_list(CLI::App& app) {
   c->add_option("-m,--mechanism", args->mechanisms, "With --json: these mechanisms instead of every family's default")
       ->take_all();
   c->add_option("--context", args->context, "With --json: tokens of context for cache_rows (default 0)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(in_range(int64_t{0}, int64_t{1} << 62));
   c->footer("Examples:\n  attn list --form rows --isa avx2 --case causal\n  attn list --json\n"
             "  attn list --json -m softmax:causal,window=255:0,sinks=4 --context 32768   # cache_rows 260");
   return [args] { return list(*args); };

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "commands.hpp"
+#include "usage.hpp"
 #include "text_model.hpp"
 
 namespace attn::cli {
@@ -59,14 +60,14 @@ Runner add_chat(CLI::App& app) {
       "  echo \"What is a transformer?\" | attn chat --model M.gguf -m softmax:causal,window=255:0");
   c->add_option("--model", a->model.path, "A llama-architecture GGUF file with a ChatML template")->required()->check(CLI::ExistingFile);
   c->add_option("--system", a->system, "A system message (default: the template's own, if any)");
-  c->add_option("--max-tokens", a->max_tokens, "Most tokens per reply")->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  c->add_option("--temperature", a->temperature, "0: greedy; > 0: sample")->capture_default_str()->check(CLI::Range(0.0, 100.0));
+  c->add_option("--max-tokens", a->max_tokens, "Most tokens per reply")->capture_default_str()->check(in_range(1, 1 << 20));
+  c->add_option("--temperature", a->temperature, "0: greedy; > 0: sample")->capture_default_str()->check(in_range(0.0, 100.0));
   c->add_option("--top-p", a->top_p, "Nucleus sampling mass, in (0, 1]")->capture_default_str();
   add_seed_option(c, a->seed, "Seed of the draws (turn t uses seed + t, modulo 2^64)");
   c->add_option("-m,--mechanism", a->model.mechanism, "Attention of every layer (causal), e.g. softmax:causal,window=255:0");
   c->add_option("--dtype", a->model.dtype, "q4_1: as stored; f32: dequantized once")->capture_default_str()->check(CLI::IsMember({"q4_1", "f32"}));
-  c->add_option("--max-context", a->model.max_context, "Context the KV caches hold")->capture_default_str()->check(CLI::Range(1, 1 << 22));
-  c->add_option("--threads", a->model.threads, "Threads (0 = all cores)")->capture_default_str()->check(CLI::Range(0, 256));
+  c->add_option("--max-context", a->model.max_context, "Context the KV caches hold")->capture_default_str()->check(in_range(1, 1 << 22));
+  c->add_option("--threads", a->model.threads, "Threads (0 = all cores)")->capture_default_str()->check(in_range(0, 256));
   c->add_flag("-q,--quiet", a->quiet, "No figures after each reply");
   return [a] { return run(*a); };
 }

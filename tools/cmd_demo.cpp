@@ -11,6 +11,7 @@
 #include "attn/attn.hpp"
 #include "base/parallel.hpp"
 #include "commands.hpp"
+#include "usage.hpp"
 #include "text_model.hpp"
 #include "workload.hpp"
 
@@ -111,10 +112,10 @@ int run(const DemoArgs& a) {
 Runner add_demo(CLI::App& app) {
   auto args = std::make_shared<DemoArgs>();
   CLI::App* c = app.add_subcommand("demo", "Built-in data: every mechanism variant side by side (error, tolerance, speed)");
-  c->add_option("-n,--tokens", args->n, "Query and key length")->capture_default_str()->check(CLI::Range(1, 1 << 16));
-  c->add_option("-d,--head-dim", args->d, "Head dimension")->capture_default_str()->check(CLI::Range(1, 1024));
-  c->add_option("--heads", args->heads, "Query heads")->capture_default_str()->check(CLI::Range(1, 256));
-  c->add_option("--threads", args->threads, "Threads (0 = all cores)")->capture_default_str()->check(CLI::Range(0, 256));
+  c->add_option("-n,--tokens", args->n, "Query and key length")->capture_default_str()->check(in_range(1, 1 << 16));
+  c->add_option("-d,--head-dim", args->d, "Head dimension")->capture_default_str()->check(in_range(1, 1024));
+  c->add_option("--heads", args->heads, "Query heads")->capture_default_str()->check(in_range(1, 256));
+  c->add_option("--threads", args->threads, "Threads (0 = all cores)")->capture_default_str()->check(in_range(0, 256));
   c->add_option("--model", args->model, "Also run a GGUF language model (e.g. SmolLM2-135M) with exact and windowed attention")
       ->check(CLI::ExistingFile);
   add_filter_options(c, args->filter);

@@ -10,8 +10,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <fstream>
-#include <sstream>
 
 #include "attn/error.hpp"
 #include "attn/gguf.hpp"
@@ -20,6 +18,8 @@
 #include "attn/model.hpp"
 #include "attn/tokenizer.hpp"
 #include "commands.hpp"
+#include "usage.hpp"
+#include "io/input_file.hpp"
 #include "output_files.hpp"
 #include "svg_chart.hpp"
 
@@ -73,14 +73,6 @@ Entry parse_entry(const std::string& text) {
   return e;
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail("--text", "cannot open '" + path + "'");
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
 struct Row {
   std::string mechanism, note;
   double perplexity = NAN, seconds = 0, kv_mib = 0, kv_ratio = 1;
@@ -103,8 +95,9 @@ int run(const EvalArgs& a) {
   OutputFiles files({{"--model", a.model}, {"--text", a.text_file}},
                     {{"--out (.csv)", csv_path}, {"--out (.json)", json_path}, {"--out (.svg)", svg_path}});
 
+  const std::string text = io::read_text_file(a.text_file);  // bounded, regular files only
   const Tokenizer tok = Tokenizer::from_gguf(GgufFile::open(a.model));
-  std::vector<int32_t> ids = tok.encode(read_text(a.text_file), false);
+  std::vector<int32_t> ids = tok.encode(text, false);
   if (static_cast<int64_t>(ids.size()) < a.tokens)
     fail("--text", "'" + a.text_file + "' has " + std::to_string(ids.size()) + " tokens, fewer than --tokens " +
                        std::to_string(a.tokens));
@@ -189,12 +182,12 @@ Runner add_eval_ppl(CLI::App& app) {
       "  attn eval-ppl --model M.gguf --text t.txt -m softmax:causal -m softmax:causal,window=255:0,sinks=4\n"
       "  -m 'softmax:causal,window=255:0@exact-every=4': windowed, but layers 0, 4, 8, ... stay exact");
   c->add_option("--model", a->model, "A llama-architecture GGUF file")->required()->check(CLI::ExistingFile);
-  c->add_option("--text", a->text_file, "A text file (UTF-8) to score")->required()->check(CLI::ExistingFile);
-  c->add_option("--tokens", a->tokens, "Tokens of the text to score (the context)")->capture_default_str()->check(CLI::Range(2, 1 << 20));
+  c->add_option("--text", a->text_file, "A text file (UTF-8, a regular file of at most 64 MiB) to score")->required()->check(CLI::ExistingFile);
+  c->add_option("--tokens", a->tokens, "Tokens of the text to score (the context)")->capture_default_str()->check(in_range(2, 1 << 20));
   c->add_option("-m,--mechanism", a->mechanisms, "MECHANISM[@exact-every=K], repeatable (default: exact, windows 64/256/1024,\n"
                 "window + sinks, dilated, strided, BigBird, LSH, DCA, a window with every 4th layer exact, Linformer)");
   c->add_option("--dtype", a->dtype, "q4_1: matrices as stored; f32: dequantized once")->capture_default_str()->check(CLI::IsMember({"q4_1", "f32"}));
-  c->add_option("--threads", a->threads, "Threads (0 = all cores)")->capture_default_str()->check(CLI::Range(0, 256));
+  c->add_option("--threads", a->threads, "Threads (0 = all cores)")->capture_default_str()->check(in_range(0, 256));
   c->add_option("--out", a->out, "Write OUT.csv, OUT.json and OUT.svg (a chart: perplexity vs KV cache and vs time)");
   c->add_flag("-q,--quiet", a->quiet, "No progress line");
   return [a] { return run(*a); };

@@ -16,6 +16,7 @@
 #include "base/parallel.hpp"
 #include "cache_summary.hpp"
 #include "commands.hpp"
+#include "usage.hpp"
 #include "text_model.hpp"
 
 namespace attn::cli {
@@ -187,32 +188,32 @@ Runner add_generate(CLI::App& app) {
       ->check(CLI::ExistingFile);
   c->add_option("--prompt", a->prompt, "Text to continue (--model)");
   c->add_flag("--chat", a->chat, "Wrap --prompt in the model's chat template as one user turn (--model)");
-  c->add_option("--max-tokens", a->max_tokens, "Most tokens to generate (--model)")->capture_default_str()->check(CLI::Range(0, 1 << 20));
-  c->add_option("--temperature", a->temperature, "0: greedy; > 0: sample (--model)")->capture_default_str()->check(CLI::Range(0.0, 100.0));
+  c->add_option("--max-tokens", a->max_tokens, "Most tokens to generate (--model)")->capture_default_str()->check(in_range(0, 1 << 20));
+  c->add_option("--temperature", a->temperature, "0: greedy; > 0: sample (--model)")->capture_default_str()->check(in_range(0.0, 100.0));
   c->add_option("--top-p", a->top_p, "Nucleus sampling mass, in (0, 1] (--model)")->capture_default_str();
   c->add_option("--dtype", a->dtype, "q4_1: matrices as stored in the file; f32: dequantized once at load (--model)")
       ->capture_default_str()->check(CLI::IsMember({"q4_1", "f32"}));
-  c->add_option("--max-context", a->max_context, "Context the KV caches hold (--model)")->capture_default_str()->check(CLI::Range(1, 1 << 22));
+  c->add_option("--max-context", a->max_context, "Context the KV caches hold (--model)")->capture_default_str()->check(in_range(1, 1 << 22));
   c->add_flag("--random-weights", a->random_weights, "Random weights (seeded) of the shape the options below give");
   c->add_option("--weights", a->weights, "A safetensors file with the decoder config in its metadata")->check(CLI::ExistingFile);
   c->add_option("--save-weights", a->save_weights, "Write the model to this safetensors file");
-  c->add_option("--layers", a->layers, "Layers")->capture_default_str()->check(CLI::Range(1, 1024));
+  c->add_option("--layers", a->layers, "Layers")->capture_default_str()->check(in_range(1, 1024));
   c->add_option("--hybrid", a->hybrid,
                 "L:S: groups of L lightning (linear, recurrent state) then S softmax layers; 7:1 is MiniMax-01's layout");
   c->add_option("-m,--mechanism", a->mechanism, "Attention of the KV-cache layers (causal), e.g. softmax:causal,window=4095:0")
       ->capture_default_str();
-  c->add_option("--dim", a->dim, "Model width")->capture_default_str()->check(CLI::Range(1, 1 << 16));
-  c->add_option("--heads", a->heads, "Query heads")->capture_default_str()->check(CLI::Range(1, 1024));
-  c->add_option("--kv-heads", a->kv_heads, "Key/value heads of softmax layers (GQA)")->capture_default_str()->check(CLI::Range(1, 1024));
-  c->add_option("--head-dim", a->head_dim, "Head dimension")->capture_default_str()->check(CLI::Range(2, 1024));
-  c->add_option("--hidden", a->hidden, "SwiGLU width")->capture_default_str()->check(CLI::Range(1, 1 << 18));
-  c->add_option("--vocab", a->vocab, "Vocabulary size")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  c->add_option("--dim", a->dim, "Model width")->capture_default_str()->check(in_range(1, 1 << 16));
+  c->add_option("--heads", a->heads, "Query heads")->capture_default_str()->check(in_range(1, 1024));
+  c->add_option("--kv-heads", a->kv_heads, "Key/value heads of softmax layers (GQA)")->capture_default_str()->check(in_range(1, 1024));
+  c->add_option("--head-dim", a->head_dim, "Head dimension")->capture_default_str()->check(in_range(2, 1024));
+  c->add_option("--hidden", a->hidden, "SwiGLU width")->capture_default_str()->check(in_range(1, 1 << 18));
+  c->add_option("--vocab", a->vocab, "Vocabulary size")->capture_default_str()->check(in_range(1, 1 << 20));
   c->add_option("--weights-dtype", a->weights_dtype, "Storage of random weight matrices")
       ->capture_default_str()->check(CLI::IsMember({"f32", "bf16"}));
-  c->add_option("--prompt-tokens", a->prompt_tokens, "Prompt length (random token ids)")->capture_default_str()->check(CLI::Range(1, 1 << 22));
-  c->add_option("--new-tokens", a->new_tokens, "Tokens to generate")->capture_default_str()->check(CLI::Range(0, 1 << 22));
+  c->add_option("--prompt-tokens", a->prompt_tokens, "Prompt length (random token ids)")->capture_default_str()->check(in_range(1, 1 << 22));
+  c->add_option("--new-tokens", a->new_tokens, "Tokens to generate")->capture_default_str()->check(in_range(0, 1 << 22));
   add_seed_option(c, a->seed, "Seed of weights and prompt (random weights), of the draws (--model)");
-  c->add_option("--threads", a->threads, "Threads (0 = all cores)")->capture_default_str()->check(CLI::Range(0, 256));
+  c->add_option("--threads", a->threads, "Threads (0 = all cores)")->capture_default_str()->check(in_range(0, 256));
   c->add_flag("-q,--quiet", a->quiet, "No progress line");
   return [a] { return run(*a); };
 }

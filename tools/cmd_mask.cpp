@@ -6,6 +6,7 @@
 
 #include "attn/attn.hpp"
 #include "commands.hpp"
+#include "usage.hpp"
 #include "output_files.hpp"
 
 namespace attn::cli {
@@ -63,9 +64,9 @@ Runner add_mask(CLI::App& app) {
   c->add_option("-m,--mechanism", args->mechanism,
                 "Mechanism text form, e.g. softmax:causal,window=256:0,sinks=4 or bigbird:block=64,random=3")
       ->required();
-  c->add_option("--n", args->n, "Queries N")->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 32));
+  c->add_option("--n", args->n, "Queries N")->capture_default_str()->check(in_range(int64_t{0}, int64_t{1} << 32));
   c->add_option("--m", args->m, "Keys M (default: N); query i sits at position i + M - N")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 32));
+      ->check(in_range(int64_t{0}, int64_t{1} << 32));
   c->add_option("--out", args->out, "Write the (N, M) bool mask to this .npy file");
   c->add_flag("--show", args->show, "Also draw it when writing --out (it is drawn anyway without --out)");
   c->footer(

@@ -9,6 +9,7 @@
 
 #include "attn/attn.hpp"
 #include "commands.hpp"
+#include "usage.hpp"
 #include "output_files.hpp"
 
 namespace attn::cli {
@@ -275,7 +276,7 @@ Runner add_run(CLI::App& app) {
   c->add_option("--stats", args->stats,
                 "Also write each row's concentration, streamed without the N x M weights: (B, H, N, 4) float32 =\n"
                 "sparsity, entropy, max_weight, topk_mass (docs/concentration.md)");
-  c->add_option("--stats-topk", args->stats_topk, "k of topk_mass (1 to 1024)")->capture_default_str();
+  c->add_option("--stats-topk", args->stats_topk, "k of topk_mass")->capture_default_str()->check(in_range(int64_t{1}, int64_t{1024}));
   c->add_option("--final-state", args->final_state,
                 "Also write the recurrent state after the last token (linear attention), (B, H, F, Dv [+ 1]) float32; "
                 "continue a sequence with --param initial_state=FILE");
@@ -287,7 +288,7 @@ Runner add_run(CLI::App& app) {
   c->add_option("--block-mask", args->block_mask,
                 "Boolean block mask .npy, (ceil(N/BQ), ceil(M/BK)) / (H, ..) / (B, H, ..); false hides the block");
   c->add_option("--block-size", args->block_size, "BQ BK: query rows and keys per block of --block-mask")
-      ->expected(2)->capture_default_str()->check(CLI::PositiveNumber);
+      ->expected(2)->capture_default_str()->check(in_range(int64_t{1}, int64_t{1} << 31));
   c->add_option("--param", args->params,
                 "A named parameter tensor the mechanism takes, NAME=file.npy (repeatable); e.g. for\n"
                 "score=additive: --param wq=wq.npy --param wk=wk.npy --param w=w.npy");
@@ -312,7 +313,7 @@ Runner add_run(CLI::App& app) {
                 "Packed ragged batch (flash_attn_varlen_func): query offsets 0,..,total of q (total, H, D)")->delimiter(',');
   c->add_option("--cu-seqlens-k", args->cu_seqlens_k, "Packed ragged batch: key offsets of k and v")->delimiter(',');
   c->add_option("--threads", args->threads, "Threads (0 = all cores, at most 256)")->capture_default_str()
-      ->check(CLI::Range(0, 256));
+      ->check(in_range(0, 256));
   c->add_option("--isa", args->isa, "Force a kernel set: portable (or scalar), avx2, avx512");
   c->add_option("--form", args->form,
                 "Force an implementation (softmax: rows, tiled, reference); default: the first that supports the call");

@@ -3,12 +3,12 @@
 #include <fmt/core.h>
 
 #include <chrono>
-#include <fstream>
 #include <sstream>
 
 #include "attn/error.hpp"
 #include "attn/tokenizer.hpp"
 #include "commands.hpp"
+#include "io/input_file.hpp"
 
 namespace attn::cli {
 namespace {
@@ -17,14 +17,6 @@ struct TokenizeArgs {
   std::string path, text, file, decode;
   bool chat = false, no_special = false, verbose = false;
 };
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("--file: cannot read '" + path + "'");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // "1,2, 3" -> {1, 2, 3}
 std::vector<int32_t> parse_ids(const std::string& list) {
@@ -54,7 +46,7 @@ int run(const TokenizeArgs& a) {
     fmt::print("{}\n", t.decode(parse_ids(a.decode)));
     return 0;
   }
-  std::string text = a.file.empty() ? a.text : read_file(a.file);
+  std::string text = a.file.empty() ? a.text : io::read_text_file(a.file);
   if (a.chat) {
     text = t.chat_prompt({{"user", text}}, true);
     if (a.verbose) fmt::print("chat prompt:\n{}\n", text);
@@ -79,7 +71,7 @@ Runner add_tokenize(CLI::App& app) {
   CLI::App* c = app.add_subcommand("tokenize", "A GGUF file's tokenizer (byte-level BPE): text -> ids, or ids -> text");
   c->add_option("file", a->path, "A .gguf file with tokenizer.ggml.* metadata (model gpt2)")->required()->check(CLI::ExistingFile);
   auto* text = c->add_option("--text", a->text, "The text to encode");
-  auto* file = c->add_option("--file", a->file, "Encode this file's bytes")->check(CLI::ExistingFile);
+  auto* file = c->add_option("--file", a->file, "Encode this file's bytes (a regular file of at most 64 MiB)")->check(CLI::ExistingFile);
   auto* decode = c->add_option("--decode", a->decode, "Decode these ids (\"1,2,3\") and print the text");
   text->excludes(file);
   decode->excludes(text)->excludes(file);

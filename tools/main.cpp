@@ -10,6 +10,7 @@
 #include "attn/error.hpp"
 #include "attn/isa.hpp"
 #include "commands.hpp"
+#include "usage.hpp"
 
 // OpenBLAS 0.3.21 (Debian 12) does not know recent CPUs and falls back to its Haswell (AVX2)
 // sgemm, and some environments pin OPENBLAS_CORETYPE=Haswell; either would make a weak
@@ -65,7 +66,8 @@ int main(int argc, char** argv) {
   add(attn::cli::add_eval_ppl, "eval-ppl");
   add(attn::cli::add_concentration, "concentration");
   add(attn::cli::add_report, "report");
-  CLI11_PARSE(app, argc, argv);
+  attn::cli::check_numbers(app);
+  if (const int code = attn::cli::parse_command_line(app, argc, argv); code >= 0) return code;
   try {
     for (auto& [cmd, run] : commands)
       if (cmd->parsed()) return run();

@@ -24,6 +24,7 @@ import argparse
 import csv
 import json
 import os
+import sys
 from typing import Dict, List
 
 import numpy as np
@@ -329,6 +330,15 @@ def main(argv=None) -> None:
     ap.add_argument("experiment", choices=["curves", "needle", "scale", "model"])
     ap.add_argument("--out", default="concentration", help="directory for the table and the plot")
     a = ap.parse_args(argv)
+    # --out is a directory: /dev/full or a file there is a usage error (exit 2), not a traceback
+    if os.path.exists(a.out) and not os.path.isdir(a.out):
+        print(f"error: attn concentration: --out: '{a.out}' exists and is not a directory", file=sys.stderr)
+        raise SystemExit(2)
+    try:
+        os.makedirs(a.out, exist_ok=True)
+    except OSError as e:
+        print(f"error: attn concentration: --out: cannot create the directory '{a.out}': {e.strerror}", file=sys.stderr)
+        raise SystemExit(2)
     try:
         require_matplotlib()  # before any work: the model experiment draws only after minutes
     except PlotsMissing as e:

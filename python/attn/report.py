@@ -20,6 +20,7 @@ import html
 import json
 import math
 import os
+import stat
 import sys
 import tempfile
 import time
@@ -626,17 +627,40 @@ def _version() -> str:
 
 def write_atomic(path: Union[str, os.PathLike], text: str) -> None:
     """Writes `text` to a temporary file beside `path` and renames it over `path`: on any failure
-    `path` is left as it was and the temporary file is removed."""
+    `path` is left as it was and the temporary file is removed. A FIFO or character device
+    (/dev/null, /dev/stdout, a terminal) is written in place, never renamed over (as the CLI's
+    outputs, src/io/output_file.hpp); a directory, block device or socket is refused."""
     path = Path(path)
-    directory = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    data = text.encode("utf-8")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        st = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        if not (stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode)):
+            raise ValueError(f"{path}: is not a regular file, FIFO or character device; refusing to replace it")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as e:
+            raise ValueError(f"{path}: cannot open it for writing ({e.strerror}); a FIFO needs a reader") from None
+        try:
+            os.set_blocking(fd, True)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        return
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    directory = target.parent if str(target.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException:
         try:
             os.unlink(tmp)

@@ -36,7 +36,7 @@ def test_cli_run_writes_streamed_statistics(tmp_path):
     _, st = attn.attend(q, q, q, "softmax:causal", layout="bhnd", return_stats=True, stats_topk=3)
     assert np.array_equal(np.load(tmp_path / "s.npy"), np.stack(st, axis=-1))
     bad = subprocess.run(cmd[:-4] + ["--stats-topk", "0"], capture_output=True, text=True)
-    assert bad.returncode != 0 and "stats_topk must be in [1, 1024], got 0" in bad.stderr
+    assert bad.returncode == 2 and "--stats-topk: expected an integer in [1, 1024], got '0'" in bad.stderr
     assert not (tmp_path / "s.npy").exists() or np.load(tmp_path / "s.npy").shape == (1, 2, 20, 4)
 
 
@@ -105,12 +105,12 @@ def test_cli_writes_all_outputs_or_none(tmp_path):
 
 
 def test_cli_bounded_reads_and_explain(tmp_path):
-    """Hardening, class 5: /dev/zero is rejected at its magic; --explain computes and writes nothing."""
+    """Hardening, class 5: /dev/zero is refused (not a regular file); --explain computes and writes nothing."""
     _qkv_files(tmp_path)
     p = subprocess.run([str(cli_path()), "run", "--q", "/dev/zero", "--k", str(tmp_path / "k.npy"), "--v",
                         str(tmp_path / "v.npy"), "--out", str(tmp_path / "o.npy")], capture_output=True, text=True,
                        timeout=30)
-    assert p.returncode == 2 and "not a .npy file (bad magic)" in p.stderr
+    assert p.returncode == 2 and "/dev/zero: is a character device, not a regular file" in p.stderr
     p = _run(tmp_path, "--explain", "--form", "tiled")
     assert p.returncode == 0 and "runs form 'tiled'" in p.stdout and not (tmp_path / "o.npy").exists()
 
@@ -217,3 +217,124 @@ def test_cli_refuses_options_that_overflow_or_oversize(tmp_path):
         for r in family["option_ranges"]:
             assert r in help_text, (family["family"], r)
     assert "power in (1, 10]" in help_text and "scale in [1e-30, 1e+12]" in help_text
+
+
+# ---- usage errors (hardening, issue 37, class 7): every sub-command, one format -------------------
+import re  # noqa: E402
+
+_OPTION_LINE = re.compile(r"^  (?:-\w,)?(--[\w-]+)(?: (TEXT|INT|UINT|FLOAT)\b(.*?))?(?: {2,}|$)")
+
+
+def _attn(*args):
+    return subprocess.run([str(cli_path())] + [str(a) for a in args], capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+
+
+def _commands():
+    text = _attn("--help").stdout
+    section = text[text.index("Subcommands:"):]
+    return re.findall(r"^  ([a-z][a-z-]*) {2,}", section, flags=re.M)
+
+
+def _options(command):
+    """(name, type, type details) of every option `attn COMMAND --help` lists (flags have no type)."""
+    out = []
+    for line in _attn(command, "--help").stdout.splitlines():
+        m = _OPTION_LINE.match(line)
+        if m and m.group(1) != "--help":
+            out.append((m.group(1), m.group(2) or "", m.group(3) or ""))
+    return out
+
+
+def _bound(text):
+    m = re.fullmatch(r"(-?)2\^(\d+)( - 1)?", text.strip())
+    if m:
+        v = 2 ** int(m.group(2)) - (1 if m.group(3) else 0)
+        return -v if m.group(1) else v
+    return float(text) if "." in text or "e" in text else int(text)
+
+
+def _usage_error(args, *fragments):
+    p = _attn(*args)
+    assert p.returncode == 2, (args, p.returncode, p.stderr)
+    assert p.stderr.startswith("error: attn"), (args, p.stderr)
+    for f in fragments:
+        assert f in p.stderr, (args, f, p.stderr)
+    assert not re.search(r"\d{21,}", p.stderr), (args, p.stderr)  # no numeric_limits printed as bounds
+    return p.stderr
+
+
+# Per sub-command: an option left without its value, a value of the wrong type and a number out of
+# range (None where the command takes no such thing: its options are all text or flags).
+USAGE_TABLE = {
+    "demo": (["--tokens"], ["--heads", "two"], ["--threads", "257"]),
+    "run": (["--layout"], ["--stats-topk", "1.5"], ["--stats-topk", "1025"]),
+    "bench": (["--json"], ["--reps", "0x10"], ["--sizes", "1048577"]),
+    "list": (["--suite"], ["--context", "abc"], ["--context", "-1"]),
+    "check": (["--case"], None, None),
+    "mask": (["--n"], ["--m", "1e3"], ["--n", "4294967297"]),
+    "generate": (["--prompt"], ["--seed", "-1"], ["--max-context", "0"]),
+    "gguf": (["--dequantize"], None, None),
+    "tokenize": (["--decode"], None, None),
+    "chat": (["--system"], ["--top-p", "nan"], ["--temperature", "100.5"]),
+    "eval-ppl": (["--out"], ["--tokens", "many"], ["--tokens", "1"]),
+    "concentration": (["--out"], ["nope"], None),
+    "report": (["--run"], None, None),
+}
+
+
+def test_cli_usage_table_covers_every_command():
+    assert sorted(_commands()) == sorted(USAGE_TABLE)
+
+
+def test_cli_usage_errors_exit_2_in_the_projects_format():
+    """Hardening, class 7: unknown option, missing value, wrong type, out of range, per command."""
+    for command, (missing, wrong, out_of_range) in USAGE_TABLE.items():
+        assert _attn(command, "--help").returncode == 0
+        _usage_error([command, "--no-such-option"], f"attn {command}: unknown option '--no-such-option'")
+        _usage_error([command, "--no-such-option=3"], "unknown option '--no-such-option'")
+        _usage_error([command] + missing, missing[0])
+        if wrong:
+            _usage_error([command] + wrong, "expected", wrong[0] if wrong[0].startswith("-") else "experiment")
+        if out_of_range:
+            _usage_error([command] + out_of_range, out_of_range[0], "expected")
+    _usage_error(["bogus"], "attn: unknown command 'bogus'")
+    _usage_error([], "a command is required")
+    _usage_error(["demo", "extra"], "attn demo: unexpected argument 'extra'")
+    _usage_error(["gguf"], "file is required")
+    _usage_error(["run", "--q", "q.npy", "--bogus"], "unknown option '--bogus'")  # named before --q's problem
+    _usage_error(["demo", "--threads", "1", "--threads", "2"], "--threads: takes 1 value(s), got 2")
+    _usage_error(["run", "--block-size", "16"], "--block-size: expects 2 values, got 1")
+    _usage_error(["demo", "-n", "99999999999999999999"], "--tokens: expected an integer in [1, 65536], got")
+    _usage_error(["list", "--context", "-1"], "--context: expected an integer in [0, 2^62], got '-1'")
+    _usage_error(["generate", "--seed", "-1"], "--seed: expected an integer in [0, 2^64 - 1], got '-1'")
+    _usage_error(["run", "--alibi", "x"], "--alibi: expected a finite number, got 'x'")
+    _usage_error(["list", "--suite", "nope"], "--suite: expected one of {check,bench,decode,demo}, got 'nope'")
+    assert _attn("--help").returncode == 0
+
+
+def test_cli_every_option_refuses_a_missing_value_a_wrong_type_and_numbers_out_of_range():
+    """The same, swept over every option `--help` lists: each value-taking option given no value,
+    each number given text, a fraction, hex or nan, and each bounded number one past either bound."""
+    tried = 0
+    for command in _commands():
+        for name, typ, details in _options(command):
+            if not typ:
+                continue  # a flag
+            if (command, name) != ("bench", "--decode"):  # --decode alone is valid: the list's cache lengths
+                _usage_error([command, name], name)
+                tried += 1
+            count = int(m.group(1)) if (m := re.search(r" x (\d+)$", details)) else 1
+            if typ in ("INT", "UINT", "FLOAT"):
+                bad = ["abc", "nan"] + (["1.5", "0x10"] if typ != "FLOAT" else ["1e999"])
+                for b in bad:
+                    _usage_error([command, name] + [b] * count, name, "expected")
+                    tried += 1
+            if r := re.search(r" in \[([^,\]]+), ([^\]]+)\]", details):
+                lo, hi = _bound(r.group(1)), _bound(r.group(2))
+                step = 0.5 if isinstance(lo, float) or isinstance(hi, float) or typ == "FLOAT" else 1
+                for v in (lo - step, hi + step):
+                    _usage_error([command, name] + [str(v)] * count, name, f"in [{r.group(1)}, {r.group(2)}]")
+                    tried += 1
+    print(f"{tried} hostile values tried")
+    assert tried > 150, tried

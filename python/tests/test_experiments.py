@@ -33,6 +33,13 @@ def test_experiments_command(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "RuntimeWarning" not in p.stderr and (tmp_path / "c" / "curves.png").exists()
+    # hardening (issue 37): an --out that is not a directory is a usage error, not a traceback
+    for out, fragment in (("/dev/full", "'/dev/full' exists and is not a directory"),
+                          (tmp_path / "c" / "curves.png", "exists and is not a directory"),
+                          (tmp_path / "c" / "curves.png" / "sub", "cannot create the directory")):
+        p = subprocess.run([sys.executable, "-m", "attn.experiments", "curves", "--out", str(out)],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2 and p.stderr.startswith("error: attn concentration: --out: ") and fragment in p.stderr, p.stderr
 
 
 def test_needle_softmax_concentrates_linear_cannot_windows_do_not_see(tmp_path):

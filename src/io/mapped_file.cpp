@@ -9,29 +9,23 @@
 #include <cstring>
 
 #include "attn/error.hpp"
+#include "io/input_file.hpp"
 
 namespace attn::io {
 
 MappedFile map_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail(path, "is not a regular file");
-  }
+  const InputFile in(path);  // regular files only: a FIFO or a device is refused, never waited on
+  const int fd = in.fd();
   MappedFile f;
-  f.size = static_cast<size_t>(st.st_size);
+  f.size = static_cast<size_t>(in.size());
   void* map = nullptr;
   if (f.size > 0) {
     map = ::mmap(nullptr, f.size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (map == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      fail(path, std::string("cannot map: ") + std::strerror(err));
+      fail(path, std::string("cannot map: ") + std::strerror(errno));
     }
   }
-  ::close(fd);  // the mapping stays valid
+  // `in` closes the file when it goes; the mapping stays valid
   const size_t size = f.size;
   f.mapping = std::shared_ptr<const void>(map, [size](const void* p) {
     if (p) ::munmap(const_cast<void*>(p), size);

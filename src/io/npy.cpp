@@ -3,13 +3,14 @@
 
 #include <algorithm>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <iterator>
 #include <sstream>
 
 #include "attn/error.hpp"
 #include "base/checked_math.hpp"
+#include "io/input_file.hpp"
+#include "io/npy_header.hpp"
+#include "io/output_file.hpp"
 
 namespace attn {
 namespace {
@@ -137,14 +138,11 @@ NpyArray parse_npy(const uint8_t* data, size_t size, const std::string& name) {
 }
 
 // Reads the header first and then exactly the payload it promises, in bounded chunks, so a
-// hostile file (/dev/zero, a lying header) costs no more memory or time than the data it has.
+// hostile file (a lying header) costs no more memory or time than the data it has. Only regular
+// files are read (io::InputFile): a FIFO or /dev/zero is refused before anything is read.
 NpyArray read_npy(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail(path, "cannot open file for reading");
-  auto read_some = [&](uint8_t* dst, size_t n) {
-    f.read(reinterpret_cast<char*>(dst), static_cast<std::streamsize>(n));
-    return static_cast<size_t>(f.gcount());
-  };
+  io::InputFile f(path);
+  auto read_some = [&](uint8_t* dst, size_t n) { return f.read(dst, n); };
   uint8_t pre[12] = {};
   size_t got = read_some(pre, 10);
   if (got == 10 && (pre[6] == 2 || pre[6] == 3)) got += read_some(pre + 10, 2);  // 4-byte header length
@@ -155,10 +153,9 @@ NpyArray read_npy(const std::string& path) {
   NpyArray a;
   int64_t bytes = 0;
   parse_header(header, path, a, bytes);
-  std::error_code ec;
-  const auto file_size = std::filesystem::file_size(path, ec);  // regular files: check before allocating
-  if (!ec && file_size != p.start + p.header_len + static_cast<uint64_t>(bytes))
-    fail(path, payload_mismatch(file_size - p.start - p.header_len, bytes));
+  const uint64_t file_size = f.size();  // check before allocating
+  if (file_size != p.start + p.header_len + static_cast<uint64_t>(bytes))
+    fail(path, payload_mismatch(file_size - std::min<uint64_t>(file_size, p.start + p.header_len), bytes));
   constexpr size_t kChunk = size_t{1} << 24;
   while (a.bytes.size() < static_cast<size_t>(bytes)) {
     const size_t want = std::min(kChunk, static_cast<size_t>(bytes) - a.bytes.size());
@@ -172,7 +169,8 @@ NpyArray read_npy(const std::string& path) {
   return a;
 }
 
-void write_npy(const std::string& path, DType dtype, const std::vector<int64_t>& shape, const void* data) {
+namespace io {
+std::string npy_header(const std::string& path, DType dtype, const std::vector<int64_t>& shape, size_t& payload) {
   std::string descr;
   switch (dtype) {
     case DType::f32: descr = "<f4"; break;
@@ -192,16 +190,24 @@ void write_npy(const std::string& path, DType dtype, const std::vector<int64_t>&
   const size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
   header.push_back('\n');
-  std::ofstream f(path, std::ios::binary);
-  if (!f) fail(path, "cannot open file for writing");
-  f.write("\x93NUMPY\x01\x00", 8);
   const uint16_t len = static_cast<uint16_t>(header.size());
-  f.put(static_cast<char>(len & 0xff));
-  f.put(static_cast<char>(len >> 8));
-  f.write(header.data(), static_cast<std::streamsize>(header.size()));
-  f.write(static_cast<const char*>(data), static_cast<std::streamsize>(n * dtype_size(dtype)));
-  f.close();  // buffered bytes reach the disk here: a full disk shows up now
-  if (!f) fail(path, "write failed (disk full?)");
+  payload = static_cast<size_t>(n) * dtype_size(dtype);
+  std::string out("\x93NUMPY\x01\x00\x00\x00", 10);
+  out[8] = static_cast<char>(len & 0xff);
+  out[9] = static_cast<char>(len >> 8);
+  return out + header;
+}
+}  // namespace io
+
+// Through io::OutputFile: a temporary renamed over the path once whole (a device or FIFO is
+// written in place), every write and the fsync checked.
+void write_npy(const std::string& path, DType dtype, const std::vector<int64_t>& shape, const void* data) {
+  size_t payload = 0;
+  const std::string header = io::npy_header(path, dtype, shape, payload);
+  io::OutputFile f(path);
+  f.write(header.data(), header.size());
+  f.write(data, payload);
+  f.commit();
 }
 
 }  // namespace attn

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attn/error.hpp"
+#include "io/output_file.hpp"
 #include "io/json_limits.hpp"
 #include "base/checked_math.hpp"
 #include "io/mapped_file.hpp"
@@ -183,28 +184,16 @@ void write_safetensors(const std::string& path, const std::map<std::string, Safe
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // keeps every tensor 8-byte aligned in the file
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    if (!f) fail(path, "cannot open " + tmp + " for writing");
-    uint8_t len[8];
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
-    f.write(reinterpret_cast<const char*>(len), 8);
-    f.write(text.data(), static_cast<std::streamsize>(text.size()));
-    size_t i = 0;
-    for (const auto& entry : order)
-      f.write(static_cast<const char*>(entry.second->data), static_cast<std::streamsize>(sizes[i++]));
-    f.close();
-    if (!f) {
-      std::remove(tmp.c_str());
-      fail(path, "write failed (disk full?)");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    fail(path, std::string("cannot move the written file into place: ") + std::strerror(err));
-  }
+  // A temporary renamed over the path once whole and fsync'ed (a device or FIFO is written in
+  // place): a full disk is an error and leaves the old file as it was.
+  io::OutputFile f(path);
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
+  f.write(len, 8);
+  f.write(text.data(), text.size());
+  size_t i = 0;
+  for (const auto& entry : order) f.write(entry.second->data, static_cast<size_t>(sizes[i++]));
+  f.commit();
 }
 
 }  // namespace attn

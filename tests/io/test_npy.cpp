@@ -63,7 +63,7 @@ TEST(Npy, HostileFilesFailBeforeReadingMuch) {
     }
     return std::string("parsed");
   };
-  EXPECT_NE(message("/dev/zero").find("not a .npy file (bad magic)"), std::string::npos);  // would read forever
+  EXPECT_NE(message("/dev/zero").find("is a character device, not a regular file"), std::string::npos);  // would read forever
   const std::string path = ::testing::TempDir() + "/attn_npy_hostile.npy";
   auto write = [&](const std::vector<uint8_t>& b) {
     std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
