@@ -4,15 +4,33 @@
 
 #include <cstdio>
 #include <iostream>
+#include <string>
 
 #include <unistd.h>
 
+#include "attn/error.hpp"
 #include "commands.hpp"
 #include "usage.hpp"
 #include "text_model.hpp"
 
 namespace attn::cli {
 namespace {
+
+// One turn from stdin, at most kMaxTurnBytes (a line past it, /dev/zero as stdin, is an error, not
+// a read until memory runs out); false at EOF.
+constexpr size_t kMaxTurnBytes = size_t{1} << 20;
+
+bool read_turn(std::string& line) {
+  line.clear();
+  for (int c; (c = std::cin.get()) != EOF;) {
+    if (c == '\n') return true;
+    if (line.size() == kMaxTurnBytes)
+      fail("attn chat", "a line of stdin holds more than " + std::to_string(kMaxTurnBytes) +
+                            " bytes (1 MiB), the most one turn may have");
+    line.push_back(static_cast<char>(c));
+  }
+  return !line.empty();
+}
 
 struct ChatArgs {
   TextModelOptions model;
@@ -31,7 +49,7 @@ int run(const ChatArgs& a) {
   std::string line;
   for (uint64_t turn = 0;; ++turn) {
     if (tty) fmt::print("> "), std::fflush(stdout);
-    if (!std::getline(std::cin, line) || line.empty()) break;
+    if (!read_turn(line) || line.empty()) break;
     messages.push_back({"user", line});
     const std::vector<int32_t> prompt = m.tokenizer().encode(m.tokenizer().chat_prompt(messages, true), true);
     ReplyStats stats;

@@ -109,6 +109,18 @@ def test_cli_seeds_outside_the_unsigned_64_bit_range_are_refused(tiny):
         assert p.returncode == 0, p.stderr
 
 
+def test_cli_chat_bounds_a_turn_read_from_stdin(tiny):
+    """attn chat reads a turn per line, at most 1 MiB: /dev/zero as stdin is an error, not a read until
+    memory runs out; an ordinary line gets its reply."""
+    with open("/dev/zero", "rb") as zero:
+        p = subprocess.run([str(cli_path()), "chat", "--model", str(tiny[0]), "--max-tokens", "2", "-q"],
+                           stdin=zero, capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "a line of stdin holds more than 1048576 bytes (1 MiB)" in p.stderr, p.stderr
+    p = subprocess.run([str(cli_path()), "chat", "--model", str(tiny[0]), "--max-tokens", "2", "-q"],
+                       input="hello\n", capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+
+
 # ---- 2c: token ids ------------------------------------------------------------------------------
 
 def test_token_ids_must_be_integers_in_the_vocabulary(model, tiny):
