@@ -10,7 +10,7 @@ namespace attn::cli {
 
 std::string seed_error(const std::string& text) {
   const std::string max = std::to_string(UINT64_MAX);
-  const std::string expected = "must be an integer in [0, " + max + "] (decimal digits), got '" + text + "'";
+  const std::string expected = "expected an integer in [0, 2^64 - 1] (decimal digits), got '" + text + "'";
   if (text.empty() || text.size() > max.size()) return expected;
   for (char ch : text)
     if (ch < '0' || ch > '9') return expected;

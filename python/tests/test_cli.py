@@ -273,7 +273,7 @@ USAGE_TABLE = {
     "list": (["--suite"], ["--context", "abc"], ["--context", "-1"]),
     "check": (["--case"], None, None),
     "mask": (["--n"], ["--m", "1e3"], ["--n", "4294967297"]),
-    "generate": (["--prompt"], ["--seed", "-1"], ["--max-context", "0"]),
+    "generate": (["--prompt"], ["--threads", "two"], ["--max-context", "0"]),
     "gguf": (["--dequantize"], None, None),
     "tokenize": (["--decode"], None, None),
     "chat": (["--system"], ["--top-p", "nan"], ["--temperature", "100.5"]),
@@ -307,7 +307,8 @@ def test_cli_usage_errors_exit_2_in_the_projects_format():
     _usage_error(["run", "--block-size", "16"], "--block-size: expects 2 values, got 1")
     _usage_error(["demo", "-n", "99999999999999999999"], "--tokens: expected an integer in [1, 65536], got")
     _usage_error(["list", "--context", "-1"], "--context: expected an integer in [0, 2^62], got '-1'")
-    _usage_error(["generate", "--seed", "-1"], "--seed: expected an integer in [0, 2^64 - 1], got '-1'")
+    _usage_error(["generate", "--seed", "-1"],
+                 "--seed: expected an integer in [0, 2^64 - 1] (decimal digits), got '-1'")
     _usage_error(["run", "--alibi", "x"], "--alibi: expected a finite number, got 'x'")
     _usage_error(["list", "--suite", "nope"], "--suite: expected one of {check,bench,decode,demo}, got 'nope'")
     assert _attn("--help").returncode == 0

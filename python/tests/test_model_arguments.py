@@ -99,7 +99,7 @@ def test_cli_seeds_outside_the_unsigned_64_bit_range_are_refused(tiny):
             p = subprocess.run([str(cli_path())] + command + ["--seed", bad], capture_output=True, text=True,
                                input="", timeout=60)
             assert p.returncode != 0 and "--seed" in p.stderr and \
-                "must be an integer in [0, 18446744073709551615] (decimal digits), got '" + bad + "'" in p.stderr, \
+                "expected an integer in [0, 2^64 - 1] (decimal digits), got '" + bad + "'" in p.stderr, \
                 (command, bad, p.stderr)
     tiny_model = ["--layers", "1", "--dim", "16", "--heads", "2", "--kv-heads", "1", "--head-dim", "8", "--hidden", "16",
                   "--vocab", "32", "--prompt-tokens", "4", "--new-tokens", "2", "-q"]
