@@ -97,7 +97,7 @@ const FamilyCases& family_cases();  // below: the families' own case files
 std::vector<Case> demo_cases(int64_t n, int64_t d, int64_t heads) {
   struct Row {
     const char* label;
-    const char* mechanism;
+    std::string mechanism;
     DType dtype = DType::f32;
     int64_t kv_heads = 0;  // 0: same as heads
     bool alibi = false;
@@ -125,7 +125,7 @@ std::vector<Case> demo_cases(int64_t n, int64_t d, int64_t heads) {
       {"float16 storage", "softmax:causal", DType::f16},
       {"decode: 1 query, GQA", "softmax:causal", DType::f32, gqa, false, true},
       {"decode: 1 query, bf16", "softmax:causal", DType::bf16, 0, false, true},
-      {"Linformer k=64 (low rank)", "linformer:k=64,seed=1"},
+      {"Linformer k=64 (low rank)", "linformer:k=" + std::to_string(std::min<int64_t>(64, n)) + ",seed=1"},
       {"Reformer LSH, 2 rounds, chunks of 64", "lsh:buckets=16,rounds=2,chunk=64,seed=1,causal,shared_qk"},
       {"Dual Chunk Attention, chunks of 128", "dca:chunk=128,local=32"},
       {"linear elu+1 (right product)", "linear:map=elu"},

@@ -83,8 +83,9 @@ def _prepare(x: Any, name: str) -> Any:
             import torch
 
             if torch.is_grad_enabled():
-                warnings.warn(f"attn: {name} requires grad, but attn has no backward pass yet: the result "
-                              "is detached (run under torch.no_grad() to silence this)", RuntimeWarning,
+                warnings.warn(f"attn: {name} requires grad, but this function has no backward pass yet (attn.attend "
+                              "and attn.attention have one for softmax attention): the result is detached (run "
+                              "under torch.no_grad() to silence this)", RuntimeWarning,
                               stacklevel=4)
         return x.detach()
     if isinstance(x, np.ndarray):

@@ -335,14 +335,14 @@ def main(argv=None) -> None:
         print(f"error: attn concentration: --out: '{a.out}' exists and is not a directory", file=sys.stderr)
         raise SystemExit(2)
     try:
+        require_matplotlib()  # before any work (the model experiment draws only after minutes) or directory
+    except PlotsMissing as e:
+        raise SystemExit(f"error: {e}")
+    try:
         os.makedirs(a.out, exist_ok=True)
     except OSError as e:
         print(f"error: attn concentration: --out: cannot create the directory '{a.out}': {e.strerror}", file=sys.stderr)
         raise SystemExit(2)
-    try:
-        require_matplotlib()  # before any work: the model experiment draws only after minutes
-    except PlotsMissing as e:
-        raise SystemExit(f"error: {e}")
     rows = {"curves": curves, "needle": needle, "scale": scale, "model": model}[a.experiment](a.out)
     print(f"{a.experiment}: {len(rows)} rows -> {a.out}/{a.experiment}.{{csv,json,png,svg}}")
 

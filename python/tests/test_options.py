@@ -24,7 +24,7 @@ def qkv(B=2, N=9, M=9, H=4, Hkv=2, D=8, seed=0):
     (lambda q, k, v: attn.linear_attention(q, k, v, chunk_size=5000), "attend: chunk_size must be in [1, 4096], got 5000"),
     (lambda q, k, v: attn.linear_attention(q, k, v, chunk_size=0), "attend: chunk_size must be in [1, 4096], got 0"),
     (lambda q, k, v: attn.linear_attention(q, k, v, decay=1.5), "attend: decay must be in (0, 1], got 1.5"),
-    (lambda q, k, v: attn.linear_attention(q, k, v, scale=-2.0), "attend: scale must be > 0, got -2"),
+    (lambda q, k, v: attn.linear_attention(q, k, v, scale=-2.0), "attend: linear scale must be in [1e-30, 1e+12], got -2"),
     (lambda q, k, v: attn.linear_attention(q, k, v, feature_map="relu3"),
      "feature_map: mechanism: in 'map=relu3': map must be elu, relu, identity, exp or relu2, got 'relu3'"),
     (lambda q, k, v: attn.linear_attention(q, k, v, feature_map="elu,causal"),
