@@ -63,6 +63,7 @@ void reference_impl(const Problem& p, const BackwardViews& g, bool plain) {
   const T neg_inf = -std::numeric_limits<T>::infinity();
   std::vector<T> t(static_cast<size_t>(p.M)), s(static_cast<size_t>(p.M)), P(static_cast<size_t>(p.M)),
       dP(static_cast<size_t>(p.M));
+  std::vector<uint8_t> seen(static_cast<size_t>(p.M));
   std::vector<T> dk(static_cast<size_t>(p.M * p.D)), dv(static_cast<size_t>(p.M * p.Dv)), dq(static_cast<size_t>(p.D));
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t hk = 0; hk < p.Hkv; ++hk) {
@@ -75,7 +76,8 @@ void reference_impl(const Problem& p, const BackwardViews& g, bool plain) {
           bool nan = false;
           for (int64_t j = 0; j < p.M; ++j) {
             t[j] = neg_inf;
-            if (!p.visible(b, h, i, j)) continue;
+            seen[j] = p.visible(b, h, i, j);
+            if (!seen[j]) continue;
             T dot = 0;
             for (int64_t c = 0; c < p.D; ++c) dot += static_cast<T>(p.q.at(b, h, i, c)) * keys.at(j, c);
             const Score<T> sc = score_of<T>(p, b, h, i, j, rnd(dot));
@@ -89,10 +91,10 @@ void reference_impl(const Problem& p, const BackwardViews& g, bool plain) {
             continue;
           }
           T sum = 0;
-          for (int64_t j = 0; j < p.M; ++j) sum += t[j] == neg_inf ? T(0) : std::exp(t[j] - mx);
+          for (int64_t j = 0; j < p.M; ++j) sum += seen[j] ? std::exp(t[j] - mx) : T(0);
           T D = 0;  // D_i = sum_j P_ij dP_ij
           for (int64_t j = 0; j < p.M; ++j) {
-            if (t[j] == neg_inf && !nan) {
+            if (!seen[j]) {  // a hidden key gets no gradient, even in a NaN row
               P[j] = dP[j] = 0;
               continue;
             }
@@ -105,7 +107,7 @@ void reference_impl(const Problem& p, const BackwardViews& g, bool plain) {
           const T scale = p.row_scale(b, h, i);
           const T dlse = g.dlse.empty() ? T(0) : static_cast<T>(g.dlse.at(b, h, i, 0));
           for (int64_t j = 0; j < p.M; ++j) {
-            if (t[j] == neg_inf && !nan) continue;
+            if (!seen[j]) continue;
             const T keep = dropout_factor<T>(p, b, h, i, j);
             for (int64_t c = 0; c < p.Dv; ++c) dv[j * p.Dv + c] += P[j] * keep * g.dout.at(b, h, i, c);
             const T dS = rnd(P[j] * (dP[j] - rnd(D) + dlse) * softcap_slope<T>(p, s[j]));

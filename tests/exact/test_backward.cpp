@@ -241,6 +241,18 @@ TEST(BackwardShape, RowsWithoutKeysGetZeroGradientsAndNaNPropagates) {
     EXPECT_TRUE(std::isnan(n.dq.at(0, 0, 8, 0))) << form;
     EXPECT_TRUE(std::isnan(n.dv.at(0, 0, 5, 0))) << form;
     EXPECT_FALSE(std::isnan(n.dq.at(0, 1, 8, 0))) << form << ": another head";
+    // and only keys the poisoned row sees: with the window, key 0 is hidden from row 8
+    AttendOptions fo;
+    fo.return_lse = true;
+    const Mechanism w = parse_mechanism("softmax:causal,window=2:0");
+    const AttendResult fwd = attend(s.q.view, s.k.view, s.v.view, w, fo);
+    AttendOptions bo;
+    bo.form = form;
+    const AttendGradients gw =
+        attend_backward(s.dout.view, s.q.view, s.k.view, s.v.view, fwd.out.view(), fwd.lse.view(), w, bo);
+    EXPECT_TRUE(std::isnan(gw.dv.at(0, 0, 5, 0))) << form;
+    EXPECT_FALSE(std::isnan(gw.dv.at(0, 0, 0, 0))) << form << ": a key the NaN row does not see";
+    EXPECT_FALSE(std::isnan(gw.dk.at(0, 0, 0, 0))) << form << ": a key the NaN row does not see";
   }
 }
 
