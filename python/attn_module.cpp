@@ -233,7 +233,6 @@ nb::tuple attend(const Array& q, const Array& k, const Array& v, nb::handle mech
                         to_python(std::move(r.final_state), {0, 1, 2, 3}, t), stats);
 }
 
-// dq, dk, dv of attend() (attn::attend_backward), in the call's layout; lse as attend returns it (B, H, N).
 // A (B, H, N) float32 array as a (B, H, N, 1) view.
 attn::TensorView rows_view(const Array& a, const char* name) {
   if (a.ndim() != 3)
@@ -247,6 +246,7 @@ attn::TensorView rows_view(const Array& a, const char* name) {
   return l;
 }
 
+// dq, dk, dv of attend() (attn::attend_backward), in the call's layout; lse as attend returns it (B, H, N).
 nb::tuple attend_backward(const Array& dout, const Array& q, const Array& k, const Array& v, const Array& out,
                           const Array& lse, nb::handle mechanism, const Options& o, std::optional<Array> dlse) {
   const Call c = make_call(q, k, v, mechanism, o);

@@ -357,8 +357,9 @@ def _wants_autograd(*xs: Any) -> bool:
 def _attend_differentiable(q, k, v, mechanism, attn_mask, key_padding_lengths, alibi_slopes, layout, return_lse,
                            others):
     """attend through torch.ops.attn.attend (attn/torch_ops.py): gradients flow to q, k and v."""
-    unsupported = [name for name, x in others.items()
-                   if x not in (None, False, 0, {}) and not (name == "form" and x == "")]
+    def given(x):  # by identity and type: a tensor must not be compared with == here
+        return not (x is None or x is False or (isinstance(x, (int, str, dict)) and not isinstance(x, bool) and not x))
+    unsupported = [name for name, x in others.items() if given(x)]
     if unsupported:
         raise ValueError(f"attend with tensors that require grad takes mechanism, attn_mask, key_padding_lengths, "
                          f"alibi_slopes, layout and return_lse; got {', '.join(unsupported)} (detach the inputs, or "
@@ -668,9 +669,14 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_scale: Op
         >>> out.shape
         (1, 128, 8, 64)
     """
-    if _wants_autograd(q, k, v):  # the text form in plain Python, so torch.compile traces it to the op
-        return _attend_differentiable(q, k, v, _softmax_text(causal, softmax_scale, window_size, softcap, dropout_p,
-                                                             seed), attn_mask, key_padding_lengths, alibi_slopes,
+    if _wants_autograd(q, k, v):
+        import torch
+        # eager: the typed, checked mechanism's text; under torch.compile the text in plain Python
+        # (a call into the extension would break the graph; C++ checks it when the op runs)
+        text = (_softmax_text(causal, softmax_scale, window_size, softcap, dropout_p, seed)
+                if torch.compiler.is_compiling() else
+                str(_softmax_mechanism(causal, softmax_scale, window_size, softcap, dropout_p, seed)))
+        return _attend_differentiable(q, k, v, text, attn_mask, key_padding_lengths, alibi_slopes,
                                       layout, return_lse, dict(return_probs=return_probs, return_stats=return_stats,
                                                                threads=threads))
     mechanism = _softmax_mechanism(causal, softmax_scale, window_size, softcap, dropout_p, seed)

@@ -12,6 +12,7 @@ family for a gradient raises the ValueError that says so, at backward time.
 """
 from __future__ import annotations
 
+import functools
 from typing import List, Optional, Tuple
 
 import torch
@@ -19,6 +20,12 @@ import torch
 import attn
 
 _OPTIONS = "Tensor? attn_mask, int[] key_padding_lengths, Tensor? alibi_slopes"
+
+
+@functools.lru_cache(maxsize=256)
+def _has_lse(mechanism: str) -> bool:
+    """Whether the mechanism's family has an LSE (asked once per text, not once per step)."""
+    return attn.info(mechanism)["has_lse"]
 
 
 def _kwargs(attn_mask, key_padding_lengths, alibi_slopes):
@@ -32,7 +39,7 @@ def attend_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mechanism: str,
               alibi_slopes: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
     """(out, lse); lse is NaN for a family without one (its backward then says it has none)."""
     kw = _kwargs(attn_mask, key_padding_lengths, alibi_slopes)
-    if attn.info(mechanism)["has_lse"]:
+    if _has_lse(mechanism):
         out, lse = attn.attend(q.detach(), k.detach(), v.detach(), mechanism, layout=layout, return_lse=True, **kw)
     else:
         out = attn.attend(q.detach(), k.detach(), v.detach(), mechanism, layout=layout, **kw)

@@ -53,6 +53,10 @@ def test_attend_with_masks_padding_and_alibi_is_differentiable():
 
 def test_unsupported_options_and_families_say_so():
     q, k, v = tensors(4)
+    with pytest.raises(ValueError, match="block_mask"):  # a tensor option: named, not compared with ==
+        attn.attend(q, k, v, block_mask=torch.ones(2, 4, 1, 1, dtype=torch.bool))
+    with pytest.raises(TypeError, match="causal"):  # flash-attn's flags are checked as without gradients
+        attn.attention(q, k, v, causal="no")
     with pytest.raises(ValueError, match="return_probs"):
         attn.attend(q, k, v, return_probs=True)
     out = attn.attend(q, k, v, "linear:map=elu")
