@@ -19,11 +19,6 @@ Layout layout_of(const TensorView& q) {
   return q.heads() > 1 && q.tokens() > 1 && q.strides[2] > q.strides[1] ? Layout::bnhd : Layout::bhnd;
 }
 
-core::Context context_of(const AttendOptions& options) {
-  const Isa isa = options.isa ? *options.isa : active_isa();
-  return {&kernels::kernels_for(isa), options.threads, options.row_cache_bytes};
-}
-
 using families::has_lse;
 using families::has_state;
 
@@ -58,7 +53,7 @@ void run(const typename Family::Problem& p, const Mechanism& mechanism, const At
          const core::Outputs& outs) {
   check_outputs<Family>(p, mechanism, options, outs);
   const auto& form = core::choose(Family::forms(), p, outs, options.form, to_string(mechanism));
-  form.run(p, outs, context_of(options));
+  form.run(p, outs, core::context_of(options));
 }
 
 }  // namespace

@@ -26,8 +26,19 @@ void check_options(const AttendOptions& o) {
                     : o.return_stats ? "return_stats" : nullptr;
   if (asked) fail(kWhere, std::string(asked) + " does not apply: the backward returns dq, dk and dv");
   if (o.paged) fail(kWhere, "paged K/V (a block table) have no backward: pass k and v as tensors");
-  if (!o.form.empty() && o.form != "rows" && o.form != "reference")
-    fail(kWhere, "form must be rows or reference, got '" + o.form + "'");
+}
+
+[[noreturn]] void fail_no_backward(const Mechanism& mechanism) {
+  fail(kWhere, std::string(kind_of(mechanism)) + " has no backward yet (softmax, longformer and bigbird have one)");
+}
+
+// The family's backward forms with their reasons for a validated problem, and the chosen one.
+template <class Family>
+const core::BackwardForm<typename Family::Problem>& choose_backward(const typename Family::Problem& p,
+                                                                     const Mechanism& mechanism,
+                                                                     const AttendOptions& options) {
+  if (const std::string why = Family::backward_refusal(p); !why.empty()) fail(kWhere, to_string(mechanism) + ": " + why);
+  return core::choose(Family::backward_forms(), p, core::Outputs{}, options.form, to_string(mechanism), kWhere);
 }
 
 }  // namespace
@@ -39,7 +50,7 @@ AttendGradients attend_backward(const TensorView& dout, const TensorView& q, con
   AttendGradients g;
   families::visit_family(mechanism, [&](const auto& mech, auto family) {
     using Family = decltype(family);
-    if constexpr (requires { Family::backward_refusal; }) {
+    if constexpr (requires { Family::backward_forms; }) {
       const auto p = Family::validate(q, k, v, mech, options, core::Outputs{&out, &lse});
       check_dout(dout, out, q);
       if (dlse) {
@@ -48,20 +59,40 @@ AttendGradients attend_backward(const TensorView& dout, const TensorView& q, con
         if (dlse->shape != lse.shape)
           fail(kWhere, "dlse must have lse's shape (B, H, N, 1) = " + core::dims_text(lse) + ", got " + core::dims_text(*dlse));
       }
-      if (const std::string why = Family::backward_refusal(p); !why.empty())
-        fail(kWhere, to_string(mechanism) + ": " + why);
+      const auto& form = choose_backward<Family>(p, mechanism, options);
       g.dq = Tensor(q.dtype, {p.B, p.H, p.N, p.D});
       g.dk = Tensor(k.dtype, {p.B, p.Hkv, p.M, p.D});
       g.dv = Tensor(v.dtype, {p.B, p.Hkv, p.M, p.Dv});
-      Family::backward(p, core::BackwardViews{dout, out, lse, g.dq.view(), g.dk.view(), g.dv.view(), dlse ? *dlse : TensorView{}}, options.form,
-                       options.threads);
+      form.run(p, core::BackwardViews{dout, out, lse, g.dq.view(), g.dk.view(), g.dv.view(), dlse ? *dlse : TensorView{}},
+               core::context_of(options));
     } else {
-      fail(kWhere, std::string(kind_of(mechanism)) + " has no backward yet (softmax, longformer and bigbird have one)");
+      fail_no_backward(mechanism);
     }
   });
   return g;
 } catch (const std::bad_alloc&) {
   core::fail_out_of_memory(kWhere, "running the backward of", mechanism, q);
+}
+
+Explanation explain_backward(const TensorView& q, const TensorView& k, const TensorView& v, const Mechanism& mechanism,
+                             const AttendOptions& options) try {
+  check_options(options);
+  Explanation e;
+  e.mechanism = to_string(mechanism);
+  e.isa = isa_name(options.isa ? *options.isa : active_isa());
+  families::visit_family(mechanism, [&](const auto& mech, auto family) {
+    using Family = decltype(family);
+    if constexpr (requires { Family::backward_forms; }) {
+      const auto p = Family::validate(q, k, v, mech, options, core::Outputs{});
+      e.chosen = std::string(choose_backward<Family>(p, mechanism, options).name);
+      e.forms = core::verdicts(Family::backward_forms(), p, core::Outputs{});
+    } else {
+      fail_no_backward(mechanism);
+    }
+  });
+  return e;
+} catch (const std::bad_alloc&) {
+  core::fail_out_of_memory("explain_backward", "explaining the backward of", mechanism, q);
 }
 
 }  // namespace attn

@@ -27,12 +27,17 @@ struct AttendGradients {
 // option of attend(): causal, windows, sinks, patterns, boolean, block and mask_mod masks, an
 // additive bias, ALiBi, softcap, scale, the entropy-invariant scale, key padding, dropout (the
 // same seed regenerates the same mask), grouped heads; float32, bfloat16 and float16 storage.
-// Forms (options.form): "rows" (the fast form: float32, parallel over batch entries and kv heads)
-// and "reference" (float64 throughout). Other families, score=cosine/additive and paged caches
+// Forms (options.form; explain_backward lists them with their reasons): "rows" (the fast form:
+// float32, parallel over batch entries and kv heads) and "reference" (float64 throughout). Other families, score=cosine/additive and paged caches
 // are an Error naming what has no backward yet. dlse: the loss's gradient with respect to lse,
 // (B, H, N, 1) float32, when the loss uses it (merging partial results, ring attention); none = 0.
 AttendGradients attend_backward(const TensorView& dout, const TensorView& q, const TensorView& k, const TensorView& v,
                                 const TensorView& out, const TensorView& lse, const Mechanism& mechanism,
                                 const AttendOptions& options = {}, const TensorView* dlse = nullptr);
+
+// The backward forms of the mechanism for these forward inputs and options, each with the reasons
+// it cannot run them, and the one attend_backward runs (as explain() for the forward).
+Explanation explain_backward(const TensorView& q, const TensorView& k, const TensorView& v, const Mechanism& mechanism,
+                             const AttendOptions& options = {});
 
 }  // namespace attn

@@ -10,6 +10,7 @@
 
 #include "attn/attend.hpp"
 #include "attn/error.hpp"
+#include "core/backward_views.hpp"
 #include "kernels/kernel_table.hpp"
 
 namespace attn::core {
@@ -36,6 +37,12 @@ struct Context {
   int64_t row_cache_bytes = 0;
 };
 
+// The options' ISA (or this CPU's best), threads and tuning.
+inline Context context_of(const AttendOptions& options) {
+  const Isa isa = options.isa ? *options.isa : active_isa();
+  return {&kernels::kernels_for(isa), options.threads, options.row_cache_bytes};
+}
+
 using Reasons = std::vector<std::string>;
 
 template <class Problem>
@@ -45,6 +52,16 @@ struct Form {
   // Appends every reason this form cannot run the problem (none: it can).
   void (*refuse)(const Problem&, const Outputs&, Reasons&);
   void (*run)(const Problem&, const Outputs&, const Context&);
+};
+
+// A family's backward forms (the gradients of one of its forward computations), walked the same
+// way: refuse gets no outputs (Outputs{}), run writes the gradients.
+template <class Problem>
+struct BackwardForm {
+  std::string_view name;
+  std::string_view summary;
+  void (*refuse)(const Problem&, const Outputs&, Reasons&);
+  void (*run)(const Problem&, const BackwardViews&, const Context&);
 };
 
 // For forms that run every problem of their family.
@@ -58,8 +75,8 @@ void refuse_probs(const Problem&, const Outputs& o, Reasons& why) {
 }
 
 // Every form with its reasons, in priority order.
-template <class Problem>
-std::vector<FormVerdict> verdicts(const std::vector<Form<Problem>>& forms, const Problem& p, const Outputs& o) {
+template <class FormT, class Problem>
+std::vector<FormVerdict> verdicts(const std::vector<FormT>& forms, const Problem& p, const Outputs& o) {
   std::vector<FormVerdict> out;
   for (const auto& f : forms) {
     FormVerdict v{std::string(f.name), std::string(f.summary), {}};
@@ -72,26 +89,26 @@ std::vector<FormVerdict> verdicts(const std::vector<Form<Problem>>& forms, const
 std::string describe_verdicts(const std::vector<FormVerdict>& v);
 
 // The form to run: the forced one (which must support the problem) or the first that does.
-// Throws Error listing every form and its reasons when none can run it.
-template <class Problem>
-const Form<Problem>& choose(const std::vector<Form<Problem>>& forms, const Problem& p, const Outputs& o,
-                            std::string_view forced, std::string_view mechanism) {
+// Throws Error (from `where`) listing every form and its reasons when none can run it.
+template <class FormT, class Problem>
+const FormT& choose(const std::vector<FormT>& forms, const Problem& p, const Outputs& o, std::string_view forced,
+                    std::string_view mechanism, const char* where = "attend") {
   const auto all = verdicts(forms, p, o);
   if (!forced.empty()) {
     for (size_t i = 0; i < forms.size(); ++i) {
       if (forms[i].name != forced) continue;
       if (all[i].reasons.empty()) return forms[i];
-      fail("attend", "form '" + std::string(forced) + "' cannot run " + std::string(mechanism) +
+      fail(where, "form '" + std::string(forced) + "' cannot run " + std::string(mechanism) +
                          " for these inputs; forms: " + describe_verdicts(all));
     }
     std::string names;
     for (const auto& f : forms) names += (names.empty() ? "" : ", ") + std::string(f.name);
-    fail("attend", "form must be one of " + names + " for " + std::string(mechanism) + ", got '" +
+    fail(where, "form must be one of " + names + " for " + std::string(mechanism) + ", got '" +
                        std::string(forced) + "'");
   }
   for (size_t i = 0; i < forms.size(); ++i)
     if (all[i].reasons.empty()) return forms[i];
-  fail("attend", "no form can run " + std::string(mechanism) + " for these inputs; forms: " + describe_verdicts(all));
+  fail(where, "no form can run " + std::string(mechanism) + " for these inputs; forms: " + describe_verdicts(all));
 }
 
 }  // namespace attn::core

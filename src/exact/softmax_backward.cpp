@@ -231,11 +231,18 @@ std::string SoftmaxFamily::backward_refusal(const Problem& p) {
   return "";
 }
 
-void SoftmaxFamily::backward(const Problem& p, const core::BackwardViews& g, const std::string& form, int threads) {
-  if (form == "reference")
-    softmax_backward_reference(p, g, core::RefPrecision::f64);
-  else
-    softmax_backward_rows(p, g, threads);
+const std::vector<core::BackwardForm<Problem>>& SoftmaxFamily::backward_forms() {
+  static const std::vector<core::BackwardForm<Problem>> list = {
+      {"rows", "float32, flash-style from the forward's LSE, one task per (batch entry, kv head)",
+       core::refuse_nothing<Problem>, [](const Problem& p, const BackwardViews& g, const core::Context& c) {
+         softmax_backward_rows(p, g, c.threads);
+       }},
+      {"reference", "float64 full score rows (slow, exact)", core::refuse_nothing<Problem>,
+       [](const Problem& p, const BackwardViews& g, const core::Context&) {
+         softmax_backward_reference(p, g, core::RefPrecision::f64);
+       }},
+  };
+  return list;
 }
 
 }  // namespace attn::exact

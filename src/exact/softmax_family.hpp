@@ -33,10 +33,11 @@ struct SoftmaxFamily {
   // 2 (D + Dv) per (query, key) pair inside the structural masks.
   static double flops(const Problem& p);
   static core::ReferenceResult reference(const Problem& p, core::RefPrecision precision);
-  // dQ, dK, dV (softmax_backward.cpp): form "rows" (float32) or "reference" (float64); "" = rows.
-  // Why it cannot run (score=cosine/additive), or "".
+  // dQ, dK, dV (softmax_backward.cpp). backward_refusal: why this mechanism has no gradient at all
+  // (score=cosine/additive), or ""; backward_forms: its backward forms in priority order (rows:
+  // float32, reference: float64).
   static std::string backward_refusal(const Problem& p);
-  static void backward(const Problem& p, const core::BackwardViews& g, const std::string& form, int threads);
+  static const std::vector<core::BackwardForm<Problem>>& backward_forms();
 };
 
 }  // namespace attn::exact

@@ -271,14 +271,32 @@ TEST(BackwardShape, BadInputIsNamed) {
   probs.return_probs = true;
   testing::expect_error([&] { call(s.dout.view, s.m, probs); }, "return_probs does not apply");
   AttendOptions form;
-  form.form = "tiled";
-  testing::expect_error([&] { call(s.dout.view, s.m, form); }, "form must be rows or reference, got 'tiled'");
+  form.form = "fast";
+  testing::expect_error([&] { call(s.dout.view, s.m, form); },
+                        "attend_backward: form must be one of rows, reference for softmax, got 'fast'");
   testing::expect_error([&] { call(s.dout.view, parse_mechanism("linear"), {}); }, "linear has no backward yet");
   testing::expect_error([&] { call(s.dout.view, parse_mechanism("softmax:score=cosine"), {}); },
                         "score=cosine has no backward yet");
   testing::expect_error([&] {
     attend_backward(s.dout.view, s.q.view, s.k.view, s.v.view, fwd.out.view(), fwd.out.view(), s.m, {});
   }, "lse must have shape (B, H, N, 1)");
+}
+
+TEST(BackwardShape, ExplainListsTheBackwardFormsWithTheirReasons) {
+  Problem pr;
+  pr.mech = "softmax:causal";
+  const Inputs s = make(pr, 5);
+  const Explanation e = explain_backward(s.q.view, s.k.view, s.v.view, s.m);
+  ASSERT_FALSE(e.forms.empty());
+  EXPECT_EQ(e.chosen, e.forms.front().form);
+  EXPECT_EQ(e.forms.back().form, "reference");
+  AttendOptions forced;
+  forced.form = "reference";
+  EXPECT_EQ(explain_backward(s.q.view, s.k.view, s.v.view, s.m, forced).chosen, "reference");
+  testing::expect_error([&] { explain_backward(s.q.view, s.k.view, s.v.view, parse_mechanism("softmax:score=cosine")); },
+                        "score=cosine has no backward yet");
+  testing::expect_error([&] { explain_backward(s.q.view, s.k.view, s.v.view, parse_mechanism("linear")); },
+                        "linear has no backward yet");
 }
 
 }  // namespace
