@@ -233,6 +233,8 @@ std::string SoftmaxFamily::backward_refusal(const Problem& p) {
 
 const std::vector<core::BackwardForm<Problem>>& SoftmaxFamily::backward_forms() {
   static const std::vector<core::BackwardForm<Problem>> list = {
+      {"tiled", "float32, flash-style on the tile products: 64 query rows against the key tiles of the block mask",
+       core::refuse_nothing<Problem>, softmax_backward_tiled},
       {"rows", "float32, flash-style from the forward's LSE, one task per (batch entry, kv head)",
        core::refuse_nothing<Problem>, [](const Problem& p, const BackwardViews& g, const core::Context& c) {
          softmax_backward_rows(p, g, c.threads);

@@ -22,6 +22,7 @@
 #include "core/nonfinite_rows.hpp"
 #include "core/kv_rows.hpp"
 #include "core/lane_stats.hpp"
+#include "exact/score_tile.hpp"
 #include "exact/softmax_rows.hpp"
 #include "mask/block_mask.hpp"
 
@@ -153,20 +154,9 @@ class Block {
   }
 
 
-  // fn(j0, bc, full) for each key tile of this block's runs, cut at the batch's valid length
-  // (which keeps a full run full); the caller's masks make every tile partial, and tiles their
-  // block mask hides are skipped.
   template <class Fn>
   void for_each_tile(Fn&& fn) const {
-    for (const mask::Run& r : runs_) {
-      const int64_t end = std::min(r.end, p_.kv_len[b_]);
-      const bool full = r.full && !p_.has_user_mask();
-      for (int64_t j0 = r.begin; j0 < end;) {
-        const int64_t bc = tile_size(j0, end);
-        if (!p_.user_blocks_hide(b_, h_, i0_, i0_ + nq_ - 1, j0, j0 + bc - 1)) fn(j0, bc, full);
-        j0 += bc;
-      }
-    }
+    for_each_key_tile(p_, runs_, b_, h_, i0_, nq_, fn);
   }
 
   // The lane groups [lo, hi) that see any of keys [j0, j0 + n) (the whole tile when the pattern
@@ -223,12 +213,6 @@ class Block {
     return s;
   }
 
-  // Keys of the tile starting at j0: at most kKeyTile, within [j0, hi) and within one run of
-  // evenly spaced K and V rows (a page of a paged cache).
-  int64_t tile_size(int64_t j0, int64_t hi) const {
-    return std::min(kKeyTile, hi - j0);
-  }
-
   // Rows [j0, j0+bc) of K (or V) as float32 with unit inner stride: in place when the input
   // already is and the rows are evenly spaced (a tile across a paged cache's block boundary is
   // gathered, so tiles stay where they would be without paging), else from the thread's row
@@ -262,55 +246,9 @@ class Block {
         }
     }
     if (p_.mech.softcap > 0) kern_.softcap(st, bc * L, static_cast<float>(p_.mech.softcap));
-    if (p_.bias) add_bias(j0, bc);
-    if (!p_.alibi.empty()) {  // -slope * |i + M - N - j|, exact in float below 2^24
-      const float slope = p_.alibi[b_ * p_.H + h_];
-      for (int64_t j = 0; j < bc; ++j) {
-        const float d0 = static_cast<float>(i0_ + p_.offset - (j0 + j));
-        float* row = st + j * L;
-        for (int64_t i = 0; i < nq_; ++i) row[i] -= slope * std::fabs(d0 + static_cast<float>(i));
-      }
-    }
+    add_score_terms(p_, b_, h_, i0_, nq_, j0, bc, st);
     if (full) return true;
-    const float neg_inf = -std::numeric_limits<float>::infinity();
-    const bool user = p_.has_user_mask();
-    uint8_t* vis = s_.vis.data();
-    bool all_live = true;
-    for (int64_t j = 0; j < bc; ++j) {
-      float* row = st + j * L;
-      int64_t a, b;  // visible lanes [a, b); keys past the valid length never get here
-      if (!user && p_.pattern.column_interval(j0 + j, i0_ + p_.offset, nq_, a, b)) {
-        std::fill(row, row + a, neg_inf);
-        std::fill(row + b, row + nq_, neg_inf);
-        s_.live[j] = a < b;
-        all_live &= a < b;
-        continue;
-      }
-      p_.pattern.column(j0 + j, i0_ + p_.offset, nq_, vis);
-      if (user) p_.user_mask_column(b_, h_, i0_, nq_, j0 + j, vis);
-      bool live = false;
-      for (int64_t i = 0; i < nq_; ++i) {
-        row[i] = vis[i] ? row[i] : neg_inf;
-        live |= vis[i] != 0;
-      }
-      s_.live[j] = live;
-      all_live &= live;
-    }
-    return all_live;
-  }
-
-  void add_bias(int64_t j0, int64_t bc) {
-    const TensorView& bv = *p_.bias;
-    float* st = s_.st.data();
-    const int64_t si = bv.strides[2], sj = bv.strides[3], base = bv.offset(b_, h_, i0_, j0);
-    if (bv.dtype == DType::f32) {
-      const float* bp = static_cast<const float*>(bv.data) + base;
-      for (int64_t j = 0; j < bc; ++j)
-        for (int64_t i = 0; i < nq_; ++i) st[j * L + i] += bp[i * si + j * sj];
-      return;
-    }
-    for (int64_t j = 0; j < bc; ++j)
-      for (int64_t i = 0; i < nq_; ++i) st[j * L + i] += load_as_float(bv.data, bv.dtype, base + i * si + j * sj);
+    return mask_scores(p_, b_, h_, i0_, nq_, j0, bc, st, s_.vis.data(), s_.live.data());
   }
 
   void additive_scores(const float* k, int64_t ks, int64_t bc) {

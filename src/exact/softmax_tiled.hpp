@@ -4,10 +4,9 @@
 #pragma once
 #include "core/form.hpp"
 #include "exact/problem.hpp"
+#include "exact/score_tile.hpp"  // kKeyTile
 
 namespace attn::exact {
-
-constexpr int64_t kKeyTile = 64;
 
 void softmax_tiled(const Problem& p, const core::Outputs& o, const core::Context& ctx);
 

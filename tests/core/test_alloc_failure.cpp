@@ -421,7 +421,7 @@ TEST(AllocFailure, References) {
   }
 }
 
-// The backward: both forms, allocating nothing in parallel; a failed allocation an Error.
+// The backward: every form, allocating nothing in parallel; a failed allocation an Error.
 TEST(AllocFailure, Backward) {
   for (const char* m : {"softmax:causal", "bigbird:block=16,window=3,global=1,random=2,seed=7"}) {
     const Problem p(Case{m, "", 60, 70});
@@ -430,7 +430,7 @@ TEST(AllocFailure, Backward) {
     AttendOptions fo;
     fo.return_lse = true;
     const AttendResult fwd = attend(p.q.view, p.k.view, p.v.view, p.mechanism, fo);
-    for (const char* form : {"rows", "reference"}) {
+    for (const char* form : {"tiled", "rows", "reference"}) {
       AttendOptions o;
       o.threads = 2;
       o.form = form;

@@ -142,6 +142,11 @@ const std::vector<Problem>& problems() {
     add("softmax:dilation=2,window=4:4", [](Problem& p) { p.N = p.M = 8; });
     add("longformer:window=1:1,global=0;5", [](Problem& p) { p.N = p.M = 8; });
     add("bigbird:block=2,window=1,global=1,random=1,seed=3", [](Problem& p) { p.N = p.M = 8; });
+    // several query blocks and key tiles in the fast forms (x5): a ragged last block, segments of
+    // query blocks (one kv head), more queries than keys
+    add("softmax:causal", [](Problem& p) { p.N = 30, p.M = 41; });
+    add("softmax:softcap=3,dropout=0.2,seed=9", [](Problem& p) { p.H = 3, p.Hkv = 1, p.N = 27, p.M = 14; });
+    add("softmax:window=9:2,sinks=2", [](Problem& p) { p.B = 2, p.padding = true, p.N = p.M = 28; });
     return v;
   }();
   return list;
@@ -194,23 +199,24 @@ AttendGradients reference_f32(const Inputs& s, core::RefPrecision precision) {
   return g;
 }
 
-TEST_P(Backward, RowsFormMatchesTheReferenceInEveryDtype) {
-  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
-    SCOPED_TRACE(dtype_name(dt));
+TEST_P(Backward, FastFormsMatchTheReferenceInEveryDtype) {
+  for (DType dt : {DType::f32, DType::bf16, DType::f16})
+  for (const char* form : {"tiled", "rows"}) {
+    SCOPED_TRACE(dtype_name(dt) + " " + form);
     Problem pr = GetParam();
     pr.dtype = dt;
     pr.N *= 5, pr.M *= 5, pr.D = 16, pr.Dv = 12;  // longer rows than the finite differences take
     if (pr.mech.rfind("longformer", 0) == 0 || pr.mech.rfind("bigbird", 0) == 0 || pr.mech.find("dilation") != std::string::npos)
       pr.N = pr.M = 40;
     Inputs s = make(pr, 12);
-    const AttendGradients fast = backward(s, "rows"), ref = reference_f32(s, core::RefPrecision::f64),
+    const AttendGradients fast = backward(s, form), ref = reference_f32(s, core::RefPrecision::f64),
                           plain = reference_f32(s, core::RefPrecision::plain);
     expect_within_rule(fast.dq, ref.dq, plain.dq, "dq");
     expect_within_rule(fast.dk, ref.dk, plain.dk, "dk");
     expect_within_rule(fast.dv, ref.dv, plain.dv, "dv");
     // and bitwise the same for any thread count
     for (int threads : {1, 3}) {
-      const AttendGradients t = backward(s, "rows", threads);
+      const AttendGradients t = backward(s, form, threads);
       EXPECT_EQ(0, std::memcmp(t.dq.view().data, fast.dq.view().data, fast.dq.view().numel() * dtype_size(dt)));
       EXPECT_EQ(0, std::memcmp(t.dk.view().data, fast.dk.view().data, fast.dk.view().numel() * dtype_size(dt)));
       EXPECT_EQ(0, std::memcmp(t.dv.view().data, fast.dv.view().data, fast.dv.view().numel() * dtype_size(dt)));
@@ -232,11 +238,13 @@ TEST(BackwardShape, RowsWithoutKeysGetZeroGradientsAndNaNPropagates) {
   pr.mech = "softmax:causal";
   pr.N = 9, pr.M = 6;  // queries 0..2 see no key
   Inputs s = make(pr, 3);
-  const AttendGradients g = backward(s, "rows");
-  for (int64_t c = 0; c < pr.D; ++c) EXPECT_EQ(g.dq.at(0, 0, 1, c), 0.0f);
+  for (const char* form : {"tiled", "rows"}) {
+    const AttendGradients g = backward(s, form);
+    for (int64_t c = 0; c < pr.D; ++c) EXPECT_EQ(g.dq.at(0, 0, 1, c), 0.0f) << form;
+  }
   // a NaN in dout poisons the gradients it reaches
   store_from_float(s.dout.view.data, DType::f32, s.dout.view.offset(0, 0, 8, 0), std::nanf(""));
-  for (const char* form : {"rows", "reference"}) {
+  for (const char* form : {"tiled", "rows", "reference"}) {
     const AttendGradients n = backward(s, form);
     EXPECT_TRUE(std::isnan(n.dq.at(0, 0, 8, 0))) << form;
     EXPECT_TRUE(std::isnan(n.dv.at(0, 0, 5, 0))) << form;
@@ -273,7 +281,7 @@ TEST(BackwardShape, BadInputIsNamed) {
   AttendOptions form;
   form.form = "fast";
   testing::expect_error([&] { call(s.dout.view, s.m, form); },
-                        "attend_backward: form must be one of rows, reference for softmax, got 'fast'");
+                        "attend_backward: form must be one of tiled, rows, reference for softmax, got 'fast'");
   testing::expect_error([&] { call(s.dout.view, parse_mechanism("linear"), {}); }, "linear has no backward yet");
   testing::expect_error([&] { call(s.dout.view, parse_mechanism("softmax:score=cosine"), {}); },
                         "score=cosine has no backward yet");

@@ -1,0 +1,312 @@
+// The softmax family's tiled backward (formulas: include/attn/backward.hpp; design:
+// docs/plans/backward.md): flash-style, from the forward's LSE and output, on the kernel table's
+// tile products. For a block of 64 query rows (the lanes) of head h and a tile of bc keys:
+//   St  = K Qt                    qk, then softcap, bias/ALiBi and masks as the forward (score_tile)
+//   Pt  = exp(St - lse)           exp_rows: the LSE is final, no running max or sum
+//   dPt = V dOt                   qk with dO transposed in Q's place
+//   dSt = Pt (dPt keep - D_i) softcap'   elementwise; D_i = dO_i . O_i - dlse_i, once per row
+//   dV += P~t dO,  dK += dSt Qs,  dQ += dSt^T K      three gemm calls, accumulating in float32
+// Qs holds the rows already multiplied by their scale, so dK needs no scale and dQ takes it once
+// at the end. Hidden tiles are never visited (the forward's block mask), so the cost follows the
+// pattern.
+//
+// Tasks: (batch entry, kv head, segment of query blocks). A task walks its group's heads and its
+// query blocks in a fixed order, owns their dQ rows and sums dK and dV of its kv head over them.
+// Problems with few (batch, kv head) pairs split the query blocks into segments so that at least
+// kMinTasks tasks exist; each segment then keeps its own dK/dV partial sums, added in segment order
+// afterwards. The segment count depends on the problem only, never on the thread count, so the
+// result is bitwise the same for any number of threads.
+//
+// Non-finite inputs (q, k, v, dout, out, lse, dlse): 0 * NaN in the tile products would carry a
+// hidden key's or a dropped weight's poison into gradients that do not depend on it, so such calls
+// are computed by the rows form, which visits exactly the visible pairs (one pass over the inputs
+// decides).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "base/aligned_buffer.hpp"
+#include "base/parallel.hpp"
+#include "exact/score_tile.hpp"
+#include "exact/softmax_backward.hpp"
+
+namespace attn::exact {
+namespace {
+
+constexpr int64_t L = kernels::kQueryTile;
+constexpr int64_t kMinTasks = 8;
+
+// Float32 rows [0, len) of a kv head: in place when the input is float32 with unit inner stride,
+// else converted once per task into `buf`.
+const float* kv_f32(const kernels::TileKernels& kern, const core::KvRows& t, int64_t len, AlignedFloats& buf,
+                    int64_t& stride) {
+  if (t.plain_f32()) {
+    stride = t.row_stride_bytes() / static_cast<int64_t>(sizeof(float));
+    return reinterpret_cast<const float*>(t.row(0));
+  }
+  stride = t.dim();
+  for (int64_t j = 0; j < len; ++j) kern.to_float(t.row(j), t.dtype(), t.elem_stride(), t.dim(), buf.data() + j * stride);
+  return buf.data();
+}
+
+struct Scratch {
+  AlignedFloats qt, dot, qs, dor, dq, st, ds, pd, capped, kall, vall, dk, dv;
+  AlignedFloats sub{L}, di{L}, scale{L}, ones{L};
+  std::vector<float> row;
+  std::vector<uint8_t> vis, live;
+  void reserve(const Problem& p, bool own_sums) {
+    qt.resize(static_cast<size_t>(p.D * L));
+    dot.resize(static_cast<size_t>(p.Dv * L));
+    qs.resize(static_cast<size_t>(L * p.D));
+    dor.resize(static_cast<size_t>(L * p.Dv));
+    dq.resize(static_cast<size_t>(L * p.D));
+    st.resize(static_cast<size_t>(kKeyTile * L));
+    ds.resize(static_cast<size_t>(kKeyTile * L));
+    if (p.mech.dropout > 0) pd.resize(static_cast<size_t>(kKeyTile * L));
+    if (p.mech.softcap > 0) capped.resize(static_cast<size_t>(kKeyTile * L));
+    if (!p.keys(0, 0).plain_f32()) kall.resize(static_cast<size_t>(p.M * p.D));
+    if (!p.values(0, 0).plain_f32()) vall.resize(static_cast<size_t>(p.M * p.Dv));
+    if (own_sums) {
+      dk.resize(static_cast<size_t>(p.M * p.D));
+      dv.resize(static_cast<size_t>(p.M * p.Dv));
+    }
+    std::fill(ones.data(), ones.data() + L, 1.0f);
+    row.resize(static_cast<size_t>(std::max(p.D, p.Dv)));
+    vis.resize(L);
+    live.resize(kKeyTile);
+  }
+};
+
+// One task's walk. dk/dv: its partial sums (M x D, M x Dv float32, zeroed here).
+class Task {
+ public:
+  Task(const Problem& p, const BackwardViews& g, const mask::BlockMask& mask, const kernels::TileKernels& kern,
+       Scratch& s, int64_t b, int64_t hk, float* dk, float* dv)
+      : p_(p), g_(g), mask_(mask), kern_(kern), s_(s), b_(b), hk_(hk), dk_(dk), dv_(dv) {}
+
+  void run(int64_t qb0, int64_t qb1) {
+    const int64_t len = p_.kv_len[static_cast<size_t>(b_)];
+    std::fill(dk_, dk_ + p_.M * p_.D, 0.0f);
+    std::fill(dv_, dv_ + p_.M * p_.Dv, 0.0f);
+    k_ = kv_f32(kern_, p_.keys(b_, hk_), len, s_.kall, ks_);
+    v_ = kv_f32(kern_, p_.values(b_, hk_), len, s_.vall, vs_);
+    for (int64_t h = hk_ * p_.group; h < (hk_ + 1) * p_.group; ++h)
+      for (int64_t qb = qb0; qb < qb1; ++qb) query_block(h, qb * L);
+  }
+
+ private:
+  void query_block(int64_t h, int64_t i0) {
+    const int64_t nq = std::min<int64_t>(L, p_.N - i0);
+    pack(h, i0, nq);
+    std::fill(s_.dq.data(), s_.dq.data() + L * p_.D, 0.0f);
+    for_each_key_tile(p_, mask_.runs(i0 / L), b_, h, i0, nq,
+                      [&](int64_t j0, int64_t bc, bool full) { tile(h, i0, nq, j0, bc, full); });
+    float* row = s_.row.data();
+    for (int64_t i = 0; i < nq; ++i) {
+      const float scale = s_.scale.data()[i];
+      for (int64_t c = 0; c < p_.D; ++c) row[c] = s_.dq.data()[i * p_.D + c] * scale;
+      kern_.from_float(row, g_.dq.dtype, g_.dq.strides[3], p_.D, g_.dq.ptr(b_, h, i0 + i));
+    }
+  }
+
+  // The block's rows as float32: Qs (scaled q rows) and Qt, dO rows and dOt, D_i, the exp's
+  // subtrahend (lse; +inf for rows without keys and lanes past the last row, so their P is 0).
+  void pack(int64_t h, int64_t i0, int64_t nq) {
+    float* qs = s_.qs.data();
+    float* dor = s_.dor.data();
+    std::fill(qs, qs + L * p_.D, 0.0f);
+    std::fill(dor, dor + L * p_.Dv, 0.0f);
+    const float inf = std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < L; ++i) {
+      s_.sub.data()[i] = inf;
+      s_.di.data()[i] = 0.0f;
+      s_.scale.data()[i] = 0.0f;
+    }
+    float* out = s_.row.data();
+    for (int64_t i = 0; i < nq; ++i) {
+      const float lse = g_.lse.at(b_, h, i0 + i, 0);
+      if (lse == -inf) continue;  // no visible key: every gradient of the row is 0
+      const float scale = static_cast<float>(p_.row_scale(b_, h, i0 + i));
+      s_.scale.data()[i] = scale;
+      s_.sub.data()[i] = lse;
+      float* q = qs + i * p_.D;
+      kern_.to_float(p_.q.ptr(b_, h, i0 + i), p_.q.dtype, p_.q.strides[3], p_.D, q);
+      for (int64_t c = 0; c < p_.D; ++c) q[c] *= scale;
+      float* d = dor + i * p_.Dv;
+      kern_.to_float(g_.dout.ptr(b_, h, i0 + i), g_.dout.dtype, g_.dout.strides[3], p_.Dv, d);
+      kern_.to_float(g_.out.ptr(b_, h, i0 + i), g_.out.dtype, g_.out.strides[3], p_.Dv, out);
+      float di = 0;  // dout_i . out_i, less the gradient through lse_i (d lse_i / d t_ij = P_ij)
+      for (int64_t c = 0; c < p_.Dv; ++c) di += d[c] * out[c];
+      if (!g_.dlse.empty()) di -= g_.dlse.at(b_, h, i0 + i, 0);
+      s_.di.data()[i] = di;
+    }
+    kern_.pack_qt(qs, p_.D, static_cast<int>(nq), p_.D, s_.ones.data(), s_.qt.data());
+    kern_.pack_qt(dor, p_.Dv, static_cast<int>(nq), p_.Dv, s_.ones.data(), s_.dot.data());
+  }
+
+  void tile(int64_t h, int64_t i0, int64_t nq, int64_t j0, int64_t bc, bool full) {
+    float* st = s_.st.data();
+    float* ds = s_.ds.data();
+    const float* k = k_ + j0 * ks_;
+    const float* v = v_ + j0 * vs_;
+    kern_.qk(s_.qt.data(), p_.D, k, ks_, bc, st, 0, L);
+    const float cap = static_cast<float>(p_.mech.softcap);
+    if (cap > 0) {
+      kern_.softcap(st, bc * L, cap);
+      std::copy(st, st + bc * L, s_.capped.data());
+    }
+    add_score_terms(p_, b_, h, i0, nq, j0, bc, st);
+    if (!full) mask_scores(p_, b_, h, i0, nq, j0, bc, st, s_.vis.data(), s_.live.data());
+    kern_.exp_rows(st, bc * L, s_.sub.data());  // st = P
+    kern_.qk(s_.dot.data(), p_.Dv, v, vs_, bc, ds, 0, L);  // ds = dP
+    const float* pd = st;  // the weights dV sums: P, or P keep / (1 - dropout)
+    if (p_.mech.dropout > 0) {
+      dropout(h, i0, nq, j0, bc);
+      pd = s_.pd.data();
+    }
+    const float* di = s_.di.data();
+    for (int64_t j = 0; j < bc; ++j) {
+      const float* pr = st + j * L;
+      float* dr = ds + j * L;
+      for (int64_t i = 0; i < L; ++i) dr[i] = pr[i] * (dr[i] - di[i]);
+    }
+    if (cap > 0) {  // d cap tanh(s / cap) / ds = 1 - tanh^2 = 1 - (t / cap)^2
+      const float inv = 1.0f / cap;
+      const float* t = s_.capped.data();
+      for (int64_t e = 0; e < bc * L; ++e) {
+        const float th = t[e] * inv;
+        ds[e] *= 1.0f - th * th;
+      }
+    }
+    kern_.gemm(bc, p_.Dv, L, pd, L, 1, s_.dor.data(), p_.Dv, dv_ + j0 * p_.Dv, p_.Dv, true);
+    kern_.gemm(bc, p_.D, L, ds, L, 1, s_.qs.data(), p_.D, dk_ + j0 * p_.D, p_.D, true);
+    kern_.gemm(L, p_.D, bc, ds, 1, L, k, ks_, s_.dq.data(), p_.D, true);
+  }
+
+  // pd = P keep / (1 - dropout) and dP *= keep / (1 - dropout), the forward's mask regenerated.
+  void dropout(int64_t h, int64_t i0, int64_t nq, int64_t j0, int64_t bc) {
+    const float f = static_cast<float>(1.0 / (1.0 - p_.mech.dropout));
+    float* st = s_.st.data();
+    float* ds = s_.ds.data();
+    float* pd = s_.pd.data();
+    for (int64_t j = 0; j < bc; ++j)
+      for (int64_t i = 0; i < L; ++i) {
+        const int64_t e = j * L + i;
+        const bool keep = i < nq && dropout_keep(p_.mech.seed, p_.mech.dropout, b_, h, i0 + i, j0 + j);
+        pd[e] = keep ? st[e] * f : 0.0f;
+        ds[e] = keep ? ds[e] * f : 0.0f;
+      }
+  }
+
+  const Problem& p_;
+  const BackwardViews& g_;
+  const mask::BlockMask& mask_;
+  const kernels::TileKernels& kern_;
+  Scratch& s_;
+  int64_t b_, hk_;
+  float *dk_, *dv_;
+  const float *k_ = nullptr, *v_ = nullptr;
+  int64_t ks_ = 0, vs_ = 0;
+};
+
+// Whether every element of rows [0, n) of every head of t is finite (x * 0 is NaN exactly when
+// x is not).
+bool finite_view(const TensorView& t, int threads) {
+  if (t.empty()) return true;
+  const int64_t B = t.shape[0], H = t.shape[1], n = t.shape[2], dim = t.shape[3];
+  std::vector<uint8_t> bad(static_cast<size_t>(B * H), 0);
+  parallel_for(B * H, resolve_threads(threads, B * H), [&](int64_t item, int) {
+    const int64_t b = item / H, h = item % H;
+    float probe = 0;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t c = 0; c < dim; ++c) probe += t.at(b, h, i, c) * 0.0f;
+    bad[static_cast<size_t>(item)] = std::isnan(probe);
+  });
+  return std::find(bad.begin(), bad.end(), 1) == bad.end();
+}
+
+// lse is -inf for rows without keys: anything else non-finite (NaN, +inf) is poison.
+bool finite_lse(const TensorView& lse) {
+  for (int64_t b = 0; b < lse.shape[0]; ++b)
+    for (int64_t h = 0; h < lse.shape[1]; ++h)
+      for (int64_t i = 0; i < lse.shape[2]; ++i) {
+        const float x = lse.at(b, h, i, 0);
+        if (std::isnan(x) || x == std::numeric_limits<float>::infinity()) return false;
+      }
+  return true;
+}
+
+bool finite_inputs(const Problem& p, const BackwardViews& g, int threads) {
+  return finite_view(p.q, threads) && finite_view(p.k, threads) && finite_view(p.v, threads) &&
+         finite_view(g.dout, threads) && finite_view(g.out, threads) && finite_lse(g.lse) &&
+         finite_view(g.dlse, threads);
+}
+
+}  // namespace
+
+void softmax_backward_tiled(const Problem& p, const BackwardViews& g, const core::Context& ctx) {
+  if (p.B == 0 || p.Hkv == 0) return;
+  if (!finite_inputs(p, g, ctx.threads)) return softmax_backward_rows(p, g, ctx.threads);
+  const int64_t q_blocks = std::max<int64_t>(1, (p.N + L - 1) / L);
+  const int64_t pairs = p.B * p.Hkv;
+  const int64_t segments = std::min(q_blocks, (kMinTasks + pairs - 1) / pairs);
+  const int64_t tasks = pairs * segments;
+  const bool split = segments > 1;
+  const int threads = resolve_threads(ctx.threads, tasks);
+  // Everything is sized here: the parallel regions allocate nothing.
+  std::vector<Scratch> scratch(static_cast<size_t>(threads));
+  for (Scratch& s : scratch) s.reserve(p, !split);
+  AlignedFloats partial_dk, partial_dv;  // split: one (M x D, M x Dv) pair per task
+  if (split) {
+    partial_dk.resize(static_cast<size_t>(tasks * p.M * p.D));
+    partial_dv.resize(static_cast<size_t>(tasks * p.M * p.Dv));
+  }
+  const mask::BlockMask mask(p.pattern, p.N, p.M, p.offset, L, kKeyTile);
+  const kernels::TileKernels& kern = *ctx.kern;
+  // dK, dV of kv head (b, hk) from float32 sums (sum(j) gives row j's pointers); keys past the
+  // batch's valid length get 0.
+  auto write_kv = [&](int64_t b, int64_t hk, int64_t j, const float* dk, const float* dv, float* zeros) {
+    const bool valid = j < p.kv_len[static_cast<size_t>(b)];
+    kern.from_float(valid ? dk : zeros, g.dk.dtype, g.dk.strides[3], p.D, g.dk.ptr(b, hk, j));
+    kern.from_float(valid ? dv : zeros, g.dv.dtype, g.dv.strides[3], p.Dv, g.dv.ptr(b, hk, j));
+  };
+  parallel_for(tasks, threads, [&](int64_t task, int tid) {
+    Scratch& s = scratch[static_cast<size_t>(tid)];
+    const int64_t pair = task / segments, seg = task % segments;
+    const int64_t b = pair / p.Hkv, hk = pair % p.Hkv;
+    float* dk = split ? partial_dk.data() + task * p.M * p.D : s.dk.data();
+    float* dv = split ? partial_dv.data() + task * p.M * p.Dv : s.dv.data();
+    const int64_t qb0 = q_blocks * seg / segments, qb1 = q_blocks * (seg + 1) / segments;
+    Task(p, g, mask, kern, s, b, hk, dk, dv).run(qb0, qb1);
+    if (split) return;
+    std::fill(s.row.begin(), s.row.end(), 0.0f);
+    for (int64_t j = 0; j < p.M; ++j) write_kv(b, hk, j, dk + j * p.D, dv + j * p.Dv, s.row.data());
+  });
+  if (!split) return;
+  // The segments' partial sums, added in segment order: one item per (pair, block of 64 keys).
+  const int64_t key_blocks = (p.M + L - 1) / L;
+  std::vector<AlignedFloats> sums(static_cast<size_t>(threads));
+  for (AlignedFloats& a : sums) a.resize(static_cast<size_t>(p.D + p.Dv + std::max(p.D, p.Dv)));
+  parallel_for(pairs * key_blocks, threads, [&](int64_t item, int tid) {
+    const int64_t pair = item / key_blocks, j0 = item % key_blocks * L;
+    float* dk = sums[static_cast<size_t>(tid)].data();
+    float* dv = dk + p.D;
+    float* zeros = dv + p.Dv;
+    std::fill(zeros, zeros + std::max(p.D, p.Dv), 0.0f);
+    for (int64_t j = j0; j < std::min(j0 + L, p.M); ++j) {
+      std::fill(dk, dk + p.D, 0.0f);
+      std::fill(dv, dv + p.Dv, 0.0f);
+      for (int64_t seg = 0; seg < segments; ++seg) {
+        const int64_t task = pair * segments + seg;
+        const float* pk = partial_dk.data() + (task * p.M + j) * p.D;
+        const float* pv = partial_dv.data() + (task * p.M + j) * p.Dv;
+        for (int64_t c = 0; c < p.D; ++c) dk[c] += pk[c];
+        for (int64_t c = 0; c < p.Dv; ++c) dv[c] += pv[c];
+      }
+      write_kv(pair / p.Hkv, pair % p.Hkv, j, dk, dv, zeros);
+    }
+  });
+}
+
+}  // namespace attn::exact
