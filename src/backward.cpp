@@ -28,6 +28,19 @@ void check_options(const AttendOptions& o) {
   if (o.paged) fail(kWhere, "paged K/V (a block table) have no backward: pass k and v as tensors");
 }
 
+// The family's validation of the forward inputs, its messages said as attend_backward's (the
+// forward's checks speak as "attend: ...").
+template <class Family, class M>
+typename Family::Problem validate_forward(const TensorView& q, const TensorView& k, const TensorView& v, const M& mech,
+                                          const AttendOptions& options, const core::Outputs& outs) try {
+  return Family::validate(q, k, v, mech, options, outs);
+} catch (const Error& e) {
+  const std::string what = e.what();
+  const std::string prefix = "attend: ";
+  if (what.rfind(prefix, 0) == 0) throw Error(std::string(kWhere) + ": " + what.substr(prefix.size()));
+  throw;
+}
+
 [[noreturn]] void fail_no_backward(const Mechanism& mechanism) {
   fail(kWhere, std::string(kind_of(mechanism)) + " has no backward yet (softmax, longformer and bigbird have one)");
 }
@@ -51,7 +64,7 @@ AttendGradients attend_backward(const TensorView& dout, const TensorView& q, con
   families::visit_family(mechanism, [&](const auto& mech, auto family) {
     using Family = decltype(family);
     if constexpr (requires { Family::backward_forms; }) {
-      const auto p = Family::validate(q, k, v, mech, options, core::Outputs{&out, &lse});
+      const auto p = validate_forward<Family>(q, k, v, mech, options, core::Outputs{&out, &lse});
       check_dout(dout, out, q);
       if (dlse) {
         core::check_view(*dlse, "dlse");
@@ -83,7 +96,7 @@ Explanation explain_backward(const TensorView& q, const TensorView& k, const Ten
   families::visit_family(mechanism, [&](const auto& mech, auto family) {
     using Family = decltype(family);
     if constexpr (requires { Family::backward_forms; }) {
-      const auto p = Family::validate(q, k, v, mech, options, core::Outputs{});
+      const auto p = validate_forward<Family>(q, k, v, mech, options, core::Outputs{});
       e.chosen = std::string(choose_backward<Family>(p, mechanism, options).name);
       e.forms = core::verdicts(Family::backward_forms(), p, core::Outputs{});
     } else {

@@ -287,7 +287,7 @@ TEST(BackwardShape, BadInputIsNamed) {
                         "score=cosine has no backward yet");
   testing::expect_error([&] {
     attend_backward(s.dout.view, s.q.view, s.k.view, s.v.view, fwd.out.view(), fwd.out.view(), s.m, {});
-  }, "lse must have shape (B, H, N, 1)");
+  }, "attend_backward: lse must have shape (B, H, N, 1)");  // the forward's checks, said as the backward's
 }
 
 TEST(BackwardShape, ExplainListsTheBackwardFormsWithTheirReasons) {
