@@ -37,6 +37,20 @@ void add_score_terms(const Problem& p, int64_t b, int64_t h, int64_t i0, int64_t
   }
 }
 
+void lane_groups(const Problem& p, int64_t i0, int64_t nq, int64_t j0, int64_t n, int& lo, int& hi) {
+  constexpr int G = kernels::kLaneGroup;
+  lo = 0, hi = static_cast<int>(L);
+  if (p.has_user_mask()) return;
+  int64_t a = L, b = 0;
+  for (int64_t j = j0; j < j0 + n; ++j) {
+    int64_t jl, jh;
+    if (!p.pattern.column_interval(j, i0 + p.offset, nq, jl, jh)) return;
+    if (jl < jh) a = std::min(a, jl), b = std::max(b, jh);
+  }
+  if (a >= b) return void(hi = lo);
+  lo = static_cast<int>(a / G * G), hi = static_cast<int>((b + G - 1) / G * G);
+}
+
 bool mask_scores(const Problem& p, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0, int64_t bc, float* st,
                  uint8_t* vis, uint8_t* live) {
   const float neg_inf = -std::numeric_limits<float>::infinity();

@@ -100,8 +100,11 @@ class Task {
     const int64_t nq = std::min<int64_t>(L, p_.N - i0);
     pack(h, i0, nq);
     std::fill(s_.dq.data(), s_.dq.data() + L * p_.D, 0.0f);
-    for_each_key_tile(p_, mask_.runs(i0 / L), b_, h, i0, nq,
-                      [&](int64_t j0, int64_t bc, bool full) { tile(h, i0, nq, j0, bc, full); });
+    for_each_key_tile(p_, mask_.runs(i0 / L), b_, h, i0, nq, [&](int64_t j0, int64_t bc, bool full) {
+      if (full) return tile(h, i0, nq, j0, bc, true, 0, L);
+      for_each_lane_group(p_, i0, nq, j0, bc,
+                          [&](int64_t a, int64_t n, int lo, int hi) { tile(h, i0, nq, a, n, false, lo, hi); });
+    });
     float* row = s_.row.data();
     for (int64_t i = 0; i < nq; ++i) {
       const float scale = s_.scale.data()[i];
@@ -145,53 +148,67 @@ class Task {
     kern_.pack_qt(dor, p_.Dv, static_cast<int>(nq), p_.Dv, s_.ones.data(), s_.dot.data());
   }
 
-  void tile(int64_t h, int64_t i0, int64_t nq, int64_t j0, int64_t bc, bool full) {
+  // Keys [j0, j0 + bc) against lanes [lo, hi) (the lanes that see any of them; all 64 for a full
+  // tile): only those lanes are computed and summed.
+  void tile(int64_t h, int64_t i0, int64_t nq, int64_t j0, int64_t bc, bool full, int lo, int hi) {
     float* st = s_.st.data();
     float* ds = s_.ds.data();
     const float* k = k_ + j0 * ks_;
     const float* v = v_ + j0 * vs_;
-    kern_.qk(s_.qt.data(), p_.D, k, ks_, bc, st, 0, L);
+    const int64_t w = hi - lo;
+    kern_.qk(s_.qt.data(), p_.D, k, ks_, bc, st, lo, hi);
     const float cap = static_cast<float>(p_.mech.softcap);
-    if (cap > 0) {
-      kern_.softcap(st, bc * L, cap);
-      std::copy(st, st + bc * L, s_.capped.data());
-    }
+    if (cap > 0)
+      for (int64_t j = 0; j < bc; ++j) {
+        kern_.softcap(st + j * L + lo, w, cap);
+        std::copy(st + j * L + lo, st + j * L + hi, s_.capped.data() + j * L + lo);
+      }
     add_score_terms(p_, b_, h, i0, nq, j0, bc, st);
     if (!full) mask_scores(p_, b_, h, i0, nq, j0, bc, st, s_.vis.data(), s_.live.data());
+    if (w < L) {  // lanes outside [lo, hi) hold no score of this tile: weight 0
+      const float neg_inf = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < bc; ++j) {
+        std::fill(st + j * L, st + j * L + lo, neg_inf);
+        std::fill(st + j * L + hi, st + (j + 1) * L, neg_inf);
+      }
+    }
     kern_.exp_rows(st, bc * L, s_.sub.data());  // st = P
-    kern_.qk(s_.dot.data(), p_.Dv, v, vs_, bc, ds, 0, L);  // ds = dP
+    kern_.qk(s_.dot.data(), p_.Dv, v, vs_, bc, ds, lo, hi);  // ds = dP
     const float* pd = st;  // the weights dV sums: P, or P keep / (1 - dropout)
     if (p_.mech.dropout > 0) {
-      dropout(h, i0, nq, j0, bc);
+      dropout(h, i0, nq, j0, bc, lo, hi);
       pd = s_.pd.data();
     }
     const float* di = s_.di.data();
     for (int64_t j = 0; j < bc; ++j) {
       const float* pr = st + j * L;
       float* dr = ds + j * L;
-      for (int64_t i = 0; i < L; ++i) dr[i] = pr[i] * (dr[i] - di[i]);
+      for (int64_t i = lo; i < hi; ++i) dr[i] = pr[i] * (dr[i] - di[i]);
     }
     if (cap > 0) {  // d cap tanh(s / cap) / ds = 1 - tanh^2 = 1 - (t / cap)^2
       const float inv = 1.0f / cap;
-      const float* t = s_.capped.data();
-      for (int64_t e = 0; e < bc * L; ++e) {
-        const float th = t[e] * inv;
-        ds[e] *= 1.0f - th * th;
+      for (int64_t j = 0; j < bc; ++j) {
+        const float* t = s_.capped.data() + j * L;
+        float* dr = ds + j * L;
+        for (int64_t i = lo; i < hi; ++i) {
+          const float th = t[i] * inv;
+          dr[i] *= 1.0f - th * th;
+        }
       }
     }
-    kern_.gemm(bc, p_.Dv, L, pd, L, 1, s_.dor.data(), p_.Dv, dv_ + j0 * p_.Dv, p_.Dv, true);
-    kern_.gemm(bc, p_.D, L, ds, L, 1, s_.qs.data(), p_.D, dk_ + j0 * p_.D, p_.D, true);
-    kern_.gemm(L, p_.D, bc, ds, 1, L, k, ks_, s_.dq.data(), p_.D, true);
+    kern_.gemm(bc, p_.Dv, w, pd + lo, L, 1, s_.dor.data() + lo * p_.Dv, p_.Dv, dv_ + j0 * p_.Dv, p_.Dv, true);
+    kern_.gemm(bc, p_.D, w, ds + lo, L, 1, s_.qs.data() + lo * p_.D, p_.D, dk_ + j0 * p_.D, p_.D, true);
+    kern_.gemm(w, p_.D, bc, ds + lo, 1, L, k, ks_, s_.dq.data() + lo * p_.D, p_.D, true);
   }
 
   // pd = P keep / (1 - dropout) and dP *= keep / (1 - dropout), the forward's mask regenerated.
-  void dropout(int64_t h, int64_t i0, int64_t nq, int64_t j0, int64_t bc) {
+  void dropout(int64_t h, int64_t i0, int64_t nq, int64_t j0, int64_t bc, int lo, int hi) {
     const float f = static_cast<float>(1.0 / (1.0 - p_.mech.dropout));
     float* st = s_.st.data();
     float* ds = s_.ds.data();
     float* pd = s_.pd.data();
     for (int64_t j = 0; j < bc; ++j)
-      for (int64_t i = 0; i < L; ++i) {
+      for (int64_t i = lo; i < hi; ++i) {
         const int64_t e = j * L + i;
         const bool keep = i < nq && dropout_keep(p_.mech.seed, p_.mech.dropout, b_, h, i0 + i, j0 + j);
         pd[e] = keep ? st[e] * f : 0.0f;

@@ -127,21 +127,7 @@ class Block {
     };
     for_each_tile([&](int64_t j0, int64_t bc, bool full) {
       if (full) return step(j0, bc, true, 0, L);
-      // A partial tile in groups of kLaneGroup keys, each over just the lane groups that see
-      // one of its keys (a band's edge tiles are triangles: this skips ~3/8 of their work);
-      // consecutive groups with the same lanes go together.
-      int64_t a = j0;
-      int lo = 0, hi = L;
-      for (int64_t g = j0; g < j0 + bc; g += kernels::kLaneGroup) {
-        int glo, ghi;
-        lane_groups(g, std::min<int64_t>(kernels::kLaneGroup, j0 + bc - g), glo, ghi);
-        if (g > a && (glo != lo || ghi != hi)) {
-          if (lo < hi) step(a, g - a, false, lo, hi);
-          a = g;
-        }
-        lo = glo, hi = ghi;
-      }
-      if (lo < hi) step(a, j0 + bc - a, false, lo, hi);
+      for_each_lane_group(p_, i0_, nq_, j0, bc, [&](int64_t a, int64_t n, int lo, int hi) { step(a, n, false, lo, hi); });
     });
     write_outputs(out, lse);
     if (stats) write_stats(*stats);
@@ -157,22 +143,6 @@ class Block {
   template <class Fn>
   void for_each_tile(Fn&& fn) const {
     for_each_key_tile(p_, runs_, b_, h_, i0_, nq_, fn);
-  }
-
-  // The lane groups [lo, hi) that see any of keys [j0, j0 + n) (the whole tile when the pattern
-  // does not give intervals or a caller's mask is on); lo = hi when none does.
-  void lane_groups(int64_t j0, int64_t n, int& lo, int& hi) const {
-    constexpr int G = kernels::kLaneGroup;
-    lo = 0, hi = L;
-    if (p_.has_user_mask()) return;
-    int64_t a = L, b = 0;
-    for (int64_t j = j0; j < j0 + n; ++j) {
-      int64_t jl, jh;
-      if (!p_.pattern.column_interval(j, i0_ + p_.offset, nq_, jl, jh)) return;
-      if (jl < jh) a = std::min(a, jl), b = std::max(b, jh);
-    }
-    if (a >= b) return void(hi = lo);
-    lo = static_cast<int>(a / G * G), hi = static_cast<int>((b + G - 1) / G * G);
   }
 
   // Q^T with per-row scale (as float32, whatever the input's dtype or strides, so every layout
