@@ -10,12 +10,7 @@
 // at the end. Hidden tiles are never visited (the forward's block mask), so the cost follows the
 // pattern.
 //
-// Tasks: (batch entry, kv head, segment of query blocks). A task walks its group's heads and its
-// query blocks in a fixed order, owns their dQ rows and sums dK and dV of its kv head over them.
-// Problems with few (batch, kv head) pairs split the query blocks into segments so that at least
-// kMinTasks tasks exist; each segment then keeps its own dK/dV partial sums, added in segment order
-// afterwards. The segment count depends on the problem only, never on the thread count, so the
-// result is bitwise the same for any number of threads.
+// Tasks: core::KvGradientTasks (bitwise the same for any thread count).
 //
 // Non-finite inputs (q, k, v, dout, out, lse, dlse): 0 * NaN in the tile products would carry a
 // hidden key's or a dropped weight's poison into gradients that do not depend on it, so such calls
@@ -28,6 +23,7 @@
 
 #include "base/aligned_buffer.hpp"
 #include "base/parallel.hpp"
+#include "core/kv_gradient_tasks.hpp"
 #include "exact/score_tile.hpp"
 #include "exact/softmax_backward.hpp"
 
@@ -35,7 +31,6 @@ namespace attn::exact {
 namespace {
 
 constexpr int64_t L = kernels::kQueryTile;
-constexpr int64_t kMinTasks = 8;
 
 // Float32 rows [0, len) of a kv head: in place when the input is float32 with unit inner stride,
 // else converted once per task into `buf`.
@@ -51,11 +46,11 @@ const float* kv_f32(const kernels::TileKernels& kern, const core::KvRows& t, int
 }
 
 struct Scratch {
-  AlignedFloats qt, dot, qs, dor, dq, st, ds, pd, capped, kall, vall, dk, dv;
+  AlignedFloats qt, dot, qs, dor, dq, st, ds, pd, capped, kall, vall;
   AlignedFloats sub{L}, di{L}, scale{L}, ones{L};
   std::vector<float> row;
   std::vector<uint8_t> vis, live;
-  void reserve(const Problem& p, bool own_sums) {
+  void reserve(const Problem& p) {
     qt.resize(static_cast<size_t>(p.D * L));
     dot.resize(static_cast<size_t>(p.Dv * L));
     qs.resize(static_cast<size_t>(L * p.D));
@@ -67,10 +62,6 @@ struct Scratch {
     if (p.mech.softcap > 0) capped.resize(static_cast<size_t>(kKeyTile * L));
     if (!p.keys(0, 0).plain_f32()) kall.resize(static_cast<size_t>(p.M * p.D));
     if (!p.values(0, 0).plain_f32()) vall.resize(static_cast<size_t>(p.M * p.Dv));
-    if (own_sums) {
-      dk.resize(static_cast<size_t>(p.M * p.D));
-      dv.resize(static_cast<size_t>(p.M * p.Dv));
-    }
     std::fill(ones.data(), ones.data() + L, 1.0f);
     row.resize(static_cast<size_t>(std::max(p.D, p.Dv)));
     vis.resize(L);
@@ -78,7 +69,7 @@ struct Scratch {
   }
 };
 
-// One task's walk. dk/dv: its partial sums (M x D, M x Dv float32, zeroed here).
+// One task's walk. dk/dv: its sums (M x D, M x Dv float32, zeroed by the caller).
 class Task {
  public:
   Task(const Problem& p, const BackwardViews& g, const mask::BlockMask& mask, const kernels::TileKernels& kern,
@@ -87,8 +78,6 @@ class Task {
 
   void run(int64_t qb0, int64_t qb1) {
     const int64_t len = p_.kv_len[static_cast<size_t>(b_)];
-    std::fill(dk_, dk_ + p_.M * p_.D, 0.0f);
-    std::fill(dv_, dv_ + p_.M * p_.Dv, 0.0f);
     k_ = kv_f32(kern_, p_.keys(b_, hk_), len, s_.kall, ks_);
     v_ = kv_f32(kern_, p_.values(b_, hk_), len, s_.vall, vs_);
     for (int64_t h = hk_ * p_.group; h < (hk_ + 1) * p_.group; ++h)
@@ -265,64 +254,13 @@ bool finite_inputs(const Problem& p, const BackwardViews& g, int threads) {
 void softmax_backward_tiled(const Problem& p, const BackwardViews& g, const core::Context& ctx) {
   if (p.B == 0 || p.Hkv == 0) return;
   if (!finite_inputs(p, g, ctx.threads)) return softmax_backward_rows(p, g, ctx.threads);
-  const int64_t q_blocks = std::max<int64_t>(1, (p.N + L - 1) / L);
-  const int64_t pairs = p.B * p.Hkv;
-  const int64_t segments = std::min(q_blocks, (kMinTasks + pairs - 1) / pairs);
-  const int64_t tasks = pairs * segments;
-  const bool split = segments > 1;
-  const int threads = resolve_threads(ctx.threads, tasks);
+  const core::KvGradientTasks tasks(p, (p.N + L - 1) / L, ctx.threads);
   // Everything is sized here: the parallel regions allocate nothing.
-  std::vector<Scratch> scratch(static_cast<size_t>(threads));
-  for (Scratch& s : scratch) s.reserve(p, !split);
-  AlignedFloats partial_dk, partial_dv;  // split: one (M x D, M x Dv) pair per task
-  if (split) {
-    partial_dk.resize(static_cast<size_t>(tasks * p.M * p.D));
-    partial_dv.resize(static_cast<size_t>(tasks * p.M * p.Dv));
-  }
+  std::vector<Scratch> scratch(static_cast<size_t>(tasks.threads()));
+  for (Scratch& s : scratch) s.reserve(p);
   const mask::BlockMask mask(p.pattern, p.N, p.M, p.offset, L, kKeyTile);
-  const kernels::TileKernels& kern = *ctx.kern;
-  // dK, dV of kv head (b, hk) from float32 sums (sum(j) gives row j's pointers); keys past the
-  // batch's valid length get 0.
-  auto write_kv = [&](int64_t b, int64_t hk, int64_t j, const float* dk, const float* dv, float* zeros) {
-    const bool valid = j < p.kv_len[static_cast<size_t>(b)];
-    kern.from_float(valid ? dk : zeros, g.dk.dtype, g.dk.strides[3], p.D, g.dk.ptr(b, hk, j));
-    kern.from_float(valid ? dv : zeros, g.dv.dtype, g.dv.strides[3], p.Dv, g.dv.ptr(b, hk, j));
-  };
-  parallel_for(tasks, threads, [&](int64_t task, int tid) {
-    Scratch& s = scratch[static_cast<size_t>(tid)];
-    const int64_t pair = task / segments, seg = task % segments;
-    const int64_t b = pair / p.Hkv, hk = pair % p.Hkv;
-    float* dk = split ? partial_dk.data() + task * p.M * p.D : s.dk.data();
-    float* dv = split ? partial_dv.data() + task * p.M * p.Dv : s.dv.data();
-    const int64_t qb0 = q_blocks * seg / segments, qb1 = q_blocks * (seg + 1) / segments;
-    Task(p, g, mask, kern, s, b, hk, dk, dv).run(qb0, qb1);
-    if (split) return;
-    std::fill(s.row.begin(), s.row.end(), 0.0f);
-    for (int64_t j = 0; j < p.M; ++j) write_kv(b, hk, j, dk + j * p.D, dv + j * p.Dv, s.row.data());
-  });
-  if (!split) return;
-  // The segments' partial sums, added in segment order: one item per (pair, block of 64 keys).
-  const int64_t key_blocks = (p.M + L - 1) / L;
-  std::vector<AlignedFloats> sums(static_cast<size_t>(threads));
-  for (AlignedFloats& a : sums) a.resize(static_cast<size_t>(p.D + p.Dv + std::max(p.D, p.Dv)));
-  parallel_for(pairs * key_blocks, threads, [&](int64_t item, int tid) {
-    const int64_t pair = item / key_blocks, j0 = item % key_blocks * L;
-    float* dk = sums[static_cast<size_t>(tid)].data();
-    float* dv = dk + p.D;
-    float* zeros = dv + p.Dv;
-    std::fill(zeros, zeros + std::max(p.D, p.Dv), 0.0f);
-    for (int64_t j = j0; j < std::min(j0 + L, p.M); ++j) {
-      std::fill(dk, dk + p.D, 0.0f);
-      std::fill(dv, dv + p.Dv, 0.0f);
-      for (int64_t seg = 0; seg < segments; ++seg) {
-        const int64_t task = pair * segments + seg;
-        const float* pk = partial_dk.data() + (task * p.M + j) * p.D;
-        const float* pv = partial_dv.data() + (task * p.M + j) * p.Dv;
-        for (int64_t c = 0; c < p.D; ++c) dk[c] += pk[c];
-        for (int64_t c = 0; c < p.Dv; ++c) dv[c] += pv[c];
-      }
-      write_kv(pair / p.Hkv, pair % p.Hkv, j, dk, dv, zeros);
-    }
+  tasks.run(g, *ctx.kern, [&](int64_t b, int64_t hk, int64_t qb0, int64_t qb1, float* dk, float* dv, int tid) {
+    Task(p, g, mask, *ctx.kern, scratch[static_cast<size_t>(tid)], b, hk, dk, dv).run(qb0, qb1);
   });
 }
 
