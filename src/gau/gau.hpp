@@ -3,6 +3,7 @@
 // "tiled" (64 queries x 64 keys per step, both products through kernels.gemm, no N x M buffer)
 // beside the float64 reference.
 #pragma once
+#include <string>
 #include <vector>
 
 #include "core/facts.hpp"
@@ -27,6 +28,13 @@ struct GauFamily {
   // 2 (D + Dv) per (query, key) pair it evaluates (causal: the lower triangle).
   static double flops(const Problem& p);
   static core::ReferenceResult reference(const Problem& p, core::RefPrecision precision);
+  // dQ, dK, dV (gau_backward.cpp): forms tiled (float32) and reference (float64); nothing refused.
+  static std::string backward_refusal(const Problem& p);
+  static const std::vector<core::BackwardForm<Problem>>& backward_forms();
 };
+
+// The float64 backward (or, with RefPrecision::plain, the same in float rounded to the storage
+// dtype: the tolerance rule's baseline).
+void gau_backward_reference(const GauProblem& p, const core::BackwardViews& g, core::RefPrecision precision);
 
 }  // namespace attn::gau
