@@ -13,6 +13,7 @@
 #include "exact/softmax_backward.hpp"
 #include "families/internal_api.hpp"
 #include "support/expect_error.hpp"
+#include "support/gradient_checks.hpp"
 #include "support/random_inputs.hpp"
 
 namespace attn {
@@ -88,33 +89,6 @@ AttendGradients backward(const Inputs& s, const std::string& form, int threads =
   return attend_backward(s.dout.view, s.q.view, s.k.view, s.v.view, fwd.out.view(), fwd.lse.view(), s.m, bo);
 }
 
-// Central differences of L in every element of x (float32 storage: the step actually taken is
-// the difference of the two rounded inputs).
-void expect_matches_finite_differences(Inputs& s, Buffer& x, const Tensor& grad, const char* name) {
-  const TensorView& v = x.view;
-  double worst = 0, largest = 0;
-  for (int64_t b = 0; b < v.shape[0]; ++b)
-    for (int64_t h = 0; h < v.shape[1]; ++h)
-      for (int64_t n = 0; n < v.shape[2]; ++n)
-        for (int64_t c = 0; c < v.shape[3]; ++c) {
-          const int64_t at = v.offset(b, h, n, c);
-          const float x0 = v.at(b, h, n, c);
-          const float up = x0 + 1e-2f, down = x0 - 1e-2f;
-          store_from_float(v.data, v.dtype, at, up);
-          const double lu = loss(s);
-          store_from_float(v.data, v.dtype, at, down);
-          const double ld = loss(s);
-          store_from_float(v.data, v.dtype, at, x0);
-          const double fd = (lu - ld) / (static_cast<double>(up) - down);
-          const double got = grad.at(b, h, n, c);
-          worst = std::max(worst, std::abs(fd - got));
-          largest = std::max(largest, std::abs(fd));
-        }
-  // second-order error of a 1e-2 step on unit-scale inputs: ~1e-4 relative
-  EXPECT_LE(worst, 1e-3 * std::max(1.0, largest)) << name << ": max |finite difference - gradient| = " << worst;
-  EXPECT_GT(largest, 1e-3) << name << ": a gradient that is all zeros checks nothing";
-}
-
 const std::vector<Problem>& problems() {
   static const std::vector<Problem> list = [] {
     std::vector<Problem> v;
@@ -157,27 +131,10 @@ class Backward : public ::testing::TestWithParam<Problem> {};
 TEST_P(Backward, ReferenceMatchesFiniteDifferences) {
   Inputs s = make(GetParam(), 11);
   const AttendGradients g = backward(s, "reference");
-  expect_matches_finite_differences(s, s.q, g.dq, "dq");
-  expect_matches_finite_differences(s, s.k, g.dk, "dk");
-  expect_matches_finite_differences(s, s.v, g.dv, "dv");
-}
-
-// The rule of TESTING.md for gradients: max |fast - ref64| <= 3 max |plain - ref64| + floor, plain
-// the reference algorithm in float with its intermediates rounded to the storage dtype, floor
-// 1e-5 max(1, max |ref64|) (float32 sums over up to 200 rows).
-void expect_within_rule(const Tensor& fast, const Tensor& ref, const Tensor& plain, const char* name) {
-  const TensorView &a = fast.view(), &r = ref.view(), &pl = plain.view();
-  double largest = 0, plain_err = 0, err = 0;
-  int64_t worst = 0;
-  for (int64_t e = 0; e < r.numel(); ++e) {
-    const double want = load_as_float(r.data, r.dtype, e);
-    largest = std::max(largest, std::abs(want));
-    plain_err = std::max(plain_err, std::abs(double(load_as_float(pl.data, pl.dtype, e)) - want));
-    const double d = std::abs(double(load_as_float(a.data, a.dtype, e)) - want);
-    if (!(d <= err)) err = d, worst = e;
-  }
-  const double tol = 3 * plain_err + 1e-5 * std::max(1.0, largest);
-  EXPECT_LE(err, tol) << name << ": element " << worst << " off by " << err << " (plain " << plain_err << ")";
+  const auto l = [&] { return loss(s); };
+  testing::expect_matches_finite_differences(l, s.q, g.dq, "dq");
+  testing::expect_matches_finite_differences(l, s.k, g.dk, "dk");
+  testing::expect_matches_finite_differences(l, s.v, g.dv, "dv");
 }
 
 // The reference in float32 views (so the comparison is not limited by the storage dtype's
@@ -211,9 +168,9 @@ TEST_P(Backward, FastFormsMatchTheReferenceInEveryDtype) {
     Inputs s = make(pr, 12);
     const AttendGradients fast = backward(s, form), ref = reference_f32(s, core::RefPrecision::f64),
                           plain = reference_f32(s, core::RefPrecision::plain);
-    expect_within_rule(fast.dq, ref.dq, plain.dq, "dq");
-    expect_within_rule(fast.dk, ref.dk, plain.dk, "dk");
-    expect_within_rule(fast.dv, ref.dv, plain.dv, "dv");
+    testing::expect_within_rule(fast.dq, ref.dq, plain.dq, "dq");
+    testing::expect_within_rule(fast.dk, ref.dk, plain.dk, "dk");
+    testing::expect_within_rule(fast.dv, ref.dv, plain.dv, "dv");
     // and bitwise the same for any thread count
     for (int threads : {1, 3}) {
       const AttendGradients t = backward(s, form, threads);
@@ -282,7 +239,7 @@ TEST(BackwardShape, BadInputIsNamed) {
   form.form = "fast";
   testing::expect_error([&] { call(s.dout.view, s.m, form); },
                         "attend_backward: form must be one of tiled, rows, reference for softmax, got 'fast'");
-  testing::expect_error([&] { call(s.dout.view, parse_mechanism("linear"), {}); }, "linear has no backward yet");
+  testing::expect_error([&] { call(s.dout.view, parse_mechanism("linear"), {}); }, "lse does not apply to linear");
   testing::expect_error([&] { call(s.dout.view, parse_mechanism("softmax:score=cosine"), {}); },
                         "score=cosine has no backward yet");
   testing::expect_error([&] {
@@ -303,8 +260,8 @@ TEST(BackwardShape, ExplainListsTheBackwardFormsWithTheirReasons) {
   EXPECT_EQ(explain_backward(s.q.view, s.k.view, s.v.view, s.m, forced).chosen, "reference");
   testing::expect_error([&] { explain_backward(s.q.view, s.k.view, s.v.view, parse_mechanism("softmax:score=cosine")); },
                         "score=cosine has no backward yet");
-  testing::expect_error([&] { explain_backward(s.q.view, s.k.view, s.v.view, parse_mechanism("linear")); },
-                        "linear has no backward yet");
+  testing::expect_error([&] { explain_backward(s.q.view, s.k.view, s.v.view, parse_mechanism("performer")); },
+                        "performer has no backward yet");
 }
 
 }  // namespace
