@@ -31,10 +31,9 @@ struct GauFamily {
   // dQ, dK, dV (gau_backward.cpp): forms tiled (float32) and reference (float64); nothing refused.
   static std::string backward_refusal(const Problem& p);
   static const std::vector<core::BackwardForm<Problem>>& backward_forms();
+  // The float64 backward (or, with RefPrecision::plain, the same in float rounded to the storage
+  // dtype: the tolerance rule's baseline).
+  static void backward_reference(const Problem& p, const core::BackwardViews& g, core::RefPrecision precision);
 };
-
-// The float64 backward (or, with RefPrecision::plain, the same in float rounded to the storage
-// dtype: the tolerance rule's baseline).
-void gau_backward_reference(const GauProblem& p, const core::BackwardViews& g, core::RefPrecision precision);
 
 }  // namespace attn::gau

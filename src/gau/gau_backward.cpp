@@ -164,7 +164,7 @@ void run_tiled(const GauProblem& p, const core::BackwardViews& g, const core::Co
 
 }  // namespace
 
-void gau_backward_reference(const GauProblem& p, const core::BackwardViews& g, core::RefPrecision precision) {
+void GauFamily::backward_reference(const GauProblem& p, const core::BackwardViews& g, core::RefPrecision precision) {
   if (precision == core::RefPrecision::f64)
     reference_impl<double>(p, g, false);
   else

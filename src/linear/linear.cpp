@@ -254,6 +254,11 @@ const std::vector<core::Form<LinearProblem>>& LinearFamily::forms() {
 
 std::string LinearFamily::backward_refusal(const LinearProblem& p) { return linear_backward_refusal(p); }
 
+void LinearFamily::backward_reference(const LinearProblem& p, const core::BackwardViews& g,
+                                      core::RefPrecision precision) {
+  linear_backward_reference(p, g, precision);
+}
+
 const std::vector<core::BackwardForm<LinearProblem>>& LinearFamily::backward_forms() {
   static const std::vector<core::BackwardForm<LinearProblem>> list = {
       {"chunked", "causal, float32: chunk states recomputed forward, then the blocks walked backward carrying dH",

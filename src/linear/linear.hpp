@@ -78,6 +78,8 @@ struct LinearFamily {
   // or ""; its forms in priority order: chunked (causal), right (non-causal), reference (float64).
   static std::string backward_refusal(const Problem& p);
   static const std::vector<core::BackwardForm<Problem>>& backward_forms();
+  // The float64 backward, or the plain same-dtype baseline (linear_backward_reference).
+  static void backward_reference(const Problem& p, const core::BackwardViews& g, core::RefPrecision precision);
 };
 
 

@@ -94,7 +94,7 @@ AttendGradients reference_f32(const Inputs& s, core::RefPrecision precision) {
   g.dq = Tensor(DType::f32, {p.B, p.H, p.N, p.D});
   g.dk = Tensor(DType::f32, {p.B, p.Hkv, p.M, p.D});
   g.dv = Tensor(DType::f32, {p.B, p.Hkv, p.M, p.Dv});
-  gau::gau_backward_reference(p, {s.dout.view, {}, {}, g.dq.view(), g.dk.view(), g.dv.view()}, precision);
+  gau::GauFamily::backward_reference(p, {s.dout.view, {}, {}, g.dq.view(), g.dk.view(), g.dv.view()}, precision);
   return g;
 }
 
