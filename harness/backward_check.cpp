@@ -42,7 +42,7 @@ double floor_for(DType dt, const TensorView& ref, double max_lse) {
     }
   }
   constexpr double eps32 = 1.0 / (1 << 23);
-  return 1e-5 * std::max(1.0, largest) + 8 * eps32 * max_lse * largest + 2 * noise;
+  return 1e-5 * std::max(1.0, largest) + 4 * eps32 * max_lse * largest + 2 * noise;
 }
 
 void fail_with(Outcome& o, const std::string& what) {

@@ -8,12 +8,12 @@
 // ref64 the family's float64 backward reference and plain the same algorithm with its
 // intermediates rounded to the storage dtype (both from q, k, v and dout alone);
 // floor = 1e-5 max(1, max |ref64|) (float32 sums over up to a few hundred rows and keys)
-//       + 8 eps32 max |lse64| max |ref64| (for families with a log-sum-exp: a flash-style backward
+//       + 4 eps32 max |lse64| max |ref64| (for families with a log-sum-exp: a flash-style backward
 //         recomputes P = exp(t - lse) from the forward's float32 lse, which carries only
 //         eps32 |lse| of absolute precision, and recomputes t with another rounding than the
 //         forward's: a relative error in P the plain baseline, normalising its own scores, does
-//         not have. It matters only for large scores: inputs x100 give |lse| ~ 1e4, a 1 % floor;
-//         at unit scale it is ~1e-5)
+//         not have. It matters only for large scores: the case list's inputs x100 give |lse| ~ 5e4,
+//         a 2 % floor; at unit scale, |lse| ~ 10, it is 5e-6)
 //       + for bf16/fp16, the dtype's rounding floor 2 max |(ref + 0.3 - 0.3) - ref| in that dtype
 //         (the gradients are stored in it).
 // Every gradient finite where the reference is; and the form's result on 1 and 3 threads bitwise
