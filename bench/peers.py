@@ -8,11 +8,14 @@ same thread count, in one run. Prints time per call and the speed ratio (torch t
     python bench/peers.py --sparse --sizes 16384 --dims 64 --dtypes f32   # patterns vs FlexAttention
     python bench/peers.py --linear --sizes 4096 16384 --dims 128 --dtypes f32  # chunked linear vs a torch loop
     python bench/peers.py --kvcache --heads 32 --kv-heads 8 --dims 128 --threads 1 2  # KV-cache decode, paged too
+    python bench/peers.py --backward --sizes 4096 --dims 128 --dtypes f32 --threads 2  # training: vs SDPA's backward,
+                                                                    # and the linear chunk loop in torch autograd
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -323,6 +326,188 @@ def linear(args, out) -> int:
     return 0
 
 
+# ---- --backward: training, the gradients of q, k and v ------------------------------------------
+# FLOPs of a backward: 2.5 x the forward's (recompute q.k, then dO.v, dV, dQ, dK: 10 d per visible
+# pair against the forward's 4 d; the count of `attn bench --backward` and flash-attention's
+# benchmarks). The linear rows use the same 2.5 x on the chunked form's forward count.
+BACKWARD_FLOPS_PER_FORWARD = 2.5
+
+
+def torch_fwd_bwd(fn, q, k, v, dout):
+    """A training step's attention as torch users run it: forward, then backward into .grad."""
+    def step():
+        for x in (q, k, v):
+            x.grad = None
+        fn(q, k, v).backward(dout)
+    return step
+
+
+def torch_bwd_alone(fn, q, k, v, dout):
+    """The backward alone: autograd.grad on a graph built once and retained."""
+    out = fn(q, k, v)
+    return lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+
+
+def max_rel_diff(ours, theirs) -> float:
+    """max |ours - theirs| / max |theirs| over the three gradients."""
+    return max(float((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-30))
+               for a, b in zip(ours, theirs))
+
+
+def leaves(g, shape, dtype, count):
+    return [torch.randn(*shape, generator=g).to(dtype).requires_grad_() for _ in range(count)]
+
+
+def backward_softmax(args, out, dtypes) -> None:
+    """attn.attend_backward (from attn.attend's out and lse) vs torch SDPA's CPU backward, same
+    inputs and dout. Two timings on each side: the backward alone (attn: attend_backward; torch:
+    autograd.grad on a retained graph) and a whole step, forward then backward (attn: attend with
+    return_lse, then attend_backward; torch: SDPA then .backward). max|diff|: attn's gradients
+    against torch's, relative to their largest."""
+    masks = ["full", "causal"] + (["window"] if args.window else [])
+    for t in args.threads:
+        roof = sgemm_gflops(t)
+        print(f"torch {torch.__version__}, attn isa {attn.active_isa()}; {t} threads; torch sgemm n=2048 "
+              f"{roof:.0f} GFLOP/s; backward FLOPs = {BACKWARD_FLOPS_PER_FORWARD} x the forward's")
+        print(f"{'N=M':>6} {'d':>4} {'mask':>6} {'dtype':>5} {'attn bwd ms':>11} {'torch bwd ms':>12} "
+              f"{'attn/sg':>7} {'torch/sg':>8} {'bwd speedup':>11} {'attn step ms':>12} {'torch step ms':>13} "
+              f"{'step speedup':>12} {'max|diff|':>9}")
+        for n in args.sizes:
+            for d in args.dims:
+                for mask in masks:
+                    for dt in args.dtypes:
+                        torch.set_num_threads(t)
+                        g = torch.Generator().manual_seed(0)
+                        q, k, v, dout = leaves(g, (1, args.heads, n, d), dtypes[dt], 4)
+                        dout = dout.detach()
+                        window = args.window if mask == "window" else 0
+                        if window:
+                            band = torch.ones(n, n, dtype=torch.bool).tril().triu(-window)  # j in [i - window, i]
+                            text = f"softmax:causal,window={window}:0"
+                            sdpa = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=band)
+                            pairs = float(band.sum())
+                        else:
+                            causal = mask == "causal"
+                            text = "softmax:causal" if causal else "softmax"
+                            sdpa = lambda q, k, v, c=causal: F.scaled_dot_product_attention(q, k, v, is_causal=c)
+                            pairs = n * (n + 1) / 2 if causal else float(n * n)
+                        qd, kd, vd = q.detach(), k.detach(), v.detach()
+                        o, lse = attn.attend(qd, kd, vd, text, layout="bhnd", return_lse=True, threads=t)
+                        ours_bwd = best_time(lambda: attn.attend_backward(dout, qd, kd, vd, o, lse, text, layout="bhnd",
+                                                                          threads=t), args.reps)
+
+                        def attn_step():
+                            o2, lse2 = attn.attend(qd, kd, vd, text, layout="bhnd", return_lse=True, threads=t)
+                            return attn.attend_backward(dout, qd, kd, vd, o2, lse2, text, layout="bhnd", threads=t)
+                        ours_step = best_time(attn_step, args.reps)
+                        theirs_bwd = best_time(torch_bwd_alone(sdpa, q, k, v, dout), args.reps)
+                        theirs_step = best_time(torch_fwd_bwd(sdpa, q, k, v, dout), args.reps)
+                        diff = max_rel_diff(attn.attend_backward(dout, qd, kd, vd, o, lse, text, layout="bhnd", threads=t),
+                                            torch.autograd.grad(sdpa(q, k, v), (q, k, v), dout))
+                        flops = BACKWARD_FLOPS_PER_FORWARD * 4.0 * args.heads * pairs * d
+                        row = dict(direction="backward", q_len=n, kv_len=n, head_dim=d, heads=args.heads, mask=mask,
+                                   window=window, dtype=dt, threads=t, flops=flops, attn_bwd_seconds=ours_bwd,
+                                   torch_bwd_seconds=theirs_bwd, attn_step_seconds=ours_step,
+                                   torch_step_seconds=theirs_step, attn_ratio=flops / ours_bwd / 1e9 / roof,
+                                   torch_ratio=flops / theirs_bwd / 1e9 / roof, speedup=theirs_bwd / ours_bwd,
+                                   step_speedup=theirs_step / ours_step, max_rel_diff=diff, torch_sgemm_gflops=roof)
+                        label = f"win{window}" if window else ("causal" if mask == "causal" else "-")
+                        print(f"{n:>6} {d:>4} {label:>6} {dt:>5} {ours_bwd*1e3:>11.2f} {theirs_bwd*1e3:>12.2f} "
+                              f"{row['attn_ratio']:>7.3f} {row['torch_ratio']:>8.3f} {row['speedup']:>10.2f}x "
+                              f"{ours_step*1e3:>12.2f} {theirs_step*1e3:>13.2f} {row['step_speedup']:>11.2f}x "
+                              f"{diff:>9.1e}", flush=True)
+                        if out:
+                            out.write(json.dumps(row) + "\n")
+                            out.flush()
+
+
+def attn_linear_mechanism(chunk: int) -> str:
+    return f"linear:map=elu,causal,chunk={chunk}"
+
+
+def attn_linear_backward_refusal(chunk: int):
+    """None when attn differentiates causal elu linear attention (through torch autograd of
+    attn.linear_attention, as a torch user trains with it), else attn's own reason, asked of a
+    tiny call: nothing here decides it from a version or a list."""
+    g = torch.Generator().manual_seed(1)
+    q, k, v = leaves(g, (1, 1, 8, 4), torch.float32, 3)
+    try:
+        o, _ = attn.linear_attention(q, k, v, feature_map="elu", causal=True, chunk_size=chunk, layout="bhnd")
+        torch.autograd.grad(o, (q, k, v), torch.ones_like(o))
+    except (ValueError, RuntimeError, TypeError, NotImplementedError) as e:
+        return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return None
+
+
+def backward_linear(args, out, dtypes) -> None:
+    """Chunked causal linear attention (elu + 1, normalised): attn's backward vs the same chunk
+    loop as --linear written in plain torch and differentiated by torch autograd. attn is
+    differentiated the way a torch user trains with it (autograd of attn.linear_attention); it
+    runs on attn's default thread count (all cores / OMP_NUM_THREADS)."""
+    chunk = args.chunk
+    refusal = attn_linear_backward_refusal(chunk)
+    phi = lambda x: F.elu(x) + 1
+    loop = lambda q, k, v: torch_chunked_linear(phi(q), phi(k), v, chunk, True)
+    ours_fn = lambda q, k, v: attn.linear_attention(q, k, v, feature_map="elu", causal=True, chunk_size=chunk,
+                                                    layout="bhnd")[0]
+    attn_threads = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
+    for t in args.threads:
+        roof = sgemm_gflops(t)
+        print(f"\nlinear (elu, causal, normalised, chunk {chunk}): torch {torch.__version__}; {t} threads; torch sgemm "
+              f"n=2048 {roof:.0f} GFLOP/s; backward FLOPs = {BACKWARD_FLOPS_PER_FORWARD} x the chunked forward's "
+              f"4 H N d (C + d)")
+        if refusal is not None:
+            print(f"attn: linear backward not available in this build ({refusal}); torch's times only")
+        elif t != attn_threads:
+            print(f"note: attn's autograd path runs on {attn_threads} threads (OMP_NUM_THREADS), torch on {t}")
+        print(f"{'N':>6} {'d':>4} {'dtype':>5} {'attn bwd ms':>11} {'torch bwd ms':>12} {'attn/sg':>7} {'torch/sg':>8} "
+              f"{'bwd speedup':>11} {'attn step ms':>12} {'torch step ms':>13} {'step speedup':>12} {'max|diff|':>9}")
+        for n in args.sizes:
+            for d in args.dims:
+                for dt in args.dtypes:
+                    torch.set_num_threads(t)
+                    g = torch.Generator().manual_seed(0)
+                    q, k, v, dout = (x * 0.3 for x in leaves(g, (1, args.heads, n, d), dtypes[dt], 4))
+                    q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
+                    dout = dout.detach()
+                    flops = BACKWARD_FLOPS_PER_FORWARD * 4.0 * args.heads * n * d * (min(chunk, n) + d)
+                    theirs_bwd = best_time(torch_bwd_alone(loop, q, k, v, dout), args.reps)
+                    theirs_step = best_time(torch_fwd_bwd(loop, q, k, v, dout), args.reps)
+                    row = dict(direction="backward", mechanism=attn_linear_mechanism(chunk), q_len=n, head_dim=d,
+                               heads=args.heads, dtype=dt, threads=t, chunk=chunk, flops=flops,
+                               torch_bwd_seconds=theirs_bwd, torch_step_seconds=theirs_step,
+                               torch_ratio=flops / theirs_bwd / 1e9 / roof, torch_sgemm_gflops=roof)
+                    if refusal is None:
+                        ours_bwd = best_time(torch_bwd_alone(ours_fn, q, k, v, dout), args.reps)
+                        ours_step = best_time(torch_fwd_bwd(ours_fn, q, k, v, dout), args.reps)
+                        diff = max_rel_diff(torch.autograd.grad(ours_fn(q, k, v), (q, k, v), dout),
+                                            torch.autograd.grad(loop(q, k, v), (q, k, v), dout))
+                        row.update(attn_bwd_seconds=ours_bwd, attn_step_seconds=ours_step,
+                                   attn_ratio=flops / ours_bwd / 1e9 / roof, speedup=theirs_bwd / ours_bwd,
+                                   step_speedup=theirs_step / ours_step, max_rel_diff=diff, attn_threads=attn_threads)
+                        print(f"{n:>6} {d:>4} {dt:>5} {ours_bwd*1e3:>11.2f} {theirs_bwd*1e3:>12.2f} "
+                              f"{row['attn_ratio']:>7.3f} {row['torch_ratio']:>8.3f} {row['speedup']:>10.2f}x "
+                              f"{ours_step*1e3:>12.2f} {theirs_step*1e3:>13.2f} {row['step_speedup']:>11.2f}x "
+                              f"{diff:>9.1e}", flush=True)
+                    else:
+                        row.update(attn_unavailable=refusal)
+                        print(f"{n:>6} {d:>4} {dt:>5} {'-':>11} {theirs_bwd*1e3:>12.2f} {'-':>7} "
+                              f"{row['torch_ratio']:>8.3f} {'-':>11} {'-':>12} {theirs_step*1e3:>13.2f} {'-':>12} "
+                              f"{'-':>9}", flush=True)
+                    if out:
+                        out.write(json.dumps(row) + "\n")
+                        out.flush()
+
+
+def backward(args, out) -> int:
+    """Training: softmax against torch SDPA's CPU backward, then linear attention against the torch
+    autograd chunk loop, in one run."""
+    dtypes = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+    backward_softmax(args, out, dtypes)
+    backward_linear(args, out, dtypes)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="+", default=[1024, 4096])
@@ -345,7 +530,12 @@ def main(argv=None) -> int:
     ap.add_argument("--linear", action="store_true",
                     help="time chunked causal linear attention against the same chunk loop in PyTorch, its scaling "
                          "in N, and decoding with a recurrent state")
-    ap.add_argument("--chunk", type=int, default=64, help="chunk size for --linear")
+    ap.add_argument("--backward", action="store_true",
+                    help="time training's backward: attn.attend_backward vs torch SDPA's CPU backward (the backward "
+                         "alone, autograd.grad on a retained graph, and a forward + backward step), then causal elu "
+                         "linear attention's backward vs the --linear chunk loop in torch autograd; ratios on 2.5 x "
+                         "the forward's FLOPs; --window adds a causal band (torch: SDPA with the band mask)")
+    ap.add_argument("--chunk", type=int, default=64, help="chunk size for --linear and --backward's linear rows")
     ap.add_argument("--json", help="write one JSON object per case to this file")
     args = ap.parse_args(argv)
     dtypes = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
@@ -359,6 +549,8 @@ def main(argv=None) -> int:
         return sparse(args, out)
     if args.linear:
         return linear(args, out)
+    if args.backward:
+        return backward(args, out)
     roof = {t: sgemm_gflops(t) for t in args.threads}
     print(f"torch {torch.__version__}, attn isa {attn.active_isa()}; torch sgemm n=2048: "
           + ", ".join(f"{t}T {g:.0f} GFLOP/s" for t, g in roof.items()))

@@ -3,7 +3,11 @@
 // byte count, and which modes use it. One list (case_list.cpp) drives
 //   check  - ctest (tests/harness/test_case_list.cpp) and `attn check`: every form that supports
 //            the case, on every ISA, against the float64 reference;
-//   bench  - `attn bench`: speed as a ratio to the same-run roofline (sgemm or bandwidth);
+//   backward - ctest (tests/harness/test_backward_cases.cpp) and `attn check --backward`: the check
+//            cases whose mechanism has a backward, every backward form on every ISA, against the
+//            float64 backward reference (harness/backward_check.hpp);
+//   bench  - `attn bench`: speed as a ratio to the same-run roofline (sgemm or bandwidth); with
+//            --backward, each case's backward too;
 //   demo   - `attn demo`: error against the reference, time, speed;
 //   list   - `attn list`: what would run, with filters --op, --form, --isa, --case.
 // A new mechanism adds cases to case_list.cpp, not a new test program.

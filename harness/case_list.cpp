@@ -758,6 +758,9 @@ std::vector<Case> build() {
   // f32 and bf16; 8 heads) and decode against 4096 / 16384 / 65536 cached keys.
   for (Case& c : bench_grid({1024, 4096}, {64, 128}, {"softmax", "softmax:causal"}, {DType::f32, DType::bf16}, 8, 0))
     all.push_back(c);
+  // Sparse at length: window 256 + 4 sinks at N = M = 16384, d = 128 (the training issue's backward
+  // target compares its rate with the full attention's above).
+  for (Case& c : bench_grid({16384}, {128}, {"softmax:causal,window=256:0,sinks=4"}, {DType::f32}, 8, 0)) all.push_back(c);
   for (Case& c : decode_grid({4096, 16384, 65536}, {128}, {DType::f32, DType::bf16}, 8)) all.push_back(c);
   for (Case& c : demo_cases(512, 64, 8)) all.push_back(c);
   // Identical cases appear once (the loops above produce a few twice).

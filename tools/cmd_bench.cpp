@@ -1,5 +1,6 @@
 // attn bench: exact-attention throughput as a ratio to the sgemm roofline measured in the
-// same run, for the shapes of the foundation issue. One JSON object per case with --json.
+// same run, for the shapes of the foundation issue; with --backward, attend_backward's too (on
+// 2.5 x the forward's FLOPs, timed_backward.hpp). One JSON object per case and direction with --json.
 #include <fmt/core.h>
 #include <omp.h>
 #include <sys/resource.h>
@@ -17,6 +18,7 @@
 #include "usage.hpp"
 #include "json_lines.hpp"
 #include "roofline.hpp"
+#include "timed_backward.hpp"
 #include "harness/inputs.hpp"
 #include "workload.hpp"
 
@@ -32,7 +34,7 @@ struct BenchArgs {
   int reps = 2;
   std::string json;
   bool big = false, memory = false, stats = false, grid_given = false, decode_given = false, layout_given = false,
-       page_given = false;
+       page_given = false, backward = false;
   std::vector<int64_t> decode;  // cache lengths for decode-shaped cases (N = 1); none: the list's
   std::string layout = "bhnd";  // of q, k, v in the --decode grid
   int64_t page = 0;              // > 0: the --decode caches are read as pools of pages of this many rows
@@ -129,6 +131,18 @@ double peak_rss_mib() {
 
 void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
+// One JSON row of the throughput table: `direction` "forward" (attend) or "backward"
+// (attend_backward); flops is what the row's gflops and ratio count (backward: 2.5 x the forward's).
+nlohmann::json row_json(const harness::Case& c, const Mechanism& m, const char* direction, const std::string& form,
+                        int threads, double secs, double flops, double roof, double bw) {
+  const double gflops = flops / secs / 1e9;
+  return {{"mechanism", to_string(m)}, {"dtype", short_name(c.dtype)}, {"batch", c.B}, {"heads", c.H},
+          {"kv_heads", c.Hkv}, {"q_len", c.N}, {"kv_len", c.M}, {"head_dim", c.D}, {"causal", info(m).causal},
+          {"direction", direction}, {"form", form}, {"threads", threads}, {"seconds", secs}, {"flops", flops},
+          {"gflops", gflops}, {"roofline_gflops", roof}, {"ratio", gflops / roof}, {"isa", isa_name(active_isa())},
+          {"bandwidth_gbs", bw}};
+}
+
 int run(const BenchArgs& a) {
   for (const auto& [given, name] : {std::pair{a.layout_given, "--layout"}, std::pair{a.page_given, "--page"}})
     if (given && a.decode.empty())
@@ -161,8 +175,8 @@ int run(const BenchArgs& a) {
                    : std::vector<harness::Case>{};
   const auto runs = harness::expand(a.grid_given ? grid : harness::case_list(), harness::kBench, a.filter);
 
-  fmt::print("{:>7} {:>6} {:>5} {:<32} {:>5} {:<6} {:>3} {:>10} {:>9} {:>8}\n", "case", "N=M", "d", "mechanism",
-             "dtype", "form", "T", "ms", "GFLOP/s", "ratio");
+  fmt::print("{:>7} {:>6} {:>5} {:<32} {:>5} {:<6} {:<3} {:>3} {:>10} {:>9} {:>8}\n", "case", "N=M", "d", "mechanism",
+             "dtype", "form", "dir", "T", "ms", "GFLOP/s", "ratio");
   const size_t total = runs.size() * a.threads.size();
   size_t idx = 0;
   for (const harness::Run& r : runs) {
@@ -176,8 +190,8 @@ int run(const BenchArgs& a) {
       const double secs = run.seconds(t, a.reps);
       const double gflops = flops / secs / 1e9;
       const double ratio = gflops / roof[t];
-      fmt::print("{:>3}/{:<3} {:>6} {:>5} {:<32} {:>5} {:<6} {:>3} {:>10.2f} {:>9.1f} {:>8.3f}\n", idx, total, c.N, c.D,
-                 c.mechanism, short_name(c.dtype), form, t, secs * 1e3, gflops, ratio);
+      fmt::print("{:>3}/{:<3} {:>6} {:>5} {:<32} {:>5} {:<6} {:<3} {:>3} {:>10.2f} {:>9.1f} {:>8.3f}\n", idx, total, c.N,
+                 c.D, c.mechanism, short_name(c.dtype), form, "fwd", t, secs * 1e3, gflops, ratio);
       double stats_secs = 0;
       if (a.stats) {
         stats_secs = run.seconds(t, a.reps, true);
@@ -186,13 +200,25 @@ int run(const BenchArgs& a) {
       }
       std::fflush(stdout);
       if (json) {
-        nlohmann::json j = {{"mechanism", to_string(in.mechanism)}, {"dtype", short_name(c.dtype)}, {"batch", c.B},
-                            {"heads", c.H}, {"kv_heads", c.Hkv}, {"q_len", c.N}, {"kv_len", c.M}, {"head_dim", c.D},
-                            {"causal", info(in.mechanism).causal}, {"form", form}, {"threads", t},
-                            {"seconds", secs}, {"gflops", gflops}, {"roofline_gflops", roof[t]}, {"ratio", ratio},
-                            {"isa", isa_name(active_isa())}, {"bandwidth_gbs", bw}};
+        nlohmann::json j = row_json(c, in.mechanism, "forward", form, t, secs, flops, roof[t], bw);
         if (a.stats) j["seconds_with_stats"] = stats_secs;
         json.line(j.dump());
+      }
+    }
+    if (a.backward) {  // the same case's backward, from its forward's out and lse
+      TimedBackward back(c);
+      if (!back.refusal.empty()) {
+        fmt::print("{:>7} no backward: {}\n", "", back.refusal);
+        continue;
+      }
+      const double bflops = kBackwardFlopsPerForwardFlop * flops;
+      for (int t : a.threads) {
+        const double secs = back.seconds(t, a.reps);
+        const double gflops = bflops / secs / 1e9;
+        fmt::print("{:>7} {:>6} {:>5} {:<32} {:>5} {:<6} {:<3} {:>3} {:>10.2f} {:>9.1f} {:>8.3f}\n", "", c.N, c.D,
+                   c.mechanism, short_name(c.dtype), back.form, "bwd", t, secs * 1e3, gflops, gflops / roof[t]);
+        std::fflush(stdout);
+        if (json) json.line(row_json(c, back.in.mechanism, "backward", back.form, t, secs, bflops, roof[t], bw).dump());
       }
     }
   }
@@ -229,7 +255,8 @@ int run(const BenchArgs& a) {
         if (json) {
           nlohmann::json j = {{"mechanism", to_string(in.mechanism)}, {"dtype", short_name(c.dtype)}, {"batch", c.B},
                               {"heads", c.H}, {"kv_heads", c.Hkv}, {"q_len", c.N}, {"kv_len", c.M},
-                              {"head_dim", c.D}, {"causal", false}, {"form", form}, {"threads", t},
+                              {"head_dim", c.D}, {"causal", false}, {"form", form}, {"direction", "forward"},
+                              {"threads", t},
                               {"seconds", secs}, {"gbs", gbs}, {"bandwidth_gbs", roof}, {"ratio", gbs / roof},
                               {"layout", c.layout == Layout::bnhd ? "bnhd" : "bhnd"}, {"page", run.page},
                               {"isa", isa_name(active_isa())}};
@@ -305,14 +332,23 @@ Runner add_bench(CLI::App& app) {
   CLI::App* c = app.add_subcommand("bench", "Throughput of the case list's bench suite vs this machine's roofline");
   c->footer(
       "By default times the bench suite of the case list (harness/case_list.cpp): N = M = 1024, 4096;\n"
-      "d = 64, 128; softmax and softmax:causal; f32 and bf16; 8 heads; on 1 and 2 threads. --sizes,\n"
+      "d = 64, 128; softmax and softmax:causal; f32 and bf16; 8 heads; and softmax:causal,window=256:0,sinks=4\n"
+      "at N = M = 16384, d = 128, f32; on 1 and 2 threads. --sizes,\n"
       "--dims, --mechanisms, --dtypes, --heads, --kv-heads replace it with that grid.\n"
       "Reports GFLOP/s (2 (D + Dv) per (query, key) pair the mask lets through) and ratio = GFLOP/s\n"
       "divided by OpenBLAS sgemm (n=2048) GFLOP/s on the same thread count, measured first in the same run.\n"
       "--decode times one query per head against a cache (GB/s of K+V read vs the read bandwidth sampled\n"
       "just before each row; calls take turns over copies of the cache, >= 1 GiB in all, so that each\n"
       "reads from memory); --layout bnhd gives the caches flash-attn's layout, --page 16 reads them as a\n"
-      "paged cache of 16-row pages. The issue-18 case:\n"
+      "paged cache of 16-row pages.\n"
+      "--backward also times attend_backward after each case's forward (rows marked bwd; JSON rows carry\n"
+      "\"direction\": \"backward\", forward rows \"forward\"): dq, dk, dv from the forward's out and lse and a\n"
+      "random dout, the backward's own form walk; GFLOP/s and ratio on 2.5 x the forward's FLOPs (recompute\n"
+      "q.k, dO.v, dV, dQ, dK: 10 d per pair against the forward's 4 d), against the same sgemm roofline.\n"
+      "The training issue's cases:\n"
+      "  attn bench --backward --sizes 4096 --dims 128 --dtypes f32 --threads 2 --mechanisms softmax softmax:causal\n"
+      "  attn bench --backward --sizes 16384 --dims 128 --dtypes f32 --threads 2 --mechanisms softmax:causal,window=256:0,sinks=4\n"
+      "The issue-18 case:\n"
       "  attn bench --sizes 64 --mechanisms softmax --dims 128 --heads 32 --threads 2 --decode 32768 --layout bnhd\n"
       "Example: attn bench --sizes 4096 --dims 128 --dtypes f32 --threads 2 --json out.jsonl");
   c->add_option("--sizes", args->sizes, "N = M values")->capture_default_str()->check(in_range(int64_t{1}, int64_t{1} << 20));
@@ -342,6 +378,9 @@ Runner add_bench(CLI::App& app) {
                 "a shuffled block table, as a paged KV cache is read (0: contiguous)")
       ->check(in_range(int64_t{0}, int64_t{1} << 20))
       ->capture_default_str();
+  c->add_flag("--backward", args->backward,
+              "Also time the backward (attend_backward, training) of every case whose mechanism has one, on 2.5 x the "
+              "forward's FLOPs; JSON rows carry \"direction\": \"backward\" (forward rows \"forward\")");
   c->add_flag("--memory", args->memory, "Also report peak RSS at N=M=32768, d=64");
   c->add_flag("--stats", args->stats,
               "Also time each case with streamed row statistics (return_stats, k = 8) and report the extra time");

@@ -137,6 +137,10 @@ void softmax_backward_reference(const Problem& p, const BackwardViews& g, core::
     reference_impl<float>(p, g, true);
 }
 
+void SoftmaxFamily::backward_reference(const Problem& p, const BackwardViews& g, core::RefPrecision precision) {
+  softmax_backward_reference(p, g, precision);
+}
+
 // ---- rows: float32, one task per (batch entry, kv head) ------------------------------------------
 //
 // A task owns its kv head's dK and dV and its group's dQ rows, and walks the group's query rows in

@@ -38,6 +38,9 @@ struct SoftmaxFamily {
   // float32, reference: float64).
   static std::string backward_refusal(const Problem& p);
   static const std::vector<core::BackwardForm<Problem>>& backward_forms();
+  // The backward's float64 oracle or plain same-dtype baseline (softmax_backward_reference), which
+  // the case list's backward mode checks every backward form against.
+  static void backward_reference(const Problem& p, const core::BackwardViews& g, core::RefPrecision precision);
 };
 
 }  // namespace attn::exact
