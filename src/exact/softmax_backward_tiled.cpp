@@ -4,7 +4,7 @@
 //   St  = K Qt                    qk, then softcap, bias/ALiBi and masks as the forward (score_tile)
 //   Pt  = exp(St - lse)           exp_rows: the LSE is final, no running max or sum
 //   dPt = V dOt                   qk with dO transposed in Q's place
-//   dSt = Pt (dPt keep - D_i) softcap'   elementwise; D_i = dO_i . O_i - dlse_i, once per row
+//   dSt = Pt (dPt keep - D_i) softcap'   elementwise; D_i = dO_i . O_i - dlse_i, once per row (qk)
 //   dV += P~t dO,  dK += dSt Qs,  dQ += dSt^T K      three gemm calls, accumulating in float32
 // Qs holds the rows already multiplied by their scale, so dK needs no scale and dQ takes it once
 // at the end. Hidden tiles are never visited (the forward's block mask), so the cost follows the
@@ -46,7 +46,7 @@ const float* kv_f32(const kernels::TileKernels& kern, const core::KvRows& t, int
 }
 
 struct Scratch {
-  AlignedFloats qt, dot, qs, dor, dq, st, ds, pd, capped, kall, vall;
+  AlignedFloats qt, dot, qs, dor, orows, dq, st, ds, pd, capped, kall, vall;
   AlignedFloats sub{L}, di{L}, scale{L}, ones{L};
   std::vector<float> row;
   std::vector<uint8_t> vis, live;
@@ -55,6 +55,7 @@ struct Scratch {
     dot.resize(static_cast<size_t>(p.Dv * L));
     qs.resize(static_cast<size_t>(L * p.D));
     dor.resize(static_cast<size_t>(L * p.Dv));
+    orows.resize(static_cast<size_t>(L * p.Dv));
     dq.resize(static_cast<size_t>(L * p.D));
     st.resize(static_cast<size_t>(kKeyTile * L));
     ds.resize(static_cast<size_t>(kKeyTile * L));
@@ -115,7 +116,8 @@ class Task {
       s_.di.data()[i] = 0.0f;
       s_.scale.data()[i] = 0.0f;
     }
-    float* out = s_.row.data();
+    float* out = s_.orows.data();
+    std::fill(out, out + L * p_.Dv, 0.0f);
     for (int64_t i = 0; i < nq; ++i) {
       const float lse = g_.lse.at(b_, h, i0 + i, 0);
       if (lse == -inf) continue;  // no visible key: every gradient of the row is 0
@@ -125,16 +127,22 @@ class Task {
       float* q = qs + i * p_.D;
       kern_.to_float(p_.q.ptr(b_, h, i0 + i), p_.q.dtype, p_.q.strides[3], p_.D, q);
       for (int64_t c = 0; c < p_.D; ++c) q[c] *= scale;
-      float* d = dor + i * p_.Dv;
-      kern_.to_float(g_.dout.ptr(b_, h, i0 + i), g_.dout.dtype, g_.dout.strides[3], p_.Dv, d);
-      kern_.to_float(g_.out.ptr(b_, h, i0 + i), g_.out.dtype, g_.out.strides[3], p_.Dv, out);
-      float di = 0;  // dout_i . out_i, less the gradient through lse_i (d lse_i / d t_ij = P_ij)
-      for (int64_t c = 0; c < p_.Dv; ++c) di += d[c] * out[c];
-      if (!g_.dlse.empty()) di -= g_.dlse.at(b_, h, i0 + i, 0);
-      s_.di.data()[i] = di;
+      kern_.to_float(g_.dout.ptr(b_, h, i0 + i), g_.dout.dtype, g_.dout.strides[3], p_.Dv, dor + i * p_.Dv);
+      kern_.to_float(g_.out.ptr(b_, h, i0 + i), g_.out.dtype, g_.out.strides[3], p_.Dv, out + i * p_.Dv);
     }
     kern_.pack_qt(qs, p_.D, static_cast<int>(nq), p_.D, s_.ones.data(), s_.qt.data());
     kern_.pack_qt(dor, p_.Dv, static_cast<int>(nq), p_.Dv, s_.ones.data(), s_.dot.data());
+    // D_i = dO_i . O_i by the kernel that makes dP_ij = dO_i . v_j, summed in the same order: where
+    // the weights are one-hot, O_i = v_j and dP_ij - D_i cancels exactly, as in a plain backward
+    // (the diagonal of O dOt; the rest of the tile is not used).
+    float* od = s_.st.data();
+    kern_.qk(s_.dot.data(), p_.Dv, out, p_.Dv, nq, od, 0, L);
+    for (int64_t i = 0; i < nq; ++i) {
+      if (s_.sub.data()[i] == inf) continue;
+      float di = od[i * L + i];  // less the gradient through lse_i (d lse_i / d t_ij = P_ij)
+      if (!g_.dlse.empty()) di -= g_.dlse.at(b_, h, i0 + i, 0);
+      s_.di.data()[i] = di;
+    }
   }
 
   // Keys [j0, j0 + bc) against lanes [lo, hi) (the lanes that see any of them; all 64 for a full
