@@ -9,6 +9,8 @@
 #include <omp.h>
 
 #include "attn/attn.hpp"
+#include "families/internal_api.hpp"
+#include "harness/backward_check.hpp"
 #include "base/parallel.hpp"
 #include "commands.hpp"
 #include "usage.hpp"
@@ -62,6 +64,47 @@ std::pair<std::string, std::string> concentration_of(const harness::Inputs& in) 
           nk == n && nk ? fmt::format("{:.0f}", keys / static_cast<double>(nk)) : "-"};
 }
 
+// Training: the gradients of the demo's float32 rows whose mechanism has a backward, by the form
+// attend_backward walks to, against the float64 backward reference (TESTING.md's 3x rule), timed
+// (best of 3, the forward's out and lse as inputs, as in a training step).
+int gradients_section(const std::vector<harness::Case>& cases, const harness::Filter& filter, int threads, size_t mw) {
+  fmt::print("\nGradients (attend_backward: dq, dk, dv for a random dout; float32 rows whose mechanism has one):\n");
+  fmt::print("{:<{}} {:<9} {:>10} {:>10} {:>4} {:>9} {:>8}\n", "mechanism", mw, "form", "max error", "tolerance", "",
+             "time ms", "GFLOP/s");
+  int failed = 0;
+  std::vector<std::string> seen;
+  for (const harness::Run& r : harness::expand(cases, harness::kDemo, filter)) {
+    const harness::Case& c = *r.c;
+    if (c.dtype != DType::f32 || std::find(seen.begin(), seen.end(), c.mechanism) != seen.end()) continue;
+    seen.push_back(c.mechanism);
+    harness::Inputs in;
+    harness::make_inputs(c, in);
+    AttendOptions o = in.options;
+    o.return_lse = o.return_probs = o.return_stats = o.return_final_state = false;
+    o.form.clear();
+    o.threads = threads;
+    if (!families::backward_refusal(in.q.view, in.k.view, in.v.view, in.mechanism, o).empty()) continue;
+    AttendOptions fo = o;
+    fo.return_lse = info(in.mechanism).has_lse;
+    const AttendResult fwd = attend(in.q.view, in.k.view, in.v.view, in.mechanism, fo);
+    const harness::GradientReferences ref = harness::gradient_references_for(c, in);
+    AttendGradients g;
+    const double secs = best_seconds(3, [&] {
+      g = attend_backward(ref.dout.view, in.q.view, in.k.view, in.v.view, fwd.out.view(), fwd.lse.view(), in.mechanism, o);
+    });
+    const std::string form = explain_backward(in.q.view, in.k.view, in.v.view, in.mechanism, o).chosen;
+    harness::Outcome out;
+    harness::check_gradients(g, ref, form, out);
+    failed += !out.pass;
+    fmt::print("{:<{}} {:<9} {:>10.2e} {:>10.2e} {:>4} {:>9.3f} {:>8.1f}\n", c.mechanism, mw, form, out.err, out.tol,
+               out.pass ? "ok" : "FAIL", secs * 1e3, 2.5 * c.flops() / secs / 1e9);
+    if (!out.pass) fmt::print("    {}\n", out.failure);
+    std::fflush(stdout);
+  }
+  fmt::print("GFLOP/s of a backward: on 2.5x the forward's FLOPs (flash-attention's count).\n");
+  return failed;
+}
+
 int run(const DemoArgs& a) {
   const std::vector<harness::Case> cases = harness::demo_cases(a.n, a.d, a.heads);
   const auto runs = harness::expand(cases, harness::kDemo, a.filter);
@@ -103,6 +146,7 @@ int run(const DemoArgs& a) {
              "`attn run --explain` tells which form runs a call and why. S and keys: how concentrated the\n"
              "rows are, streamed out of the call (return_stats): mean sparsity E|a|/sqrt(E a^2) (1 = even,\n"
              "1/sqrt(n) = one key) and mean effective keys exp(entropy) per row (docs/concentration.md).\n");
+  failed += gradients_section(cases, a.filter, a.threads, mw);
   if (!a.model.empty()) model_section(a);
   return failed ? 1 : 0;
 }
