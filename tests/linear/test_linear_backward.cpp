@@ -270,13 +270,27 @@ TEST(LinearBackwardShape, PaddedKeysGetZeroGradientAndNaNPropagates) {
       for (int64_t c = 0; c < pr.D; ++c) EXPECT_EQ(g.dk.at(1, 0, j, c), 0.0f) << form;
     for (int64_t c = 0; c < pr.Dv; ++c) EXPECT_EQ(g.dv.at(1, 0, 8, c), 0.0f) << form;
   }
-  testing::fill_token(s.q.view, 0, 0, 5, testing::nan_f());  // a NaN query poisons its row's gradient
-  for (const char* form : {"chunked", "reference"}) {
-    const AttendGradients g = backward(s, form);
-    EXPECT_TRUE(std::isnan(g.dq.at(0, 0, 5, 0))) << form;
-    EXPECT_TRUE(std::isnan(g.dk.at(0, 0, 2, 0))) << form << ": a key the NaN row sees";
-    EXPECT_FALSE(std::isnan(g.dq.at(0, 1, 5, 0))) << form << ": another head";
-    EXPECT_FALSE(std::isnan(g.dq.at(1, 0, 5, 0))) << form << ": another batch entry";
+  // one block of 16 holds every row: a NaN must not leak through the block's masked products
+  // to rows or keys that never meet it
+  pr.mech = "linear:causal,chunk=16";
+  for (int poisoned = 0; poisoned < 3; ++poisoned) {  // query 5, key 6, value 6
+    Inputs t = make(pr, 3);
+    testing::fill_token(poisoned == 0 ? t.q.view : poisoned == 1 ? t.k.view : t.v.view, 0, 0, poisoned ? 6 : 5,
+                        testing::nan_f());
+    for (const char* form : {"chunked", "reference"}) {
+      SCOPED_TRACE(std::string(form) + (poisoned == 0 ? ": NaN query" : poisoned == 1 ? ": NaN key" : ": NaN value"));
+      const AttendGradients g = backward(t, form);
+      EXPECT_TRUE(std::isnan(g.dq.at(0, 0, poisoned ? 7 : 5, 0))) << "a row that meets the NaN";
+      EXPECT_TRUE(std::isnan(g.dk.at(0, 0, 2, 0))) << "a key seen with it";
+      EXPECT_FALSE(std::isnan(g.dq.at(0, 0, 3, 0))) << "a row before it";
+      if (poisoned == 0) {  // a NaN query: the keys after it meet it nowhere, nor do the other rows
+        EXPECT_FALSE(std::isnan(g.dk.at(0, 0, 7, 0))) << "a key after it";
+        EXPECT_FALSE(std::isnan(g.dv.at(0, 0, 8, 0))) << "a value after it";
+        EXPECT_FALSE(std::isnan(g.dq.at(0, 0, 7, 0))) << "a row after it";
+      }
+      EXPECT_FALSE(std::isnan(g.dq.at(0, 1, 5, 0))) << "another head";
+      EXPECT_FALSE(std::isnan(g.dq.at(1, 0, 5, 0))) << "another batch entry";
+    }
   }
 }
 
