@@ -30,7 +30,7 @@ void check_options(const AttendOptions& o) {
 
 [[noreturn]] void fail_no_backward(const Mechanism& mechanism) {
   fail(kWhere, std::string(kind_of(mechanism)) +
-                   " has no backward yet (softmax, longformer, bigbird, linear, retention and sana have one)");
+                   " has no backward yet (softmax, longformer, bigbird and the linear family have one)");
 }
 
 // lse and dlse belong to softmax families; a family without an lse takes an empty lse view

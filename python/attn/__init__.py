@@ -322,7 +322,7 @@ def attend_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, mecha
         out, lse: what ``attend(q, k, v, mechanism, ..., return_lse=True)`` returned; lse None for
             the linear family (its weights are no softmax).
         mechanism: softmax (score=dot) with any option, or the patterns over it ("longformer:...",
-            "bigbird:..."); the linear family ("linear:...", "retention:...", "sana:...", every
+            "bigbird:..."); the linear family ("linear:...", "retention:...", "sana:...", "normattn:...", every
             feature map, normalised or not, decays); other families have no backward yet (a
             ValueError says so).
         attn_mask, key_padding_lengths, alibi_slopes, block_mask, block_size, layout, threads: as

@@ -8,7 +8,7 @@ it without a graph break and ``torch.library.opcheck`` passes. :func:`attn.atten
 to q, k and v (masks, padding and slopes are constants).
 
 Families with a backward today: softmax (score=dot) and the patterns over it, and the linear
-family (linear, retention, sana); asking another family for a gradient raises the ValueError that
+family (linear, retention, sana, normattn); asking another family for a gradient raises the ValueError that
 says so, at backward time.
 
 ``torch.ops.attn.linear_attention(q, k, v, mechanism, layout, initial_state, decay,

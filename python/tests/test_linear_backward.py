@@ -207,3 +207,24 @@ def test_bad_input_is_named():
     with pytest.raises(ValueError, match="performer has no backward yet"):
         o = attn.attend(q, k, v, "performer:features=16")
         attn.attend_backward(np.ones_like(o), q, k, v, o, None, "performer:features=16")
+
+
+def test_attend_with_a_linear_mechanism_is_differentiable_normattn_too():
+    """attn.attend's custom op (torch.ops.attn.attend) runs the linear backward (no lse); normattn's
+    output norm included."""
+    q, k, v = tensors(15, N=21)
+    for text, norm in [("linear:causal,chunk=8", None), ("normattn:causal,chunk=8", "rms"), ("normattn:norm=layer", "layer")]:
+        for x in (q, k, v):
+            x.grad = None
+        out = attn.attend(q, k, v, text)
+        do = torch.randn(out.shape, generator=torch.Generator().manual_seed(16))
+        out.backward(do)
+        x64 = [x.detach().double().requires_grad_() for x in (q, k, v)]
+        causal = "causal" in text
+        o64, _ = literal_linear(*x64, causal=causal, normalize=norm is None)
+        if norm is not None:
+            centred = o64 - o64.mean(-1, keepdim=True) if norm == "layer" else o64
+            o64 = centred / torch.sqrt((centred ** 2).mean(-1, keepdim=True) + 1e-6)
+        o64.backward(do.double())
+        for name, x, w in zip("qkv", (q, k, v), x64):
+            check_close(x.grad, w.grad, f"{text}: d{name}")

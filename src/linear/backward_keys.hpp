@@ -7,6 +7,7 @@
 
 #include "linear/head_state.hpp"
 #include "linear/linear_backward.hpp"
+#include "linear/output_norm.hpp"
 
 namespace attn::linear {
 
@@ -90,8 +91,8 @@ inline void transpose(const float* src, int64_t rows, int64_t cols, float* dst, 
 
 // Row r of y = g_r = dL/dy_r from dout's row (Dv values) and y_r (normalize: Dv + 1 values).
 inline void output_gradient(const LinearProblem& p, const float* dout, const float* y, float* g) {
-  if (!p.mech.normalize) {
-    std::copy(dout, dout + p.Dv, g);
+  if (!p.mech.normalize) {  // normattn: through its output norm (no denominator then)
+    normalise_row_backward(p.norm, y, dout, g, p.Dv);
     return;
   }
   const float den = y[p.Dv] + static_cast<float>(p.eps);

@@ -162,6 +162,8 @@ const std::vector<Problem>& problems() {
     add("linear:causal,chunk=4", [](Problem& p) { p.H = 4, p.Hkv = 2; });  // GQA
     add("linear:map=identity,normalize=0,causal,chunk=3", [](Problem& p) { p.N = p.M = 1, p.initial = true, p.dfinal = true; });
     add("sana:causal", [](Problem& p) { p.initial = true; });
+    add("normattn:causal,chunk=4", [](Problem& p) { p.initial = true, p.dfinal = true; });
+    add("normattn:norm=layer,map=relu2", none);
     return v;
   }();
   return list;
@@ -308,13 +310,13 @@ TEST(LinearBackwardShape, BadInputIsNamed) {
   testing::expect_error([&] {
     attend_backward(s.dout.view, s.q.view, s.k.view, s.v.view, fwd.out.view(), fwd.out.view(), s.m, s.o);
   }, "lse does not apply to linear");
-  for (const char* m : {"performer:features=8", "normattn", "polaformer"}) {
+  for (const char* m : {"performer:features=8", "polaformer"}) {
     AttendOptions o;
     const Mechanism mech = parse_mechanism(m);
     const AttendResult f = attend(s.q.view, s.k.view, s.v.view, mech, o);
     testing::expect_error([&] {
       attend_backward(s.dout.view, s.q.view, s.k.view, s.v.view, f.out.view(), TensorView{}, mech, o);
-    }, std::string(kind_of(mech)) + " has no backward yet (linear, retention and sana have one)");
+    }, std::string(kind_of(mech)) + " has no backward yet (linear, retention, sana and normattn have one)");
   }
   // and the softmax family does not take a final state's gradient
   Inputs t = make(Problem{"linear"}, 5);
