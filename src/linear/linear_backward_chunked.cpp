@@ -112,8 +112,7 @@ void head_backward(const kernels::TileKernels& kern, const LinearProblem& p, con
     const float* K = ks.kf.data() + s0 * F;
     const float* U = ks.u.data() + s0 * cols;
     float *A = s.a.data(), *P = s.P.data(), *E = s.E.data(), *Y = s.y.data(), *G = s.G.data(), *dA = s.dA.data();
-    load_features(kern, p, true, b, h, s0, c, N, static_cast<float>(p.scale), s.raw.data(), A);
-    for (int64_t e = 0; e < c * p.D; ++e) s.qs[static_cast<size_t>(e)] = feature_slope(p.mech.map, s.raw[static_cast<size_t>(e)]);
+    load_features_and_slopes(kern, p, true, b, h, s0, c, N, static_cast<float>(p.scale), s.raw.data(), A, s.qs.data());
     transpose(K, c, F, s.kt.data(), C);
     transpose(U, c, cols, s.ut.data(), C);
     // the forward again: P, Y and from them G
