@@ -534,6 +534,9 @@ def _linear_differentiable(q, k, v, feature_map, causal, decay, chunk_size, init
         raise ValueError(f"linear_attention with tensors that require grad takes no {', '.join(unsupported)} "
                          f"(detach the inputs to choose them)")
     per_head = decay if isinstance(decay, (torch.Tensor, list, tuple)) else None
+    if isinstance(decay, torch.Tensor) and decay.requires_grad:  # a constant of the op: say so, not a silent zero
+        raise ValueError("decay requires grad, but linear_attention has no gradient for decay yet (q, k, v and "
+                         "initial_state have one): pass decay.detach()")
     scalar = None if decay is None or per_head is not None else decay
     if torch.compiler.is_compiling():
         text = _linear_text(feature_map, causal, normalize, scalar, chunk_size, scale)

@@ -199,6 +199,12 @@ def test_attend_backward_for_numpy_callers():
     assert len(attn.attend_backward(dout, q, k, v, out, None, "linear")) == 3
 
 
+def test_a_decay_that_requires_grad_is_refused():
+    q, k, v = tensors(17, N=5)
+    with pytest.raises(ValueError, match="no gradient for decay yet"):
+        attn.linear_attention(q, k, v, decay=torch.full((4,), 0.9, requires_grad=True))
+
+
 def test_bad_input_is_named():
     q, k, v = (x.detach().numpy() for x in tensors(14, N=9))
     out, state = attn.attend(q, k, v, "linear:causal", return_final_state=True)
