@@ -8,7 +8,8 @@
 // and in the block holding the last valid key (ce of its keys valid) the final state's gradient
 // dS enters as L^(ce-1-s) for its keys and L^ce for the state entering it. The states entering
 // every block are recomputed first, forward, and kept (ceil(N / C) states of F x cols floats).
-// Every product is one kernels.gemm call; a task owns (batch entry, kv head) and walks its
+// Every product runs on kernels.gemm (the triangular ones in bands of 16 rows that stop at the
+// diagonal, as the forward's); a task owns (batch entry, kv head) and walks its
 // group's query heads in order, so the sums do not depend on the thread count.
 #include <algorithm>
 #include <cmath>
@@ -36,12 +37,38 @@ struct Scratch {
         clean(static_cast<size_t>(C * std::max(p.F, p.state_cols()))) {}
 };
 
+constexpr int64_t kBand = 16;  // output rows per band of a triangular product
+
+// x (c x C) = a b^T on and below the diagonal, in bands of kBand rows that each stop at their last
+// row's diagonal (a: c x k rows, bt: b^T, k x c with leading dimension C); what lies above the
+// diagonal is left to causal_decay_mask, which zeroes it.
+void lower_product(const kernels::TileKernels& kern, const float* a, const float* bt, int64_t c, int64_t k, int64_t C,
+                   float* x) {
+  for (int64_t r0 = 0; r0 < c; r0 += kBand) {
+    const int64_t rows = std::min(kBand, c - r0);
+    kern.gemm(rows, r0 + rows, k, a + r0 * k, k, 1, bt, C, x + r0 * C, C, false);
+  }
+}
+
 // x (c x C, leading dimension C): x[r][s] *= pw[r - s] on and below the diagonal, 0 above.
 void causal_decay_mask(float* x, int64_t c, int64_t C, const float* pw) {
   for (int64_t r = 0; r < c; ++r) {
     float* row = x + r * C;
     for (int64_t s = 0; s <= r; ++s) row[s] *= pw[r - s];
     std::fill(row + r + 1, row + c, 0.0f);
+  }
+}
+
+// out (c x w) += L X in bands of kBand rows (a band of L's rows ends at its last row's diagonal),
+// or L^T X (a band of L^T's rows starts at its first row's diagonal).
+void banded_product(const kernels::TileKernels& kern, const float* L, int64_t c, int64_t C, bool transpose,
+                    const float* X, int64_t w, float* out) {
+  for (int64_t r0 = 0; r0 < c; r0 += kBand) {
+    const int64_t rows = std::min(kBand, c - r0);
+    if (!transpose)
+      kern.gemm(rows, w, r0 + rows, L + r0 * C, C, 1, X, w, out + r0 * w, w, true);
+    else  // L^T(r0 + i, p) = L[r0 + p][r0 + i] for p < c - r0
+      kern.gemm(rows, w, c - r0, L + r0 * C + r0, 1, C, X + r0 * w, w, out + r0 * w, w, true);
   }
 }
 
@@ -52,13 +79,12 @@ void triangular_product(const kernels::TileKernels& kern, const float* L, int64_
                         const float* X, int64_t w, float* out, float* clean) {
   bool finite = true;
   for (int64_t e = 0; e < c * w && finite; ++e) finite = std::isfinite(X[e]);
-  const int64_t rs = transpose ? 1 : C, cs = transpose ? C : 1;
   if (finite) {
-    kern.gemm(c, w, c, L, rs, cs, X, w, out, w, true);
+    banded_product(kern, L, c, C, transpose, X, w, out);
     return;
   }
   for (int64_t e = 0; e < c * w; ++e) clean[e] = std::isfinite(X[e]) ? X[e] : 0.0f;
-  kern.gemm(c, w, c, L, rs, cs, clean, w, out, w, true);
+  banded_product(kern, L, c, C, transpose, clean, w, out);
   for (int64_t s = 0; s < c; ++s)
     for (int64_t x = 0; x < w; ++x) {
       const float val = X[s * w + x];
@@ -116,7 +142,7 @@ void head_backward(const kernels::TileKernels& kern, const LinearProblem& p, con
     transpose(K, c, F, s.kt.data(), C);
     transpose(U, c, cols, s.ut.data(), C);
     // the forward again: P, Y and from them G
-    kern.gemm(c, c, F, A, F, 1, s.kt.data(), C, P, C, false);
+    lower_product(kern, A, s.kt.data(), c, F, C, P);
     causal_decay_mask(P, c, C, pw);
     kern.gemm(c, cols, F, A, F, 1, Hin, cols, Y, cols, false);
     for (int64_t r = 0; r < c; ++r)
@@ -125,7 +151,7 @@ void head_backward(const kernels::TileKernels& kern, const LinearProblem& p, con
     load_rows(kern, g.dout, b, h, s0, c, N, s.dout.data(), Dv);
     for (int64_t r = 0; r < c; ++r) output_gradient(p, s.dout.data() + r * Dv, Y + r * cols, G + r * cols);
     // dA = diag(L^(r+1)) G H^T + E K, then dq
-    kern.gemm(c, c, cols, G, cols, 1, s.ut.data(), C, E, C, false);
+    lower_product(kern, G, s.ut.data(), c, cols, C, E);
     causal_decay_mask(E, c, C, pw);
     transpose(Hin, F, cols, s.hT.data(), F);
     kern.gemm(c, F, cols, G, cols, 1, s.hT.data(), F, dA, F, false);
