@@ -43,20 +43,18 @@ typename Family::Problem validate_forward(const TensorView& q, const TensorView&
 
 [[noreturn]] void fail_no_backward(const Mechanism& mechanism) {
   fail(kWhere, std::string(kind_of(mechanism)) +
-                   " has no backward yet (softmax, longformer, bigbird, gau, linear, retention and sana have one)");
+                   " has no backward yet (softmax, longformer, bigbird, gau and the linear family have one)");
 }
 
-// lse and dlse belong to softmax families; a family without an lse takes an empty lse view.
+// lse and dlse belong to softmax families; a family without an lse takes an empty lse view
+// (checked after the family's refusal, which says more).
 template <class Family>
-const TensorView* lse_of(const TensorView& lse, const TensorView* dlse, const Mechanism& mechanism) {
-  if constexpr (families::has_lse<Family>()) {
-    return &lse;
-  } else {
+void check_no_lse(const TensorView& lse, const TensorView* dlse, const Mechanism& mechanism) {
+  if constexpr (!families::has_lse<Family>()) {
     if (!lse.empty())
       fail(kWhere, "lse does not apply to " + std::string(kind_of(mechanism)) +
                        " (its weights are no softmax): pass an empty view, got " + core::dims_text(lse));
     if (dlse) fail(kWhere, "dlse does not apply to " + std::string(kind_of(mechanism)) + " (it has no lse)");
-    return nullptr;
   }
 }
 
@@ -99,9 +97,11 @@ AttendGradients attend_backward(const TensorView& dout, const TensorView& q, con
   families::visit_family(mechanism, [&](const auto& mech, auto family) {
     using Family = decltype(family);
     if constexpr (requires { Family::backward_forms; }) {
-      const auto p =
-          validate_forward<Family>(q, k, v, mech, options, core::Outputs{&out, lse_of<Family>(lse, dlse, mechanism)});
+      const auto p = validate_forward<Family>(q, k, v, mech, options,
+                                              core::Outputs{&out, families::has_lse<Family>() ? &lse : nullptr});
       check_dout(dout, out, q);
+      const auto& form = choose_backward<Family>(p, mechanism, options);
+      check_no_lse<Family>(lse, dlse, mechanism);
       check_dfinal_state<Family>(dfinal_state, p, mechanism);
       if (dlse) {
         core::check_view(*dlse, "dlse");
@@ -109,7 +109,6 @@ AttendGradients attend_backward(const TensorView& dout, const TensorView& q, con
         if (dlse->shape != lse.shape)
           fail(kWhere, "dlse must have lse's shape (B, H, N, 1) = " + core::dims_text(lse) + ", got " + core::dims_text(*dlse));
       }
-      const auto& form = choose_backward<Family>(p, mechanism, options);
       g.dq = Tensor(q.dtype, {p.B, p.H, p.N, p.D});
       g.dk = Tensor(k.dtype, {p.B, p.Hkv, p.M, p.D});
       g.dv = Tensor(v.dtype, {p.B, p.Hkv, p.M, p.Dv});

@@ -35,7 +35,7 @@ struct AttendGradients {
 // are an Error naming what has no backward yet. dlse: the loss's gradient with respect to lse,
 // (B, H, N, 1) float32, when the loss uses it (merging partial results, ring attention); none = 0.
 //
-// The linear family (linear and its alias retention, sana; every feature map, normalised or not,
+// The linear family (linear and its alias retention, sana, normattn; every feature map, normalised or not,
 // causal or not, a decay in the text or per head in params["decay"], key padding, grouped heads,
 // params["initial_state"]): the same gradients of
 //   o_i = y_i[:Dv] / (y_i[Dv] + eps)  (or y_i without normalize),
@@ -44,7 +44,8 @@ struct AttendGradients {
 // with respect to the final state (what return_final_state gives, (B, H, state_rows, state_cols)
 // float32; fla's dht), none = 0; the result's d_initial_state is the gradient of initial_state
 // (fla's dh0). Forms: "chunked" (causal, float32 blocks of the mechanism's chunk), "right"
-// (non-causal), "reference" (float64). normattn, performer and polaformer are refused.
+// (non-causal), "reference" (float64). normattn too (through its output norm); performer and
+// polaformer are refused.
 AttendGradients attend_backward(const TensorView& dout, const TensorView& q, const TensorView& k, const TensorView& v,
                                 const TensorView& out, const TensorView& lse, const Mechanism& mechanism,
                                 const AttendOptions& options = {}, const TensorView* dlse = nullptr,

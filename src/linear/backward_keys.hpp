@@ -7,8 +7,28 @@
 
 #include "linear/head_state.hpp"
 #include "linear/linear_backward.hpp"
+#include "linear/output_norm.hpp"
 
 namespace attn::linear {
+
+// out (n x F) = factor * phi(rows r0.. of q (query) or k) and slope (n x F) = phi'(those rows),
+// rows >= valid zero in both; raw: n x D scratch. (Elementwise maps: F = D.)
+inline void load_features_and_slopes(const kernels::TileKernels& kern, const LinearProblem& p, bool query, int64_t b,
+                                     int64_t h, int64_t r0, int64_t n, int64_t valid, float factor, float* raw,
+                                     float* out, float* slope) {
+  load_rows(kern, query ? p.q : p.k, b, h, r0, n, valid, raw, p.D);
+  fast_features(kern, p, query, raw, n, out);  // an elementwise map leaves raw as it was
+  for (int64_t e = 0; e < n * p.F; ++e) slope[e] = feature_slope_from(p.mech.map, raw[e], out[e]);
+  for (int64_t r = 0; r < n; ++r) {
+    float *row = out + r * p.F, *srow = slope + r * p.F;
+    if (r0 + r >= valid) {
+      std::fill(row, row + p.F, 0.0f);
+      std::fill(srow, srow + p.F, 0.0f);
+    } else if (factor != 1.0f) {
+      for (int64_t f = 0; f < p.F; ++f) row[f] *= factor;
+    }
+  }
+}
 
 // The key side of one (batch entry, kv head), M rows each: features kf and slopes ks (M x F), u
 // (M x cols); dkf (the gradient of phi(k)) and du accumulate over the group's query heads. Sized
@@ -27,11 +47,8 @@ struct KeySide {
     const int64_t len = p.kv_len[static_cast<size_t>(b)];
     for (int64_t j0 = 0; j0 < p.M; j0 += rows) {
       const int64_t n = std::min(rows, p.M - j0);
-      load_features(kern, p, false, b, hk, j0, n, len, 1.0f, raw.data(), kf.data() + j0 * F);
-      for (int64_t j = 0; j < n; ++j)  // raw holds the rows before the map (zeros past len)
-        for (int64_t c = 0; c < p.D; ++c)
-          ks[static_cast<size_t>((j0 + j) * F + c)] =
-              j0 + j < len ? feature_slope(p.mech.map, raw[static_cast<size_t>(j * p.D + c)]) : 0.0f;
+      load_features_and_slopes(kern, p, false, b, hk, j0, n, len, 1.0f, raw.data(), kf.data() + j0 * F,
+                               ks.data() + j0 * F);
     }
     for (int64_t j = 0; j < p.M; ++j) {
       float* row = u.data() + j * cols;
@@ -90,8 +107,8 @@ inline void transpose(const float* src, int64_t rows, int64_t cols, float* dst, 
 
 // Row r of y = g_r = dL/dy_r from dout's row (Dv values) and y_r (normalize: Dv + 1 values).
 inline void output_gradient(const LinearProblem& p, const float* dout, const float* y, float* g) {
-  if (!p.mech.normalize) {
-    std::copy(dout, dout + p.Dv, g);
+  if (!p.mech.normalize) {  // normattn: through its output norm (no denominator then)
+    normalise_row_backward(p.norm, y, dout, g, p.Dv);
     return;
   }
   const float den = y[p.Dv] + static_cast<float>(p.eps);

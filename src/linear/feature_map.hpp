@@ -44,6 +44,16 @@ T feature_slope(FeatureMap f, T x) {
   return x;
 }
 
+// phi'(x) from x and fx = phi(x) (the fast backward's): elu's slope at or below 0 and exp's are
+// phi itself, so no second exp; NaN where fx is.
+inline float feature_slope_from(FeatureMap f, float x, float fx) {
+  switch (f) {
+    case FeatureMap::elu: return x > 0 ? 1.0f + (fx - fx) : fx;
+    case FeatureMap::exp: return fx;
+    default: return feature_slope(f, x);
+  }
+}
+
 // x[i] = phi(x[i]) for i < n.
 inline void map_features(const kernels::TileKernels& kern, FeatureMap f, float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += x[i] - x[i];  // +-inf -> NaN, as feature()

@@ -2,7 +2,7 @@
 // gradient flowing in through the final state (dht). With a_i = scale phi(q_i), u_j = [v_j, 1]
 // ([v_j] without normalize), the decay L and S0 the initial state:
 //   H_i = L^(i+1) S0 + sum_(j <= i) L^(i-j) phi(k_j) u_j^T,   y_i = a_i^T H_i   (Dv [+ 1])
-//   o_i = y_i[:Dv] / (y_i[Dv] + eps)  (or y_i);  g_i = dL/dy_i = [dO_i / den_i, -dO_i . o_i / den_i]
+//   o_i = y_i[:Dv] / (y_i[Dv] + eps)  (or y_i; normattn: norm(y_i), its backward in output_norm.hpp);  g_i = dL/dy_i = [dO_i / den_i, -dO_i . o_i / den_i]
 //   (a zero denominator: a zero row, g_i = 0); the final state S = L^len S0 + sum_j L^(len-1-j) phi(k_j) u_j^T.
 // Then with the backward state  dH_j = sum_(i >= j) L^(i-j) a_i g_i^T + L^(len-1-j) dS:
 //   d a_i = H_i g_i,   d phi(k_j) = dH_j u_j,   d u_j = dH_j^T phi(k_j),
@@ -21,7 +21,7 @@ namespace attn::linear {
 
 using core::BackwardViews;
 
-// Why this problem has no backward (normattn, performer, polaformer), or "".
+// Why this problem has no backward (performer, polaformer), or "".
 std::string linear_backward_refusal(const LinearProblem& p);
 
 // In float64 from the quadratic weights (the oracle); `plain`: float with the intermediates

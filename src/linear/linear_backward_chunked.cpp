@@ -8,7 +8,8 @@
 // and in the block holding the last valid key (ce of its keys valid) the final state's gradient
 // dS enters as L^(ce-1-s) for its keys and L^ce for the state entering it. The states entering
 // every block are recomputed first, forward, and kept (ceil(N / C) states of F x cols floats).
-// Every product is one kernels.gemm call; a task owns (batch entry, kv head) and walks its
+// Every product runs on kernels.gemm (the triangular ones in bands of 16 rows that stop at the
+// diagonal, as the forward's); a task owns (batch entry, kv head) and walks its
 // group's query heads in order, so the sums do not depend on the thread count.
 #include <algorithm>
 #include <cmath>
@@ -22,7 +23,7 @@ namespace {
 // One thread's buffers, sized before the parallel region (which must not allocate).
 struct Scratch {
   KeySide keys;
-  std::vector<float> states, pw, a, qs, raw, kt, ut, P, E, y, G, Gs, dA, dout, tk, tu, dH, hT, dhT, dS, dST;
+  std::vector<float> states, pw, a, qs, raw, kt, ut, P, E, y, G, Gs, dA, dout, tk, tu, dH, hT, dhT, dS, dST, clean;
   Scratch(const LinearProblem& p, int64_t C, int64_t blocks)
       : keys(p, C), states(static_cast<size_t>(blocks * p.F * p.state_cols())), pw(static_cast<size_t>(C + 1)),
         a(static_cast<size_t>(C * p.F)), qs(static_cast<size_t>(C * p.F)), raw(static_cast<size_t>(C * p.D)),
@@ -32,8 +33,22 @@ struct Scratch {
         tk(static_cast<size_t>(C * p.F)), tu(static_cast<size_t>(C * p.state_cols())),
         dH(static_cast<size_t>(p.F * p.state_cols())), hT(static_cast<size_t>(p.F * p.state_cols())),
         dhT(static_cast<size_t>(p.F * p.state_cols())), dS(static_cast<size_t>(p.F * p.state_cols())),
-        dST(static_cast<size_t>(p.F * p.state_cols())) {}
+        dST(static_cast<size_t>(p.F * p.state_cols())),
+        clean(static_cast<size_t>(C * std::max(p.F, p.state_cols()))) {}
 };
+
+constexpr int64_t kBand = 16;  // output rows per band of a triangular product
+
+// x (c x C) = a b^T on and below the diagonal, in bands of kBand rows that each stop at their last
+// row's diagonal (a: c x k rows, bt: b^T, k x c with leading dimension C); what lies above the
+// diagonal is left to causal_decay_mask, which zeroes it.
+void lower_product(const kernels::TileKernels& kern, const float* a, const float* bt, int64_t c, int64_t k, int64_t C,
+                   float* x) {
+  for (int64_t r0 = 0; r0 < c; r0 += kBand) {
+    const int64_t rows = std::min(kBand, c - r0);
+    kern.gemm(rows, r0 + rows, k, a + r0 * k, k, 1, bt, C, x + r0 * C, C, false);
+  }
+}
 
 // x (c x C, leading dimension C): x[r][s] *= pw[r - s] on and below the diagonal, 0 above.
 void causal_decay_mask(float* x, int64_t c, int64_t C, const float* pw) {
@@ -42,6 +57,43 @@ void causal_decay_mask(float* x, int64_t c, int64_t C, const float* pw) {
     for (int64_t s = 0; s <= r; ++s) row[s] *= pw[r - s];
     std::fill(row + r + 1, row + c, 0.0f);
   }
+}
+
+// out (c x w) += L X in bands of kBand rows (a band of L's rows ends at its last row's diagonal),
+// or L^T X (a band of L^T's rows starts at its first row's diagonal).
+void banded_product(const kernels::TileKernels& kern, const float* L, int64_t c, int64_t C, bool transpose,
+                    const float* X, int64_t w, float* out) {
+  for (int64_t r0 = 0; r0 < c; r0 += kBand) {
+    const int64_t rows = std::min(kBand, c - r0);
+    if (!transpose)
+      kern.gemm(rows, w, r0 + rows, L + r0 * C, C, 1, X, w, out + r0 * w, w, true);
+    else  // L^T(r0 + i, p) = L[r0 + p][r0 + i] for p < c - r0
+      kern.gemm(rows, w, c - r0, L + r0 * C + r0, 1, C, X + r0 * w, w, out + r0 * w, w, true);
+  }
+}
+
+// out (c x w) += L X, or L^T X with `transpose`: L lower triangular (c x c, leading dimension C),
+// X (c x w). A non-finite value of X is kept out of the product (L's zeros above the diagonal
+// times NaN would reach rows that never see it) and added to the rows that do; clean: c x w scratch.
+void triangular_product(const kernels::TileKernels& kern, const float* L, int64_t c, int64_t C, bool transpose,
+                        const float* X, int64_t w, float* out, float* clean) {
+  bool finite = true;
+  for (int64_t e = 0; e < c * w && finite; ++e) finite = std::isfinite(X[e]);
+  if (finite) {
+    banded_product(kern, L, c, C, transpose, X, w, out);
+    return;
+  }
+  for (int64_t e = 0; e < c * w; ++e) clean[e] = std::isfinite(X[e]) ? X[e] : 0.0f;
+  banded_product(kern, L, c, C, transpose, clean, w, out);
+  for (int64_t s = 0; s < c; ++s)
+    for (int64_t x = 0; x < w; ++x) {
+      const float val = X[s * w + x];
+      if (std::isfinite(val)) continue;
+      if (!transpose)  // row s of X reaches rows r >= s
+        for (int64_t r = s; r < c; ++r) out[r * w + x] += L[r * C + s] * val;
+      else  // row s of X reaches rows i <= s (through L[s][i])
+        for (int64_t i = 0; i <= s; ++i) out[i * w + x] += L[s * C + i] * val;
+    }
 }
 
 // dst rows s < n = src rows s scaled by pw[last - s] (width w).
@@ -86,27 +138,26 @@ void head_backward(const kernels::TileKernels& kern, const LinearProblem& p, con
     const float* K = ks.kf.data() + s0 * F;
     const float* U = ks.u.data() + s0 * cols;
     float *A = s.a.data(), *P = s.P.data(), *E = s.E.data(), *Y = s.y.data(), *G = s.G.data(), *dA = s.dA.data();
-    load_features(kern, p, true, b, h, s0, c, N, static_cast<float>(p.scale), s.raw.data(), A);
-    for (int64_t e = 0; e < c * p.D; ++e) s.qs[static_cast<size_t>(e)] = feature_slope(p.mech.map, s.raw[static_cast<size_t>(e)]);
+    load_features_and_slopes(kern, p, true, b, h, s0, c, N, static_cast<float>(p.scale), s.raw.data(), A, s.qs.data());
     transpose(K, c, F, s.kt.data(), C);
     transpose(U, c, cols, s.ut.data(), C);
     // the forward again: P, Y and from them G
-    kern.gemm(c, c, F, A, F, 1, s.kt.data(), C, P, C, false);
+    lower_product(kern, A, s.kt.data(), c, F, C, P);
     causal_decay_mask(P, c, C, pw);
     kern.gemm(c, cols, F, A, F, 1, Hin, cols, Y, cols, false);
     for (int64_t r = 0; r < c; ++r)
       for (int64_t x = 0; x < cols; ++x) Y[r * cols + x] *= pw[r + 1];
-    kern.gemm(c, cols, c, P, C, 1, U, cols, Y, cols, true);
+    triangular_product(kern, P, c, C, false, U, cols, Y, s.clean.data());
     load_rows(kern, g.dout, b, h, s0, c, N, s.dout.data(), Dv);
     for (int64_t r = 0; r < c; ++r) output_gradient(p, s.dout.data() + r * Dv, Y + r * cols, G + r * cols);
     // dA = diag(L^(r+1)) G H^T + E K, then dq
-    kern.gemm(c, c, cols, G, cols, 1, s.ut.data(), C, E, C, false);
+    lower_product(kern, G, s.ut.data(), c, cols, C, E);
     causal_decay_mask(E, c, C, pw);
     transpose(Hin, F, cols, s.hT.data(), F);
     kern.gemm(c, F, cols, G, cols, 1, s.hT.data(), F, dA, F, false);
     for (int64_t r = 0; r < c; ++r)
       for (int64_t f = 0; f < F; ++f) dA[r * F + f] *= pw[r + 1];
-    kern.gemm(c, F, c, E, C, 1, K, F, dA, F, true);
+    triangular_product(kern, E, c, C, false, K, F, dA, s.clean.data());
     const float scale = static_cast<float>(p.scale);
     for (int64_t r = 0; r < c; ++r) {
       float* row = dA + r * F;
@@ -116,12 +167,12 @@ void head_backward(const kernels::TileKernels& kern, const LinearProblem& p, con
     // dK += E^T A + diag(L^(C-1-s)) U dH^T (+ the final state's share)
     float* dK = ks.dkf.data() + s0 * F;
     float* dU = ks.du.data() + s0 * cols;
-    kern.gemm(c, F, c, E, 1, C, A, F, dK, F, true);
+    triangular_product(kern, E, c, C, true, A, F, dK, s.clean.data());
     transpose(dH, F, cols, s.dhT.data(), F);
     decayed_rows(U, c, cols, pw, c - 1, s.tu.data());
     kern.gemm(c, F, cols, s.tu.data(), cols, 1, s.dhT.data(), F, dK, F, true);
     // dU += P^T G + diag(L^(C-1-s)) K dH (+ the final state's share)
-    kern.gemm(c, cols, c, P, 1, C, G, cols, dU, cols, true);
+    triangular_product(kern, P, c, C, true, G, cols, dU, s.clean.data());
     decayed_rows(K, c, F, pw, c - 1, s.tk.data());
     kern.gemm(c, cols, F, s.tk.data(), F, 1, dH, cols, dU, cols, true);
     if (has_dS && last_valid && ce > 0) {

@@ -8,6 +8,7 @@
 #include "attn/error.hpp"
 #include "linear/feature_map.hpp"
 #include "linear/linear_backward.hpp"
+#include "linear/output_norm.hpp"
 
 namespace attn::linear {
 namespace {
@@ -73,6 +74,11 @@ void reference_impl(const LinearProblem& p, const BackwardViews& g, bool plain) 
           for (T& e : y) e = rnd(e);
           // g_i = dL/dy_i
           for (int64_t c = 0; c < Dv; ++c) gi[static_cast<size_t>(c)] = static_cast<T>(g.dout.at(b, h, i, c));
+          if (p.norm != OutputNorm::none) {  // normattn: through the output norm (no denominator)
+            std::vector<T> dout(gi.begin(), gi.begin() + Dv);
+            normalise_row_backward(p.norm, y.data(), dout.data(), gi.data(), Dv);
+            for (int64_t c = 0; c < Dv; ++c) gi[static_cast<size_t>(c)] = rnd(gi[static_cast<size_t>(c)]);
+          }
           if (normalize) {
             const T den = rnd(y[static_cast<size_t>(Dv)] + static_cast<T>(p.eps));
             T dot = 0;  // dO_i . o_i den_i
@@ -133,8 +139,8 @@ void reference_impl(const LinearProblem& p, const BackwardViews& g, bool plain) 
 }  // namespace
 
 std::string linear_backward_refusal(const LinearProblem& p) {
-  const char* what = p.polar() ? "polaformer" : !p.omega_t.empty() ? "performer" : p.norm != OutputNorm::none ? "normattn" : nullptr;
-  if (what) return std::string(what) + " has no backward yet (linear, retention and sana have one)";
+  const char* what = p.polar() ? "polaformer" : !p.omega_t.empty() ? "performer" : nullptr;
+  if (what) return std::string(what) + " has no backward yet (linear, retention, sana and normattn have one)";
   return "";
 }
 

@@ -34,8 +34,7 @@ void head_backward(const kernels::TileKernels& kern, const LinearProblem& p, con
   for (int64_t i0 = 0; i0 < p.N; i0 += kRows) {
     const int64_t n = std::min(kRows, p.N - i0);
     float *A = s.a.data(), *Y = s.y.data(), *G = s.G.data();
-    load_features(kern, p, true, b, h, i0, n, p.N, scale, s.raw.data(), A);
-    for (int64_t e = 0; e < n * p.D; ++e) s.qs[static_cast<size_t>(e)] = feature_slope(p.mech.map, s.raw[static_cast<size_t>(e)]);
+    load_features_and_slopes(kern, p, true, b, h, i0, n, p.N, scale, s.raw.data(), A, s.qs.data());
     kern.gemm(n, cols, F, A, F, 1, s.H.data(), cols, Y, cols, false);
     load_rows(kern, g.dout, b, h, i0, n, p.N, s.dout.data(), Dv);
     for (int64_t r = 0; r < n; ++r) output_gradient(p, s.dout.data() + r * Dv, Y + r * cols, G + r * cols);

@@ -447,17 +447,19 @@ TEST(AllocFailure, Backward) {
 }
 
 // The linear family's backward: its fast forms (chunked causal, right non-causal) and reference,
-// with the final state's gradient.
+// with an initial state and the final state's gradient.
 TEST(AllocFailure, LinearBackward) {
   for (const char* m : {"linear:causal,chunk=16", "linear"}) {
     const Problem p(Case{m, "", 60, 60});
     std::mt19937 rng(6);
     const harness::Buffer dout = testing::random_tensor(rng, DType::f32, kB, kH, 60, kD);
-    const AttendResult fwd = attend(p.q.view, p.k.view, p.v.view, p.mechanism, {});
-    std::vector<float> dstate(static_cast<size_t>(kB * kH * kD * (kD + 1)), 0.5f);
+    std::vector<float> dstate(static_cast<size_t>(kB * kH * kD * (kD + 1)), 0.5f), state(dstate.size(), 0.25f);
     const TensorView ds = make_view(dstate.data(), DType::f32, kB, kH, kD, kD + 1);
+    AttendOptions fo;
+    fo.params["initial_state"] = make_array_view(state.data(), DType::f32, {kB, kH, kD, kD + 1});
+    const AttendResult fwd = attend(p.q.view, p.k.view, p.v.view, p.mechanism, fo);
     for (const char* form : {std::string(m).find("causal") != std::string::npos ? "chunked" : "right", "reference"}) {
-      AttendOptions o;
+      AttendOptions o = fo;
       o.threads = 2;
       o.form = form;
       sweep(std::string("attend_backward ") + m + " " + form, [&] {
@@ -465,7 +467,7 @@ TEST(AllocFailure, LinearBackward) {
                                                   p.mechanism, o, nullptr, &ds);
         disarm();
         Bits b;
-        for (const Tensor* t : {&g.dq, &g.dk, &g.dv}) append(b, t->view());
+        for (const Tensor* t : {&g.dq, &g.dk, &g.dv, &g.d_initial_state}) append(b, t->view());
         return b;
       });
     }

@@ -162,6 +162,8 @@ const std::vector<Problem>& problems() {
     add("linear:causal,chunk=4", [](Problem& p) { p.H = 4, p.Hkv = 2; });  // GQA
     add("linear:map=identity,normalize=0,causal,chunk=3", [](Problem& p) { p.N = p.M = 1, p.initial = true, p.dfinal = true; });
     add("sana:causal", [](Problem& p) { p.initial = true; });
+    add("normattn:causal,chunk=4", [](Problem& p) { p.initial = true, p.dfinal = true; });
+    add("normattn:norm=layer,map=relu2", none);
     return v;
   }();
   return list;
@@ -270,13 +272,27 @@ TEST(LinearBackwardShape, PaddedKeysGetZeroGradientAndNaNPropagates) {
       for (int64_t c = 0; c < pr.D; ++c) EXPECT_EQ(g.dk.at(1, 0, j, c), 0.0f) << form;
     for (int64_t c = 0; c < pr.Dv; ++c) EXPECT_EQ(g.dv.at(1, 0, 8, c), 0.0f) << form;
   }
-  testing::fill_token(s.q.view, 0, 0, 5, testing::nan_f());  // a NaN query poisons its row's gradient
-  for (const char* form : {"chunked", "reference"}) {
-    const AttendGradients g = backward(s, form);
-    EXPECT_TRUE(std::isnan(g.dq.at(0, 0, 5, 0))) << form;
-    EXPECT_TRUE(std::isnan(g.dk.at(0, 0, 2, 0))) << form << ": a key the NaN row sees";
-    EXPECT_FALSE(std::isnan(g.dq.at(0, 1, 5, 0))) << form << ": another head";
-    EXPECT_FALSE(std::isnan(g.dq.at(1, 0, 5, 0))) << form << ": another batch entry";
+  // one block of 16 holds every row: a NaN must not leak through the block's masked products
+  // to rows or keys that never meet it
+  pr.mech = "linear:causal,chunk=16";
+  for (int poisoned = 0; poisoned < 3; ++poisoned) {  // query 5, key 6, value 6
+    Inputs t = make(pr, 3);
+    testing::fill_token(poisoned == 0 ? t.q.view : poisoned == 1 ? t.k.view : t.v.view, 0, 0, poisoned ? 6 : 5,
+                        testing::nan_f());
+    for (const char* form : {"chunked", "reference"}) {
+      SCOPED_TRACE(std::string(form) + (poisoned == 0 ? ": NaN query" : poisoned == 1 ? ": NaN key" : ": NaN value"));
+      const AttendGradients g = backward(t, form);
+      EXPECT_TRUE(std::isnan(g.dq.at(0, 0, poisoned ? 7 : 5, 0))) << "a row that meets the NaN";
+      EXPECT_TRUE(std::isnan(g.dk.at(0, 0, 2, 0))) << "a key seen with it";
+      EXPECT_FALSE(std::isnan(g.dq.at(0, 0, 3, 0))) << "a row before it";
+      if (poisoned == 0) {  // a NaN query: the keys after it meet it nowhere, nor do the other rows
+        EXPECT_FALSE(std::isnan(g.dk.at(0, 0, 7, 0))) << "a key after it";
+        EXPECT_FALSE(std::isnan(g.dv.at(0, 0, 8, 0))) << "a value after it";
+        EXPECT_FALSE(std::isnan(g.dq.at(0, 0, 7, 0))) << "a row after it";
+      }
+      EXPECT_FALSE(std::isnan(g.dq.at(0, 1, 5, 0))) << "another head";
+      EXPECT_FALSE(std::isnan(g.dq.at(1, 0, 5, 0))) << "another batch entry";
+    }
   }
 }
 
@@ -294,13 +310,13 @@ TEST(LinearBackwardShape, BadInputIsNamed) {
   testing::expect_error([&] {
     attend_backward(s.dout.view, s.q.view, s.k.view, s.v.view, fwd.out.view(), fwd.out.view(), s.m, s.o);
   }, "lse does not apply to linear");
-  for (const char* m : {"performer:features=8", "normattn", "polaformer"}) {
+  for (const char* m : {"performer:features=8", "polaformer"}) {
     AttendOptions o;
     const Mechanism mech = parse_mechanism(m);
     const AttendResult f = attend(s.q.view, s.k.view, s.v.view, mech, o);
     testing::expect_error([&] {
       attend_backward(s.dout.view, s.q.view, s.k.view, s.v.view, f.out.view(), TensorView{}, mech, o);
-    }, std::string(kind_of(mech)) + " has no backward yet (linear, retention and sana have one)");
+    }, std::string(kind_of(mech)) + " has no backward yet (linear, retention, sana and normattn have one)");
   }
   // and the softmax family does not take a final state's gradient
   Inputs t = make(Problem{"linear"}, 5);
