@@ -405,7 +405,8 @@ def backward_softmax(args, out, dtypes) -> None:
                         diff = max_rel_diff(attn.attend_backward(dout, qd, kd, vd, o, lse, text, layout="bhnd", threads=t),
                                             torch.autograd.grad(sdpa(q, k, v), (q, k, v), dout))
                         flops = BACKWARD_FLOPS_PER_FORWARD * 4.0 * args.heads * pairs * d
-                        row = dict(direction="backward", q_len=n, kv_len=n, head_dim=d, heads=args.heads, mask=mask,
+                        row = dict(direction="backward", mechanism=text, q_len=n, kv_len=n, head_dim=d,
+                                   heads=args.heads, mask=mask,
                                    window=window, dtype=dt, threads=t, flops=flops, attn_bwd_seconds=ours_bwd,
                                    torch_bwd_seconds=theirs_bwd, attn_step_seconds=ours_step,
                                    torch_step_seconds=theirs_step, attn_ratio=flops / ours_bwd / 1e9 / roof,
@@ -450,7 +451,8 @@ def backward_linear(args, out, dtypes) -> None:
     loop = lambda q, k, v: torch_chunked_linear(phi(q), phi(k), v, chunk, True)
     ours_fn = lambda q, k, v: attn.linear_attention(q, k, v, feature_map="elu", causal=True, chunk_size=chunk,
                                                     layout="bhnd")[0]
-    attn_threads = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
+    omp = os.environ.get("OMP_NUM_THREADS", "").split(",")[0]
+    attn_threads = int(omp) if omp.isdigit() and int(omp) > 0 else (os.cpu_count() or 1)
     for t in args.threads:
         roof = sgemm_gflops(t)
         print(f"\nlinear (elu, causal, normalised, chunk {chunk}): torch {torch.__version__}; {t} threads; torch sgemm "

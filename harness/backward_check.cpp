@@ -60,9 +60,7 @@ bool bitwise_equal(const Tensor& a, const Tensor& b) {
 
 std::vector<Run> expand_backward(const std::vector<Case>& cases, const Filter& f) {
   std::vector<Run> runs;
-  std::vector<Isa> isas;
-  for (Isa i : supported_isas())
-    if (f.isa.empty() || isa_name(i) == f.isa || (f.isa == "scalar" && i == Isa::portable)) isas.push_back(i);
+  const std::vector<Isa> isas = f.isas();
   std::set<std::string> problems;
   for (const Case& c : cases) {
     if (!(c.suites & kCheck) || !f.matches(c)) continue;

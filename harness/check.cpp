@@ -204,11 +204,16 @@ bool Filter::matches(const Case& c) const {
 
 std::string Run::name() const { return c->name() + "__" + (form.empty() ? "auto" : form) + "__" + isa_name(isa); }
 
+std::vector<Isa> Filter::isas() const {
+  std::vector<Isa> out;
+  for (Isa i : supported_isas())
+    if (isa.empty() || isa_name(i) == isa || (isa == "scalar" && i == Isa::portable)) out.push_back(i);
+  return out;
+}
+
 std::vector<Run> expand(const std::vector<Case>& cases, Suite suite, const Filter& f) {
   std::vector<Run> runs;
-  std::vector<Isa> isas;
-  for (Isa i : supported_isas())
-    if (f.isa.empty() || isa_name(i) == f.isa || (f.isa == "scalar" && i == Isa::portable)) isas.push_back(i);
+  const std::vector<Isa> isas = f.isas();
   for (const Case& c : cases) {
     if (!(c.suites & suite) || !f.matches(c)) continue;
     if (suite != kCheck) {

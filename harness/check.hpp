@@ -14,6 +14,8 @@ namespace attn::harness {
 struct Filter {
   std::string op, form, isa, case_substring;
   bool matches(const Case& c) const;
+  // The ISAs this CPU runs that the filter lets through ("scalar" names the portable kernels).
+  std::vector<Isa> isas() const;
 };
 
 // One unit of work: a case, the form to force ("" = the walk's choice) and the ISA.
