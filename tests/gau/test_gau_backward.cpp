@@ -118,10 +118,7 @@ TEST_P(GauBackward, TiledFormMatchesTheReferenceInEveryDtype) {
 }
 
 std::string name_of(const ::testing::TestParamInfo<Shape>& info) {
-  std::string n = std::to_string(info.index) + "_" + info.param.mech;
-  for (char& c : n)
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  return n;
+  return testing::param_name(info.index, info.param.mech);
 }
 
 INSTANTIATE_TEST_SUITE_P(Gau, GauBackward, ::testing::ValuesIn(shapes()), name_of);

@@ -15,6 +15,7 @@
 #include "families/internal_api.hpp"
 #include "linear/linear_backward.hpp"
 #include "support/expect_error.hpp"
+#include "support/gradient_checks.hpp"
 #include "support/random_inputs.hpp"
 
 namespace attn {
@@ -22,6 +23,7 @@ namespace {
 
 using testing::Buffer;
 using testing::random_tensor;
+using testing::expect_within_rule;
 
 struct Problem {
   std::string mech;
@@ -188,21 +190,6 @@ TEST_P(LinearBackward, ReferenceMatchesFiniteDifferences) {
     EXPECT_TRUE(g.d_initial_state.view().empty());
 }
 
-// The rule of TESTING.md for gradients: max |fast - ref64| <= 3 max |plain - ref64| + floor.
-void expect_within_rule(const Tensor& fast, const Tensor& ref, const Tensor& plain, const char* name) {
-  const TensorView &a = fast.view(), &r = ref.view(), &pl = plain.view();
-  double largest = 0, plain_err = 0, err = 0;
-  int64_t worst = 0;
-  for (int64_t e = 0; e < r.numel(); ++e) {
-    const double want = load_as_float(r.data, r.dtype, e);
-    largest = std::max(largest, std::abs(want));
-    plain_err = std::max(plain_err, std::abs(double(load_as_float(pl.data, pl.dtype, e)) - want));
-    const double d = std::abs(double(load_as_float(a.data, a.dtype, e)) - want);
-    if (!(d <= err)) err = d, worst = e;
-  }
-  const double tol = 3 * plain_err + 1e-5 * std::max(1.0, largest);
-  EXPECT_LE(err, tol) << name << ": element " << worst << " off by " << err << " (plain " << plain_err << ")";
-}
 
 // The reference in float32 views, float64 or plain (intermediates rounded to the storage dtype).
 AttendGradients reference_f32(Inputs& s, core::RefPrecision precision) {
@@ -253,10 +240,7 @@ TEST_P(LinearBackward, FastFormMatchesTheReferenceInEveryDtype) {
 }
 
 std::string name_of(const ::testing::TestParamInfo<Problem>& info) {
-  std::string n = std::to_string(info.index) + "_" + info.param.mech;
-  for (char& c : n)
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  return n;
+  return testing::param_name(info.index, info.param.mech);
 }
 
 INSTANTIATE_TEST_SUITE_P(Linear, LinearBackward, ::testing::ValuesIn(problems()), name_of);

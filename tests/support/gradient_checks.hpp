@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cctype>
 #include <functional>
+#include <string>
 
 #include "attn/tensor.hpp"
 #include "harness/inputs.hpp"
@@ -56,6 +58,14 @@ inline void expect_within_rule(const Tensor& fast, const Tensor& ref, const Tens
   }
   const double tol = 3 * plain_err + 1e-5 * std::max(1.0, largest);
   EXPECT_LE(err, tol) << name << ": element " << worst << " off by " << err << " (plain " << plain_err << ")";
+}
+
+// A parameterised test's name: its index and mechanism text with every other character '_'.
+inline std::string param_name(size_t index, const std::string& mechanism) {
+  std::string n = std::to_string(index) + "_" + mechanism;
+  for (char& c : n)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return n;
 }
 
 }  // namespace attn::testing
