@@ -372,7 +372,7 @@ def train(out: str, steps=None, seed=None, quick: bool = False, mechanisms=TRAIN
     train.{csv,json,png,svg} into ``out`` and returns the rows: per mechanism and evaluation, step,
     loss and accuracy on the fixed evaluation set, the share of queries whose pair the last
     layer can see in one hop (in_view), seconds, a note (a mechanism attn cannot differentiate
-    yet: "not trainable yet: ...", NaN loss) and the run's sizes. Progress goes to ``log``
+    yet: "not trainable yet: ...", loss and accuracy None) and the run's sizes. Progress goes to ``log``
     (stderr)."""
     from .recall import MECHANISMS, train_mechanism
     unknown = [m for m in mechanisms if m not in MECHANISMS]
@@ -394,7 +394,7 @@ def main(argv=None) -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("experiment", choices=["curves", "needle", "scale", "model", "train"])
     ap.add_argument("--out", default="concentration", help="directory for the table and the plot")
-    ap.add_argument("--steps", type=int, help="train: optimiser steps per mechanism (default 800; --quick: 30)")
+    ap.add_argument("--steps", type=int, help="train: optimiser steps per mechanism (default 500; --quick: 30)")
     ap.add_argument("--seed", type=int, help="train: seed of the initial weights and of the data (default 0)")
     ap.add_argument("--quick", action="store_true",
                     help="train: tiny sizes (4 pairs in 24 tokens, d_model 32) for a run of seconds that still "
