@@ -427,8 +427,8 @@ def train_section(data) -> Tuple[str, List[str]]:
     trained = {m: r for m, r in final.items() if not r["note"]}
     skipped = {m: r for m, r in final.items() if r["note"]}
     table = [[m, r.get("description", ""), num(r["first_loss"]) if m in trained else "—",
-              num(r["loss"]) if m in trained else "—", pct(r["accuracy"], 2) if m in trained else "—",
-              pct(r["in_view"], 2), str(r["step"]) if m in trained else "—", r["note"]] for m, r in final.items()]
+              num(r["loss"]) if m in trained else "—", pct(r["accuracy"]) if m in trained else "—",
+              pct(r["in_view"]), str(r["step"]) if m in trained else "—", r["note"]] for m, r in final.items()]
     r0 = rows[0]
     caption = (f"a two-layer model (d = {r0.get('d_model', '?')}, {r0.get('heads', '?')} heads) on {r0.get('pairs', '?')} "
                f"key-value pairs in {r0.get('seq_len', '?')} tokens; loss and accuracy on a fixed evaluation set")
@@ -437,7 +437,7 @@ def train_section(data) -> Tuple[str, List[str]]:
     facts = []
     soft = trained.get("softmax")
     if soft:
-        facts.append(f"Softmax answers {pct(soft['accuracy'], 2)} of the queries after {soft['step']} steps (loss "
+        facts.append(f"Softmax answers {pct(soft['accuracy'])} of the queries after {soft['step']} steps (loss "
                      f"{num(soft['first_loss'])} → {num(soft['loss'])}): a row can put its weight on the one position "
                      "that holds the asked key, wherever it is.")
     for m in ("elu-linear", "retention"):
@@ -445,17 +445,17 @@ def train_section(data) -> Tuple[str, List[str]]:
         if r:
             than = (f", {num(soft['accuracy'] / r['accuracy'], 2)}× less than softmax" if soft and r["accuracy"] > 0
                     and soft["accuracy"] > r["accuracy"] else "")
-            facts.append(f"{m}: {pct(r['accuracy'], 2)} after {r['step']} steps{than} (loss {num(r['first_loss'])} → "
+            facts.append(f"{m}: {pct(r['accuracy'])} after {r['step']} steps{than} (loss {num(r['first_loss'])} → "
                          f"{num(r['loss'])}); it sees every pair, but its weights cannot single one out.")
     win = trained.get("window+sinks")
     if win:
-        facts.append(f"window+sinks: {pct(win['accuracy'], 2)}; only {pct(win['in_view'], 2)} of the queries have their "
+        facts.append(f"window+sinks: {pct(win['accuracy'])}; only {pct(win['in_view'])} of the queries have their "
                      "pair inside the last layer's window or sinks, and what lies beyond it can reach the query only "
                      "through the first layer's outputs, one vector per position.")
     hyb = trained.get("hybrid")
     if hyb:
-        facts.append(f"hybrid (a linear layer under a softmax one): {pct(hyb['accuracy'], 2)}"
-                     + (f", against {pct(soft['accuracy'], 2)} for softmax in both layers" if soft else "") + ".")
+        facts.append(f"hybrid (a linear layer under a softmax one): {pct(hyb['accuracy'])}"
+                     + (f", against {pct(soft['accuracy'])} for softmax in both layers" if soft else "") + ".")
     for m, r in skipped.items():
         facts.append(f"{m} is not in the curves: {r['note']}.")
     return html_table, facts
