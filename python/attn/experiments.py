@@ -343,19 +343,22 @@ def _train_config(steps, seed, quick: bool):
 
 def _plot_train(rows: List[Dict], out: str, cfg) -> None:
     plt = _pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.2))
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.2))
     for mech in dict.fromkeys(r["mechanism"] for r in rows):
         pts = [r for r in rows if r["mechanism"] == mech and not r["note"]]
         if not pts:
             continue
-        line, = axes[0].plot([r["step"] for r in pts], [r["loss"] for r in pts], marker=".", label=mech)
-        axes[1].plot([r["step"] for r in pts], [r["accuracy"] for r in pts], marker=".", color=line.get_color(),
-                     label=mech)
+        steps = [r["step"] for r in pts]
+        line, = axes[0].plot(steps, [r["loss"] for r in pts], marker=".", label=mech)
+        axes[1].plot(steps, [r["accuracy"] for r in pts], marker=".", color=line.get_color(), label=mech)
+        axes[2].plot(steps, [r["answer_weight"] for r in pts], marker=".", color=line.get_color(), label=mech)
         if pts[0]["in_view"] < 1:
             axes[1].axhline(pts[0]["in_view"], color=line.get_color(), ls=":", lw=1,
                             label=f"{mech}: pairs in view ({pts[0]['in_view']:.2f})")
     axes[0].set(title="loss on the evaluation set (query positions)", xlabel="step", ylabel="cross-entropy (nats)")
     axes[1].set(title="recall accuracy", xlabel="step", ylabel="share of queries answered", ylim=(-0.02, 1.02))
+    axes[2].set(title="last layer: weight on the answer's position", xlabel="step",
+                ylabel="|a_answer| / sum |a| (best head, mean over queries)", ylim=(-0.02, 1.02))
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)

@@ -163,6 +163,37 @@ DESCRIPTIONS = {
 }
 
 
+def row_mechanism(attention: Attention, cfg: RecallConfig) -> Tuple[str, Dict]:
+    """(mechanism text, params) for attn.attend whose weight rows are those `attention` applies
+    (up to a positive factor per row, which changes neither S nor a weight's share)."""
+    if attention is softmax_attention:
+        return "softmax:causal", {}
+    if attention is window_sinks_attention:
+        return window_sinks_text(cfg), {}
+    if attention is elu_linear_attention:
+        return "linear:map=elu,causal", {}
+    if attention is retention_attention:
+        return "linear:map=identity,causal,normalize=0", {"decay": retention_decays(cfg.heads)}
+    raise ValueError(f"row_mechanism: no weight rows known for {attention.__name__}")
+
+
+def answer_rows(attention: Attention, cfg: RecallConfig, qkv, value_at: np.ndarray) -> Tuple[float, float]:
+    """(weight on the answer, S) of a layer's weight rows at the query positions, each query read
+    in the head that puts the most weight on the position of the value it asks for; the weight
+    as a share of the row's sum of |a|, S = mean|a| / sqrt(mean a^2) over the keys the row sees
+    (attn's streamed statistics). Means over the queries."""
+    text, params = row_mechanism(attention, cfg)
+    q, k, v = qkv
+    _, probs, stats = attn.attend(q, k, v, text, params=params, return_probs=True, return_stats=True)
+    rows = torch.as_tensor(probs).abs()                                       # (B, H, T, T)
+    b, t = (torch.from_numpy(x) for x in np.nonzero(value_at >= 0))
+    at = torch.from_numpy(value_at)[b, t]
+    share = rows[b, :, t, at] / rows[b, :, t, :].sum(-1).clamp_min(1e-30)   # (queries, H)
+    best, head = share.max(-1)
+    sparsity = torch.as_tensor(stats.sparsity)[b, head, t]
+    return float(best.mean()), float(sparsity.nanmean())
+
+
 def visible_keys(name: str, cfg: RecallConfig) -> np.ndarray:
     """(T, T) bool: the keys a query of the mechanism's last layer can see in one hop."""
     if name == "window+sinks":
@@ -201,6 +232,8 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, d = x.shape
         q, k, v = self.qkv(self.norm1(x)).view(B, T, 3, self.cfg.heads, d // self.cfg.heads).unbind(2)  # (B, T, H, D)
+        if not self.training:  # kept for answer_rows
+            self.last_qkv = (q.detach(), k.detach(), v.detach())
         x = x + self.proj(self.attention(q, k, v, self.cfg).reshape(B, T, d))
         return x + self.mlp(self.norm2(x))
 
@@ -258,7 +291,8 @@ def torch_on_one_thread():
 
 def train_mechanism(name: str, cfg: RecallConfig, log=None) -> List[Dict]:
     """Trains the model with mechanism `name` for cfg.steps steps; one row per evaluation (step 0,
-    every cfg.eval_every steps and the last): step, eval loss, eval accuracy, seconds so far. The
+    every cfg.eval_every steps and the last): step, eval loss, eval accuracy, the last layer's
+    weight on the answer and its rows' S at the queries (answer_rows), seconds so far. The
     same initial weights (cfg.seed) and batches for every mechanism. A mechanism attn cannot
     differentiate yet gives one row with no loss and accuracy (None) and the reason in `note`."""
     log = sys.stderr if log is None else log
@@ -269,7 +303,7 @@ def train_mechanism(name: str, cfg: RecallConfig, log=None) -> List[Dict]:
     reason = untrainable_reason(name, cfg)
     if reason is not None:
         print(f"train: {name}: not trainable yet ({reason})", file=log, flush=True)
-        return [dict(base, step=0, loss=None, accuracy=None, seconds=0.0,
+        return [dict(base, step=0, loss=None, accuracy=None, answer_weight=None, answer_sparsity=None, seconds=0.0,
                      note=f"not trainable yet: {reason}")]
     torch.manual_seed(cfg.seed)
     model = RecallModel(cfg, MECHANISMS[name])
@@ -283,11 +317,14 @@ def train_mechanism(name: str, cfg: RecallConfig, log=None) -> List[Dict]:
         model.eval()
         with torch.no_grad():
             loss, acc = loss_and_accuracy(model, eval_tokens, eval_targets)
+            last = model.blocks[-1]
+            weight, sparsity = answer_rows(last.attention, cfg, last.last_qkv, eval_value_at)
         model.train()
-        rows.append(dict(base, step=step, loss=float(loss), accuracy=acc, seconds=round(time.monotonic() - t0, 2),
-                         note=""))
+        rows.append(dict(base, step=step, loss=float(loss), accuracy=acc, answer_weight=weight,
+                         answer_sparsity=sparsity, seconds=round(time.monotonic() - t0, 2), note=""))
         print(f"train: {name:12s} step {step:5d}/{cfg.steps}  loss {float(loss):.4f}  accuracy {acc:.3f}  "
-              f"({time.monotonic() - t0:.0f} s)", file=log, flush=True)
+              f"weight on the answer {weight:.3f} (S {sparsity:.2f})  ({time.monotonic() - t0:.0f} s)",
+              file=log, flush=True)
 
     with torch_on_one_thread():
         evaluate(0)

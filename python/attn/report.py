@@ -422,31 +422,35 @@ def _final_rows(rows: List[Dict]) -> Dict[str, Dict]:
 
 
 def train_section(data) -> Tuple[str, List[str]]:
-    rows = _rows(data, "mechanism", "step", "loss", "accuracy", "in_view", "note")
+    rows = _rows(data, "mechanism", "step", "loss", "accuracy", "answer_weight", "answer_sparsity", "in_view", "note")
     final = _final_rows(rows)
     trained = {m: r for m, r in final.items() if not r["note"]}
     skipped = {m: r for m, r in final.items() if r["note"]}
     table = [[m, r.get("description", ""), num(r["first_loss"]) if m in trained else "—",
               num(r["loss"]) if m in trained else "—", pct(r["accuracy"]) if m in trained else "—",
+              pct(r["answer_weight"]) if m in trained else "—", num(r["answer_sparsity"], 2) if m in trained else "—",
               pct(r["in_view"]), str(r["step"]) if m in trained else "—", r["note"]] for m, r in final.items()]
     r0 = rows[0]
     caption = (f"a two-layer model (d = {r0.get('d_model', '?')}, {r0.get('heads', '?')} heads) on {r0.get('pairs', '?')} "
                f"key-value pairs in {r0.get('seq_len', '?')} tokens; loss and accuracy on a fixed evaluation set")
     html_table = _table(["mechanism", "attention", "loss at step 0", "final loss", "final accuracy",
-                         "queries whose pair is in view", "steps", "note"], table, caption, numeric_from=2)
+                         "last layer: weight on the answer", "its rows' S", "queries whose pair is in view", "steps",
+                         "note"], table, caption, numeric_from=2)
     facts = []
     soft = trained.get("softmax")
     if soft:
         facts.append(f"Softmax answers {pct(soft['accuracy'])} of the queries after {soft['step']} steps (loss "
-                     f"{num(soft['first_loss'])} → {num(soft['loss'])}): a row can put its weight on the one position "
-                     "that holds the asked key, wherever it is.")
+                     f"{num(soft['first_loss'])} → {num(soft['loss'])}); its last layer puts {pct(soft['answer_weight'])} "
+                     f"of a query's weight on the one position that holds the answer (S = {num(soft['answer_sparsity'], 2)}"
+                     f"; one key of {r0.get('seq_len', 'n')} would be 1/√n): a row can concentrate where it must.")
     for m in ("elu-linear", "retention"):
         r = trained.get(m)
         if r:
             than = (f", {num(soft['accuracy'] / r['accuracy'], 2)}× less than softmax" if soft and r["accuracy"] > 0
                     and soft["accuracy"] > r["accuracy"] else "")
             facts.append(f"{m}: {pct(r['accuracy'])} after {r['step']} steps{than} (loss {num(r['first_loss'])} → "
-                         f"{num(r['loss'])}); it sees every pair, but its weights cannot single one out.")
+                         f"{num(r['loss'])}); it sees every pair, and its last layer puts {pct(r['answer_weight'])} of "
+                         f"a query's weight on the answer (S = {num(r['answer_sparsity'], 2)}).")
     win = trained.get("window+sinks")
     if win:
         facts.append(f"window+sinks: {pct(win['accuracy'])}; only {pct(win['in_view'])} of the queries have their "

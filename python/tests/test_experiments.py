@@ -113,7 +113,8 @@ def test_report_run_without_matplotlib_says_which_extra_in_one_line(tmp_path):
     assert not (tmp_path / "r.html").exists() and list(tmp_path.iterdir()) == []
 
 
-TRAIN_COLUMNS = ["mechanism", "description", "in_view", "step", "loss", "accuracy", "seconds", "note", "pairs",
+TRAIN_COLUMNS = ["mechanism", "description", "in_view", "step", "loss", "accuracy", "answer_weight", "answer_sparsity",
+                 "seconds", "note", "pairs",
                  "seq_len", "vocab", "d_model", "heads", "batch", "steps", "window", "sinks", "seed"]
 
 
@@ -139,6 +140,7 @@ def test_train_quick_writes_every_mechanism_with_the_columns(quick_training):
             continue
         assert [r["step"] for r in mine] == [0, 10, 20, 30]  # evaluations at step 0, every 10 and the last
         assert all(np.isfinite(r["loss"]) and 0 <= r["accuracy"] <= 1 for r in mine)
+        assert all(0 <= r["answer_weight"] <= 1 and 0 < r["answer_sparsity"] <= 1 for r in mine)
 
 
 def test_train_quick_learns_with_softmax(quick_training):
@@ -154,6 +156,8 @@ def test_train_window_cannot_see_every_pair(quick_training):
     seen = {r["mechanism"]: r["in_view"] for r in rows}
     assert seen["softmax"] == 1.0 and seen["elu-linear"] == 1.0
     assert 0 < seen["window+sinks"] < 0.75  # a window of 6 and 2 sinks, pairs 8 tokens long, queries after them
+    # a row cannot weigh a key its pattern hides: at most the share of queries whose answer is in view
+    assert all(r["answer_weight"] <= r["in_view"] + 1e-6 for r in rows if r["mechanism"] == "window+sinks")
 
 
 def test_train_same_seed_same_curves(tmp_path):
