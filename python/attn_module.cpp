@@ -246,23 +246,31 @@ attn::TensorView rows_view(const Array& a, const char* name) {
   return l;
 }
 
-// dq, dk, dv of attend() (attn::attend_backward), in the call's layout; lse as attend returns it (B, H, N).
+// dq, dk, dv of attend() (attn::attend_backward), in the call's layout; lse as attend returns it (B, H, N),
+// or None for a family without one (linear). dfinal_state: the gradient of the final state
+// (B, H, F, columns) float32, or None. With params["initial_state"] the tuple gains its gradient
+// (float32, its shape) as a fourth element; otherwise it stays (dq, dk, dv).
 nb::tuple attend_backward(const Array& dout, const Array& q, const Array& k, const Array& v, const Array& out,
-                          const Array& lse, nb::handle mechanism, const Options& o, std::optional<Array> dlse) {
+                          std::optional<Array> lse, nb::handle mechanism, const Options& o, std::optional<Array> dlse,
+                          std::optional<Array> dfinal_state) {
   const Call c = make_call(q, k, v, mechanism, o);
   const bool bnhd = bnhd_of(o.layout);
   const attn::TensorView d = view_of(dout, "dout", bnhd), ov = view_of(out, "out", bnhd);
-  const attn::TensorView l = rows_view(lse, "lse");
-  std::optional<attn::TensorView> dl;
+  const attn::TensorView l = lse ? rows_view(*lse, "lse") : attn::TensorView{};
+  std::optional<attn::TensorView> dl, ds;
   if (dlse) dl = rows_view(*dlse, "dlse");
+  if (dfinal_state) ds = view_of(*dfinal_state, "dfinal_state", false);
   attn::AttendGradients g;
   {
     nb::gil_scoped_release release;
-    g = attn::attend_backward(d, c.q, c.k, c.v, ov, l, c.mech, c.opt, dl ? &*dl : nullptr);
+    g = attn::attend_backward(d, c.q, c.k, c.v, ov, l, c.mech, c.opt, dl ? &*dl : nullptr, ds ? &*ds : nullptr);
   }
   auto in_layout = [&](attn::Tensor&& t) {  // an initializer_list lives only as long as its full expression
     return bnhd ? to_python(std::move(t), {0, 2, 1, 3}, o.torch) : to_python(std::move(t), {0, 1, 2, 3}, o.torch);
   };
+  if (g.d_initial_state.defined())
+    return nb::make_tuple(in_layout(std::move(g.dq)), in_layout(std::move(g.dk)), in_layout(std::move(g.dv)),
+                          to_python(std::move(g.d_initial_state), {0, 1, 2, 3}, o.torch));
   return nb::make_tuple(in_layout(std::move(g.dq)), in_layout(std::move(g.dk)), in_layout(std::move(g.dv)));
 }
 
@@ -477,9 +485,10 @@ NB_MODULE(_attn, m) {
       },
       "q"_a, "k"_a, "v"_a, "mechanism"_a, "options"_a,
       "(B, H, F, columns) of the call's recurrent state (attn::state_shape); zeros without one.");
-  m.def("attend_backward", &attend_backward, "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "mechanism"_a, "options"_a,
-        "dlse"_a = nb::none(),
-        "attn::attend_backward: (dq, dk, dv) of attend's output, recomputed from q, k, v and its out and lse.");
+  m.def("attend_backward", &attend_backward, "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "mechanism"_a, "options"_a,
+        "dlse"_a = nb::none(), "dfinal_state"_a = nb::none(),
+        "attn::attend_backward: (dq, dk, dv) of attend's output, recomputed from q, k, v and its out and lse "
+        "(None for linear); (dq, dk, dv, d_initial_state) when params has an initial_state.");
   m.def("explain", &explain, "q"_a, "k"_a, "v"_a, "mechanism"_a, "options"_a,
         "Which form attn::attend would run for this call, and why the others would not.");
   m.def("attend_with_kvcache", &attend_with_kvcache, "q"_a, "k_cache"_a, "v_cache"_a, "update"_a, "mechanism"_a,

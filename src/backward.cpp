@@ -29,7 +29,39 @@ void check_options(const AttendOptions& o) {
 }
 
 [[noreturn]] void fail_no_backward(const Mechanism& mechanism) {
-  fail(kWhere, std::string(kind_of(mechanism)) + " has no backward yet (softmax, longformer and bigbird have one)");
+  fail(kWhere, std::string(kind_of(mechanism)) +
+                   " has no backward yet (softmax, longformer, bigbird, linear, retention and sana have one)");
+}
+
+// lse and dlse belong to softmax families; a family without an lse takes an empty lse view
+// (checked after the family's refusal, which says more).
+template <class Family>
+void check_no_lse(const TensorView& lse, const TensorView* dlse, const Mechanism& mechanism) {
+  if constexpr (!families::has_lse<Family>()) {
+    if (!lse.empty())
+      fail(kWhere, "lse does not apply to " + std::string(kind_of(mechanism)) +
+                       " (its weights are no softmax): pass an empty view, got " + core::dims_text(lse));
+    if (dlse) fail(kWhere, "dlse does not apply to " + std::string(kind_of(mechanism)) + " (it has no lse)");
+  }
+}
+
+// dfinal_state: the state's shape, float32; only for families with a recurrent state.
+template <class Family>
+void check_dfinal_state(const TensorView* dfinal_state, const typename Family::Problem& p, const Mechanism& mechanism) {
+  if (!dfinal_state) return;
+  if constexpr (families::has_state<Family>()) {
+    core::check_view(*dfinal_state, "dfinal_state");
+    if (dfinal_state->dtype != DType::f32)
+      fail(kWhere, "dfinal_state must be float32, got " + dtype_name(dfinal_state->dtype));
+    const auto want = Family::state_shape(p);
+    if (dfinal_state->shape != want)
+      fail(kWhere, "dfinal_state must have the final state's shape (B, H, state_rows, state_cols) = (" +
+                       std::to_string(want[0]) + ", " + std::to_string(want[1]) + ", " + std::to_string(want[2]) +
+                       ", " + std::to_string(want[3]) + "), got " + core::dims_text(*dfinal_state));
+  } else {
+    (void)p;
+    fail(kWhere, "dfinal_state does not apply to " + std::string(kind_of(mechanism)) + " (it has no recurrent state)");
+  }
 }
 
 // The family's backward forms with their reasons for a validated problem, and the chosen one.
@@ -45,26 +77,38 @@ const core::BackwardForm<typename Family::Problem>& choose_backward(const typena
 
 AttendGradients attend_backward(const TensorView& dout, const TensorView& q, const TensorView& k, const TensorView& v,
                                 const TensorView& out, const TensorView& lse, const Mechanism& mechanism,
-                                const AttendOptions& options, const TensorView* dlse) try {
+                                const AttendOptions& options, const TensorView* dlse,
+                                const TensorView* dfinal_state) try {
   check_options(options);
   AttendGradients g;
   families::visit_family(mechanism, [&](const auto& mech, auto family) {
     using Family = decltype(family);
     if constexpr (requires { Family::backward_forms; }) {
-      const auto p = Family::validate(q, k, v, mech, options, core::Outputs{&out, &lse});
+      const auto p = Family::validate(q, k, v, mech, options,
+                                      core::Outputs{&out, families::has_lse<Family>() ? &lse : nullptr});
       check_dout(dout, out, q);
+      const auto& form = choose_backward<Family>(p, mechanism, options);
+      check_no_lse<Family>(lse, dlse, mechanism);
+      check_dfinal_state<Family>(dfinal_state, p, mechanism);
       if (dlse) {
         core::check_view(*dlse, "dlse");
         if (dlse->dtype != DType::f32) fail(kWhere, "dlse must be float32, got " + dtype_name(dlse->dtype));
         if (dlse->shape != lse.shape)
           fail(kWhere, "dlse must have lse's shape (B, H, N, 1) = " + core::dims_text(lse) + ", got " + core::dims_text(*dlse));
       }
-      const auto& form = choose_backward<Family>(p, mechanism, options);
       g.dq = Tensor(q.dtype, {p.B, p.H, p.N, p.D});
       g.dk = Tensor(k.dtype, {p.B, p.Hkv, p.M, p.D});
       g.dv = Tensor(v.dtype, {p.B, p.Hkv, p.M, p.Dv});
-      form.run(p, core::BackwardViews{dout, out, lse, g.dq.view(), g.dk.view(), g.dv.view(), dlse ? *dlse : TensorView{}},
-               core::context_of(options));
+      core::BackwardViews views{dout, out, lse, g.dq.view(), g.dk.view(), g.dv.view(), dlse ? *dlse : TensorView{}};
+      if (dfinal_state) views.dfinal_state = *dfinal_state;
+      if constexpr (families::has_state<Family>()) {
+        if (options.params.contains("initial_state")) {
+          const auto shape = Family::state_shape(p);
+          g.d_initial_state = Tensor(DType::f32, {shape[0], shape[1], shape[2], shape[3]});
+          views.d_initial_state = g.d_initial_state.view();
+        }
+      }
+      form.run(p, views, core::context_of(options));
     } else {
       fail_no_backward(mechanism);
     }

@@ -19,6 +19,9 @@ struct AttendGradients {
   Tensor dq;  // q's shape (B, H, N, D) and dtype, bhnd
   Tensor dk;  // k's shape (B, Hkv, M, D) and dtype, bhnd
   Tensor dv;  // v's shape (B, Hkv, M, Dv) and dtype, bhnd
+  // The linear family: the gradient of params["initial_state"], float32 of its shape
+  // (B, H, state_rows, state_cols); empty when the call has no initial state.
+  Tensor d_initial_state;
 };
 
 // dout: the loss's gradient with respect to out, (B, H, N, Dv) in q's dtype; out and lse: what
@@ -31,9 +34,21 @@ struct AttendGradients {
 // float32, parallel over batch entries and kv heads) and "reference" (float64 throughout). Other families, score=cosine/additive and paged caches
 // are an Error naming what has no backward yet. dlse: the loss's gradient with respect to lse,
 // (B, H, N, 1) float32, when the loss uses it (merging partial results, ring attention); none = 0.
+//
+// The linear family (linear and its alias retention, sana; every feature map, normalised or not,
+// causal or not, a decay in the text or per head in params["decay"], key padding, grouped heads,
+// params["initial_state"]): the same gradients of
+//   o_i = y_i[:Dv] / (y_i[Dv] + eps)  (or y_i without normalize),
+//   y_i = scale phi(q_i)^T (decay^(i+1) S0 + sum_(j <= i) decay^(i-j) phi(k_j) [v_j, 1]^T),
+// lse: an empty view (the weights are no softmax), dlse none. dfinal_state: the loss's gradient
+// with respect to the final state (what return_final_state gives, (B, H, state_rows, state_cols)
+// float32; fla's dht), none = 0; the result's d_initial_state is the gradient of initial_state
+// (fla's dh0). Forms: "chunked" (causal, float32 blocks of the mechanism's chunk), "right"
+// (non-causal), "reference" (float64). normattn, performer and polaformer are refused.
 AttendGradients attend_backward(const TensorView& dout, const TensorView& q, const TensorView& k, const TensorView& v,
                                 const TensorView& out, const TensorView& lse, const Mechanism& mechanism,
-                                const AttendOptions& options = {}, const TensorView* dlse = nullptr);
+                                const AttendOptions& options = {}, const TensorView* dlse = nullptr,
+                                const TensorView* dfinal_state = nullptr);
 
 // The backward forms of the mechanism for these forward inputs and options, each with the reasons
 // it cannot run them, and the one attend_backward runs (as explain() for the forward).

@@ -308,7 +308,8 @@ def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any
 def attend_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, mechanism: str = "softmax", *,
                     attn_mask: Any = None, key_padding_lengths: Optional[Sequence[int]] = None,
                     alibi_slopes: Any = None, block_mask: Any = None, block_size: Tuple[int, int] = (128, 128),
-                    layout: str = "bnhd", threads: int = 0, form: Optional[str] = None, dlse: Any = None):
+                    layout: str = "bnhd", threads: int = 0, form: Optional[str] = None, dlse: Any = None,
+                    params: Optional[Mapping[str, Any]] = None, dfinal_state: Any = None):
     """Gradients of :func:`attend`'s output with respect to q, k and v (training).
 
     As flash-attention's backward, nothing of size N x M is kept: the scores are recomputed from
@@ -318,18 +319,25 @@ def attend_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, mecha
     Args:
         dout: gradient of the loss with respect to out, out's shape and q's dtype.
         q, k, v: the forward's inputs.
-        out, lse: what ``attend(q, k, v, mechanism, ..., return_lse=True)`` returned.
+        out, lse: what ``attend(q, k, v, mechanism, ..., return_lse=True)`` returned; lse None for
+            the linear family (its weights are no softmax).
         mechanism: softmax (score=dot) with any option, or the patterns over it ("longformer:...",
-            "bigbird:..."); other families have no backward yet (a ValueError says so).
+            "bigbird:..."); the linear family ("linear:...", "retention:...", "sana:...", every
+            feature map, normalised or not, decays); other families have no backward yet (a
+            ValueError says so).
         attn_mask, key_padding_lengths, alibi_slopes, block_mask, block_size, layout, threads: as
             in :func:`attend`.
         form: "rows" (float32 accumulation, the default) or "reference" (float64, for checking).
         dlse: the loss's gradient with respect to lse, (B, H, N) float32, when the loss uses lse
             (merging partial results); None = 0.
+        params: the forward's named params (linear: "decay" per head, "initial_state").
+        dfinal_state: linear: the loss's gradient with respect to the final state (what
+            ``return_final_state`` gave, (B, H, F, Dv [+ 1]) float32); None = 0.
 
     Returns:
-        (dq, dk, dv) in q's, k's and v's shapes, dtype and kind (NumPy or torch), in ``layout``.
-        The result is bitwise the same for any thread count.
+        (dq, dk, dv) in q's, k's and v's shapes, dtype and kind (NumPy or torch), in ``layout``;
+        with ``params["initial_state"]``, (dq, dk, dv, d_initial_state), the last float32 of the
+        state's shape. The result is bitwise the same for any thread count.
 
     Example::
 
@@ -337,13 +345,16 @@ def attend_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, mecha
         >>> dq, dk, dv = attn.attend_backward(dout, q, k, v, out, lse, "softmax:causal")
     """
     scalars = _check_scalars(mechanism, threads)
-    q, k, v, opts = _call_args(q, k, v, layout, attn_mask, key_padding_lengths, alibi_slopes, None, None, form,
+    q, k, v, opts = _call_args(q, k, v, layout, attn_mask, key_padding_lengths, alibi_slopes,
+                               params, None, form,
                                False, None, block_mask, block_size, **scalars)
-    dout, out, lse = _prepare(dout, "dout"), _prepare(out, "out"), _prepare(lse, "lse")
-    dlse = None if dlse is None else _prepare(dlse, "dlse")
-    if any(_is_torch(x) != _is_torch(q) for x in (dout, out, lse, q if dlse is None else dlse)):
-        raise TypeError("dout, out, lse and dlse must be of q's kind (all numpy arrays or all torch tensors)")
-    return _attn.attend_backward(dout, q, k, v, out, lse, mechanism, opts, dlse)
+    dout, out = _prepare(dout, "dout"), _prepare(out, "out")
+    lse, dlse = (None if x is None else _prepare(x, name) for name, x in (("lse", lse), ("dlse", dlse)))
+    dfinal_state = None if dfinal_state is None else _prepare(dfinal_state, "dfinal_state")
+    if any(x is not None and _is_torch(x) != _is_torch(q) for x in (dout, out, lse, dlse, dfinal_state)):
+        raise TypeError("dout, out, lse, dlse and dfinal_state must be of q's kind (all numpy arrays or all torch "
+                        "tensors)")
+    return _attn.attend_backward(dout, q, k, v, out, lse, mechanism, opts, dlse, dfinal_state)
 
 
 def _wants_autograd(*xs: Any) -> bool:
@@ -505,6 +516,46 @@ _LINEAR_NAMES = (("params['initial_state']", "initial_state"), ("params['decay']
                  ("linear chunk ", "chunk_size "), ("linear decay ", "decay "))
 
 
+def _linear_text(feature_map, causal, normalize, decay, chunk_size, scale) -> str:
+    """The linear mechanism's text in plain Python (under torch.compile a call into the extension
+    would break the graph; C++ checks the text when the op runs)."""
+    text = f"linear:map={feature_map}" + (",causal" if causal else "") + ("" if normalize else ",normalize=0")
+    text += ("" if decay is None else f",decay={float(decay)!r}") + f",chunk={int(chunk_size)}"
+    return text + ("" if scale is None else f",scale={float(scale)!r}")
+
+
+def _linear_differentiable(q, k, v, feature_map, causal, decay, chunk_size, initial_state, output_final_state,
+                           normalize, scale, key_padding_lengths, layout, others):
+    """linear_attention through torch.ops.attn.linear_attention (attn/torch_ops.py): gradients flow
+    to q, k, v and initial_state, and in through the final state."""
+    import torch
+    unsupported = [name for name, x in others.items() if x]
+    if unsupported:
+        raise ValueError(f"linear_attention with tensors that require grad takes no {', '.join(unsupported)} "
+                         f"(detach the inputs to choose them)")
+    per_head = decay if isinstance(decay, (torch.Tensor, list, tuple)) else None
+    scalar = None if decay is None or per_head is not None else decay
+    if torch.compiler.is_compiling():
+        text = _linear_text(feature_map, causal, normalize, scalar, chunk_size, scale)
+    else:
+        if not isinstance(feature_map, str):
+            raise TypeError(f"feature_map must be a str such as 'elu', got {type(feature_map).__name__}")
+        _flag(output_final_state, "output_final_state")
+        text = str(_attn.linear_mechanism(
+            map=feature_map, causal=_flag(causal, "causal"), normalize=_flag(normalize, "normalize"),
+            decay=None if scalar is None else _real(scalar, "decay"), chunk=_integer(chunk_size, "chunk_size"),
+            scale=None if scale is None else _real(scale, "scale")))
+    from . import torch_ops
+    try:
+        o, state = torch_ops.linear_attention(q, k, v, text, layout, initial_state, per_head, key_padding_lengths)
+    except (TypeError, ValueError) as e:  # attend's names for what linear_attention's caller named
+        text = str(e)
+        for inner, outer in _LINEAR_NAMES:
+            text = text.replace(inner, outer)
+        raise type(e)(text) from None
+    return (o, state) if output_final_state else (o, None)
+
+
 def linear_attention(q: Any, k: Any, v: Any, *, feature_map: str = "elu", causal: bool = True,
                      decay: Any = None, chunk_size: int = 64, initial_state: Any = None,
                      output_final_state: bool = False, normalize: bool = True, scale: Optional[float] = None,
@@ -535,12 +586,21 @@ def linear_attention(q: Any, k: Any, v: Any, *, feature_map: str = "elu", causal
     Returns:
         (o, final_state): o like q with v's head dim; final_state None unless asked for.
 
+    Gradients: given torch tensors that require grad (q, k, v or initial_state), the call runs the
+    custom op ``torch.ops.attn.linear_attention`` (attn/torch_ops.py): gradients flow to q, k, v
+    and initial_state, and in through final_state; it traces under ``torch.compile``. NumPy users
+    call :func:`attend_backward` with ``lse=None``.
+
     Example::
 
         o, state = attn.linear_attention(q[:, :100], k[:, :100], v[:, :100], output_final_state=True)
         o2, state = attn.linear_attention(q[:, 100:], k[:, 100:], v[:, 100:], initial_state=state,
                                           output_final_state=True)   # == one call on all tokens
     """
+    if _wants_autograd(q, k, v, *(() if initial_state is None else (initial_state,))):
+        return _linear_differentiable(q, k, v, feature_map, causal, decay, chunk_size, initial_state,
+                                      output_final_state, normalize, scale, key_padding_lengths, layout,
+                                      dict(threads=threads, form=form, isa=isa))
     if not isinstance(feature_map, str):
         raise TypeError(f"feature_map must be a str such as 'elu', got {type(feature_map).__name__}")
     _flag(output_final_state, "output_final_state")

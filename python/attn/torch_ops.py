@@ -7,8 +7,16 @@ it without a graph break and ``torch.library.opcheck`` passes. :func:`attn.atten
 :func:`attn.attention` call it when given torch tensors that require grad; the gradient then flows
 to q, k and v (masks, padding and slopes are constants).
 
-Families with a backward today: softmax (score=dot) and the patterns over it; asking another
-family for a gradient raises the ValueError that says so, at backward time.
+Families with a backward today: softmax (score=dot) and the patterns over it, and the linear
+family (linear, retention, sana); asking another family for a gradient raises the ValueError that
+says so, at backward time.
+
+``torch.ops.attn.linear_attention(q, k, v, mechanism, layout, initial_state, decay,
+key_padding_lengths)`` returns ``(o, final_state)`` of a linear mechanism (the text of
+:func:`attn.linear_attention`'s mechanism), with ``torch.ops.attn.linear_attention_backward`` as its
+registered backward: gradients flow to q, k, v and initial_state, and in through the final state
+(``decay`` per head and the padding are constants). :func:`attn.linear_attention` calls it when
+given torch tensors that require grad.
 """
 from __future__ import annotations
 
@@ -64,8 +72,12 @@ def attend_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: 
                        lse: torch.Tensor, mechanism: str, layout: str, attn_mask: Optional[torch.Tensor],
                        key_padding_lengths: List[int], alibi_slopes: Optional[torch.Tensor],
                        dlse: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    dq, dk, dv = attn.attend_backward(dout.detach(), q.detach(), k.detach(), v.detach(), out.detach(), lse.detach(),
-                                      mechanism, layout=layout, dlse=None if dlse is None else dlse.detach(),
+    if _has_lse(mechanism):
+        lse, dlse = lse.detach(), None if dlse is None else dlse.detach()
+    else:  # linear: no lse (the forward's is NaN) and so no gradient through it
+        lse = dlse = None
+    dq, dk, dv = attn.attend_backward(dout.detach(), q.detach(), k.detach(), v.detach(), out.detach(), lse,
+                                      mechanism, layout=layout, dlse=dlse,
                                       **_kwargs(attn_mask, key_padding_lengths, alibi_slopes))
     return dq.contiguous(), dk.contiguous(), dv.contiguous()
 
@@ -101,3 +113,92 @@ def attend(q, k, v, mechanism: str, layout: str, attn_mask=None, key_padding_len
         alibi_slopes = torch.as_tensor(alibi_slopes, dtype=torch.float32)
     return attend_op(q, k, v, mechanism, layout, attn_mask,
                      [] if key_padding_lengths is None else [int(x) for x in key_padding_lengths], alibi_slopes)
+
+
+# ---- the linear family: (o, final_state) and its backward --------------------------------------
+
+
+@functools.lru_cache(maxsize=256)
+def _normalizes(mechanism: str) -> bool:
+    """Whether the linear mechanism's state carries the normaliser column (Dv + 1 columns)."""
+    return attn.info(mechanism)["state_shape"].endswith("+ 1)")
+
+
+def _linear_params(initial_state, decay):
+    params = {}
+    if initial_state is not None:
+        params["initial_state"] = initial_state.detach()
+    if decay is not None:
+        params["decay"] = decay.detach()
+    return params
+
+
+@torch.library.custom_op("attn::linear_attention", mutates_args=())
+def linear_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mechanism: str, layout: str,
+                        initial_state: Optional[torch.Tensor], decay: Optional[torch.Tensor],
+                        key_padding_lengths: List[int]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(o, final_state) of a linear mechanism; final_state (B, H, F, Dv [+ 1]) float32."""
+    out, state = attn.attend(q.detach(), k.detach(), v.detach(), mechanism, layout=layout, return_final_state=True,
+                             params=_linear_params(initial_state, decay),
+                             key_padding_lengths=list(key_padding_lengths) or None)
+    return out.contiguous(), state.contiguous()
+
+
+@linear_attention_op.register_fake
+def _linear_attention_fake(q, k, v, mechanism, layout, initial_state, decay, key_padding_lengths):
+    b, h = q.shape[0], (q.shape[2] if layout == "bnhd" else q.shape[1])
+    out = q.new_empty(q.shape[:-1] + (v.shape[-1],))
+    state = q.new_empty((b, h, q.shape[-1], v.shape[-1] + (1 if _normalizes(mechanism) else 0)), dtype=torch.float32)
+    return out, state
+
+
+@torch.library.custom_op("attn::linear_attention_backward", mutates_args=())
+def linear_attention_backward_op(dout: torch.Tensor, dfinal_state: Optional[torch.Tensor], q: torch.Tensor,
+                                 k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, mechanism: str, layout: str,
+                                 initial_state: Optional[torch.Tensor], decay: Optional[torch.Tensor],
+                                 key_padding_lengths: List[int]
+                                 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv, d_initial_state); d_initial_state in initial_state's dtype, or an empty tensor
+    when there is no initial state (an op returns tensors, not None)."""
+    grads = attn.attend_backward(dout.detach(), q.detach(), k.detach(), v.detach(), out.detach(), None, mechanism,
+                                 layout=layout, params=_linear_params(initial_state, decay),
+                                 key_padding_lengths=list(key_padding_lengths) or None,
+                                 dfinal_state=None if dfinal_state is None else dfinal_state.detach())
+    dq, dk, dv = (g.contiguous() for g in grads[:3])
+    ds0 = grads[3].to(initial_state.dtype).contiguous() if initial_state is not None else q.new_empty((0,))
+    return dq, dk, dv, ds0
+
+
+@linear_attention_backward_op.register_fake
+def _linear_attention_backward_fake(dout, dfinal_state, q, k, v, out, mechanism, layout, initial_state, decay,
+                                    key_padding_lengths):
+    ds0 = torch.empty_like(initial_state) if initial_state is not None else q.new_empty((0,))
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), ds0
+
+
+def _linear_setup_context(ctx, inputs, output):
+    q, k, v, mechanism, layout, initial_state, decay, key_padding_lengths = inputs
+    out, _ = output
+    ctx.save_for_backward(q, k, v, out, initial_state, decay)
+    ctx.options = (mechanism, layout, list(key_padding_lengths))
+
+
+def _linear_backward(ctx, dout, dfinal_state):
+    q, k, v, out, initial_state, decay = ctx.saved_tensors
+    mechanism, layout, key_padding_lengths = ctx.options
+    dq, dk, dv, ds0 = linear_attention_backward_op(
+        dout.contiguous(), None if dfinal_state is None else dfinal_state.contiguous(), q, k, v, out, mechanism,
+        layout, initial_state, decay, key_padding_lengths)
+    return dq, dk, dv, None, None, (ds0 if initial_state is not None else None), None, None
+
+
+linear_attention_op.register_autograd(_linear_backward, setup_context=_linear_setup_context)
+
+
+def linear_attention(q, k, v, mechanism: str, layout: str, initial_state=None, decay=None,
+                     key_padding_lengths=None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(o, final_state) through the custom op (differentiable in q, k, v and initial_state)."""
+    if decay is not None and not isinstance(decay, torch.Tensor):
+        decay = torch.as_tensor(decay, dtype=torch.float32)
+    return linear_attention_op(q, k, v, mechanism, layout, initial_state, decay,
+                               [] if key_padding_lengths is None else [int(x) for x in key_padding_lengths])

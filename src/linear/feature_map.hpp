@@ -28,6 +28,22 @@ T feature(FeatureMap f, T x) {
   return x;
 }
 
+// phi'(x), the backward's slope of feature(f, x); NaN for a non-finite x (it must poison the
+// gradient of its row as it poisoned the output).
+template <class T>
+T feature_slope(FeatureMap f, T x) {
+  x += x - x;
+  const T poison = x - x;  // 0, or NaN
+  switch (f) {
+    case FeatureMap::elu: return x > 0 ? T(1) + poison : std::exp(x);
+    case FeatureMap::relu: return (x > 0 ? T(1) : T(0)) + poison;
+    case FeatureMap::identity: return T(1) + poison;
+    case FeatureMap::exp: return std::exp(x);
+    case FeatureMap::relu2: return (x > 0 ? 2 * x : T(0)) + poison;
+  }
+  return x;
+}
+
 // x[i] = phi(x[i]) for i < n.
 inline void map_features(const kernels::TileKernels& kern, FeatureMap f, float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += x[i] - x[i];  // +-inf -> NaN, as feature()

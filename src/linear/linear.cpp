@@ -6,6 +6,7 @@
 #include "attn/error.hpp"
 #include "base/counter_random.hpp"
 #include "core/params.hpp"
+#include "linear/linear_backward.hpp"
 
 namespace attn::linear {
 namespace {
@@ -247,6 +248,22 @@ const std::vector<core::Form<LinearProblem>>& LinearFamily::forms() {
       {"chunked", "causal Lightning blocks: masked product inside a block, the state across blocks", refuse_chunked,
        by_stream<run_chunked>},
       {"reference", "quadratic weights in float64 (slow, exact)", core::refuse_nothing<LinearProblem>, run_reference},
+  };
+  return list;
+}
+
+std::string LinearFamily::backward_refusal(const LinearProblem& p) { return linear_backward_refusal(p); }
+
+const std::vector<core::BackwardForm<LinearProblem>>& LinearFamily::backward_forms() {
+  static const std::vector<core::BackwardForm<LinearProblem>> list = {
+      {"chunked", "causal, float32: chunk states recomputed forward, then the blocks walked backward carrying dH",
+       refuse_chunked_backward, linear_backward_chunked},
+      {"right", "non-causal, float32: the whole state once, then each row against it", refuse_right_backward,
+       linear_backward_right},
+      {"reference", "quadratic weights in float64 (slow, exact)", core::refuse_nothing<LinearProblem>,
+       [](const LinearProblem& p, const BackwardViews& g, const core::Context&) {
+         linear_backward_reference(p, g, core::RefPrecision::f64);
+       }},
   };
   return list;
 }

@@ -446,6 +446,32 @@ TEST(AllocFailure, Backward) {
   }
 }
 
+// The linear family's backward: its fast forms (chunked causal, right non-causal) and reference,
+// with the final state's gradient.
+TEST(AllocFailure, LinearBackward) {
+  for (const char* m : {"linear:causal,chunk=16", "linear"}) {
+    const Problem p(Case{m, "", 60, 60});
+    std::mt19937 rng(6);
+    const harness::Buffer dout = testing::random_tensor(rng, DType::f32, kB, kH, 60, kD);
+    const AttendResult fwd = attend(p.q.view, p.k.view, p.v.view, p.mechanism, {});
+    std::vector<float> dstate(static_cast<size_t>(kB * kH * kD * (kD + 1)), 0.5f);
+    const TensorView ds = make_view(dstate.data(), DType::f32, kB, kH, kD, kD + 1);
+    for (const char* form : {std::string(m).find("causal") != std::string::npos ? "chunked" : "right", "reference"}) {
+      AttendOptions o;
+      o.threads = 2;
+      o.form = form;
+      sweep(std::string("attend_backward ") + m + " " + form, [&] {
+        const AttendGradients g = attend_backward(dout.view, p.q.view, p.k.view, p.v.view, fwd.out.view(), TensorView{},
+                                                  p.mechanism, o, nullptr, &ds);
+        disarm();
+        Bits b;
+        for (const Tensor* t : {&g.dq, &g.dk, &g.dv}) append(b, t->view());
+        return b;
+      });
+    }
+  }
+}
+
 TEST(AllocFailure, KvCacheAndVarlen) {
   std::mt19937 rng(3);
   const int64_t cap = 64, Nnew = 1;

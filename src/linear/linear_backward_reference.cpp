@@ -1,0 +1,148 @@
+// The linear backward's oracle (formulas: linear_backward.hpp): the quadratic weights written out
+// per query, as linear_reference.cpp does for the forward, and every gradient summed from them.
+// No state recurrence, no chunks: what the fast backward forms must reproduce.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "attn/error.hpp"
+#include "linear/feature_map.hpp"
+#include "linear/linear_backward.hpp"
+
+namespace attn::linear {
+namespace {
+
+template <class T>
+void reference_impl(const LinearProblem& p, const BackwardViews& g, bool plain) {
+  const core::Rounding<T> rnd{p.q.dtype, plain};
+  const int64_t F = p.F, D = p.D, Dv = p.Dv, cols = p.state_cols();
+  const bool normalize = p.mech.normalize;
+  auto at = [](int64_t r, int64_t w, int64_t c) { return static_cast<size_t>(r * w + c); };
+  // (plain: every result rounded to the storage dtype too, as a same-dtype implementation returns it)
+  std::vector<T> fk(static_cast<size_t>(p.M * F)), sk(static_cast<size_t>(p.M * F)), u(static_cast<size_t>(p.M * cols)),
+      dfk(static_cast<size_t>(p.M * F)), du(static_cast<size_t>(p.M * cols)), fq(static_cast<size_t>(F)),
+      sq(static_cast<size_t>(F)), dfq(static_cast<size_t>(F)), y(static_cast<size_t>(cols)), gi(static_cast<size_t>(cols)),
+      w(static_cast<size_t>(p.M)), s0(static_cast<size_t>(F * cols)), ds0(static_cast<size_t>(F * cols)),
+      dsf(static_cast<size_t>(F * cols)), raw(static_cast<size_t>(D));
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t hk = 0; hk < p.Hkv; ++hk) {
+      const int64_t len = p.kv_len[static_cast<size_t>(b)];
+      for (int64_t j = 0; j < len; ++j) {  // phi(k_j), phi'(k_j), u_j
+        for (int64_t c = 0; c < D; ++c) raw[static_cast<size_t>(c)] = static_cast<T>(p.k.at(b, hk, j, c));
+        reference_features(p, false, raw.data(), &fk[at(j, F, 0)]);
+        for (int64_t c = 0; c < F; ++c) {
+          fk[at(j, F, c)] = rnd(fk[at(j, F, c)]);
+          sk[at(j, F, c)] = feature_slope(p.mech.map, raw[static_cast<size_t>(c)]);
+        }
+        for (int64_t c = 0; c < Dv; ++c) u[at(j, cols, c)] = static_cast<T>(p.v.at(b, hk, j, c));
+        if (normalize) u[at(j, cols, Dv)] = 1;
+      }
+      std::fill(dfk.begin(), dfk.end(), T(0));
+      std::fill(du.begin(), du.end(), T(0));
+      for (int64_t h = hk * p.group; h < (hk + 1) * p.group; ++h) {
+        const T lambda = static_cast<T>(p.decay[static_cast<size_t>(h)]), scale = static_cast<T>(p.scale);
+        for (int64_t f = 0; f < F; ++f)
+          for (int64_t c = 0; c < cols; ++c) {
+            s0[at(f, cols, c)] = static_cast<T>(p.initial_at(b, h, f, c));
+            dsf[at(f, cols, c)] = g.dfinal_state.empty() ? T(0) : static_cast<T>(g.dfinal_state.at(b, h, f, c));
+          }
+        std::fill(ds0.begin(), ds0.end(), T(0));
+        for (int64_t i = 0; i < p.N; ++i) {
+          const int64_t pos = i + p.M - p.N;  // causal calls have N = M
+          for (int64_t c = 0; c < D; ++c) raw[static_cast<size_t>(c)] = static_cast<T>(p.q.at(b, h, i, c));
+          reference_features(p, true, raw.data(), fq.data());
+          for (int64_t c = 0; c < F; ++c) {
+            fq[static_cast<size_t>(c)] = rnd(fq[static_cast<size_t>(c)]);
+            sq[static_cast<size_t>(c)] = feature_slope(p.mech.map, raw[static_cast<size_t>(c)]);
+          }
+          // the forward again: the weights w_ij and y_i = sum_j w_ij u_j + t phi(q_i)^T S0
+          std::fill(y.begin(), y.end(), T(0));
+          const int64_t seen = p.mech.causal ? std::min(len, pos + 1) : len;
+          for (int64_t j = 0; j < seen; ++j) {
+            T dot = 0;
+            for (int64_t c = 0; c < F; ++c) dot += fq[static_cast<size_t>(c)] * fk[at(j, F, c)];
+            T x = rnd(rnd(dot * scale) * std::pow(lambda, static_cast<T>(pos - j)));
+            x += x - x;  // +-inf (a non-finite q or k) is NaN, as in the forward
+            w[static_cast<size_t>(j)] = x;
+            for (int64_t c = 0; c < cols; ++c) y[static_cast<size_t>(c)] += x * u[at(j, cols, c)];
+          }
+          const T t = scale * (p.mech.causal ? std::pow(lambda, static_cast<T>(pos + 1)) : T(1));
+          if (p.initial)
+            for (int64_t f = 0; f < F; ++f)
+              for (int64_t c = 0; c < cols; ++c) y[static_cast<size_t>(c)] += t * fq[static_cast<size_t>(f)] * s0[at(f, cols, c)];
+          for (T& e : y) e = rnd(e);
+          // g_i = dL/dy_i
+          for (int64_t c = 0; c < Dv; ++c) gi[static_cast<size_t>(c)] = static_cast<T>(g.dout.at(b, h, i, c));
+          if (normalize) {
+            const T den = rnd(y[static_cast<size_t>(Dv)] + static_cast<T>(p.eps));
+            T dot = 0;  // dO_i . o_i den_i
+            for (int64_t c = 0; c < Dv; ++c) dot += gi[static_cast<size_t>(c)] * y[static_cast<size_t>(c)];
+            for (int64_t c = 0; c < Dv; ++c) gi[static_cast<size_t>(c)] = den != 0 ? rnd(gi[static_cast<size_t>(c)] / den) : T(0);
+            gi[static_cast<size_t>(Dv)] = den != 0 ? rnd(-rnd(dot) / (den * den)) : T(0);
+          }
+          // d phi(q_i), d phi(k_j), d u_j through the weights; dS0 through the initial state
+          std::fill(dfq.begin(), dfq.end(), T(0));
+          for (int64_t j = 0; j < seen; ++j) {
+            T dw = 0;
+            for (int64_t c = 0; c < cols; ++c) dw += gi[static_cast<size_t>(c)] * u[at(j, cols, c)];
+            const T e = rnd(rnd(dw) * scale * std::pow(lambda, static_cast<T>(pos - j)));
+            for (int64_t c = 0; c < F; ++c) {
+              dfq[static_cast<size_t>(c)] += e * fk[at(j, F, c)];
+              dfk[at(j, F, c)] += e * fq[static_cast<size_t>(c)];
+            }
+            for (int64_t c = 0; c < cols; ++c) du[at(j, cols, c)] += w[static_cast<size_t>(j)] * gi[static_cast<size_t>(c)];
+          }
+          for (int64_t f = 0; f < F; ++f)
+            for (int64_t c = 0; c < cols; ++c) {
+              if (p.initial) dfq[static_cast<size_t>(f)] += t * s0[at(f, cols, c)] * gi[static_cast<size_t>(c)];
+              ds0[at(f, cols, c)] += t * fq[static_cast<size_t>(f)] * gi[static_cast<size_t>(c)];
+            }
+          for (int64_t c = 0; c < D; ++c)
+            store_from_float(g.dq.data, g.dq.dtype, g.dq.offset(b, h, i, c),
+                             static_cast<float>(rnd(dfq[static_cast<size_t>(c)] * sq[static_cast<size_t>(c)])));
+        }
+        // the final state: S = L^len S0 + sum_j L^(len-1-j) phi(k_j) u_j^T
+        if (!g.dfinal_state.empty()) {
+          for (int64_t j = 0; j < len; ++j) {
+            const T a = p.mech.causal ? std::pow(lambda, static_cast<T>(len - 1 - j)) : T(1);
+            for (int64_t f = 0; f < F; ++f)
+              for (int64_t c = 0; c < cols; ++c) {
+                dfk[at(j, F, f)] += a * dsf[at(f, cols, c)] * u[at(j, cols, c)];
+                du[at(j, cols, c)] += a * dsf[at(f, cols, c)] * fk[at(j, F, f)];
+              }
+          }
+          const T start = p.mech.causal ? std::pow(lambda, static_cast<T>(len)) : T(1);
+          for (size_t e = 0; e < ds0.size(); ++e) ds0[e] += start * dsf[e];
+        }
+        if (!g.d_initial_state.empty())
+          for (int64_t f = 0; f < F; ++f)
+            for (int64_t c = 0; c < cols; ++c)
+              store_from_float(g.d_initial_state.data, g.d_initial_state.dtype, g.d_initial_state.offset(b, h, f, c),
+                               static_cast<float>(rnd(ds0[at(f, cols, c)])));
+      }
+      for (int64_t j = 0; j < p.M; ++j) {  // keys past the padding length: no gradient
+        for (int64_t c = 0; c < D; ++c)
+          store_from_float(g.dk.data, g.dk.dtype, g.dk.offset(b, hk, j, c),
+                           j < len ? static_cast<float>(rnd(dfk[at(j, F, c)] * sk[at(j, F, c)])) : 0.0f);
+        for (int64_t c = 0; c < Dv; ++c)
+          store_from_float(g.dv.data, g.dv.dtype, g.dv.offset(b, hk, j, c), j < len ? static_cast<float>(rnd(du[at(j, cols, c)])) : 0.0f);
+      }
+    }
+}
+
+}  // namespace
+
+std::string linear_backward_refusal(const LinearProblem& p) {
+  const char* what = p.polar() ? "polaformer" : !p.omega_t.empty() ? "performer" : p.norm != OutputNorm::none ? "normattn" : nullptr;
+  if (what) return std::string(what) + " has no backward yet (linear, retention and sana have one)";
+  return "";
+}
+
+void linear_backward_reference(const LinearProblem& p, const BackwardViews& g, core::RefPrecision precision) {
+  if (precision == core::RefPrecision::f64)
+    reference_impl<double>(p, g, false);
+  else
+    reference_impl<float>(p, g, true);
+}
+
+}  // namespace attn::linear

@@ -1,0 +1,329 @@
+// The linear family's backward: the float64 reference against central finite differences of the
+// float64 forward reference (tiny shapes: every feature map, normalised or not, causal or not,
+// decays, padding, grouped heads, scale, the initial state and the final state's gradient), the
+// fast forms against the reference under the 3x-plain rule in float32 and half storage, thread
+// count independence, and bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <variant>
+
+#include "attn/attn.hpp"
+#include "families/internal_api.hpp"
+#include "linear/linear_backward.hpp"
+#include "support/expect_error.hpp"
+#include "support/random_inputs.hpp"
+
+namespace attn {
+namespace {
+
+using testing::Buffer;
+using testing::random_tensor;
+
+struct Problem {
+  std::string mech;
+  int64_t B = 1, H = 2, Hkv = 1, N = 6, M = 6, D = 4, Dv = 3;
+  DType dtype = DType::f32;
+  bool padding = false, initial = false, dfinal = false, head_decay = false;
+};
+
+struct Inputs {
+  Problem pr;
+  Buffer q, k, v, dout;
+  std::vector<float> state, dstate, decay;  // initial state, the final state's gradient (B, H, F, cols)
+  int64_t F = 0, cols = 0;
+  AttendOptions o;
+  Mechanism m;
+};
+
+linear::LinearProblem validated(const Inputs& s) {
+  return std::visit(
+      [&](const auto& m) -> linear::LinearProblem {
+        if constexpr (requires { linear::LinearFamily::validate(s.q.view, s.k.view, s.v.view, m, s.o, core::Outputs{}); })
+          return linear::LinearFamily::validate(s.q.view, s.k.view, s.v.view, m, s.o, core::Outputs{});
+        else
+          throw std::logic_error("not a linear mechanism");
+      },
+      s.m);
+}
+
+Inputs make(const Problem& pr, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Inputs s;
+  s.pr = pr;
+  s.q = random_tensor(rng, pr.dtype, pr.B, pr.H, pr.N, pr.D);
+  s.k = random_tensor(rng, pr.dtype, pr.B, pr.Hkv, pr.M, pr.D);
+  s.v = random_tensor(rng, pr.dtype, pr.B, pr.Hkv, pr.M, pr.Dv);
+  s.dout = random_tensor(rng, pr.dtype, pr.B, pr.H, pr.N, pr.Dv);
+  s.m = parse_mechanism(pr.mech);
+  if (pr.padding) {
+    s.o.key_padding_lengths.assign(static_cast<size_t>(pr.B), pr.M);
+    s.o.key_padding_lengths.back() = pr.M / 2;
+  }
+  if (pr.head_decay) {
+    for (int64_t h = 0; h < pr.H; ++h) s.decay.push_back(0.95f - 0.1f * static_cast<float>(h));
+    s.o.params["decay"] = make_array_view(s.decay.data(), DType::f32, {pr.H});
+  }
+  const auto shape = linear::LinearFamily::state_shape(validated(s));
+  s.F = shape[2], s.cols = shape[3];
+  std::uniform_real_distribution<float> ud(0.1f, 1.0f);  // positive: denominators stay away from 0
+  if (pr.initial) {
+    s.state.resize(static_cast<size_t>(pr.B * pr.H * s.F * s.cols));
+    for (auto& x : s.state) x = ud(rng);
+    s.o.params["initial_state"] = make_array_view(s.state.data(), DType::f32, {pr.B, pr.H, s.F, s.cols});
+  }
+  if (pr.dfinal) {
+    std::normal_distribution<float> nd;
+    s.dstate.resize(static_cast<size_t>(pr.B * pr.H * s.F * s.cols));
+    for (auto& x : s.dstate) x = nd(rng);
+  }
+  return s;
+}
+
+TensorView dstate_view(Inputs& s) {
+  return make_view(s.dstate.data(), DType::f32, s.pr.B, s.pr.H, s.F, s.cols);
+}
+
+// L = sum dout . out + sum dS . final_state of the float64 forward reference.
+double loss(const Inputs& s) {
+  AttendOptions o = s.o;
+  o.return_final_state = true;
+  const auto r = families::reference_outputs(s.q.view, s.k.view, s.v.view, s.m, o, core::RefPrecision::f64);
+  double l = 0;
+  const TensorView& d = s.dout.view;
+  for (int64_t b = 0; b < d.shape[0]; ++b)
+    for (int64_t h = 0; h < d.shape[1]; ++h)
+      for (int64_t i = 0; i < d.shape[2]; ++i)
+        for (int64_t c = 0; c < d.shape[3]; ++c) l += static_cast<double>(d.at(b, h, i, c)) * r.o(b, h, i, c);
+  for (size_t e = 0; e < s.dstate.size(); ++e) l += static_cast<double>(s.dstate[e]) * r.state[e];
+  return l;
+}
+
+AttendGradients backward(Inputs& s, const std::string& form, int threads = 0) {
+  const AttendResult fwd = attend(s.q.view, s.k.view, s.v.view, s.m, s.o);
+  AttendOptions bo = s.o;
+  bo.form = form;
+  bo.threads = threads;
+  TensorView ds = s.dstate.empty() ? TensorView{} : dstate_view(s);
+  return attend_backward(s.dout.view, s.q.view, s.k.view, s.v.view, fwd.out.view(), TensorView{}, s.m, bo, nullptr,
+                         s.dstate.empty() ? nullptr : &ds);
+}
+
+// Central differences of L in every element of x (n values at data, float32), against grad.
+// kinked: skip elements within a step of 0, where relu and relu2 have a kink (the difference
+// there is not the derivative on either side).
+void expect_matches_finite_differences(Inputs& s, float* data, int64_t n, DType dt, const Tensor& grad, const char* name,
+                                       bool kinked = false) {
+  ASSERT_EQ(grad.view().numel(), n) << name;
+  double worst = 0, largest = 0;
+  for (int64_t e = 0; e < n; ++e) {
+    const float x0 = load_as_float(data, dt, e);
+    if (kinked && std::abs(x0) < 2e-2f) continue;
+    const float up = x0 + 1e-2f, down = x0 - 1e-2f;
+    store_from_float(data, dt, e, up);
+    const double lu = loss(s);
+    store_from_float(data, dt, e, down);
+    const double ld = loss(s);
+    store_from_float(data, dt, e, x0);
+    const double fd = (lu - ld) / (static_cast<double>(up) - down);
+    const double got = load_as_float(grad.view().data, grad.view().dtype, e);
+    worst = std::max(worst, std::abs(fd - got));
+    largest = std::max(largest, std::abs(fd));
+  }
+  // second-order error of a 1e-2 step on unit-scale inputs
+  EXPECT_LE(worst, 2e-3 * std::max(1.0, largest)) << name << ": max |finite difference - gradient| = " << worst;
+  EXPECT_GT(largest, 1e-3) << name << ": a gradient that is all zeros checks nothing";
+}
+
+const std::vector<Problem>& problems() {
+  static const std::vector<Problem> list = [] {
+    std::vector<Problem> v;
+    auto add = [&](std::string m, auto tweak) {
+      Problem p;
+      p.mech = std::move(m);
+      tweak(p);
+      v.push_back(p);
+    };
+    auto none = [](Problem&) {};
+    add("linear", none);
+    add("linear:causal", none);
+    add("linear:map=relu,causal", none);
+    add("linear:map=identity,normalize=0", none);
+    add("linear:map=exp,causal,scale=0.5", none);
+    add("linear:map=relu2,normalize=0,causal", none);
+    add("linear:causal,decay=0.8,chunk=4", none);
+    add("retention:decay=0.9,chunk=2", [](Problem& p) { p.initial = true, p.dfinal = true; });
+    add("linear:causal,chunk=4", [](Problem& p) { p.head_decay = true, p.initial = true, p.dfinal = true; });
+    add("linear:causal,chunk=4", [](Problem& p) { p.padding = true, p.B = 2, p.dfinal = true, p.initial = true; });
+    add("linear", [](Problem& p) { p.padding = true, p.B = 2, p.N = 4, p.dfinal = true, p.initial = true; });
+    add("linear:causal,chunk=4", [](Problem& p) { p.H = 4, p.Hkv = 2; });  // GQA
+    add("linear:map=identity,normalize=0,causal,chunk=3", [](Problem& p) { p.N = p.M = 1, p.initial = true, p.dfinal = true; });
+    add("sana:causal", [](Problem& p) { p.initial = true; });
+    return v;
+  }();
+  return list;
+}
+
+bool is_causal(const std::string& mech) {
+  return mech.find("causal") != std::string::npos || mech.rfind("retention", 0) == 0;
+}
+
+class LinearBackward : public ::testing::TestWithParam<Problem> {};
+
+TEST_P(LinearBackward, ReferenceMatchesFiniteDifferences) {
+  Inputs s = make(GetParam(), 21);
+  const AttendGradients g = backward(s, "reference");
+  expect_matches_finite_differences(s, static_cast<float*>(s.q.view.data), s.q.view.numel(), s.q.view.dtype, g.dq, "dq", true);
+  expect_matches_finite_differences(s, static_cast<float*>(s.k.view.data), s.k.view.numel(), s.k.view.dtype, g.dk, "dk", true);
+  expect_matches_finite_differences(s, static_cast<float*>(s.v.view.data), s.v.view.numel(), s.v.view.dtype, g.dv, "dv");
+  if (GetParam().initial)
+    expect_matches_finite_differences(s, s.state.data(), static_cast<int64_t>(s.state.size()), DType::f32,
+                                      g.d_initial_state, "d_initial_state");
+  else
+    EXPECT_TRUE(g.d_initial_state.view().empty());
+}
+
+// The rule of TESTING.md for gradients: max |fast - ref64| <= 3 max |plain - ref64| + floor.
+void expect_within_rule(const Tensor& fast, const Tensor& ref, const Tensor& plain, const char* name) {
+  const TensorView &a = fast.view(), &r = ref.view(), &pl = plain.view();
+  double largest = 0, plain_err = 0, err = 0;
+  int64_t worst = 0;
+  for (int64_t e = 0; e < r.numel(); ++e) {
+    const double want = load_as_float(r.data, r.dtype, e);
+    largest = std::max(largest, std::abs(want));
+    plain_err = std::max(plain_err, std::abs(double(load_as_float(pl.data, pl.dtype, e)) - want));
+    const double d = std::abs(double(load_as_float(a.data, a.dtype, e)) - want);
+    if (!(d <= err)) err = d, worst = e;
+  }
+  const double tol = 3 * plain_err + 1e-5 * std::max(1.0, largest);
+  EXPECT_LE(err, tol) << name << ": element " << worst << " off by " << err << " (plain " << plain_err << ")";
+}
+
+// The reference in float32 views, float64 or plain (intermediates rounded to the storage dtype).
+AttendGradients reference_f32(Inputs& s, core::RefPrecision precision) {
+  const linear::LinearProblem p = validated(s);
+  AttendGradients g;
+  g.dq = Tensor(DType::f32, {p.B, p.H, p.N, p.D});
+  g.dk = Tensor(DType::f32, {p.B, p.Hkv, p.M, p.D});
+  g.dv = Tensor(DType::f32, {p.B, p.Hkv, p.M, p.Dv});
+  core::BackwardViews views{s.dout.view, {}, {}, g.dq.view(), g.dk.view(), g.dv.view(), {}};
+  if (!s.dstate.empty()) views.dfinal_state = dstate_view(s);
+  if (p.initial) {
+    g.d_initial_state = Tensor(DType::f32, {p.B, p.H, s.F, s.cols});
+    views.d_initial_state = g.d_initial_state.view();
+  }
+  linear::linear_backward_reference(p, views, precision);
+  return g;
+}
+
+void expect_same_bits(const Tensor& a, const Tensor& b, const char* name) {
+  ASSERT_EQ(a.view().numel(), b.view().numel()) << name;
+  EXPECT_EQ(0, std::memcmp(a.view().data, b.view().data, a.view().numel() * dtype_size(a.view().dtype))) << name;
+}
+
+TEST_P(LinearBackward, FastFormMatchesTheReferenceInEveryDtype) {
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Problem pr = GetParam();
+    pr.dtype = dt;
+    if (pr.N > 1) pr.N = pr.M = 37;  // several chunks and a ragged last one
+    if (!is_causal(pr.mech)) pr.N = 29;
+    pr.D = 8, pr.Dv = 5;
+    Inputs s = make(pr, 22);
+    const std::string form = is_causal(pr.mech) ? "chunked" : "right";
+    const AttendGradients fast = backward(s, form), ref = reference_f32(s, core::RefPrecision::f64),
+                          plain = reference_f32(s, core::RefPrecision::plain);
+    expect_within_rule(fast.dq, ref.dq, plain.dq, "dq");
+    expect_within_rule(fast.dk, ref.dk, plain.dk, "dk");
+    expect_within_rule(fast.dv, ref.dv, plain.dv, "dv");
+    if (pr.initial) expect_within_rule(fast.d_initial_state, ref.d_initial_state, plain.d_initial_state, "d_initial_state");
+    for (int threads : {1, 3}) {  // bitwise the same for any thread count
+      const AttendGradients t = backward(s, form, threads);
+      expect_same_bits(t.dq, fast.dq, "dq");
+      expect_same_bits(t.dk, fast.dk, "dk");
+      expect_same_bits(t.dv, fast.dv, "dv");
+      if (pr.initial) expect_same_bits(t.d_initial_state, fast.d_initial_state, "d_initial_state");
+    }
+  }
+}
+
+std::string name_of(const ::testing::TestParamInfo<Problem>& info) {
+  std::string n = std::to_string(info.index) + "_" + info.param.mech;
+  for (char& c : n)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return n;
+}
+
+INSTANTIATE_TEST_SUITE_P(Linear, LinearBackward, ::testing::ValuesIn(problems()), name_of);
+
+TEST(LinearBackwardShape, PaddedKeysGetZeroGradientAndNaNPropagates) {
+  Problem pr;
+  pr.mech = "linear:causal,chunk=4";
+  pr.B = 2, pr.N = pr.M = 9, pr.padding = true;  // batch 1 has 4 valid keys
+  Inputs s = make(pr, 3);
+  for (const char* form : {"chunked", "reference"}) {
+    const AttendGradients g = backward(s, form);
+    for (int64_t j = 4; j < 9; ++j)
+      for (int64_t c = 0; c < pr.D; ++c) EXPECT_EQ(g.dk.at(1, 0, j, c), 0.0f) << form;
+    for (int64_t c = 0; c < pr.Dv; ++c) EXPECT_EQ(g.dv.at(1, 0, 8, c), 0.0f) << form;
+  }
+  testing::fill_token(s.q.view, 0, 0, 5, testing::nan_f());  // a NaN query poisons its row's gradient
+  for (const char* form : {"chunked", "reference"}) {
+    const AttendGradients g = backward(s, form);
+    EXPECT_TRUE(std::isnan(g.dq.at(0, 0, 5, 0))) << form;
+    EXPECT_TRUE(std::isnan(g.dk.at(0, 0, 2, 0))) << form << ": a key the NaN row sees";
+    EXPECT_FALSE(std::isnan(g.dq.at(0, 1, 5, 0))) << form << ": another head";
+    EXPECT_FALSE(std::isnan(g.dq.at(1, 0, 5, 0))) << form << ": another batch entry";
+  }
+}
+
+TEST(LinearBackwardShape, BadInputIsNamed) {
+  Problem pr;
+  pr.mech = "linear:causal";
+  pr.initial = true, pr.dfinal = true, pr.Dv = 4;  // even: polaformer's two halves
+  Inputs s = make(pr, 4);
+  const AttendResult fwd = attend(s.q.view, s.k.view, s.v.view, s.m, s.o);
+  std::vector<float> wrong(static_cast<size_t>(s.F * s.cols));
+  const TensorView bad = make_view(wrong.data(), DType::f32, 1, 1, s.F, s.cols);
+  testing::expect_error([&] {
+    attend_backward(s.dout.view, s.q.view, s.k.view, s.v.view, fwd.out.view(), TensorView{}, s.m, s.o, nullptr, &bad);
+  }, "dfinal_state must have the final state's shape (B, H, state_rows, state_cols) = (1, 2, 4, 5), got (1, 1, 4, 5)");
+  testing::expect_error([&] {
+    attend_backward(s.dout.view, s.q.view, s.k.view, s.v.view, fwd.out.view(), fwd.out.view(), s.m, s.o);
+  }, "lse does not apply to linear");
+  for (const char* m : {"performer:features=8", "normattn", "polaformer"}) {
+    AttendOptions o;
+    const Mechanism mech = parse_mechanism(m);
+    const AttendResult f = attend(s.q.view, s.k.view, s.v.view, mech, o);
+    testing::expect_error([&] {
+      attend_backward(s.dout.view, s.q.view, s.k.view, s.v.view, f.out.view(), TensorView{}, mech, o);
+    }, std::string(kind_of(mech)) + " has no backward yet (linear, retention and sana have one)");
+  }
+  // and the softmax family does not take a final state's gradient
+  Inputs t = make(Problem{"linear"}, 5);
+  AttendOptions lo;
+  lo.return_lse = true;
+  const Mechanism soft = parse_mechanism("softmax");
+  const AttendResult sf = attend(t.q.view, t.k.view, t.v.view, soft, lo);
+  std::vector<float> d(static_cast<size_t>(4 * 4));
+  const TensorView dv = make_view(d.data(), DType::f32, 1, 1, 4, 4);
+  testing::expect_error([&] {
+    attend_backward(t.dout.view, t.q.view, t.k.view, t.v.view, sf.out.view(), sf.lse.view(), soft, {}, nullptr, &dv);
+  }, "dfinal_state does not apply to softmax");
+}
+
+TEST(LinearBackwardShape, ExplainListsTheForms) {
+  Problem pr;
+  pr.mech = "linear:causal";
+  const Inputs s = make(pr, 5);
+  const Explanation e = explain_backward(s.q.view, s.k.view, s.v.view, s.m);
+  EXPECT_EQ(e.chosen, "chunked");
+  EXPECT_EQ(explain_backward(s.q.view, s.k.view, s.v.view, parse_mechanism("linear")).chosen, "right");
+  EXPECT_EQ(e.forms.back().form, "reference");
+}
+
+}  // namespace
+}  // namespace attn
