@@ -397,7 +397,7 @@ def main(argv=None) -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("experiment", choices=["curves", "needle", "scale", "model", "train"])
     ap.add_argument("--out", default="concentration", help="directory for the table and the plot")
-    ap.add_argument("--steps", type=int, help="train: optimiser steps per mechanism (default 500; --quick: 30)")
+    ap.add_argument("--steps", type=int, help="train: optimiser steps per mechanism (default 600; --quick: 30)")
     ap.add_argument("--seed", type=int, help="train: seed of the initial weights and of the data (default 0)")
     ap.add_argument("--quick", action="store_true",
                     help="train: tiny sizes (4 pairs in 24 tokens, d_model 32) for a run of seconds that still "

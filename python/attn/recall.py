@@ -59,7 +59,7 @@ class RecallConfig:
     d_model: int = 64
     heads: int = 4
     batch: int = 64
-    steps: int = 500
+    steps: int = 600
     lr: float = 1e-2        # softmax leaves its plateau near step 250 (at 3e-3 it was still climbing at 400)
     eval_every: int = 25
     eval_size: int = 256    # sequences of the fixed evaluation set
