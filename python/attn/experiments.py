@@ -357,7 +357,7 @@ def _plot_train(rows: List[Dict], out: str, cfg) -> None:
                             label=f"{mech}: pairs in view ({pts[0]['in_view']:.2f})")
     axes[0].set(title="loss on the evaluation set (query positions)", xlabel="step", ylabel="cross-entropy (nats)")
     axes[1].set(title="recall accuracy", xlabel="step", ylabel="share of queries answered", ylim=(-0.02, 1.02))
-    axes[2].set(title="last layer: weight on the answer's position", xlabel="step",
+    axes[2].set(title="weight on the answer's position (the layer that weighs it most)", xlabel="step",
                 ylabel="|a_answer| / sum |a| (best head, mean over queries)", ylim=(-0.02, 1.02))
     for ax in axes:
         ax.grid(alpha=0.3)

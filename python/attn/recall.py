@@ -291,8 +291,9 @@ def torch_on_one_thread():
 
 def train_mechanism(name: str, cfg: RecallConfig, log=None) -> List[Dict]:
     """Trains the model with mechanism `name` for cfg.steps steps; one row per evaluation (step 0,
-    every cfg.eval_every steps and the last): step, eval loss, eval accuracy, the last layer's
-    weight on the answer and its rows' S at the queries (answer_rows), seconds so far. The
+    every cfg.eval_every steps and the last): step, eval loss, eval accuracy, the weight on the
+    answer and the rows' S at the queries (answer_rows) of the layer that weighs the answer most
+    (answer_layer, 1-based), seconds so far. The
     same initial weights (cfg.seed) and batches for every mechanism. A mechanism attn cannot
     differentiate yet gives one row with no loss and accuracy (None) and the reason in `note`."""
     log = sys.stderr if log is None else log
@@ -303,7 +304,8 @@ def train_mechanism(name: str, cfg: RecallConfig, log=None) -> List[Dict]:
     reason = untrainable_reason(name, cfg)
     if reason is not None:
         print(f"train: {name}: not trainable yet ({reason})", file=log, flush=True)
-        return [dict(base, step=0, loss=None, accuracy=None, answer_weight=None, answer_sparsity=None, seconds=0.0,
+        return [dict(base, step=0, loss=None, accuracy=None, answer_weight=None, answer_sparsity=None,
+                     answer_layer=None, seconds=0.0,
                      note=f"not trainable yet: {reason}")]
     torch.manual_seed(cfg.seed)
     model = RecallModel(cfg, MECHANISMS[name])
@@ -317,14 +319,16 @@ def train_mechanism(name: str, cfg: RecallConfig, log=None) -> List[Dict]:
         model.eval()
         with torch.no_grad():
             loss, acc = loss_and_accuracy(model, eval_tokens, eval_targets)
-            last = model.blocks[-1]
-            weight, sparsity = answer_rows(last.attention, cfg, last.last_qkv, eval_value_at)
+            per_layer = [answer_rows(b.attention, cfg, b.last_qkv, eval_value_at) for b in model.blocks]
         model.train()
+        layer = max(range(len(per_layer)), key=lambda i: per_layer[i][0])
+        weight, sparsity = per_layer[layer]
         rows.append(dict(base, step=step, loss=float(loss), accuracy=acc, answer_weight=weight,
-                         answer_sparsity=sparsity, seconds=round(time.monotonic() - t0, 2), note=""))
+                         answer_sparsity=sparsity, answer_layer=layer + 1, seconds=round(time.monotonic() - t0, 2),
+                         note=""))
         print(f"train: {name:12s} step {step:5d}/{cfg.steps}  loss {float(loss):.4f}  accuracy {acc:.3f}  "
-              f"weight on the answer {weight:.3f} (S {sparsity:.2f})  ({time.monotonic() - t0:.0f} s)",
-              file=log, flush=True)
+              f"weight on the answer {weight:.3f} (S {sparsity:.2f}, layer {layer + 1})  "
+              f"({time.monotonic() - t0:.0f} s)", file=log, flush=True)
 
     with torch_on_one_thread():
         evaluate(0)

@@ -428,20 +428,21 @@ def train_section(data) -> Tuple[str, List[str]]:
     skipped = {m: r for m, r in final.items() if r["note"]}
     table = [[m, r.get("description", ""), num(r["first_loss"]) if m in trained else "—",
               num(r["loss"]) if m in trained else "—", pct(r["accuracy"]) if m in trained else "—",
-              pct(r["answer_weight"]) if m in trained else "—", num(r["answer_sparsity"], 2) if m in trained else "—",
+              f"{pct(r['answer_weight'])} (layer {r.get('answer_layer', '?')})" if m in trained else "—",
+              num(r["answer_sparsity"], 2) if m in trained else "—",
               pct(r["in_view"]), str(r["step"]) if m in trained else "—", r["note"]] for m, r in final.items()]
     r0 = rows[0]
     caption = (f"a two-layer model (d = {r0.get('d_model', '?')}, {r0.get('heads', '?')} heads) on {r0.get('pairs', '?')} "
                f"key-value pairs in {r0.get('seq_len', '?')} tokens; loss and accuracy on a fixed evaluation set")
     html_table = _table(["mechanism", "attention", "loss at step 0", "final loss", "final accuracy",
-                         "last layer: weight on the answer", "its rows' S", "queries whose pair is in view", "steps",
+                         "weight on the answer", "its rows' S", "queries whose pair is in view", "steps",
                          "note"], table, caption, numeric_from=2)
     facts = []
     soft = trained.get("softmax")
     if soft:
         facts.append(f"Softmax answers {pct(soft['accuracy'])} of the queries after {soft['step']} steps (loss "
-                     f"{num(soft['first_loss'])} → {num(soft['loss'])}); its last layer puts {pct(soft['answer_weight'])} "
-                     f"of a query's weight on the one position that holds the answer (S = {num(soft['answer_sparsity'], 2)}"
+                     f"{num(soft['first_loss'])} → {num(soft['loss'])}); its layer {soft.get('answer_layer', '?')} puts "
+                     f"{pct(soft['answer_weight'])} of a query's weight on the one position that holds the answer (S = {num(soft['answer_sparsity'], 2)}"
                      f"; one key of {r0.get('seq_len', 'n')} would be 1/√n): a row can concentrate where it must.")
     for m in ("elu-linear", "retention"):
         r = trained.get(m)
@@ -449,8 +450,8 @@ def train_section(data) -> Tuple[str, List[str]]:
             than = (f", {num(soft['accuracy'] / r['accuracy'], 2)}× less than softmax" if soft and r["accuracy"] > 0
                     and soft["accuracy"] > r["accuracy"] else "")
             facts.append(f"{m}: {pct(r['accuracy'])} after {r['step']} steps{than} (loss {num(r['first_loss'])} → "
-                         f"{num(r['loss'])}); it sees every pair, and its last layer puts {pct(r['answer_weight'])} of "
-                         f"a query's weight on the answer (S = {num(r['answer_sparsity'], 2)}).")
+                         f"{num(r['loss'])}); it sees every pair, and its layer that weighs the answer most puts "
+                         f"{pct(r['answer_weight'])} of a query's weight there (S = {num(r['answer_sparsity'], 2)}).")
     win = trained.get("window+sinks")
     if win:
         facts.append(f"window+sinks: {pct(win['accuracy'])}; only {pct(win['in_view'])} of the queries have their "
@@ -521,7 +522,9 @@ INTRO = {
              "associative recall: key-value pairs, then each key asked once at a random later position, the answer "
              "being the value that followed it. Every mechanism starts from the same weights and sees the same "
              "batches; its attention is attn's differentiable operators (never torch's). Queries in view: the share "
-             "whose pair the last layer's pattern shows them directly (1 except for the window).",
+             "whose pair the last layer's pattern shows them directly (1 except for the window). Weight on the "
+             "answer: the share of a query's weight row (its best head) on the position of the value it asks for, "
+             "in the layer where that share is largest, with the row's sparsity S (1/√n: one key; 1: even).",
     "model": "Two real models run by transformers with attn as their attention (attn.integrations.transformers) on "
              "pydoc's text: the all-MiniLM-L6-v2 encoder (a padded batch of sentences) and SmolLM2-135M (one causal "
              "pass). Each call's weights give, per head and averaged over the queries, S over the keys a row can see, "

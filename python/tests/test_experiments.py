@@ -114,7 +114,7 @@ def test_report_run_without_matplotlib_says_which_extra_in_one_line(tmp_path):
 
 
 TRAIN_COLUMNS = ["mechanism", "description", "in_view", "step", "loss", "accuracy", "answer_weight", "answer_sparsity",
-                 "seconds", "note", "pairs",
+                 "answer_layer", "seconds", "note", "pairs",
                  "seq_len", "vocab", "d_model", "heads", "batch", "steps", "window", "sinks", "seed"]
 
 
@@ -141,6 +141,7 @@ def test_train_quick_writes_every_mechanism_with_the_columns(quick_training):
         assert [r["step"] for r in mine] == [0, 10, 20, 30]  # evaluations at step 0, every 10 and the last
         assert all(np.isfinite(r["loss"]) and 0 <= r["accuracy"] <= 1 for r in mine)
         assert all(0 <= r["answer_weight"] <= 1 and 0 < r["answer_sparsity"] <= 1 for r in mine)
+        assert all(r["answer_layer"] in (1, 2) for r in mine)
 
 
 def test_train_quick_learns_with_softmax(quick_training):

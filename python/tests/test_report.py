@@ -191,7 +191,8 @@ def _train_rows(skipped="retention"):
                                         ("window+sinks", (4.9, 2.5), (0.01, 0.2468), 0.2), ("elu-linear", (4.9, 3.21), (0.01, 0.1234), 1.0)):
         for step, loss, acc in zip((0, 500), losses, accs):
             rows.append({"mechanism": mech, "description": f"<{mech}>", "in_view": in_view, "step": step, "loss": loss,
-                         "accuracy": acc, "answer_weight": acc * 0.9, "answer_sparsity": 0.5, "seconds": 1.0, "note": "", "pairs": 16, "seq_len": 64, "d_model": 64,
+                         "accuracy": acc, "answer_weight": acc * 0.9, "answer_sparsity": 0.5, "answer_layer": 2,
+                         "seconds": 1.0, "note": "", "pairs": 16, "seq_len": 64, "d_model": 64,
                          "heads": 4})
     rows.append({"mechanism": skipped, "description": "", "in_view": 1.0, "step": 0, "loss": None, "accuracy": None,
                  "answer_weight": None, "answer_sparsity": None,
@@ -206,7 +207,7 @@ def test_training_numbers_reach_the_page(tmp_path):
     assert info["sections"]["train"] == "ok"
     text = _page_text(tmp_path / "r.html")
     assert "Softmax answers 98.7\u202f% of the queries after 500 steps (loss 4.9 → 0.0123)" in text
-    assert "its last layer puts 88.8\u202f% of a query's weight on the one position that holds the answer (S = 0.5" in text
+    assert "its layer 2 puts 88.8\u202f% of a query's weight on the one position that holds the answer (S = 0.5" in text
     assert "elu-linear: 12.3\u202f% after 500 steps, 8× less than softmax (loss 4.9 → 3.21)" in text
     assert "window+sinks: 24.7\u202f%; only 20\u202f% of the queries have their pair" in text
     assert "retention is not in the curves: not trainable yet: ValueError: no backward." in text
