@@ -54,8 +54,8 @@ IGNORE = -100  # targets of positions that are not queries (torch's cross_entrop
 class RecallConfig:
     """Task, model and training sizes of one run."""
     vocab: int = 128        # token 0 is the blank; keys 1 .. vocab/2 - 1, values vocab/2 .. vocab - 1
-    pairs: int = 16         # key-value pairs per sequence (each queried once)
-    seq_len: int = 64       # pairs take 2 * pairs tokens, the query region the rest
+    pairs: int = 32         # key-value pairs per sequence (each queried once); 2x a head's 16 dims
+    seq_len: int = 128      # pairs take 2 * pairs tokens, the query region the rest
     d_model: int = 64
     heads: int = 4
     batch: int = 64
@@ -63,7 +63,7 @@ class RecallConfig:
     lr: float = 1e-2        # softmax leaves its plateau near step 250 (at 3e-3 it was still climbing at 400)
     eval_every: int = 25
     eval_size: int = 256    # sequences of the fixed evaluation set
-    window: int = 16        # window+sinks: keys a query sees back, itself included
+    window: int = 32        # window+sinks: keys a query sees back, itself included
     sinks: int = 4          # window+sinks: the first tokens every query also sees
     seed: int = 0
 
