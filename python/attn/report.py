@@ -454,13 +454,19 @@ def train_section(data) -> Tuple[str, List[str]]:
                          f"{pct(r['answer_weight'])} of a query's weight there (S = {num(r['answer_sparsity'], 2)}).")
     win = trained.get("window+sinks")
     if win:
-        facts.append(f"window+sinks: {pct(win['accuracy'])}; only {pct(win['in_view'])} of the queries have their "
-                     "pair inside the last layer's window or sinks, and what lies beyond it can reach the query only "
-                     "through the first layer's outputs, one vector per position.")
+        text = (f"window+sinks: {pct(win['accuracy'])}; only {pct(win['in_view'])} of the queries have their pair "
+                "inside the window or the sinks, and what lies beyond can reach a query only through the first "
+                "layer's outputs, one vector per position")
+        if win["accuracy"] < win["in_view"]:
+            text += (f". It stays below even that share: in {win['step']} steps it did not learn to recall the pairs "
+                     "it can see (the loss barely left the guess of a value's frequency)")
+        facts.append(text + ".")
     hyb = trained.get("hybrid")
     if hyb:
         facts.append(f"hybrid (a linear layer under a softmax one): {pct(hyb['accuracy'])}"
-                     + (f", against {pct(soft['accuracy'])} for softmax in both layers" if soft else "") + ".")
+                     + (f", against {pct(soft['accuracy'])} for softmax in both layers" if soft else "")
+                     + f"; the layer that weighs the answer most is layer {hyb.get('answer_layer', '?')}, with "
+                     f"{pct(hyb['answer_weight'])} on it (S = {num(hyb['answer_sparsity'], 2)}).")
     for m, r in skipped.items():
         facts.append(f"{m} is not in the curves: {r['note']}.")
     return html_table, facts

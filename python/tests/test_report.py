@@ -210,6 +210,7 @@ def test_training_numbers_reach_the_page(tmp_path):
     assert "its layer 2 puts 88.8\u202f% of a query's weight on the one position that holds the answer (S = 0.5" in text
     assert "elu-linear: 12.3\u202f% after 500 steps, 8× less than softmax (loss 4.9 → 3.21)" in text
     assert "window+sinks: 24.7\u202f%; only 20\u202f% of the queries have their pair" in text
+    assert "It stays below even that share" not in text
     assert "retention is not in the curves: not trainable yet: ValueError: no backward." in text
     assert "16 key-value pairs in 64 tokens" in text and "&lt;softmax&gt;" in (tmp_path / "r.html").read_text()
 
