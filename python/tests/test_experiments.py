@@ -204,3 +204,32 @@ def test_train_command_options(tmp_path):
                         str(tmp_path / "t")], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert "train: softmax      step     2/2" in p.stderr and (tmp_path / "t" / "train.png").exists()
+
+
+@pytest.mark.parametrize("name,calls", [("softmax", {"attention": 2}), ("window+sinks", {"attend": 2}),
+                                        ("elu-linear", {"linear_attention": 2}), ("retention", {"linear_attention": 2}),
+                                        ("hybrid", {"linear_attention": 1, "attention": 1})])
+def test_every_layer_runs_attn_and_never_torch_attention(monkeypatch, name, calls):
+    import torch
+    from attn import recall
+    counted, depth = {}, [0]
+    for op in ("attention", "attend", "linear_attention"):
+        def counting(*a, _op=op, _real=getattr(attn, op), **k):  # the model's calls, not attn's calls inside them
+            if depth[0] == 0:
+                counted[_op] = counted.get(_op, 0) + 1
+            depth[0] += 1
+            try:
+                return _real(*a, **k)
+            finally:
+                depth[0] -= 1
+        monkeypatch.setattr(attn, op, counting)
+
+    def refused(*a, **k):
+        raise AssertionError("torch's attention was called")
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", refused)
+    tokens, targets, _ = recall.recall_batch(np.random.default_rng(0), recall.QUICK, 2)
+    model = recall.RecallModel(recall.QUICK, recall.MECHANISMS[name])
+    loss, _ = recall.loss_and_accuracy(model, torch.from_numpy(tokens), torch.from_numpy(targets))
+    loss.backward()
+    assert counted == calls
+    assert all(p.grad is not None for p in model.blocks[0].qkv.parameters())  # the gradient went through attn
