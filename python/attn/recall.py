@@ -54,7 +54,7 @@ IGNORE = -100  # targets of positions that are not queries (torch's cross_entrop
 class RecallConfig:
     """Task, model and training sizes of one run."""
     vocab: int = 128        # token 0 is the blank; keys 1 .. vocab/2 - 1, values vocab/2 .. vocab - 1
-    pairs: int = 32         # key-value pairs per sequence (each queried once); 2x a head's 16 dims
+    pairs: int = 32         # key-value pairs per sequence (each queried once)
     seq_len: int = 128      # pairs take 2 * pairs tokens, the query region the rest
     d_model: int = 64
     heads: int = 4
