@@ -17,6 +17,12 @@ can see), entropy and the share of weight on the first 4 tokens (attention sinks
 each call's weights and dropped.
 scale: the same needle at half strength (4 sigma), softmax with the default 1/sqrt(d) against the
 entropy-invariant log_512(n)/sqrt(d) scale.
+train: does concentration matter when a model learns? A two-layer transformer trained on CPU on
+multi-query associative recall (attn.recall: 32 key-value pairs, then each key asked once, in 128
+tokens) with softmax, window+sinks, elu-linear, retention and a linear-then-softmax hybrid as its
+attention, attn's differentiable operators throughout; per evaluation the loss and accuracy on a
+fixed set and the weight the model's own rows put on the answer's position, with their S (needs
+torch; 600 steps per mechanism, about 5 minutes each on 2 cores; --quick: tiny sizes, seconds).
 """
 from __future__ import annotations
 
@@ -31,7 +37,7 @@ import numpy as np
 
 from . import theory
 
-__all__ = ["curves", "needle", "scale", "model"]
+__all__ = ["curves", "needle", "scale", "model", "train"]
 
 BETAS = (-1.0, 0.0, 1.0)
 GAMMAS = tuple(float(g) for g in np.round(np.linspace(0.25, 4.0, 16), 4))
@@ -324,12 +330,84 @@ def model(out: str, smollm2_tokens: int = 4096, minilm_sentences: int = 64) -> L
     return rows
 
 
+TRAIN_MECHANISMS = ("softmax", "window+sinks", "elu-linear", "retention", "hybrid")
+TRAIN_SIZES = ("pairs", "seq_len", "vocab", "d_model", "heads", "batch", "steps", "window", "sinks", "seed")
+
+
+def _train_config(steps, seed, quick: bool):
+    """The run's sizes: attn.recall's FULL (or QUICK) with steps and seed replaced when given."""
+    from dataclasses import replace
+    from .recall import FULL, QUICK
+    cfg = QUICK if quick else FULL
+    return replace(cfg, **{k: v for k, v in (("steps", steps), ("seed", seed)) if v is not None})
+
+
+def _plot_train(rows: List[Dict], out: str, cfg) -> None:
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.2))
+    for mech in dict.fromkeys(r["mechanism"] for r in rows):
+        pts = [r for r in rows if r["mechanism"] == mech and not r["note"]]
+        if not pts:
+            continue
+        steps = [r["step"] for r in pts]
+        line, = axes[0].plot(steps, [r["loss"] for r in pts], marker=".", label=mech)
+        axes[1].plot(steps, [r["accuracy"] for r in pts], marker=".", color=line.get_color(), label=mech)
+        axes[2].plot(steps, [r["answer_weight"] for r in pts], marker=".", color=line.get_color(), label=mech)
+        if pts[0]["in_view"] < 1:
+            axes[1].axhline(pts[0]["in_view"], color=line.get_color(), ls=":", lw=1,
+                            label=f"{mech}: pairs in view ({pts[0]['in_view']:.2f})")
+    axes[0].set(title="loss on the evaluation set (query positions)", xlabel="step", ylabel="cross-entropy (nats)")
+    axes[1].set(title="recall accuracy", xlabel="step", ylabel="share of queries answered", ylim=(-0.02, 1.02))
+    axes[2].set(title="weight on the answer (best layer and head)", xlabel="step",
+                ylabel="|a_answer| / sum |a|, mean over queries", ylim=(-0.02, 1.02))
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    skipped = sorted({r["mechanism"] for r in rows if r["note"]})
+    fig.suptitle(f"Two-layer model, d={cfg.d_model}, {cfg.heads} heads, on associative recall: {cfg.pairs} pairs in "
+                 f"{cfg.seq_len} tokens, batch {cfg.batch}, {cfg.steps} steps, seed {cfg.seed}"
+                 + (f" (not trainable yet: {', '.join(skipped)})" if skipped else ""), fontsize=10)
+    _save(fig, out, "train")
+    plt.close(fig)
+
+
+def train(out: str, steps=None, seed=None, quick: bool = False, mechanisms=TRAIN_MECHANISMS, log=None) -> List[Dict]:
+    """Trains the two-layer recall model once per mechanism (attn.recall); writes
+    train.{csv,json,png,svg} into ``out`` and returns the rows: per mechanism and evaluation, step,
+    loss and accuracy on the fixed evaluation set, the share of queries whose pair the last
+    layer can see in one hop (in_view), seconds, a note (a mechanism attn cannot differentiate
+    yet: "not trainable yet: ...", loss and accuracy None) and the run's sizes. Progress goes to ``log``
+    (stderr)."""
+    from .recall import MECHANISMS, train_mechanism
+    unknown = [m for m in mechanisms if m not in MECHANISMS]
+    if unknown:
+        raise ValueError(f"train: unknown mechanisms {unknown} (expected some of {', '.join(MECHANISMS)})")
+    cfg = _train_config(steps, seed, quick)
+    cfg.check()
+    _pyplot()  # matplotlib before minutes of training
+    os.makedirs(out, exist_ok=True)
+    sizes = {k: getattr(cfg, k) for k in TRAIN_SIZES}
+    rows = [dict(r, **sizes) for m in mechanisms for r in train_mechanism(m, cfg, log)]
+    _write_table(rows, out, "train")
+    _plot_train(rows, out, cfg)
+    return rows
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m attn.experiments", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("experiment", choices=["curves", "needle", "scale", "model"])
+    ap.add_argument("experiment", choices=["curves", "needle", "scale", "model", "train"])
     ap.add_argument("--out", default="concentration", help="directory for the table and the plot")
+    ap.add_argument("--steps", type=int, help="train: optimiser steps per mechanism (default 600; --quick: 30)")
+    ap.add_argument("--seed", type=int, help="train: seed of the initial weights and of the data (default 0)")
+    ap.add_argument("--quick", action="store_true",
+                    help="train: tiny sizes (4 pairs in 24 tokens, d_model 32) for a run of seconds that still "
+                         "trains every mechanism end to end")
     a = ap.parse_args(argv)
+    if a.experiment != "train" and (a.steps is not None or a.seed is not None or a.quick):
+        ap.error("--steps, --seed and --quick belong to the train experiment")
+    if a.steps is not None and a.steps < 1:
+        ap.error(f"--steps must be >= 1, got {a.steps}")
     # --out is a directory: /dev/full or a file there is a usage error (exit 2), not a traceback
     if os.path.exists(a.out) and not os.path.isdir(a.out):
         print(f"error: attn concentration: --out: '{a.out}' exists and is not a directory", file=sys.stderr)
@@ -343,7 +421,10 @@ def main(argv=None) -> None:
     except OSError as e:
         print(f"error: attn concentration: --out: cannot create the directory '{a.out}': {e.strerror}", file=sys.stderr)
         raise SystemExit(2)
-    rows = {"curves": curves, "needle": needle, "scale": scale, "model": model}[a.experiment](a.out)
+    if a.experiment == "train":
+        rows = train(a.out, steps=a.steps, seed=a.seed, quick=a.quick)
+    else:
+        rows = {"curves": curves, "needle": needle, "scale": scale, "model": model}[a.experiment](a.out)
     print(f"{a.experiment}: {len(rows)} rows -> {a.out}/{a.experiment}.{{csv,json,png,svg}}")
 
 

@@ -4,7 +4,7 @@
     python -m attn.report --out r.html --from out/ --run missing --quick   # run what out/ lacks first
     >>> attn.report.build("out/", "report.html")                    # also from Python
 
-The page holds, per experiment of attn.experiments (curves, needle, scale, model), what it
+The page holds, per experiment of attn.experiments (curves, needle, scale, model, train), what it
 measures, its figure (the PNG as a data URI; the SVG if there is no PNG), a compact table and a
 few sentences of findings whose numbers are computed here from the experiment's JSON. The
 SmolLM2 perplexity per mechanism (`attn eval-ppl --out NAME` writes NAME.json, NAME.svg) sits in
@@ -30,7 +30,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Un
 
 __all__ = ["build", "find_inputs", "EXPERIMENTS", "DEFAULT_SOURCES"]
 
-EXPERIMENTS = ("curves", "needle", "scale", "model")
+EXPERIMENTS = ("curves", "needle", "scale", "model", "train")
 INPUTS = EXPERIMENTS + ("ppl",)
 DEFAULT_SOURCES = ("docs/figures/concentration", "docs/figures")
 QUICK_KEYS = (64, 256, 1024, 4096)
@@ -42,6 +42,7 @@ TITLES = {
     "scale": "Does the entropy-invariant scale keep the needle?",
     "model": "Real attention: MiniLM and SmolLM2 per layer",
     "ppl": "SmolLM2 perplexity per mechanism",
+    "train": "Training: does concentration matter for recall?",
 }
 PPL_COMMAND = ('attn eval-ppl --model "$(python -c \'import attn; print(attn.smollm2_path())\')" '
                "--text pydoc_topics.txt --tokens 4096 --out docs/figures/eval_ppl_smollm2")
@@ -50,6 +51,8 @@ PPL_COMMAND = ('attn eval-ppl --model "$(python -c \'import attn; print(attn.smo
 def _command(name: str, out_dir: str = "docs/figures/concentration") -> str:
     if name == "ppl":
         return PPL_COMMAND
+    if name == "train":  # minutes of training, and only through Python (it needs torch)
+        return f"python -m attn.experiments train --out {out_dir}"
     return f"attn concentration {name} --out {out_dir}   (or: python -m attn.experiments {name} --out {out_dir})"
 
 
@@ -74,7 +77,7 @@ def _input_kind(path: Path) -> Optional[str]:
 
 
 def find_inputs(sources: Iterable[Union[str, os.PathLike]]) -> Dict[str, Path]:
-    """name -> JSON file for curves, needle, scale, model and ppl (an `attn eval-ppl` table).
+    """name -> JSON file for curves, needle, scale, model, train and ppl (an `attn eval-ppl` table).
 
     Each source is a directory (holding NAME.json, or eval_ppl*.json for ppl) or a JSON file;
     the first source that has an input wins."""
@@ -93,7 +96,7 @@ def find_inputs(sources: Iterable[Union[str, os.PathLike]]) -> Dict[str, Path]:
             kind = _input_kind(src)
             if kind is None:
                 raise ValueError(f"attn.report: {src} is not an input the report knows (curves.json, needle.json, "
-                                 "scale.json, model.json or an attn eval-ppl table)")
+                                 "scale.json, model.json, train.json or an attn eval-ppl table)")
             found.setdefault(kind, src)
     return found
 
@@ -408,6 +411,67 @@ def model_section(data) -> Tuple[str, List[str], Dict[str, List[Dict]]]:
     return "", facts, models
 
 
+def _final_rows(rows: List[Dict]) -> Dict[str, Dict]:
+    """mechanism -> its row at the last step trained (or its one "not trainable yet" row), with the
+    loss at step 0 beside it."""
+    out: Dict[str, Dict] = {}
+    for m in dict.fromkeys(r["mechanism"] for r in rows):
+        mine = sorted((r for r in rows if r["mechanism"] == m), key=lambda r: int(r["step"]))
+        out[m] = dict(mine[-1], first_loss=mine[0]["loss"])
+    return out
+
+
+def train_section(data) -> Tuple[str, List[str]]:
+    rows = _rows(data, "mechanism", "step", "loss", "accuracy", "answer_weight", "answer_sparsity", "in_view", "note")
+    final = _final_rows(rows)
+    trained = {m: r for m, r in final.items() if not r["note"]}
+    skipped = {m: r for m, r in final.items() if r["note"]}
+    table = [[m, r.get("description", ""), num(r["first_loss"]) if m in trained else "—",
+              num(r["loss"]) if m in trained else "—", pct(r["accuracy"]) if m in trained else "—",
+              f"{pct(r['answer_weight'])} (layer {r.get('answer_layer', '?')})" if m in trained else "—",
+              num(r["answer_sparsity"], 2) if m in trained else "—",
+              pct(r["in_view"]), str(r["step"]) if m in trained else "—", r["note"]] for m, r in final.items()]
+    r0 = rows[0]
+    caption = (f"a two-layer model (d = {r0.get('d_model', '?')}, {r0.get('heads', '?')} heads) on {r0.get('pairs', '?')} "
+               f"key-value pairs in {r0.get('seq_len', '?')} tokens; loss and accuracy on a fixed evaluation set")
+    html_table = _table(["mechanism", "attention", "loss at step 0", "final loss", "final accuracy",
+                         "weight on the answer", "its rows' S", "queries whose pair is in view", "steps",
+                         "note"], table, caption, numeric_from=2)
+    facts = []
+    soft = trained.get("softmax")
+    if soft:
+        facts.append(f"Softmax answers {pct(soft['accuracy'])} of the queries after {soft['step']} steps (loss "
+                     f"{num(soft['first_loss'])} → {num(soft['loss'])}); its layer {soft.get('answer_layer', '?')} puts "
+                     f"{pct(soft['answer_weight'])} of a query's weight on the one position that holds the answer (S = {num(soft['answer_sparsity'], 2)}"
+                     f"; one key of {r0.get('seq_len', 'n')} would be 1/√n): a row can concentrate where it must.")
+    for m in ("elu-linear", "retention"):
+        r = trained.get(m)
+        if r:
+            than = (f", {num(soft['accuracy'] / r['accuracy'], 2)}× less than softmax" if soft and r["accuracy"] > 0
+                    and soft["accuracy"] > r["accuracy"] else "")
+            facts.append(f"{m}: {pct(r['accuracy'])} after {r['step']} steps{than} (loss {num(r['first_loss'])} → "
+                         f"{num(r['loss'])}); it sees every pair, and its layer that weighs the answer most puts "
+                         f"{pct(r['answer_weight'])} of a query's weight there (S = {num(r['answer_sparsity'], 2)}).")
+    win = trained.get("window+sinks")
+    if win:
+        text = (f"window+sinks: {pct(win['accuracy'])}; only {pct(win['in_view'])} of the queries have their pair "
+                "inside the window or the sinks, and what lies beyond can reach a query only through the first "
+                "layer's outputs, one vector per position")
+        if win["accuracy"] < win["in_view"]:
+            text += (f". It stays below even that share: in {win['step']} steps it did not learn to recall the pairs "
+                     "it can see (the loss barely left the guess of a value's frequency)")
+        facts.append(text + ".")
+    hyb = trained.get("hybrid")
+    if hyb:
+        facts.append(f"hybrid (a linear layer under a softmax one): {pct(hyb['accuracy'])}"
+                     + (f", against {pct(soft['accuracy'])} for softmax in both layers" if soft else "")
+                     + f"; the layer that weighs the answer most is layer {hyb.get('answer_layer', '?')}, with "
+                     f"{pct(hyb['answer_weight'])} on it (S = {num(hyb['answer_sparsity'], 2)}).")
+    for m, r in skipped.items():
+        facts.append(f"{m} is not in the curves: {r['note']}.")
+    return html_table, facts
+
+
 def _ppl_rows(data) -> List[Dict]:
     rows = _rows(data, "mechanism", "perplexity", "kv_mib")
     return rows
@@ -460,6 +524,13 @@ INTRO = {
               "retention's row follows its definition λ^(n−1−j) q·k_j.",
     "scale": "The same needle at half strength (score 4σ), under softmax with the default scale 1/√d and with the "
              "entropy-invariant scale log₅₁₂(n)/√d (softmax:entropy_scale=512), which grows with the number of keys.",
+    "train": "Does it matter when a model learns? A two-layer transformer (attn.recall) trained on CPU on multi-query "
+             "associative recall: key-value pairs, then each key asked once at a random later position, the answer "
+             "being the value that followed it. Every mechanism starts from the same weights and sees the same "
+             "batches; its attention is attn's differentiable operators (never torch's). Queries in view: the share "
+             "whose pair the last layer's pattern shows them directly (1 except for the window). Weight on the "
+             "answer: the share of a query's weight row (its best head) on the position of the value it asks for, "
+             "in the layer where that share is largest, with the row's sparsity S (1/√n: one key; 1: even).",
     "model": "Two real models run by transformers with attn as their attention (attn.integrations.transformers) on "
              "pydoc's text: the all-MiniLM-L6-v2 encoder (a padded batch of sentences) and SmolLM2-135M (one causal "
              "pass). Each call's weights give, per head and averaged over the queries, S over the keys a row can see, "
@@ -575,15 +646,19 @@ def render(found: Dict[str, Path], sources: Sequence[str] = ()) -> Tuple[str, Di
         f'<div class="side"><div>{left}{others}</div><div>{right}</div></div>'
     sections.append(f'<section id="model"><h2>{_e(TITLES["model"])}</h2><p>{_e(INTRO["model"])}</p>'
                     f'{"".join(model_parts)}{body}</section>')
+    sections.append(attempt("train", train_section, "loss and recall accuracy against the training step, one line "
+                                                     "per mechanism"))
 
-    toc = "".join(f'<li><a href="#{n}">{_e(TITLES[n])}</a></li>' for n in EXPERIMENTS)
-    toc += '<li><a href="#ppl">SmolLM2 perplexity per mechanism</a></li><li><a href="#reproduce">Reproduce</a></li>'
+    toc = "".join(f'<li><a href="#{n}">{_e(TITLES[n])}</a></li>' for n in EXPERIMENTS + ("ppl",) if n != "train")
+    toc += f'<li><a href="#train">{_e(TITLES["train"])}</a></li><li><a href="#reproduce">Reproduce</a></li>'
     used = "".join(f"<li><code>{_e(n)}</code>: {_e(p)}</li>" for n, p in sorted(found.items()))
     reproduce = "\n".join([
         "# the experiments (each writes NAME.csv, .json, .png, .svg; model needs transformers and the models)",
-        *(f"attn concentration {n} --out docs/figures/concentration" for n in EXPERIMENTS),
+        *(f"attn concentration {n} --out docs/figures/concentration" for n in EXPERIMENTS if n != "train"),
         "# the perplexity per mechanism (pydoc_topics.txt: pydoc's topics joined; see docs/performance.md)",
         PPL_COMMAND,
+        "# the training experiment (torch; minutes on 2 cores; --quick: seconds)",
+        _command("train"),
         "# this page (--run curves,needle,... runs experiments first; --quick makes them small)",
         "attn report --out report.html --from docs/figures/concentration --from docs/figures",
     ])
@@ -599,7 +674,7 @@ def render(found: Dict[str, Path], sources: Sequence[str] = ()) -> Tuple[str, Di
 <main>
 <header>
 <h1>Can attention concentrate?</h1>
-<p class="lead">{_e("A report of attn's concentration experiments: which attention mechanisms can put most of a row's weight on a few keys, measured on closed forms, on a planted needle and on two real models. Every number in the findings is computed from the experiments' tables.")}</p>
+<p class="lead">{_e("A report of attn's concentration experiments: which attention mechanisms can put most of a row's weight on a few keys, measured on closed forms, on a planted needle, on two real models and in training. Every number in the findings is computed from the experiments' tables.")}</p>
 <nav aria-label="contents"><h2 class="toc">Contents</h2><ol>{toc}</ol></nav>
 </header>
 {"".join(sections)}
@@ -697,6 +772,8 @@ def run_experiment(name: str, out_dir: Union[str, os.PathLike], quick: bool = Fa
         return getattr(ex, name)(out_dir, keys=QUICK_KEYS if quick else ex.NEEDLE_KEYS)
     if name == "model":
         return ex.model(out_dir, **(QUICK_MODEL if quick else {}))
+    if name == "train":
+        return ex.train(out_dir, quick=quick)
     raise ValueError(f"attn.report: unknown experiment '{name}'")
 
 
@@ -760,8 +837,9 @@ def main(argv=None) -> int:
                     help="a directory (or JSON file) with experiment outputs; repeatable, the first that has an "
                          f"input wins (default: {' and '.join(DEFAULT_SOURCES)})")
     ap.add_argument("--run", metavar="LIST", help="experiments to run first: comma-separated curves, needle, scale, "
-                                                  "model, or all, or missing")
-    ap.add_argument("--quick", action="store_true", help="with --run: fewer keys and a shorter model pass")
+                                                  "model, train, or all, or missing")
+    ap.add_argument("--quick", action="store_true", help="with --run: fewer keys, a shorter model pass and a "
+                                                         "tiny training run (seconds)")
     a = ap.parse_args(argv)
     from .experiments import PlotsMissing
     try:

@@ -96,14 +96,14 @@ def checked_in_page(tmp_path_factory):
 
 def test_page_from_the_checked_in_results_renders_in_chromium(checked_in_page, tmp_path):
     page, info = checked_in_page
-    assert info["sections"] == {"curves": "ok", "needle": "ok", "scale": "ok", "model": "ok", "ppl": "ok"}
+    assert info["sections"] == {"curves": "ok", "needle": "ok", "scale": "ok", "model": "ok", "ppl": "ok", "train": "ok"}
     v = _browser_verdict(page, tmp_path)
     assert v["title"].startswith("attn report")
-    assert v["images"] == 4 and v["bad_images"] == [], v  # the four experiments' plots, decoded
+    assert v["images"] == 5 and v["bad_images"] == [], v  # the five experiments' plots, decoded
     assert v["svgs"] >= 1 and v["bad_svgs"] == [], v      # the perplexity chart, laid out
     assert v["links"] >= 6 and v["bad_links"] == [], v
     assert v["external_sources"] == [] and v["problems"] == [], v
-    assert v["sections"] == ["curves", "needle", "scale", "model"]
+    assert v["sections"] == ["curves", "needle", "scale", "model", "train"]
 
 
 def test_the_browser_check_sees_broken_pages(tmp_path):
@@ -185,16 +185,47 @@ def test_synthetic_numbers_reach_the_page(tmp_path):
     assert "3\u202f071 keys before the query" in text  # 4096 - 1 - 1024
 
 
+def _train_rows(skipped="retention"):
+    rows = []
+    for mech, losses, accs, in_view in (("softmax", (4.9, 0.0123), (0.01, 0.987), 1.0),
+                                        ("window+sinks", (4.9, 2.5), (0.01, 0.2468), 0.2), ("elu-linear", (4.9, 3.21), (0.01, 0.1234), 1.0)):
+        for step, loss, acc in zip((0, 500), losses, accs):
+            rows.append({"mechanism": mech, "description": f"<{mech}>", "in_view": in_view, "step": step, "loss": loss,
+                         "accuracy": acc, "answer_weight": acc * 0.9, "answer_sparsity": 0.5, "answer_layer": 2,
+                         "seconds": 1.0, "note": "", "pairs": 16, "seq_len": 64, "d_model": 64,
+                         "heads": 4})
+    rows.append({"mechanism": skipped, "description": "", "in_view": 1.0, "step": 0, "loss": None, "accuracy": None,
+                 "answer_weight": None, "answer_sparsity": None,
+                 "seconds": 0.0, "note": "not trainable yet: ValueError: no backward", "pairs": 16, "seq_len": 64,
+                 "d_model": 64, "heads": 4})
+    return rows
+
+
+def test_training_numbers_reach_the_page(tmp_path):
+    (tmp_path / "train.json").write_text(json.dumps(_train_rows()))
+    info = attn.report.build(tmp_path, tmp_path / "r.html")
+    assert info["sections"]["train"] == "ok"
+    text = _page_text(tmp_path / "r.html")
+    assert "Softmax answers 98.7\u202f% of the queries after 500 steps (loss 4.9 → 0.0123)" in text
+    assert "its layer 2 puts 88.8\u202f% of a query's weight on the one position that holds the answer (S = 0.5" in text
+    assert "elu-linear: 12.3\u202f% after 500 steps, 8× less than softmax (loss 4.9 → 3.21)" in text
+    assert "window+sinks: 24.7\u202f%; only 20\u202f% of the queries have their pair" in text
+    assert "It stays below even that share" not in text
+    assert "retention is not in the curves: not trainable yet: ValueError: no backward." in text
+    assert "16 key-value pairs in 64 tokens" in text and "&lt;softmax&gt;" in (tmp_path / "r.html").read_text()
+
+
 def test_missing_inputs_name_the_command_and_draw_no_image(tmp_path):
     (tmp_path / "needle.json").write_text(json.dumps(_needle_rows()))  # no needle.png either
     info = attn.report.build([tmp_path], tmp_path / "r.html")
     assert info["sections"] == {"curves": "missing", "needle": "ok", "scale": "missing", "model": "missing",
-                                "ppl": "missing"}
+                                "ppl": "missing", "train": "missing"}
     text = _page_text(tmp_path / "r.html")
     for name in ("curves", "scale", "model"):
         assert f"No {name}.json was found in {tmp_path}" in text
         assert f"attn concentration {name} --out docs/figures/concentration" in text
     assert "attn eval-ppl --model" in text and "No an attn" not in text
+    assert "No train.json was found" in text and "python -m attn.experiments train --out docs/figures/concentration" in text
     assert "No plot beside" in text
     assert "<img" not in (tmp_path / "r.html").read_text()
 
@@ -265,7 +296,7 @@ def test_run_runs_the_missing_experiments_with_progress(tmp_path):
                         "--from", str(old), "--run", "curves", "--quick"], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert "[1/1] running curves (quick)" in p.stderr and "[1/1] curves: 222 rows in" in p.stderr
-    assert (data / "curves.png").exists() and "wrote" in p.stdout and "without scale, model, ppl" in p.stdout
+    assert (data / "curves.png").exists() and "wrote" in p.stdout and "without scale, model, ppl, train" in p.stdout
     page = (tmp_path / "r.html").read_text()
     assert 'id="curves"' in page and "At n = 4\u202f096 keys softmax" in page
 
