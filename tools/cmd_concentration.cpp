@@ -29,9 +29,11 @@ Runner add_concentration(CLI::App& app) {
       "  needle  one far key aligned with the query among 64..65536: weight on it, S, entropy per mechanism\n"
       "  scale   the needle at half strength: default vs entropy-invariant scale\n"
       "  model   MiniLM and SmolLM2 (4096 tokens) per layer and head: S, entropy, attention-sink mass\n"
+      "  train   a two-layer model trained on associative recall per mechanism (softmax, elu-linear,\n"
+      "          retention, window+sinks, hybrid) through attn's backward: loss, accuracy, weight on the answer\n"
       "Runs python -m attn.experiments (ATTN_PYTHON, .venv/bin/python or python3, with attn installed).");
-  c->add_option("experiment", a->experiment, "curves, needle, scale or model")
-      ->required()->check(CLI::IsMember({"curves", "needle", "scale", "model"}));
+  c->add_option("experiment", a->experiment, "curves, needle, scale, model or train")
+      ->required()->check(CLI::IsMember({"curves", "needle", "scale", "model", "train"}));
   c->add_option("--out", a->out, "Directory for the table and the plot")->capture_default_str();
   return [a] { return run(*a); };
 }

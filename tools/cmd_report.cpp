@@ -42,7 +42,7 @@ Runner add_report(CLI::App& app) {
       "SmolLM2 perplexity per mechanism (attn eval-ppl) beside the real-model statistics.\n"
       "  attn report --out report.html                       from docs/figures (the checked-in results)\n"
       "  attn report --from out/ --run needle,scale --quick  run those into out/ first (progress on stderr)\n"
-      "Inputs: curves/needle/scale/model.json (attn concentration) and eval_ppl*.json (attn eval-ppl --out)\n"
+      "Inputs: curves/needle/scale/model/train.json (attn concentration) and eval_ppl*.json (attn eval-ppl --out)\n"
       "in the --from directories; a missing one gets a section naming the command that makes it.\n"
       "Runs python -m attn.report (ATTN_PYTHON, .venv/bin/python or python3, with attn installed).");
   c->add_option("--out", a->out, "The HTML page to write (replaced only once complete)")->capture_default_str();
@@ -50,7 +50,7 @@ Runner add_report(CLI::App& app) {
                 "A directory (or a .json file) holding experiment outputs; repeatable, the first that has an\n"
                 "input wins (default: docs/figures/concentration and docs/figures)");
   c->add_option("--run", a->run,
-                "Comma-separated experiments to run first (curves, needle, scale, model; all; missing: those\n"
+                "Comma-separated experiments to run first (curves, needle, scale, model, train; all; missing: those\n"
                 "not found), writing into the first --from directory (without --from: OUT-data/ beside the page)");
   c->add_flag("--quick", a->quick, "With --run: smaller runs (fewer keys, a shorter SmolLM2 context) for a fast look");
   return [a] { return run(*a); };

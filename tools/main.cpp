@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
       "  attn tokenize a GGUF file's tokenizer: text -> ids (--chat: its chat prompt), --decode ids -> text\n"
       "  attn chat     turns with a GGUF language model (e.g. SmolLM2-135M), any attention mechanism\n"
       "  attn eval-ppl what each mechanism costs a real model: perplexity, time, KV cache (table + chart)\n"
-      "  attn concentration curves|needle|scale|model   can attention concentrate? tables and plots\n"
+      "  attn concentration curves|needle|scale|model|train   can attention concentrate? tables and plots\n"
       "  attn report   those experiments on one self-contained HTML page (figures, tables, findings)\n"
       "Mechanisms are written as text, e.g. softmax:causal,window=128:0,softcap=30.\n"
       "ATTN_ISA=portable|avx2|avx512 forces a kernel set; OMP_NUM_THREADS sets the default threads."};
