@@ -121,3 +121,22 @@ def test_bad_input_is_named():
         attn.attend_backward(d, *args, out, lse, layout="bhnd", form="fast")
     with pytest.raises(TypeError, match="of q's kind"):
         attn.attend_backward(torch.from_numpy(d), *args, out, lse, layout="bhnd")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_gau_gradients_through_torch_match_float64_autograd(causal):
+    """GAU (no LSE) is differentiable through attn.attend: its tiled backward against torch autograd
+    of relu(q.k / sqrt(d) + bias)^2 / n in float64, grouped heads and a ragged last block."""
+    q, k, v, dout, _ = problem(7, N=70, M=70)
+    mech = "gau:bias=0.1" + (",causal" if causal else "")
+    leaves = [x.float().requires_grad_() for x in (q, k, v)]
+    attn.attend(*leaves, mech, layout="bhnd").backward(dout.float())
+    ref = [x.double().requires_grad_() for x in (q, k, v)]
+    kk, vv = (x.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for x in ref[1:])
+    w = torch.relu(ref[0] @ kk.transpose(-1, -2) / q.shape[-1] ** 0.5 + 0.1) ** 2 / k.shape[2]
+    if causal:
+        w = w * torch.ones(70, 70, dtype=torch.float64).tril()
+    (w @ vv).backward(dout.double())
+    for got, want in zip(leaves, ref):
+        err = (got.grad.double() - want.grad).abs().max().item()
+        assert err <= 1e-5 * max(1.0, want.grad.abs().max().item()), err
