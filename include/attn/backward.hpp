@@ -30,10 +30,13 @@ struct AttendGradients {
 // option of attend(): causal, windows, sinks, patterns, boolean, block and mask_mod masks, an
 // additive bias, ALiBi, softcap, scale, the entropy-invariant scale, key padding, dropout (the
 // same seed regenerates the same mask), grouped heads; float32, bfloat16 and float16 storage.
-// Forms (options.form; explain_backward lists them with their reasons): "rows" (the fast form:
-// float32, parallel over batch entries and kv heads) and "reference" (float64 throughout). Other families, score=cosine/additive and paged caches
-// are an Error naming what has no backward yet. dlse: the loss's gradient with respect to lse,
-// (B, H, N, 1) float32, when the loss uses it (merging partial results, ring attention); none = 0.
+// Forms (options.form; explain_backward lists them with their reasons): "tiled" (the fast form:
+// 64 query rows against the key tiles of the forward's block mask, five tile products each),
+// "rows" (float32, row by row) and "reference" (float64 throughout). GAU takes the same call with an
+// empty lse (forms tiled, reference). Other families (Performer, PolaFormer, LSH, DCA, ...),
+// score=cosine/additive and paged caches are an Error naming what has no backward yet.
+// dlse: the loss's gradient with respect to lse, (B, H, N, 1) float32, when the loss uses it
+// (merging partial results, ring attention); none = 0.
 //
 // The linear family (linear and its alias retention, sana, normattn; every feature map, normalised or not,
 // causal or not, a decay in the text or per head in params["decay"], key padding, grouped heads,

@@ -320,14 +320,16 @@ def attend_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, mecha
         dout: gradient of the loss with respect to out, out's shape and q's dtype.
         q, k, v: the forward's inputs.
         out, lse: what ``attend(q, k, v, mechanism, ..., return_lse=True)`` returned; lse None for
-            the linear family (its weights are no softmax).
+            the families whose weights are no softmax (GAU, the linear family).
         mechanism: softmax (score=dot) with any option, or the patterns over it ("longformer:...",
-            "bigbird:..."); the linear family ("linear:...", "retention:...", "sana:...", "normattn:...", every
+            "bigbird:..."); GAU ("gau:..."); the linear family ("linear:...", "retention:...", "sana:...", "normattn:...", every
             feature map, normalised or not, decays); other families have no backward yet (a
             ValueError says so).
         attn_mask, key_padding_lengths, alibi_slopes, block_mask, block_size, layout, threads: as
             in :func:`attend`.
-        form: "rows" (float32 accumulation, the default) or "reference" (float64, for checking).
+        form: None (the walk's choice: "tiled" for softmax and GAU, "chunked" or "right" for the linear
+            family), "rows" (softmax: row by row, float32) or "reference" (float64, for checking);
+            :func:`explain` lists a mechanism's forward forms, ``attn check --backward`` the backward's.
         dlse: the loss's gradient with respect to lse, (B, H, N) float32, when the loss uses lse
             (merging partial results); None = 0.
         params: the forward's named params (linear: "decay" per head, "initial_state").
@@ -533,7 +535,7 @@ def _linear_differentiable(q, k, v, feature_map, causal, decay, chunk_size, init
     if unsupported:
         raise ValueError(f"linear_attention with tensors that require grad takes no {', '.join(unsupported)} "
                          f"(detach the inputs to choose them)")
-    per_head = decay if isinstance(decay, (torch.Tensor, list, tuple)) else None
+    per_head = decay if isinstance(decay, (torch.Tensor, list, tuple)) or np.ndim(decay) > 0 else None
     if isinstance(decay, torch.Tensor) and decay.requires_grad:  # a constant of the op: say so, not a silent zero
         raise ValueError("decay requires grad, but linear_attention has no gradient for decay yet (q, k, v and "
                          "initial_state have one): pass decay.detach()")

@@ -226,8 +226,9 @@ class Task {
 };
 
 // Whether every element of t is finite (x * 0 is NaN exactly when x is not), one (batch, head)
-// per item; float32 rows with unit stride are read directly.
-bool finite_view(const TensorView& t, int threads) {
+// per item; float32 rows with unit stride are read directly. lens: rows read per batch entry (keys
+// past the valid length are never read by any form, so garbage there changes nothing); null: all.
+bool finite_view(const TensorView& t, int threads, const std::vector<int64_t>* lens = nullptr) {
   if (t.empty()) return true;
   const int64_t B = t.shape[0], H = t.shape[1], n = t.shape[2], dim = t.shape[3];
   std::vector<uint8_t> bad(static_cast<size_t>(B * H), 0);
@@ -236,7 +237,8 @@ bool finite_view(const TensorView& t, int threads) {
     const int64_t b = item / H, h = item % H;
     float probe = 0;
     uint32_t all_ones = 0;  // float32 rows: some element with every exponent bit set (inf, NaN)
-    for (int64_t i = 0; i < n; ++i) {
+    const int64_t rows = lens ? std::min(n, (*lens)[static_cast<size_t>(b)]) : n;
+    for (int64_t i = 0; i < rows; ++i) {
       if (plain) {
         const char* row = t.ptr(b, h, i);
         for (int64_t c = 0; c < dim; ++c) {
@@ -265,15 +267,15 @@ bool finite_lse(const TensorView& lse) {
 }
 
 bool finite_inputs(const Problem& p, const BackwardViews& g, int threads) {
-  return finite_view(p.q, threads) && finite_view(p.k, threads) && finite_view(p.v, threads) &&
-         finite_view(g.dout, threads) && finite_view(g.out, threads) && finite_lse(g.lse) &&
-         finite_view(g.dlse, threads);
+  return finite_view(p.q, threads) && finite_view(p.k, threads, &p.kv_len) &&
+         finite_view(p.v, threads, &p.kv_len) && finite_view(g.dout, threads) && finite_view(g.out, threads) &&
+         finite_lse(g.lse) && finite_view(g.dlse, threads);
 }
 
 }  // namespace
 
 void softmax_backward_tiled(const Problem& p, const BackwardViews& g, const core::Context& ctx) {
-  if (p.B == 0 || p.Hkv == 0) return;
+  if (p.B == 0 || p.Hkv == 0 || p.N == 0) return;  // dk and dv are 0 (fresh tensors are zeroed)
   if (!finite_inputs(p, g, ctx.threads)) return softmax_backward_rows(p, g, ctx.threads);
   const core::KvGradientTasks tasks(p, (p.N + L - 1) / L, ctx.threads);
   // Everything is sized here: the parallel regions allocate nothing.

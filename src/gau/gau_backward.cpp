@@ -152,7 +152,7 @@ bool finite(const TensorView& t) {
 }
 
 void run_tiled(const GauProblem& p, const core::BackwardViews& g, const core::Context& ctx) {
-  if (p.B == 0 || p.Hkv == 0) return;
+  if (p.B == 0 || p.Hkv == 0 || p.N == 0) return;  // dk and dv are 0 (fresh tensors are zeroed)
   if (!(finite(p.q) && finite(p.k) && finite(p.v) && finite(g.dout))) return reference_impl<double>(p, g, false);
   const core::KvGradientTasks tasks(p, (p.N + kBlock - 1) / kBlock, ctx.threads);
   std::vector<Scratch> scratch(static_cast<size_t>(tasks.threads()));  // the parallel region allocates nothing

@@ -218,6 +218,40 @@ TEST(BackwardShape, RowsWithoutKeysGetZeroGradientsAndNaNPropagates) {
   }
 }
 
+// A regression test: with no query rows the tiled form walked the block mask of a query tile that
+// does not exist (a read past its run table). Every form gives empty dq and zero dk, dv.
+TEST(BackwardShape, NoQueriesGiveZeroGradients) {
+  Problem pr;
+  pr.mech = "softmax:causal";
+  pr.N = 0;
+  const Inputs s = make(pr, 6);
+  for (const char* form : {"tiled", "rows", "reference"}) {
+    const AttendGradients g = backward(s, form);
+    EXPECT_EQ(g.dq.view().numel(), 0) << form;
+    for (const Tensor* t : {&g.dk, &g.dv})
+      for (int64_t e = 0; e < t->view().numel(); ++e) EXPECT_EQ(load_as_float(t->view().data, DType::f32, e), 0.0f) << form;
+  }
+}
+
+// Keys past the valid length are never read: NaN there leaves every gradient bitwise as it was, and
+// the tiled form still runs (its non-finite scan reads only valid keys).
+TEST(BackwardShape, NaNPastTheValidKeysChangesNothing) {
+  Problem pr;
+  pr.mech = "softmax:causal,window=20:0";
+  pr.B = 2, pr.padding = true, pr.N = pr.M = 90;  // batch entry 1 sees 45 keys
+  Inputs s = make(pr, 7);
+  const AttendGradients clean = backward(s, "tiled");
+  for (int64_t j = 45; j < 90; ++j) {
+    testing::fill_token(s.k.view, 1, 0, j, testing::nan_f());
+    testing::fill_token(s.v.view, 1, 0, j, testing::nan_f());
+  }
+  AttendOptions o = s.o;
+  EXPECT_EQ(explain_backward(s.q.view, s.k.view, s.v.view, s.m, o).chosen, "tiled");
+  const AttendGradients poisoned = backward(s, "tiled");
+  for (auto [a, b] : {std::pair{&clean.dq, &poisoned.dq}, {&clean.dk, &poisoned.dk}, {&clean.dv, &poisoned.dv}})
+    EXPECT_EQ(0, std::memcmp(a->view().data, b->view().data, a->view().numel() * sizeof(float)));
+}
+
 TEST(BackwardShape, BadInputIsNamed) {
   Problem pr;
   pr.mech = "softmax";
