@@ -535,7 +535,9 @@ def _linear_differentiable(q, k, v, feature_map, causal, decay, chunk_size, init
     if unsupported:
         raise ValueError(f"linear_attention with tensors that require grad takes no {', '.join(unsupported)} "
                          f"(detach the inputs to choose them)")
-    per_head = decay if isinstance(decay, (torch.Tensor, list, tuple)) or np.ndim(decay) > 0 else None
+    # (isinstance only: torch.compile traces it, not np.ndim)
+    per_head_kinds = isinstance(decay, (torch.Tensor, list, tuple)) or (isinstance(decay, np.ndarray) and decay.ndim > 0)
+    per_head = decay if per_head_kinds else None
     if isinstance(decay, torch.Tensor) and decay.requires_grad:  # a constant of the op: say so, not a silent zero
         raise ValueError("decay requires grad, but linear_attention has no gradient for decay yet (q, k, v and "
                          "initial_state have one): pass decay.detach()")
