@@ -69,14 +69,8 @@ Inputs make(const Problem& pr, uint32_t seed) {
 
 // L = sum dout . out of the float64 forward reference.
 double loss(const Inputs& s) {
-  const auto r = families::reference_outputs(s.q.view, s.k.view, s.v.view, s.m, s.o, core::RefPrecision::f64);
-  double l = 0;
-  const TensorView& d = s.dout.view;
-  for (int64_t b = 0; b < d.shape[0]; ++b)
-    for (int64_t h = 0; h < d.shape[1]; ++h)
-      for (int64_t i = 0; i < d.shape[2]; ++i)
-        for (int64_t c = 0; c < d.shape[3]; ++c) l += static_cast<double>(d.at(b, h, i, c)) * r.o(b, h, i, c);
-  return l;
+  return testing::dot_with_output(
+      s.dout.view, families::reference_outputs(s.q.view, s.k.view, s.v.view, s.m, s.o, core::RefPrecision::f64));
 }
 
 AttendGradients backward(const Inputs& s, const std::string& form, int threads = 0) {

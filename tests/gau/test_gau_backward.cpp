@@ -72,14 +72,8 @@ TEST_P(GauBackward, ReferenceMatchesFiniteDifferences) {
   Inputs s = make(GetParam(), DType::f32, 21);
   const AttendGradients g = backward(s, "reference");
   const auto loss = [&] {  // sum dout . out of the float64 forward reference
-    const auto r = families::reference_outputs(s.q.view, s.k.view, s.v.view, s.m, s.o, core::RefPrecision::f64);
-    double l = 0;
-    const TensorView& d = s.dout.view;
-    for (int64_t b = 0; b < d.shape[0]; ++b)
-      for (int64_t h = 0; h < d.shape[1]; ++h)
-        for (int64_t i = 0; i < d.shape[2]; ++i)
-          for (int64_t c = 0; c < d.shape[3]; ++c) l += static_cast<double>(d.at(b, h, i, c)) * r.o(b, h, i, c);
-    return l;
+    return testing::dot_with_output(
+        s.dout.view, families::reference_outputs(s.q.view, s.k.view, s.v.view, s.m, s.o, core::RefPrecision::f64));
   };
   testing::expect_matches_finite_differences(loss, s.q, g.dq, "dq");
   testing::expect_matches_finite_differences(loss, s.k, g.dk, "dk");

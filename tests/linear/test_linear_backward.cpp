@@ -94,12 +94,7 @@ double loss(const Inputs& s) {
   AttendOptions o = s.o;
   o.return_final_state = true;
   const auto r = families::reference_outputs(s.q.view, s.k.view, s.v.view, s.m, o, core::RefPrecision::f64);
-  double l = 0;
-  const TensorView& d = s.dout.view;
-  for (int64_t b = 0; b < d.shape[0]; ++b)
-    for (int64_t h = 0; h < d.shape[1]; ++h)
-      for (int64_t i = 0; i < d.shape[2]; ++i)
-        for (int64_t c = 0; c < d.shape[3]; ++c) l += static_cast<double>(d.at(b, h, i, c)) * r.o(b, h, i, c);
+  double l = testing::dot_with_output(s.dout.view, r);
   for (size_t e = 0; e < s.dstate.size(); ++e) l += static_cast<double>(s.dstate[e]) * r.state[e];
   return l;
 }

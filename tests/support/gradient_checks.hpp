@@ -10,9 +10,21 @@
 #include <string>
 
 #include "attn/tensor.hpp"
+#include "core/reference_result.hpp"
 #include "harness/inputs.hpp"
 
 namespace attn::testing {
+
+// sum dout . out for out = r.o, a float64 forward reference's output: the loss whose gradients a
+// backward given dout returns.
+inline double dot_with_output(const TensorView& dout, const core::ReferenceResult& r) {
+  double l = 0;
+  for (int64_t b = 0; b < dout.shape[0]; ++b)
+    for (int64_t h = 0; h < dout.shape[1]; ++h)
+      for (int64_t i = 0; i < dout.shape[2]; ++i)
+        for (int64_t c = 0; c < dout.shape[3]; ++c) l += static_cast<double>(dout.at(b, h, i, c)) * r.o(b, h, i, c);
+  return l;
+}
 
 // Central differences of loss() in every element of x (the step actually taken is the difference
 // of the two rounded inputs), against grad (x's shape). Second-order error of a 1e-2 step on
