@@ -5,7 +5,9 @@
 // this they zero such elements in their copy of the tile and poison, after the product, only the
 // output channels of the rows that see the key (docs/reliability.md, "Non-finite inputs").
 #pragma once
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <vector>
 
@@ -42,5 +44,36 @@ class NonFiniteRows {
   int64_t Hkv_, M_;
   std::vector<uint8_t> bad_;  // (B, Hkv, M)
 };
+
+// Whether every element of a (B, H, N, dim) view is finite (x * 0 is NaN exactly when x is not),
+// one (batch, head) per item; float32 rows with unit stride are read directly (exponent bits).
+// lens: rows read per batch entry (keys past the valid length are never read by any form, so
+// garbage there changes nothing); null: all. An empty view is finite.
+inline bool all_finite(const TensorView& t, int threads, const std::vector<int64_t>* lens = nullptr) {
+  if (t.empty()) return true;
+  const int64_t B = t.shape[0], H = t.shape[1], n = t.shape[2], dim = t.shape[3];
+  std::vector<uint8_t> bad(static_cast<size_t>(B * H), 0);
+  const bool plain = t.dtype == DType::f32 && t.strides[3] == 1;
+  parallel_for(B * H, resolve_threads(threads, B * H), [&](int64_t item, int) {
+    const int64_t b = item / H, h = item % H;
+    float probe = 0;
+    uint32_t all_ones = 0;  // float32 rows: some element with every exponent bit set (inf, NaN)
+    const int64_t rows = lens ? std::min(n, (*lens)[static_cast<size_t>(b)]) : n;
+    for (int64_t i = 0; i < rows; ++i) {
+      if (plain) {
+        const char* row = t.ptr(b, h, i);
+        for (int64_t c = 0; c < dim; ++c) {
+          uint32_t bits;
+          std::memcpy(&bits, row + c * sizeof(float), sizeof bits);
+          all_ones |= (bits & 0x7f800000u) == 0x7f800000u;
+        }
+      } else {
+        for (int64_t c = 0; c < dim; ++c) probe += t.at(b, h, i, c) * 0.0f;
+      }
+    }
+    bad[static_cast<size_t>(item)] = std::isnan(probe) || all_ones;
+  });
+  return std::find(bad.begin(), bad.end(), 1) == bad.end();
+}
 
 }  // namespace attn::core

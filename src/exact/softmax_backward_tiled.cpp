@@ -18,13 +18,13 @@
 // decides).
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <vector>
 
 #include "base/aligned_buffer.hpp"
 #include "base/parallel.hpp"
 #include "core/kv_gradient_tasks.hpp"
+#include "core/nonfinite_rows.hpp"
 #include "exact/score_tile.hpp"
 #include "exact/softmax_backward.hpp"
 
@@ -225,36 +225,6 @@ class Task {
   int64_t ks_ = 0, vs_ = 0;
 };
 
-// Whether every element of t is finite (x * 0 is NaN exactly when x is not), one (batch, head)
-// per item; float32 rows with unit stride are read directly. lens: rows read per batch entry (keys
-// past the valid length are never read by any form, so garbage there changes nothing); null: all.
-bool finite_view(const TensorView& t, int threads, const std::vector<int64_t>* lens = nullptr) {
-  if (t.empty()) return true;
-  const int64_t B = t.shape[0], H = t.shape[1], n = t.shape[2], dim = t.shape[3];
-  std::vector<uint8_t> bad(static_cast<size_t>(B * H), 0);
-  const bool plain = t.dtype == DType::f32 && t.strides[3] == 1;
-  parallel_for(B * H, resolve_threads(threads, B * H), [&](int64_t item, int) {
-    const int64_t b = item / H, h = item % H;
-    float probe = 0;
-    uint32_t all_ones = 0;  // float32 rows: some element with every exponent bit set (inf, NaN)
-    const int64_t rows = lens ? std::min(n, (*lens)[static_cast<size_t>(b)]) : n;
-    for (int64_t i = 0; i < rows; ++i) {
-      if (plain) {
-        const char* row = t.ptr(b, h, i);
-        for (int64_t c = 0; c < dim; ++c) {
-          uint32_t bits;
-          std::memcpy(&bits, row + c * sizeof(float), sizeof bits);
-          all_ones |= (bits & 0x7f800000u) == 0x7f800000u;
-        }
-      } else {
-        for (int64_t c = 0; c < dim; ++c) probe += t.at(b, h, i, c) * 0.0f;
-      }
-    }
-    bad[static_cast<size_t>(item)] = std::isnan(probe) || all_ones;
-  });
-  return std::find(bad.begin(), bad.end(), 1) == bad.end();
-}
-
 // lse is -inf for rows without keys: anything else non-finite (NaN, +inf) is poison.
 bool finite_lse(const TensorView& lse) {
   for (int64_t b = 0; b < lse.shape[0]; ++b)
@@ -267,9 +237,9 @@ bool finite_lse(const TensorView& lse) {
 }
 
 bool finite_inputs(const Problem& p, const BackwardViews& g, int threads) {
-  return finite_view(p.q, threads) && finite_view(p.k, threads, &p.kv_len) &&
-         finite_view(p.v, threads, &p.kv_len) && finite_view(g.dout, threads) && finite_view(g.out, threads) &&
-         finite_lse(g.lse) && finite_view(g.dlse, threads);
+  return core::all_finite(p.q, threads) && core::all_finite(p.k, threads, &p.kv_len) &&
+         core::all_finite(p.v, threads, &p.kv_len) && core::all_finite(g.dout, threads) &&
+         core::all_finite(g.out, threads) && finite_lse(g.lse) && core::all_finite(g.dlse, threads);
 }
 
 }  // namespace

@@ -127,7 +127,8 @@ class Block {
     };
     for_each_tile([&](int64_t j0, int64_t bc, bool full) {
       if (full) return step(j0, bc, true, 0, L);
-      for_each_lane_group(p_, i0_, nq_, j0, bc, [&](int64_t a, int64_t n, int lo, int hi) { step(a, n, false, lo, hi); });
+      for_each_lane_group(p_, i0_, nq_, j0, bc,
+                          [&](int64_t a, int64_t n, int lo, int hi) { step(a, n, false, lo, hi); });
     });
     write_outputs(out, lse);
     if (stats) write_stats(*stats);

@@ -14,6 +14,7 @@
 #include "base/aligned_buffer.hpp"
 #include "base/parallel.hpp"
 #include "core/kv_gradient_tasks.hpp"
+#include "core/nonfinite_rows.hpp"
 #include "core/reference_result.hpp"
 #include "gau/gau.hpp"
 
@@ -141,19 +142,12 @@ void task(const GauProblem& p, const core::BackwardViews& g, const kernels::Tile
     }
 }
 
-// Whether every element of t is finite (x * 0 is NaN exactly when x is not).
-bool finite(const TensorView& t) {
-  float probe = 0;
-  for (int64_t b = 0; b < t.shape[0]; ++b)
-    for (int64_t h = 0; h < t.shape[1]; ++h)
-      for (int64_t i = 0; i < t.shape[2]; ++i)
-        for (int64_t c = 0; c < t.shape[3]; ++c) probe += t.at(b, h, i, c) * 0.0f;
-  return !std::isnan(probe);
-}
-
 void run_tiled(const GauProblem& p, const core::BackwardViews& g, const core::Context& ctx) {
   if (p.B == 0 || p.Hkv == 0 || p.N == 0) return;  // dk and dv are 0 (fresh tensors are zeroed)
-  if (!(finite(p.q) && finite(p.k) && finite(p.v) && finite(g.dout))) return reference_impl<double>(p, g, false);
+  const int t = ctx.threads;
+  if (!(core::all_finite(p.q, t) && core::all_finite(p.k, t, &p.kv_len) && core::all_finite(p.v, t, &p.kv_len) &&
+        core::all_finite(g.dout, t)))
+    return reference_impl<double>(p, g, false);
   const core::KvGradientTasks tasks(p, (p.N + kBlock - 1) / kBlock, ctx.threads);
   std::vector<Scratch> scratch(static_cast<size_t>(tasks.threads()));  // the parallel region allocates nothing
   for (Scratch& s : scratch) s.reserve(p);
