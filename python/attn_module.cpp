@@ -561,12 +561,14 @@ NB_MODULE(_attn, m) {
       .def_prop_ro("state_bytes", &attn::Decoder::state_bytes)
       .def("save", &attn::Decoder::save, "path"_a, "Writes weights and config to a safetensors file.")
       .def("set_attention_form", &attn::Decoder::set_attention_form, "form"_a)
+      .def_prop_rw("activations", &attn::Decoder::activations, &attn::Decoder::set_activations,
+                   "Decode steps' products with quantized matrices: 'f32' or 'q8' (set 'auto' for q8).")
       .def_static(
           "from_gguf",
-          [](const std::string& path, int threads, bool dequantize, int64_t max_seq_len) {
-            return attn::Decoder::from_gguf(path, {threads, dequantize, max_seq_len});
+          [](const std::string& path, int threads, bool dequantize, int64_t max_seq_len, const std::string& activations) {
+            return attn::Decoder::from_gguf(path, {threads, dequantize, max_seq_len, activations});
           },
-          "path"_a, "threads"_a, "dequantize"_a, "max_seq_len"_a,
+          "path"_a, "threads"_a, "dequantize"_a, "max_seq_len"_a, "activations"_a = "auto",
           "Maps a llama-architecture GGUF file (quantized matrices used as stored unless dequantize).")
       .def(
           "set_mechanism",

@@ -84,6 +84,10 @@ Runner add_chat(CLI::App& app) {
   add_seed_option(c, a->seed, "Seed of the draws (turn t uses seed + t, modulo 2^64)");
   c->add_option("-m,--mechanism", a->model.mechanism, "Attention of every layer (causal), e.g. softmax:causal,window=255:0");
   c->add_option("--dtype", a->model.dtype, "q4_1: as stored; f32: dequantized once")->capture_default_str()->check(CLI::IsMember({"q4_1", "f32"}));
+  c->add_option("--activations", a->model.activations,
+                "Decode steps with quantized matrices: q8 (integer dot products on 8-bit inputs), f32, auto = q8")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "q8", "f32"}));
   c->add_option("--max-context", a->model.max_context, "Context the KV caches hold")->capture_default_str()->check(in_range(1, 1 << 22));
   c->add_option("--threads", a->model.threads, "Threads (0 = all cores)")->capture_default_str()->check(in_range(0, 256));
   c->add_flag("-q,--quiet", a->quiet, "No figures after each reply");

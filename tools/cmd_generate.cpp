@@ -31,7 +31,7 @@ struct GenerateArgs {
   int threads = 0;
   bool quiet = false;
   // --model: a GGUF language model and a text prompt
-  std::string model, prompt, dtype = "q4_1";
+  std::string model, prompt, dtype = "q4_1", activations = "auto";
   bool chat = false;
   int64_t max_tokens = 128, max_context = 4096;
   double temperature = 0.0, top_p = 1.0;
@@ -94,7 +94,7 @@ Decoder make_decoder(const GenerateArgs& a) {
 int run_text_model(const GenerateArgs& a) {
   if (a.random_weights || !a.weights.empty()) throw Error("generate: --model cannot be combined with --random-weights or --weights");
   if (a.prompt.empty()) throw Error("generate: --model needs --prompt TEXT");
-  TextModel m({a.model, a.dtype, a.mechanism, a.threads, a.max_context});
+  TextModel m({a.model, a.dtype, a.mechanism, a.threads, a.max_context, a.activations});
   const Tokenizer& tok = m.tokenizer();
   const std::string text = a.chat ? tok.chat_prompt({{"user", a.prompt}}, true) : a.prompt;
   const std::vector<int32_t> prompt = tok.encode(text, true);
@@ -193,6 +193,11 @@ Runner add_generate(CLI::App& app) {
   c->add_option("--top-p", a->top_p, "Nucleus sampling mass, in (0, 1] (--model)")->capture_default_str();
   c->add_option("--dtype", a->dtype, "q4_1: matrices as stored in the file; f32: dequantized once at load (--model)")
       ->capture_default_str()->check(CLI::IsMember({"q4_1", "f32"}));
+  c->add_option("--activations", a->activations,
+                "Decode steps with quantized matrices: q8 (inputs rounded to 8 bits, integer dot products, as "
+                "llama.cpp), f32 (float inputs), auto = q8 (--model)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "q8", "f32"}));
   c->add_option("--max-context", a->max_context, "Context the KV caches hold (--model)")->capture_default_str()->check(in_range(1, 1 << 22));
   c->add_flag("--random-weights", a->random_weights, "Random weights (seeded) of the shape the options below give");
   c->add_option("--weights", a->weights, "A safetensors file with the decoder config in its metadata")->check(CLI::ExistingFile);

@@ -47,7 +47,7 @@ bool dequantize(const std::string& dtype) {
 
 TextModel::TextModel(const TextModelOptions& o)
     : tokenizer_(Tokenizer::from_gguf(GgufFile::open(o.path))),
-      decoder_(Decoder::from_gguf(o.path, {o.threads, dequantize(o.dtype), o.max_context})) {
+      decoder_(Decoder::from_gguf(o.path, {o.threads, dequantize(o.dtype), o.max_context, o.activations})) {
   if (!o.mechanism.empty()) decoder_.set_mechanism(-1, parse_mechanism(o.mechanism));
   stop_.insert(tokenizer_.eos_id());
   for (const char* special : {"<|im_end|>", "<|endoftext|>"}) {

@@ -20,6 +20,7 @@ struct TextModelOptions {
   std::string mechanism;       // empty: exact softmax
   int threads = 0;
   int64_t max_context = 4096;
+  std::string activations = "auto";  // decode steps: f32, q8 or auto (Decoder::set_activations)
 };
 
 struct ReplyStats {

@@ -85,6 +85,7 @@ struct GgufLoadOptions {
   // true: dequantized to float32 once at load ("--dtype f32").
   bool dequantize = false;
   int64_t max_seq_len = 0;  // positions of context the caches hold; 0: the model's context length
+  std::string activations = "auto";  // decode steps' products: "f32", "q8" or "auto" (set_activations)
 };
 
 // One layer's cache as allocated (Decoder::layer_caches).
@@ -148,6 +149,13 @@ class Decoder {
   void set_mechanism(int64_t layer, const Mechanism& mechanism);
   // Sets the forced attention form ("reference", ...; empty: the engine's choice) and threads.
   void set_attention_form(const std::string& form);
+  // How decode steps (fewer than 16 tokens) multiply with block-quantized matrices: "f32" (the
+  // weights dequantized in registers against float activations) or "q8" (activations rounded to
+  // 8 bits per block of 32, integer dot products, as llama.cpp); "auto" (the default): q8 on
+  // every CPU (measured faster on all, docs/performance.md). Float weights ignore it. Any time.
+  void set_activations(const std::string& activations);
+  // "f32" or "q8": what decode steps use.
+  std::string activations() const;
 
  private:
   struct Impl;

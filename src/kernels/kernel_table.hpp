@@ -25,6 +25,8 @@ constexpr int kMaxTopkLanes = 16;
 
 // Block-quantized weight rows (ggml's layouts: blocks of 32 values, see model/ggml_blocks.hpp).
 enum class BlockQuant : uint8_t { q4_0, q4_1, q8_0 };
+// 32 activations rounded to 8 bits (kernels/q8_dot.hpp).
+struct Q8Block;
 
 // The running summary of one row of direct weights (weight_row_stats): c the largest |a| so far
 // (0: none yet), a1 = sum u, a2 = sum u^2, e = sum u log u with u = |a| / c; signs seen; thr the
@@ -131,6 +133,12 @@ struct TileKernels {
                     int64_t ldy);
   // dst[j * ldd + c] = W_j[c] for j < n, c < cols (the same values qdot_rows multiplies with).
   void (*dequantize_rows)(const void* const* rows, BlockQuant q, int64_t n, int64_t cols, float* dst, int64_t ldd);
+  // y[r * ldy + j] = x_r . W_j as qdot_rows, with x rounded to 8-bit blocks (quantize_q8_rows) and
+  // integer dot products (kernels/q8_dot.hpp): the best variant of this ISA level on this CPU
+  // (AVX-512 VNNI over AVX-512, AVX-VNNI over AVX2), set by kernels_for; q8_dot_name names it.
+  void (*q8_dot_rows)(const Q8Block* x, int64_t R, int64_t blocks, const void* const* w, BlockQuant q, int64_t n,
+                      float* y, int64_t ldy);
+  const char* q8_dot_name;
 };
 
 // The kernel set for `isa` (throws Error if this CPU cannot run it).

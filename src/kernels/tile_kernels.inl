@@ -941,6 +941,8 @@ inline const TileKernels& table(Isa isa) {
                              .qk_rows = qk_rows,
                              .pv_rows = pv_rows,
                              .qdot_rows = qdot_rows,
-                             .dequantize_rows = dequantize_rows};
+                             .dequantize_rows = dequantize_rows,
+                             .q8_dot_rows = nullptr,  // set by kernels_for (q8_dot.hpp)
+                             .q8_dot_name = ""};
   return t;
 }

@@ -85,6 +85,7 @@ struct Decoder::Impl {
   int threads = 0;
   Isa isa = active_isa();
   std::string form;
+  model::Activations activations = model::Activations::q8;  // decode-sized products ("auto": set_activations)
   bool full_caches = false;  // every KV layer keeps every row (set_full_caches)
   int64_t pos = 0;
   std::vector<LayerMemory> memory;
@@ -169,9 +170,10 @@ struct Decoder::Impl {
     const DecoderLayerSpec& spec = c.layers[li];
     const model::LayerWeights& l = w.layers[li];
     LayerMemory& mem = memory[li];
-    model::matmul(h.data(), n, l.wq, q.data(), threads, isa);
-    model::matmul(h.data(), n, l.wk, k.data(), threads, isa);
-    model::matmul(h.data(), n, l.wv, v.data(), threads, isa);
+    // q, k, v (and a lightning layer's output gate) from h in one parallel region
+    std::vector<model::Product> from_h{{&l.wq, q.data()}, {&l.wk, k.data()}, {&l.wv, v.data()}};
+    if (spec.lightning) from_h.push_back({&l.gate, gate.data()});
+    model::matmul_many(h.data(), n, from_h, threads, isa, activations);
     const int64_t kv_width = l.kv_heads * c.head_dim, q_width = c.heads * c.head_dim;
     if (spec.lightning) {
       for (int64_t i = 0; i < n * q_width; ++i) q[i] = model::silu(q[i]);
@@ -206,20 +208,18 @@ struct Decoder::Impl {
     }
     if (spec.lightning) {
       model::rms_norm(att.data(), n, q_width, q_width, l.out_norm, c.norm_eps, att.data());
-      model::matmul(h.data(), n, l.gate, gate.data(), threads, isa);
       for (int64_t i = 0; i < n * q_width; ++i) att[i] *= model::sigmoid(gate[i]);
     }
-    model::matmul(att.data(), n, l.wo, tmp.data(), threads, isa);
+    model::matmul(att.data(), n, l.wo, tmp.data(), threads, isa, activations);
     for (int64_t i = 0; i < n * c.dim; ++i) x[i] += tmp[i];
   }
 
   void feed_forward(size_t li, int64_t n) {
     const DecoderConfig& c = w.config;
     const model::LayerWeights& l = w.layers[li];
-    model::matmul(h.data(), n, l.w1, gated.data(), threads, isa);
-    model::matmul(h.data(), n, l.w3, up.data(), threads, isa);
+    model::matmul_many(h.data(), n, {{&l.w1, gated.data()}, {&l.w3, up.data()}}, threads, isa, activations);
     for (int64_t i = 0; i < n * c.hidden_dim; ++i) gated[i] = model::silu(gated[i]) * up[i];
-    model::matmul(gated.data(), n, l.w2, tmp.data(), threads, isa);
+    model::matmul(gated.data(), n, l.w2, tmp.data(), threads, isa, activations);
     for (int64_t i = 0; i < n * c.dim; ++i) x[i] += tmp[i];
   }
 
@@ -235,7 +235,7 @@ struct Decoder::Impl {
     }
     if (first >= n) return;
     model::rms_norm(x.data() + first * c.dim, n - first, c.dim, c.dim, w.final_norm, c.norm_eps, h.data());
-    model::matmul(h.data(), n - first, w.output, logits_out, threads, isa);
+    model::matmul(h.data(), n - first, w.output, logits_out, threads, isa, activations);
   }
 
   // Every layer's attention call for a step of n tokens at position p, checked (explain()
@@ -298,8 +298,10 @@ Decoder Decoder::from_gguf(const std::string& path, const GgufLoadOptions& optio
   auto file = std::make_shared<const GgufFile>(GgufFile::open(path));
   const DecoderConfig config = model::gguf_config(*file, options.max_seq_len);
   model::check_memory_need(config, options.dequantize ? int64_t{sizeof(float)} : 0, path);
-  return Decoder(std::make_unique<Impl>(model::load_gguf_weights(std::move(file), config, options.dequantize),
-                                        options.threads));
+  Decoder d(std::make_unique<Impl>(model::load_gguf_weights(std::move(file), config, options.dequantize),
+                                   options.threads));
+  d.set_activations(options.activations);
+  return d;
 } catch (const std::bad_alloc&) {
   fail(path, "out of memory while loading the decoder");
 }
@@ -376,6 +378,14 @@ std::vector<LayerCache> Decoder::layer_caches() const {
 }
 
 void Decoder::set_attention_form(const std::string& form) { impl_->form = form; }
+
+void Decoder::set_activations(const std::string& activations) {
+  if (activations == "f32") impl_->activations = model::Activations::f32;
+  else if (activations == "q8" || activations == "auto") impl_->activations = model::Activations::q8;
+  else fail("activations", "expected 'f32', 'q8' or 'auto', got '" + activations + "'");
+}
+
+std::string Decoder::activations() const { return impl_->activations == model::Activations::q8 ? "q8" : "f32"; }
 
 void Decoder::reset() {
   // Recurrent states restart from zero; cache rows past the position are never read (and are

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "base/aligned_buffer.hpp"
 #include "base/parallel.hpp"
 #include "kernels/kernel_table.hpp"
+#include "kernels/q8_dot.hpp"
 
 namespace attn::model {
 
@@ -53,18 +55,49 @@ void matmul_tiles(const float* x, int64_t n, const Matrix& w, float* y, int t, c
 }  // namespace
 
 // Few input rows (decode): blocks of 64 weight rows against blocks of 16 input rows, four input
-// rows sharing each weight-row load; quantized rows are dequantized in registers. From 16 input
-// rows on, matmul_tiles.
-void matmul(const float* x, int64_t n, const Matrix& w, float* y, int threads, Isa isa) {
+// rows sharing each weight-row load; quantized rows are dequantized in registers (or multiplied
+// as integers with 8-bit inputs). From 16 input rows on, matmul_tiles.
+void matmul(const float* x, int64_t n, const Matrix& w, float* y, int threads, Isa isa, Activations activations) {
+  matmul_many(x, n, {{&w, y}}, threads, isa, activations);
+}
+
+void matmul_many(const float* x, int64_t n, const std::vector<Product>& products, int threads, Isa isa,
+                 Activations activations) {
   constexpr int64_t kRowsOfX = 16;
   const kernels::TileKernels& k = kernels::kernels_for(isa);
-  const int64_t blocks = (w.rows + kRowsOfW - 1) / kRowsOfW;
-  const int t = resolve_threads(threads, blocks);
-  if (n >= kRowsOfX) return matmul_tiles(x, n, w, y, t, k);
-  parallel_for(blocks, t, [&](int64_t b, int) {
-    const int64_t j0 = b * kRowsOfW, nj = std::min(kRowsOfW, w.rows - j0);
-    if (w.quant) return k.qdot_rows(x, n, w.cols, w.row_ptrs.data() + j0, *w.quant, nj, y + j0, w.rows);
-    k.qk_rows(x, n, w.cols, w.row_ptrs.data() + j0, w.dtype, nj, y + j0, w.rows, nullptr, 0);
+  if (n >= kRowsOfX) {
+    for (const Product& p : products) {
+      const int64_t blocks = (p.w->rows + kRowsOfW - 1) / kRowsOfW;
+      matmul_tiles(x, n, *p.w, p.y, resolve_threads(threads, blocks), k);
+    }
+    return;
+  }
+  // Work items: the blocks of 64 rows of every product, in order.
+  thread_local std::vector<int64_t> first_block;
+  first_block.assign(1, 0);
+  bool any_q8 = false;
+  for (const Product& p : products) {
+    first_block.push_back(first_block.back() + (p.w->rows + kRowsOfW - 1) / kRowsOfW);
+    any_q8 |= p.w->quant && activations == Activations::q8;
+  }
+  const int64_t cols = products.front().w->cols;
+  thread_local std::vector<kernels::Q8Block> xq;  // x as 8-bit blocks, once for every product
+  if (any_q8) {
+    xq.resize(static_cast<size_t>(n * cols / 32));
+    kernels::quantize_q8_rows(x, n, cols, cols, xq.data());
+  }
+  const kernels::Q8Block* xb = xq.data();
+  const int64_t* starts = first_block.data();
+  const int64_t items = first_block.back();
+  parallel_for(items, resolve_threads(threads, items), [&](int64_t item, int) {
+    const size_t pi = static_cast<size_t>(std::upper_bound(starts, starts + products.size() + 1, item) - starts - 1);
+    const Matrix& w = *products[pi].w;
+    float* y = products[pi].y;
+    const int64_t j0 = (item - starts[pi]) * kRowsOfW, nj = std::min(kRowsOfW, w.rows - j0);
+    const void* const* rows = w.row_ptrs.data() + j0;
+    if (!w.quant) return k.qk_rows(x, n, w.cols, rows, w.dtype, nj, y + j0, w.rows, nullptr, 0);
+    if (activations == Activations::q8) return k.q8_dot_rows(xb, n, w.cols / 32, rows, *w.quant, nj, y + j0, w.rows);
+    k.qdot_rows(x, n, w.cols, rows, *w.quant, nj, y + j0, w.rows);
   });
 }
 

@@ -251,6 +251,21 @@ TEST(Decoder, BadCallsAreErrorsAndLeaveTheRunStateAsItWas) {
   expect_close(rest, std::vector<float>(expected.begin() + 4 * 97, expected.end()), 2e-5);
 }
 
+// Activations apply to block-quantized matrices only: a float model gives the same bits either way.
+TEST(Decoder, ActivationsAreNamedCheckedAndLeaveFloatMatricesAlone) {
+  Decoder d = Decoder::random(small_config(DecoderConfig::hybrid_layers(2, 1, 1, parse_mechanism("softmax:causal")), 64), 9);
+  EXPECT_EQ(d.activations(), "q8");  // "auto"
+  const std::vector<int32_t> tokens = random_tokens(6, 5);
+  const std::vector<float> q8 = incremental(d, tokens, 2);  // decode-sized steps
+  d.set_activations("f32");
+  EXPECT_EQ(d.activations(), "f32");
+  EXPECT_EQ(incremental(d, tokens, 2), q8);
+  d.set_activations("auto");
+  EXPECT_EQ(d.activations(), "q8");
+  expect_error([&] { d.set_activations("int8"); }, "activations: expected 'f32', 'q8' or 'auto', got 'int8'");
+  EXPECT_EQ(d.activations(), "q8");
+}
+
 TEST(Decoder, BadConfigsNameTheField) {
   const Mechanism causal = parse_mechanism("softmax:causal");
   auto with = [&](auto edit) {

@@ -3,6 +3,7 @@
 // plain decoder (model/ggml_blocks.cpp) followed by float64 sums.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "attn/gguf.hpp"
 #include "attn/isa.hpp"
 #include "kernels/kernel_table.hpp"
+#include "kernels/q8_dot.hpp"
 #include "model/ggml_blocks.hpp"
 #include "model/ops.hpp"
 
@@ -126,6 +128,120 @@ TEST(QuantMatmul, EmbeddingRowLookup) {
     std::vector<float> row(64);
     matrix_row(q.m, 3, row.data(), active_isa());
     for (int64_t c = 0; c < 64; ++c) EXPECT_NEAR(row[c], q.dense[3 * 64 + c], 2e-7 * (std::abs(q.dense[3 * 64 + c]) + 1));
+  }
+}
+
+// ---- 8-bit activations and integer dot products (kernels/q8_dot.hpp) ----------------------------
+
+using kernels::Q8Block;
+
+// Each block's values are d q to within d / 2, with |q| <= 127 and s = d sum q.
+TEST(QuantActivations, BlocksRoundToNearestWithinHalfAStep) {
+  std::vector<float> x = random_rows(3, 96, 4);
+  x[40] = 0.0f;
+  for (int i = 64; i < 96; ++i) x[i] = 0.0f;  // a zero block: d = 0, q = 0
+  std::vector<Q8Block> b(9);
+  kernels::quantize_q8_rows(x.data(), 3, 96, 96, b.data());
+  for (int64_t blk = 0; blk < 9; ++blk) {
+    int64_t sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      const float v = x[static_cast<size_t>(blk * 32 + i)];
+      ASSERT_LE(std::abs(b[blk].q[i]), 127);
+      ASSERT_LE(std::abs(v - b[blk].d * b[blk].q[i]), b[blk].d * 0.5f * (1 + 1e-5f)) << blk << " " << i;
+      sum += b[blk].q[i];
+    }
+    EXPECT_FLOAT_EQ(b[blk].s, b[blk].d * static_cast<float>(sum));
+  }
+  EXPECT_EQ(b[2].d, 0.0f);
+  EXPECT_EQ(b[2].s, 0.0f);
+}
+
+TEST(QuantActivations, NonFiniteInputsMakeTheirProductsNaN) {
+  const QuantMatrix q = random_matrix(kTypes[1], 8, 64, 2);
+  for (float bad : {NAN, INFINITY, -INFINITY}) {
+    std::vector<float> x = random_rows(2, 64, 6);
+    x[64 + 40] = bad;  // row 1, block 1
+    std::vector<float> y(16);
+    matmul(x.data(), 2, q.m, y.data(), 2, active_isa(), Activations::q8);
+    for (int64_t j = 0; j < 8; ++j) {
+      EXPECT_TRUE(std::isfinite(y[static_cast<size_t>(j)])) << bad << " " << j;
+      EXPECT_TRUE(std::isnan(y[static_cast<size_t>(8 + j)])) << bad << " " << j;
+    }
+  }
+}
+
+// Every variant this CPU runs against the float64 oracle: the integer dots are exact, so the
+// error is float32's in the per-block scale products and the sum of the block terms.
+TEST(QuantActivations, EveryIntegerDotVariantMatchesTheReference) {
+  for (const kernels::Q8DotVariant& v : kernels::q8_dot_variants())
+    for (const QuantType& t : kTypes)
+      for (int64_t cols : {32, 96, 576, 1536}) {
+        const int64_t rows = 70, blocks = cols / 32;
+        const QuantMatrix q = random_matrix(t, rows, cols, 13);
+        for (int64_t R : {1, 2, 3, 4, 5, 7, 15}) {
+          const std::vector<float> x = random_rows(R, cols, static_cast<uint32_t>(R + cols));
+          std::vector<Q8Block> xb(static_cast<size_t>(R * blocks));
+          kernels::quantize_q8_rows(x.data(), R, cols, cols, xb.data());
+          std::vector<float> y(static_cast<size_t>(R * rows), NAN);
+          v.rows(xb.data(), R, blocks, q.m.row_ptrs.data(), t.quant, rows, y.data(), rows);
+          for (int64_t r = 0; r < R; ++r)
+            for (int64_t j = 0; j < rows; ++j) {
+              double size = 0;
+              const double exact = kernels::q8_dot_reference(xb.data() + r * blocks, blocks, q.m.row(j), t.quant, &size);
+              ASSERT_LE(std::abs(y[static_cast<size_t>(r * rows + j)] - exact),
+                        static_cast<double>(blocks + 4) * std::ldexp(1.0, -24) * size)
+                  << v.name << " " << t.name << " cols " << cols << " R " << R << " row " << r << " col " << j
+                  << " y " << y[static_cast<size_t>(r * rows + j)] << " exact " << exact << " size " << size;
+            }
+        }
+      }
+}
+
+// The product of the 8-bit path is close to the float one: the rounding of x to 8 bits is at most
+// d / 2 = max|x| / 254 per value.
+TEST(QuantActivations, MatmulAgreesWithTheFloatPathToTheRounding) {
+  for (Isa isa : supported_isas())
+    for (const QuantType& t : kTypes) {
+      const QuantMatrix q = random_matrix(t, 70, 576, 21);
+      const std::vector<float> x = random_rows(3, 576, 8);
+      std::vector<float> exact(3 * 70), y(3 * 70);
+      matmul(x.data(), 3, q.m, exact.data(), 2, isa, Activations::f32);
+      matmul(x.data(), 3, q.m, y.data(), 2, isa, Activations::q8);
+      for (int64_t r = 0; r < 3; ++r)
+        for (int64_t j = 0; j < 70; ++j) {
+          double bound = 0;  // sum over blocks of (max|x| / 254) sum |w|
+          for (int64_t b = 0; b < 18; ++b) {
+            float most = 0;
+            double wsum = 0;
+            for (int64_t c = b * 32; c < b * 32 + 32; ++c)
+              most = std::max(most, std::abs(x[r * 576 + c])), wsum += std::abs(q.dense[j * 576 + c]);
+            bound += most / 254.0 * wsum;
+          }
+          ASSERT_LE(std::abs(y[r * 70 + j] - exact[r * 70 + j]), bound * 1.01 + 1e-5)
+              << isa_name(isa) << " " << t.name << " " << r << " " << j;
+        }
+    }
+}
+
+TEST(QuantActivations, BitwiseIndependentOfThreads) {
+  for (const QuantType& t : kTypes) {
+    const QuantMatrix q = random_matrix(t, 300, 192, 5);
+    const std::vector<float> x = random_rows(2, 192, 9);
+    std::vector<float> one(600), two(600);
+    matmul(x.data(), 2, q.m, one.data(), 1, active_isa(), Activations::q8);
+    matmul(x.data(), 2, q.m, two.data(), 2, active_isa(), Activations::q8);
+    EXPECT_EQ(one, two) << t.name;
+  }
+}
+
+TEST(QuantActivations, TheTablePicksTheBestVariantOfEachLevel) {
+  const std::vector<kernels::Q8DotVariant> variants = kernels::q8_dot_variants();
+  for (Isa isa : supported_isas()) {
+    const kernels::TileKernels& k = kernels::kernels_for(isa);
+    const auto first = std::find_if(variants.begin(), variants.end(), [&](const auto& v) { return v.isa == isa; });
+    ASSERT_NE(first, variants.end()) << isa_name(isa);
+    EXPECT_EQ(k.q8_dot_rows, first->rows) << isa_name(isa);
+    EXPECT_STREQ(k.q8_dot_name, first->name);
   }
 }
 

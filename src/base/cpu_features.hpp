@@ -1,0 +1,13 @@
+// CPU features beyond the ISA levels of attn/isa.hpp, for kernel variants inside a level (read
+// by kernels_for, the one place kernels are picked). Detected once, from CPUID.
+#pragma once
+
+namespace attn {
+
+struct CpuExtras {
+  bool avx512_vnni = false;  // vpdpbusd on 512/256/128-bit registers (EVEX)
+  bool avx_vnni = false;     // vpdpbusd in its VEX form (256/128-bit), on some CPUs without AVX-512
+};
+const CpuExtras& cpu_extras();
+
+}  // namespace attn
