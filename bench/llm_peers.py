@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
-"""SmolLM2-135M from one GGUF file through three engines, same prompt, same thread count:
-attn (matrices as stored: Q4_1/Q8_0 read in place), llama.cpp (llama-cpp-python, the same file)
-and transformers (the file dequantized to float32, eager PyTorch). Prefill of a 512-token prompt,
-decode of 128 tokens (greedy), peak RSS. Each engine runs in its own process so its RSS is its own.
+"""SmolLM2-135M from one GGUF file through several engines, same prompt, same thread count:
+attn (matrices as stored: Q4_1/Q8_0 read in place; decode with 8-bit activations, "attn", or float
+ones, "attn-f32"), llama.cpp (llama-cpp-python, the same file, its default f16 KV cache) and
+transformers (the file dequantized to float32, eager PyTorch). Prefill of a prompt of each
+--contexts length, then decode of 128 tokens (greedy) after it, peak RSS. Each engine runs in its
+own process so its RSS is its own. Beside each decode figure: the bandwidth bound, the bytes a
+token must read (every matrix once, the output projection included, plus the KV cache of the
+context) divided by the read bandwidth measured in the same run.
 
-    python bench/llm_peers.py --threads 2                 # all three, 3 runs each, best of runs
-    python bench/llm_peers.py --engines attn llama.cpp --threads 1 2 --json llm.jsonl
+    python bench/llm_peers.py --threads 2                 # all engines, 3 runs each, best of runs
+    python bench/llm_peers.py --engines attn llama.cpp --threads 1 2 --contexts 512 4096 8192 --json llm.jsonl
     python bench/llm_peers.py --agreement 512         # logits vs llama.cpp (argmax agreement, max |diff|)
 
 Setup (not part of the test command: llama-cpp-python compiles llama.cpp, ~6 minutes):
@@ -31,10 +35,39 @@ def prompt_ids(n: int) -> list:
     return attn.Tokenizer.from_gguf(attn.smollm2_path()).encode(text, special=False)[:n]
 
 
-def run_attn(path, ids, new, threads, reps):
+def read_bandwidth_gbs(threads: int, mib: int = 1024, reps: int = 5) -> float:
+    """Best-of-reps streaming read bandwidth: `threads` threads each summing its part of a buffer
+    much larger than the caches (numpy's reduction releases the GIL)."""
+    import threading
+    import numpy as np
+    a = np.ones(mib * 2**20 // 8)
+    parts = np.array_split(a, threads)
+    best = 0.0
+    for _ in range(reps):
+        ts = [threading.Thread(target=np.add.reduce, args=(p,)) for p in parts]
+        t0 = time.perf_counter()
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        best = max(best, a.nbytes / (time.perf_counter() - t0) / 1e9)
+    return best
+
+
+def bytes_per_token(engine: str, context: int) -> float:
+    """What one decode step must read: every matrix of the file once (the token embedding's one
+    row aside: the tied output projection reads it all), and K and V of `context` positions (attn:
+    float32, llama.cpp: float16, 30 layers x 3 kv heads x 64)."""
+    import attn
+    weights = os.path.getsize(attn.smollm2_path())  # matrices are nearly all of the file
+    kv = 30 * 2 * 3 * 64 * (2 if engine == "llama.cpp" else 4)
+    return weights + kv * context
+
+
+def run_attn(path, ids, new, threads, reps, activations="auto"):
     import attn
     from attn import _attn
-    d = _attn.Decoder.from_gguf(path, threads, False, len(ids) + new + 8)
+    d = _attn.Decoder.from_gguf(path, threads, False, len(ids) + new + 8, activations)
     best_p = best_d = float("inf")
     for _ in range(reps):
         d.reset()
@@ -112,16 +145,17 @@ def agreement(n: int, threads: int) -> dict:
             "logit_range": float(np.abs(ref_f32).max())}
 
 
-ENGINES = {"attn": run_attn, "llama.cpp": run_llama_cpp, "transformers": run_transformers}
+ENGINES = {"attn": run_attn, "attn-f32": lambda *a: run_attn(*a, activations="f32"), "llama.cpp": run_llama_cpp,
+           "transformers": run_transformers}
 
 
 def child(args):
     import attn
     path = attn.smollm2_path()
-    ids = prompt_ids(args.prompt)
+    ids = prompt_ids(args.contexts[0])
     p, d = ENGINES[args.child](path, ids, args.new, args.threads[0], args.reps)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({"engine": args.child, "threads": args.threads[0], "prefill_tok_s": len(ids) / p,
+    print(json.dumps({"engine": args.child, "threads": args.threads[0], "context": len(ids), "prefill_tok_s": len(ids) / p,
                       "decode_tok_s": args.new / d, "peak_rss_mib": rss / 2**20,
                       "file_mib": os.path.getsize(path) / 2**20}))
 
@@ -130,7 +164,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--engines", nargs="+", default=list(ENGINES), choices=list(ENGINES))
     ap.add_argument("--threads", type=int, nargs="+", default=[2])
-    ap.add_argument("--prompt", type=int, default=512, help="prompt tokens (prefill)")
+    ap.add_argument("--contexts", type=int, nargs="+", default=[512],
+                    help="prompt tokens (prefill), then decode after them: one row per length")
     ap.add_argument("--new", type=int, default=128, help="tokens decoded greedily")
     ap.add_argument("--reps", type=int, default=3, help="runs per engine; the best is reported")
     ap.add_argument("--json", help="append the rows to this JSON-lines file")
@@ -142,21 +177,29 @@ def main():
     if args.agreement:
         print(json.dumps(agreement(args.agreement, args.threads[0]), indent=1))
         return
-    print(f"SmolLM2-135M-Instruct.Q4_1.gguf: prefill {args.prompt} tokens, decode {args.new}, best of {args.reps}")
-    print(f"{'engine':<13} {'threads':>7} {'prefill tok/s':>14} {'decode tok/s':>13} {'peak RSS MiB':>13}")
+    print(f"SmolLM2-135M-Instruct.Q4_1.gguf: prefill a prompt, decode {args.new} after it, best of {args.reps}")
+    print(f"{'engine':<13} {'threads':>7} {'context':>7} {'prefill tok/s':>14} {'decode tok/s':>13} {'bound tok/s':>12} "
+          f"{'of bound':>8} {'read GB/s':>9} {'peak RSS MiB':>13}")
     rows = []
     for t in args.threads:
-        for e in args.engines:
-            p = subprocess.run([sys.executable, __file__, "--child", e, "--threads", str(t), "--prompt", str(args.prompt),
-                                "--new", str(args.new), "--reps", str(args.reps)], capture_output=True, text=True)
-            if p.returncode != 0:
-                print(f"{e:<13} {t:>7}  failed: {p.stderr.strip().splitlines()[-1] if p.stderr.strip() else p.returncode}")
-                continue
-            r = json.loads(p.stdout.strip().splitlines()[-1])
-            rows.append(r)
-            print(f"{e:<13} {t:>7} {r['prefill_tok_s']:>14.1f} {r['decode_tok_s']:>13.1f} {r['peak_rss_mib']:>13.1f}", flush=True)
+        for c in args.contexts:
+            for e in args.engines:
+                bw = read_bandwidth_gbs(t)  # the machine's bandwidth can move between minutes: each row its own
+                p = subprocess.run([sys.executable, __file__, "--child", e, "--threads", str(t), "--contexts", str(c),
+                                    "--new", str(args.new), "--reps", str(args.reps)], capture_output=True, text=True)
+                if p.returncode != 0:
+                    err = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else p.returncode
+                    print(f"{e:<13} {t:>7} {c:>7}  failed: {err}")
+                    continue
+                r = json.loads(p.stdout.strip().splitlines()[-1])
+                r["read_gbs"] = bw
+                r["bound_tok_s"] = bw * 1e9 / bytes_per_token(e, c + args.new // 2)
+                r["of_bound"] = r["decode_tok_s"] / r["bound_tok_s"]
+                rows.append(r)
+                print(f"{e:<13} {t:>7} {c:>7} {r['prefill_tok_s']:>14.1f} {r['decode_tok_s']:>13.1f} "
+                      f"{r['bound_tok_s']:>12.1f} {r['of_bound']:>8.2f} {bw:>9.1f} {r['peak_rss_mib']:>13.1f}", flush=True)
     if rows:
-        print(f"(file {rows[0]['file_mib']:.1f} MiB; attn's KV cache: 45 KiB per token)")
+        print(f"(file {rows[0]['file_mib']:.1f} MiB; KV cache per token: attn 45 KiB (float32), llama.cpp 22.5 KiB (f16))")
     if args.json:
         with open(args.json, "a") as f:
             for r in rows:

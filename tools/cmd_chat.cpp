@@ -88,6 +88,9 @@ Runner add_chat(CLI::App& app) {
                 "Decode steps with quantized matrices: q8 (integer dot products on 8-bit inputs), f32, auto = q8")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "q8", "f32"}));
+  c->add_option("--cache-type", a->model.cache_type, "KV cache storage: f32, f16 (half the bytes) or bf16")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}));
   c->add_option("--max-context", a->model.max_context, "Context the KV caches hold")->capture_default_str()->check(in_range(1, 1 << 22));
   c->add_option("--threads", a->model.threads, "Threads (0 = all cores)")->capture_default_str()->check(in_range(0, 256));
   c->add_flag("-q,--quiet", a->quiet, "No figures after each reply");

@@ -31,7 +31,7 @@ struct GenerateArgs {
   int threads = 0;
   bool quiet = false;
   // --model: a GGUF language model and a text prompt
-  std::string model, prompt, dtype = "q4_1", activations = "auto";
+  std::string model, prompt, dtype = "q4_1", activations = "auto", cache_type = "f32";
   bool chat = false;
   int64_t max_tokens = 128, max_context = 4096;
   double temperature = 0.0, top_p = 1.0;
@@ -94,7 +94,7 @@ Decoder make_decoder(const GenerateArgs& a) {
 int run_text_model(const GenerateArgs& a) {
   if (a.random_weights || !a.weights.empty()) throw Error("generate: --model cannot be combined with --random-weights or --weights");
   if (a.prompt.empty()) throw Error("generate: --model needs --prompt TEXT");
-  TextModel m({a.model, a.dtype, a.mechanism, a.threads, a.max_context, a.activations});
+  TextModel m({a.model, a.dtype, a.mechanism, a.threads, a.max_context, a.activations, a.cache_type});
   const Tokenizer& tok = m.tokenizer();
   const std::string text = a.chat ? tok.chat_prompt({{"user", a.prompt}}, true) : a.prompt;
   const std::vector<int32_t> prompt = tok.encode(text, true);
@@ -198,6 +198,10 @@ Runner add_generate(CLI::App& app) {
                 "llama.cpp), f32 (float inputs), auto = q8 (--model)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "q8", "f32"}));
+  c->add_option("--cache-type", a->cache_type,
+                "KV cache storage: f32, f16 (half the bytes per token of context, llama.cpp's default) or bf16 (--model)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}));
   c->add_option("--max-context", a->max_context, "Context the KV caches hold (--model)")->capture_default_str()->check(in_range(1, 1 << 22));
   c->add_flag("--random-weights", a->random_weights, "Random weights (seeded) of the shape the options below give");
   c->add_option("--weights", a->weights, "A safetensors file with the decoder config in its metadata")->check(CLI::ExistingFile);

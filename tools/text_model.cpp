@@ -43,11 +43,19 @@ bool dequantize(const std::string& dtype) {
   return dtype == "f32";
 }
 
+DType cache_dtype(const std::string& name) {
+  if (name == "f32") return DType::f32;
+  if (name == "f16") return DType::f16;
+  if (name == "bf16") return DType::bf16;
+  fail("--cache-type", "expected f32, f16 or bf16, got '" + name + "'");
+}
+
 }  // namespace
 
 TextModel::TextModel(const TextModelOptions& o)
     : tokenizer_(Tokenizer::from_gguf(GgufFile::open(o.path))),
-      decoder_(Decoder::from_gguf(o.path, {o.threads, dequantize(o.dtype), o.max_context, o.activations})) {
+      decoder_(Decoder::from_gguf(o.path, {o.threads, dequantize(o.dtype), o.max_context, o.activations,
+                                           cache_dtype(o.cache_type)})) {
   if (!o.mechanism.empty()) decoder_.set_mechanism(-1, parse_mechanism(o.mechanism));
   stop_.insert(tokenizer_.eos_id());
   for (const char* special : {"<|im_end|>", "<|endoftext|>"}) {

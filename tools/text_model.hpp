@@ -21,6 +21,7 @@ struct TextModelOptions {
   int threads = 0;
   int64_t max_context = 4096;
   std::string activations = "auto";  // decode steps: f32, q8 or auto (Decoder::set_activations)
+  std::string cache_type = "f32";    // the KV caches: f32, f16 or bf16
 };
 
 struct ReplyStats {

@@ -86,6 +86,7 @@ struct GgufLoadOptions {
   bool dequantize = false;
   int64_t max_seq_len = 0;  // positions of context the caches hold; 0: the model's context length
   std::string activations = "auto";  // decode steps' products: "f32", "q8" or "auto" (set_activations)
+  DType cache_dtype = DType::f32;     // the KV caches' storage (set_cache_dtype)
 };
 
 // One layer's cache as allocated (Decoder::layer_caches).
@@ -156,6 +157,10 @@ class Decoder {
   void set_activations(const std::string& activations);
   // "f32" or "q8": what decode steps use.
   std::string activations() const;
+  // The KV caches' storage: float32 (the default), float16 (llama.cpp's default cache) or
+  // bfloat16; attention then takes the queries rounded to it too. Only at position 0.
+  void set_cache_dtype(DType dtype);
+  DType cache_dtype() const;
 
  private:
   struct Impl;

