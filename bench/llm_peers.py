@@ -64,8 +64,10 @@ def bytes_per_token(engine: str, context: int) -> float:
     return weights + kv * context
 
 
+EXTRA = {}  # engine-specific figures of the child's run, added to its JSON row
+
+
 def run_attn(path, ids, new, threads, reps, activations="auto"):
-    import attn
     from attn import _attn
     d = _attn.Decoder.from_gguf(path, threads, False, len(ids) + new + 8, activations)
     best_p = best_d = float("inf")
@@ -75,10 +77,13 @@ def run_attn(path, ids, new, threads, reps, activations="auto"):
         logits = d.forward(ids, 0, False)
         t1 = time.perf_counter()
         tok = int(logits[-1].argmax())
+        regions = _attn.parallel_regions()
         for _ in range(new):
             logits = d.forward([tok], d.position, False)
             tok = int(logits[-1].argmax())
         t2 = time.perf_counter()
+        # parallel regions (each ending in a barrier) per decoded token
+        EXTRA["regions_per_token"] = (_attn.parallel_regions() - regions) / new
         best_p, best_d = min(best_p, t1 - t0), min(best_d, t2 - t1)
     return best_p, best_d
 
@@ -157,7 +162,7 @@ def child(args):
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(json.dumps({"engine": args.child, "threads": args.threads[0], "context": len(ids), "prefill_tok_s": len(ids) / p,
                       "decode_tok_s": args.new / d, "peak_rss_mib": rss / 2**20,
-                      "file_mib": os.path.getsize(path) / 2**20}))
+                      "file_mib": os.path.getsize(path) / 2**20, **EXTRA}))
 
 
 def main():
@@ -171,7 +176,10 @@ def main():
     ap.add_argument("--json", help="append the rows to this JSON-lines file")
     ap.add_argument("--agreement", type=int, metavar="N", help="compare logits with llama.cpp on N tokens instead")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--bandwidth", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.bandwidth:
+        return print(read_bandwidth_gbs(args.bandwidth))
     if args.child:
         return child(args)
     if args.agreement:
@@ -184,7 +192,10 @@ def main():
     for t in args.threads:
         for c in args.contexts:
             for e in args.engines:
-                bw = read_bandwidth_gbs(t)  # the machine's bandwidth can move between minutes: each row its own
+                # the machine's bandwidth can move between minutes: each row its own, in a process of its
+                # own (a child forked from a parent that held the buffer would report its peak RSS)
+                bw = float(subprocess.run([sys.executable, __file__, "--bandwidth", str(t)], capture_output=True,
+                                          text=True, check=True).stdout)
                 p = subprocess.run([sys.executable, __file__, "--child", e, "--threads", str(t), "--contexts", str(c),
                                     "--new", str(args.new), "--reps", str(args.reps)], capture_output=True, text=True)
                 if p.returncode != 0:

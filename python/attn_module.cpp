@@ -14,6 +14,7 @@
 #include <limits>
 
 #include "attn/attn.hpp"
+#include "base/parallel.hpp"
 #include "attn/info.hpp"
 #include "attn/pattern.hpp"
 #include "attn/sampler.hpp"
@@ -600,6 +601,8 @@ NB_MODULE(_attn, m) {
             return s.next(logits.data(), static_cast<int64_t>(logits.shape(0)));
           },
           "logits"_a, "The next token id from a row of logits (advances the draw counter).");
+  m.def("parallel_regions", &attn::parallel_regions,
+        "Parallel regions entered since the library loaded (each ends in a barrier): benchmarks count them per token.");
   m.def("check_generation_length", &attn::check_generation_length, "argument"_a, "prompt_tokens"_a, "max_tokens"_a,
         "max_seq_len"_a, "attn::check_generation_length: max_tokens >= 0 and the prompt plus max_tokens within the context.");
   // ---- Tokenizer (attn::Tokenizer; Python: attn.Tokenizer in python/attn/tokenizer.py) ----------------

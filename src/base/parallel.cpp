@@ -10,6 +10,7 @@ namespace attn {
 namespace {
 
 std::atomic<bool> g_forked{false};
+std::atomic<uint64_t> g_regions{0};
 
 void mark_child() { g_forked = true; }
 
@@ -19,6 +20,8 @@ const int g_atfork = pthread_atfork(nullptr, nullptr, mark_child);
 }  // namespace
 
 bool in_forked_child() { return g_forked.load(); }
+
+uint64_t parallel_regions() { return g_regions.load(std::memory_order_relaxed); }
 
 int resolve_threads(int requested, int64_t items) {
   (void)g_atfork;
@@ -34,6 +37,7 @@ void parallel_for(int64_t n, int threads, const std::function<void(int64_t, int)
     for (int64_t i = 0; i < n; ++i) fn(i, 0);
     return;
   }
+  g_regions.fetch_add(1, std::memory_order_relaxed);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int64_t i = 0; i < n; ++i) fn(i, omp_get_thread_num());
 }

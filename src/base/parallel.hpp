@@ -27,6 +27,10 @@ int resolve_threads(int requested, int64_t items);
 // every form.
 void parallel_for(int64_t n, int threads, const std::function<void(int64_t, int)>& fn);
 
+// Parallel regions entered (with more than one thread) since the library loaded: what a
+// benchmark counts per decoded token (each ends in a barrier all threads wait at).
+uint64_t parallel_regions();
+
 // True in a child process created by fork() after this library was loaded.
 bool in_forked_child();
 
