@@ -74,7 +74,7 @@ struct LinearFamily {
   static core::ReferenceResult reference(const Problem& p, core::RefPrecision precision);
   // (B, H, F, state_cols) of the recurrent state.
   static std::array<int64_t, 4> state_shape(const Problem& p);
-  // The backward (linear_backward.hpp): why this kind has none (performer, polaformer)
+  // The backward (linear_backward.hpp): why this kind has none (polaformer)
   // or ""; its forms in priority order: chunked (causal), right (non-causal), reference (float64).
   static std::string backward_refusal(const Problem& p);
   static const std::vector<core::BackwardForm<Problem>>& backward_forms();

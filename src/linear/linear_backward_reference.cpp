@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "attn/error.hpp"
+#include "linear/feature_backward.hpp"
 #include "linear/feature_map.hpp"
 #include "linear/linear_backward.hpp"
 #include "linear/output_norm.hpp"
@@ -20,21 +21,21 @@ void reference_impl(const LinearProblem& p, const BackwardViews& g, bool plain) 
   const bool normalize = p.mech.normalize;
   auto at = [](int64_t r, int64_t w, int64_t c) { return static_cast<size_t>(r * w + c); };
   // (plain: every result rounded to the storage dtype too, as a same-dtype implementation returns it)
-  std::vector<T> fk(static_cast<size_t>(p.M * F)), sk(static_cast<size_t>(p.M * F)), u(static_cast<size_t>(p.M * cols)),
+  // sk, sq: what the features' backward keeps of a row (feature_backward.hpp), D values each
+  std::vector<T> fk(static_cast<size_t>(p.M * F)), sk(static_cast<size_t>(p.M * D)), u(static_cast<size_t>(p.M * cols)),
       dfk(static_cast<size_t>(p.M * F)), du(static_cast<size_t>(p.M * cols)), fq(static_cast<size_t>(F)),
-      sq(static_cast<size_t>(F)), dfq(static_cast<size_t>(F)), y(static_cast<size_t>(cols)), gi(static_cast<size_t>(cols)),
+      sq(static_cast<size_t>(D)), dfq(static_cast<size_t>(F)), y(static_cast<size_t>(cols)), gi(static_cast<size_t>(cols)),
       w(static_cast<size_t>(p.M)), s0(static_cast<size_t>(F * cols)), ds0(static_cast<size_t>(F * cols)),
-      dsf(static_cast<size_t>(F * cols)), raw(static_cast<size_t>(D));
+      dsf(static_cast<size_t>(F * cols)), raw(static_cast<size_t>(D)), dx(static_cast<size_t>(std::max(D, p.M * D))),
+      wf(static_cast<size_t>(std::max(F, p.M * F)));
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t hk = 0; hk < p.Hkv; ++hk) {
       const int64_t len = p.kv_len[static_cast<size_t>(b)];
       for (int64_t j = 0; j < len; ++j) {  // phi(k_j), phi'(k_j), u_j
         for (int64_t c = 0; c < D; ++c) raw[static_cast<size_t>(c)] = static_cast<T>(p.k.at(b, hk, j, c));
         reference_features(p, false, raw.data(), &fk[at(j, F, 0)]);
-        for (int64_t c = 0; c < F; ++c) {
-          fk[at(j, F, c)] = rnd(fk[at(j, F, c)]);
-          sk[at(j, F, c)] = feature_slope(p.mech.map, raw[static_cast<size_t>(c)]);
-        }
+        for (int64_t c = 0; c < F; ++c) fk[at(j, F, c)] = rnd(fk[at(j, F, c)]);
+        feature_aux(p, raw.data(), &sk[at(j, D, 0)]);
         for (int64_t c = 0; c < Dv; ++c) u[at(j, cols, c)] = static_cast<T>(p.v.at(b, hk, j, c));
         if (normalize) u[at(j, cols, Dv)] = 1;
       }
@@ -52,10 +53,8 @@ void reference_impl(const LinearProblem& p, const BackwardViews& g, bool plain) 
           const int64_t pos = i + p.M - p.N;  // causal calls have N = M
           for (int64_t c = 0; c < D; ++c) raw[static_cast<size_t>(c)] = static_cast<T>(p.q.at(b, h, i, c));
           reference_features(p, true, raw.data(), fq.data());
-          for (int64_t c = 0; c < F; ++c) {
-            fq[static_cast<size_t>(c)] = rnd(fq[static_cast<size_t>(c)]);
-            sq[static_cast<size_t>(c)] = feature_slope(p.mech.map, raw[static_cast<size_t>(c)]);
-          }
+          for (int64_t c = 0; c < F; ++c) fq[static_cast<size_t>(c)] = rnd(fq[static_cast<size_t>(c)]);
+          feature_aux(p, raw.data(), sq.data());
           // the forward again: the weights w_ij and y_i = sum_j w_ij u_j + t phi(q_i)^T S0
           std::fill(y.begin(), y.end(), T(0));
           const int64_t seen = p.mech.causal ? std::min(len, pos + 1) : len;
@@ -103,9 +102,9 @@ void reference_impl(const LinearProblem& p, const BackwardViews& g, bool plain) 
               if (p.initial) dfq[static_cast<size_t>(f)] += t * s0[at(f, cols, c)] * gi[static_cast<size_t>(c)];
               ds0[at(f, cols, c)] += t * fq[static_cast<size_t>(f)] * gi[static_cast<size_t>(c)];
             }
+          feature_backward(p, true, 1, sq.data(), fq.data(), dfq.data(), T(1), dx.data(), wf.data());
           for (int64_t c = 0; c < D; ++c)
-            store_from_float(g.dq.data, g.dq.dtype, g.dq.offset(b, h, i, c),
-                             static_cast<float>(rnd(dfq[static_cast<size_t>(c)] * sq[static_cast<size_t>(c)])));
+            store_from_float(g.dq.data, g.dq.dtype, g.dq.offset(b, h, i, c), static_cast<float>(rnd(dx[static_cast<size_t>(c)])));
         }
         // the final state: S = L^len S0 + sum_j L^(len-1-j) phi(k_j) u_j^T
         if (!g.dfinal_state.empty()) {
@@ -126,10 +125,10 @@ void reference_impl(const LinearProblem& p, const BackwardViews& g, bool plain) 
               store_from_float(g.d_initial_state.data, g.d_initial_state.dtype, g.d_initial_state.offset(b, h, f, c),
                                static_cast<float>(rnd(ds0[at(f, cols, c)])));
       }
+      feature_backward(p, false, len, sk.data(), fk.data(), dfk.data(), T(1), dx.data(), wf.data());
       for (int64_t j = 0; j < p.M; ++j) {  // keys past the padding length: no gradient
         for (int64_t c = 0; c < D; ++c)
-          store_from_float(g.dk.data, g.dk.dtype, g.dk.offset(b, hk, j, c),
-                           j < len ? static_cast<float>(rnd(dfk[at(j, F, c)] * sk[at(j, F, c)])) : 0.0f);
+          store_from_float(g.dk.data, g.dk.dtype, g.dk.offset(b, hk, j, c), j < len ? static_cast<float>(rnd(dx[at(j, D, c)])) : 0.0f);
         for (int64_t c = 0; c < Dv; ++c)
           store_from_float(g.dv.data, g.dv.dtype, g.dv.offset(b, hk, j, c), j < len ? static_cast<float>(rnd(du[at(j, cols, c)])) : 0.0f);
       }
@@ -139,8 +138,10 @@ void reference_impl(const LinearProblem& p, const BackwardViews& g, bool plain) 
 }  // namespace
 
 std::string linear_backward_refusal(const LinearProblem& p) {
-  const char* what = p.polar() ? "polaformer" : !p.omega_t.empty() ? "performer" : nullptr;
-  if (what) return std::string(what) + " has no backward yet (linear, retention, sana and normattn have one)";
+  if (p.polar()) return "polaformer has no backward yet (linear, retention, sana, normattn and performer have one)";
+  // the queries' stabilising shift is taken as a constant: exact only where it cancels
+  if (!p.omega_t.empty() && (!p.mech.normalize || p.eps != 0 || p.norm != OutputNorm::none))
+    return "performer's backward needs its normalised output without eps (the queries' shift must cancel)";
   return "";
 }
 

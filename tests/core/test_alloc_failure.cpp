@@ -449,14 +449,15 @@ TEST(AllocFailure, Backward) {
 // The linear family's backward: its fast forms (chunked causal, right non-causal) and reference,
 // with an initial state and the final state's gradient.
 TEST(AllocFailure, LinearBackward) {
-  for (const char* m : {"linear:causal,chunk=16", "linear"}) {
+  for (const char* m : {"linear:causal,chunk=16", "linear", "performer:features=24,causal,chunk=16", "performer:features=24"}) {
     const Problem p(Case{m, "", 60, 60});
+    const int64_t F = std::string(m).rfind("performer", 0) == 0 ? 24 : kD;  // the state's rows
     std::mt19937 rng(6);
     const harness::Buffer dout = testing::random_tensor(rng, DType::f32, kB, kH, 60, kD);
-    std::vector<float> dstate(static_cast<size_t>(kB * kH * kD * (kD + 1)), 0.5f), state(dstate.size(), 0.25f);
-    const TensorView ds = make_view(dstate.data(), DType::f32, kB, kH, kD, kD + 1);
+    std::vector<float> dstate(static_cast<size_t>(kB * kH * F * (kD + 1)), 0.5f), state(dstate.size(), 0.25f);
+    const TensorView ds = make_view(dstate.data(), DType::f32, kB, kH, F, kD + 1);
     AttendOptions fo;
-    fo.params["initial_state"] = make_array_view(state.data(), DType::f32, {kB, kH, kD, kD + 1});
+    fo.params["initial_state"] = make_array_view(state.data(), DType::f32, {kB, kH, F, kD + 1});
     const AttendResult fwd = attend(p.q.view, p.k.view, p.v.view, p.mechanism, fo);
     for (const char* form : {std::string(m).find("causal") != std::string::npos ? "chunked" : "right", "reference"}) {
       AttendOptions o = fo;
