@@ -11,6 +11,9 @@
 // GQA/MQA: a kv head's dK and dV sum over its group's query heads. The fast form accumulates in
 // float32 whatever the storage dtype, and its result is bitwise the same for any thread count.
 #pragma once
+#include <map>
+#include <string>
+
 #include "attn/attend.hpp"
 
 namespace attn {
@@ -22,6 +25,10 @@ struct AttendGradients {
   // The linear family: the gradient of params["initial_state"], float32 of its shape
   // (B, H, state_rows, state_cols); empty when the call has no initial state.
   Tensor d_initial_state;
+  // The gradients of the call's learned params, by name (Linformer: "E" and "F", float32 (k, M),
+  // held as (1, 1, k, M) tensors, filled when the call passes them in options.params); empty for
+  // mechanisms without learned params.
+  std::map<std::string, Tensor> dparams;
 };
 
 // dout: the loss's gradient with respect to out, (B, H, N, Dv) in q's dtype; out and lse: what

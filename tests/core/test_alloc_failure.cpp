@@ -475,6 +475,34 @@ TEST(AllocFailure, LinearBackward) {
   }
 }
 
+// Linformer's backward with E and F as params (their gradients too).
+TEST(AllocFailure, LinformerBackward) {
+  const Problem p(Case{"linformer:k=16", "", 60, 70});
+  std::mt19937 rng(7);
+  const harness::Buffer dout = testing::random_tensor(rng, DType::f32, kB, kH, 60, kD);
+  const harness::Buffer E = testing::random_tensor(rng, DType::f32, 1, 1, 16, 70);
+  const harness::Buffer F = testing::random_tensor(rng, DType::f32, 1, 1, 16, 70);
+  AttendOptions fo;
+  fo.params["E"] = make_array_view(E.view.data, DType::f32, {16, 70});
+  fo.params["F"] = make_array_view(F.view.data, DType::f32, {16, 70});
+  fo.return_lse = true;
+  const AttendResult fwd = attend(p.q.view, p.k.view, p.v.view, p.mechanism, fo);
+  for (const char* form : {"projected", "reference"}) {
+    AttendOptions o = fo;
+    o.return_lse = false;
+    o.threads = 2;
+    o.form = form;
+    sweep(std::string("attend_backward linformer ") + form, [&] {
+      const AttendGradients g = attend_backward(dout.view, p.q.view, p.k.view, p.v.view, fwd.out.view(),
+                                                fwd.lse.view(), p.mechanism, o);
+      disarm();
+      Bits b;
+      for (const Tensor* t : {&g.dq, &g.dk, &g.dv, &g.dparams.at("E"), &g.dparams.at("F")}) append(b, t->view());
+      return b;
+    });
+  }
+}
+
 TEST(AllocFailure, KvCacheAndVarlen) {
   std::mt19937 rng(3);
   const int64_t cap = 64, Nnew = 1;
