@@ -19,7 +19,7 @@ core::Facts common(bool causal, bool normalize, const std::string& F, std::vecto
   f.state_shape = "(B, H, " + F + ", " + cols + ")";
   f.params = {{"decay", {"H"}, "a decay in (0, 1] per query head (causal only)", true, "decay"},
               {"initial_state", {"B", "H", "state_rows", "state_cols"},
-               "the state (S, z) a previous call returned as final_state", true, "state"}};
+               "the state (S, z) a previous call returned as final_state", true, "state", true}};
   f.params.insert(f.params.end(), extra.begin(), extra.end());
   f.symbols = {{"F", F}, {"state_rows", F}, {"state_cols", cols}};
   f.limits = {"chunk in [1, 4096]", "causal: N == M (each token brings q, k, v)",
