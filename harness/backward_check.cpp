@@ -123,8 +123,9 @@ void check_gradients(const AttendGradients& got_all, const GradientReferences& r
     const std::string label = param ? "d" + params[w - 3] : kGradNames[w];
     if (param && !got_all.dparams.contains(params[w - 3])) continue;
     const std::string name = form + ": " + label;
-    const TensorView &got = param ? got_all.dparams.at(params[w - 3]).view() : grad(got_all, static_cast<int>(w)).view();
-    const TensorView& want = param ? ref.f64.dparams.at(params[w - 3]).view() : grad(ref.f64, static_cast<int>(w)).view();
+    const int which = static_cast<int>(w);
+    const TensorView& got = param ? got_all.dparams.at(params[w - 3]).view() : grad(got_all, which).view();
+    const TensorView& want = param ? ref.f64.dparams.at(params[w - 3]).view() : grad(ref.f64, which).view();
     const double tol = param ? ref.dparams.at(params[w - 3])[0] : ref.tol[w];
     const double plain_err = param ? ref.dparams.at(params[w - 3])[1] : ref.plain_err[w];
     double err = 0;

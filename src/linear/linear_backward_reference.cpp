@@ -104,7 +104,8 @@ void reference_impl(const LinearProblem& p, const BackwardViews& g, bool plain) 
             }
           feature_backward(p, true, 1, sq.data(), fq.data(), dfq.data(), T(1), dx.data(), wf.data());
           for (int64_t c = 0; c < D; ++c)
-            store_from_float(g.dq.data, g.dq.dtype, g.dq.offset(b, h, i, c), static_cast<float>(rnd(dx[static_cast<size_t>(c)])));
+            store_from_float(g.dq.data, g.dq.dtype, g.dq.offset(b, h, i, c),
+                             static_cast<float>(rnd(dx[static_cast<size_t>(c)])));
         }
         // the final state: S = L^len S0 + sum_j L^(len-1-j) phi(k_j) u_j^T
         if (!g.dfinal_state.empty()) {
@@ -128,7 +129,8 @@ void reference_impl(const LinearProblem& p, const BackwardViews& g, bool plain) 
       feature_backward(p, false, len, sk.data(), fk.data(), dfk.data(), T(1), dx.data(), wf.data());
       for (int64_t j = 0; j < p.M; ++j) {  // keys past the padding length: no gradient
         for (int64_t c = 0; c < D; ++c)
-          store_from_float(g.dk.data, g.dk.dtype, g.dk.offset(b, hk, j, c), j < len ? static_cast<float>(rnd(dx[at(j, D, c)])) : 0.0f);
+          store_from_float(g.dk.data, g.dk.dtype, g.dk.offset(b, hk, j, c),
+                           j < len ? static_cast<float>(rnd(dx[at(j, D, c)])) : 0.0f);
         for (int64_t c = 0; c < Dv; ++c)
           store_from_float(g.dv.data, g.dv.dtype, g.dv.offset(b, hk, j, c), j < len ? static_cast<float>(rnd(du[at(j, cols, c)])) : 0.0f);
       }

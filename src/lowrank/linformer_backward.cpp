@@ -38,12 +38,14 @@ void reference_impl(const LinformerProblem& p, const core::BackwardViews& g, boo
       for (int64_t r = 0; r < K; ++r) {  // K' = E K, V' = F V over the valid keys
         for (int64_t c = 0; c < D; ++c) {
           T acc = 0;
-          for (int64_t j = 0; j < len; ++j) acc += static_cast<T>(p.E[at(r, M, j)]) * static_cast<T>(p.k.at(b, hk, j, c));
+          for (int64_t j = 0; j < len; ++j)
+            acc += static_cast<T>(p.E[at(r, M, j)]) * static_cast<T>(p.k.at(b, hk, j, c));
           kp[at(r, D, c)] = rnd(acc);
         }
         for (int64_t c = 0; c < Dv; ++c) {
           T acc = 0;
-          for (int64_t j = 0; j < len; ++j) acc += static_cast<T>(p.F[at(r, M, j)]) * static_cast<T>(p.v.at(b, hk, j, c));
+          for (int64_t j = 0; j < len; ++j)
+            acc += static_cast<T>(p.F[at(r, M, j)]) * static_cast<T>(p.v.at(b, hk, j, c));
           vp[at(r, Dv, c)] = rnd(acc);
         }
       }
@@ -82,7 +84,8 @@ void reference_impl(const LinformerProblem& p, const core::BackwardViews& g, boo
             }
           }
           for (int64_t c = 0; c < D; ++c)
-            store_from_float(g.dq.data, g.dq.dtype, g.dq.offset(b, h, i, c), static_cast<float>(dq[static_cast<size_t>(c)]));
+            store_from_float(g.dq.data, g.dq.dtype, g.dq.offset(b, h, i, c),
+                             static_cast<float>(dq[static_cast<size_t>(c)]));
         }
       for (T& x : dkp) x = rnd(x);
       for (T& x : dvp) x = rnd(x);
@@ -130,7 +133,8 @@ void run_projected(const LinformerProblem& p, const core::BackwardViews& g, cons
   Tensor kp(DType::f32, {p.B, p.Hkv, K, D}), vp(DType::f32, {p.B, p.Hkv, K, Dv});
   Tensor dkp(DType::f32, {p.B, p.Hkv, K, D}), dvp(DType::f32, {p.B, p.Hkv, K, Dv});
   // dE, dF: the keys and values of every (b, kv head) transposed, (D, M) and (Dv, M) float32
-  std::vector<float> kt(grads ? static_cast<size_t>(items * D * M) : 0), vt(grads ? static_cast<size_t>(items * Dv * M) : 0);
+  std::vector<float> kt(grads ? static_cast<size_t>(items * D * M) : 0);
+  std::vector<float> vt(grads ? static_cast<size_t>(items * Dv * M) : 0);
   const int64_t width = std::max(D, Dv);
   int threads = resolve_threads(ctx.threads, items);
   std::vector<float> rows(static_cast<size_t>(threads * width)), back(static_cast<size_t>(threads * M * width));

@@ -449,7 +449,8 @@ TEST(AllocFailure, Backward) {
 // The linear family's backward: its fast forms (chunked causal, right non-causal) and reference,
 // with an initial state and the final state's gradient.
 TEST(AllocFailure, LinearBackward) {
-  for (const char* m : {"linear:causal,chunk=16", "linear", "performer:features=24,causal,chunk=16", "performer:features=24"}) {
+  for (const char* m :
+       {"linear:causal,chunk=16", "linear", "performer:features=24,causal,chunk=16", "performer:features=24"}) {
     const Problem p(Case{m, "", 60, 60});
     const int64_t F = std::string(m).rfind("performer", 0) == 0 ? 24 : kD;  // the state's rows
     std::mt19937 rng(6);

@@ -131,7 +131,8 @@ TEST_P(LinformerBackward, ProjectedMatchesTheReferenceInEveryDtype) {
     testing::expect_within_rule(fast.dk, ref.dk, plain.dk, "dk");
     testing::expect_within_rule(fast.dv, ref.dv, plain.dv, "dv");
     ASSERT_EQ(fast.dparams.size(), ref.dparams.size());
-    for (const auto& [name, t] : ref.dparams) testing::expect_within_rule(fast.dparams.at(name), t, plain.dparams.at(name), name.c_str());
+    for (const auto& [name, t] : ref.dparams)
+      testing::expect_within_rule(fast.dparams.at(name), t, plain.dparams.at(name), name.c_str());
     for (int threads : {1, 3}) {
       const AttendGradients t = backward(s, "projected", threads);
       expect_same_bits(t.dq, fast.dq, "dq");
