@@ -581,6 +581,11 @@ void linear_check_cases(std::vector<Case>& out) {
       wide.N = 33, wide.M = 90, wide.dtype = DType::f32;
       out.push_back(wide);
     }
+    if (std::string(mech).rfind("polaformer", 0) == 0) {  // its learned params (the backward checks theirs)
+      Case learned = st;
+      learned.extras.params = {"power", "coefficients", "initial_state"};
+      out.push_back(learned);
+    }
   }
   Case many;  // many chunks, a decay, wider heads
   many.mechanism = "linear:map=identity,causal,normalize=0,decay=0.99";

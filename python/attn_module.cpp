@@ -249,8 +249,9 @@ attn::TensorView rows_view(const Array& a, const char* name) {
 // dq, dk, dv of attend() (attn::attend_backward), in the call's layout; lse as attend returns it (B, H, N),
 // or None for a family without one (linear). dfinal_state: the gradient of the final state
 // (B, H, F, columns) float32, or None. With params["initial_state"] the tuple gains its gradient
-// (float32, its shape) as a fourth element; with learned params (Linformer's E and F) it gains a
-// dict of their gradients by name (float32, each (rows, cols) as the param) last; otherwise it
+// (float32, its shape) as a fourth element; with learned params (Linformer's E and F, PolaFormer's
+// power and coefficients) it gains a dict of their gradients by name (float32, each in its param's
+// shape) last; otherwise it
 // stays (dq, dk, dv).
 nb::tuple attend_backward(const Array& dout, const Array& q, const Array& k, const Array& v, const Array& out,
                           std::optional<Array> lse, nb::handle mechanism, const Options& o, std::optional<Array> dlse,
@@ -276,8 +277,12 @@ nb::tuple attend_backward(const Array& dout, const Array& q, const Array& k, con
   grads.append(in_layout(std::move(g.dv)));
   if (g.d_initial_state.defined()) grads.append(to_python(std::move(g.d_initial_state), {0, 1, 2, 3}, o.torch));
   if (!g.dparams.empty()) {
-    nb::dict dparams;  // each held as (1, 1, rows, cols): returned as the param's (rows, cols)
-    for (auto& [name, t] : g.dparams) dparams[name.c_str()] = to_python(std::move(t), {2, 3}, o.torch);
+    nb::dict dparams;  // each held as (1, 1, rows, cols): returned in the param's shape, (rows, cols) or (cols)
+    for (auto& [name, t] : g.dparams) {
+      const auto given = c.opt.params.find(name);
+      const bool vector = given != c.opt.params.end() && given->second.shape.size() == 1;
+      dparams[name.c_str()] = vector ? to_python(std::move(t), {3}, o.torch) : to_python(std::move(t), {2, 3}, o.torch);
+    }
     grads.append(dparams);
   }
   return nb::tuple(grads);

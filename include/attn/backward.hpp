@@ -26,7 +26,8 @@ struct AttendGradients {
   // (B, H, state_rows, state_cols); empty when the call has no initial state.
   Tensor d_initial_state;
   // The gradients of the call's learned params, by name (Linformer: "E" and "F", float32 (k, M),
-  // held as (1, 1, k, M) tensors, filled when the call passes them in options.params); empty for
+  // held as (1, 1, k, M) tensors; PolaFormer: "power" (D) and "coefficients" (Dv) as (1, 1, 1, n);
+  // filled when the call passes them in options.params); empty for
   // mechanisms without learned params. attn::info's ParamInfo::gradient says which params have one.
   std::map<std::string, Tensor> dparams;
 };
@@ -40,7 +41,7 @@ struct AttendGradients {
 // Forms (options.form; explain_backward lists them with their reasons): "tiled" (the fast form:
 // 64 query rows against the key tiles of the forward's block mask, five tile products each),
 // "rows" (float32, row by row) and "reference" (float64 throughout). GAU takes the same call with an
-// empty lse (forms tiled, reference). Other families (PolaFormer, LSH, DCA, efficient, ...),
+// empty lse (forms tiled, reference). Other families (LSH, DCA, efficient, ...),
 // score=cosine/additive and paged caches are an Error naming what has no backward yet.
 // dlse: the loss's gradient with respect to lse, (B, H, N, 1) float32, when the loss uses it
 // (merging partial results, ring attention); none = 0.
@@ -51,7 +52,7 @@ struct AttendGradients {
 // call passes E and F in params, dparams holds their gradients, dE = sum_(b, kv head) dK' K^T and
 // dF = sum dV' V^T over the valid keys (float32 (k, M), as (1, 1, k, M) tensors).
 //
-// The linear family (linear and its alias retention, sana, normattn, performer; every feature map,
+// The linear family (linear and its alias retention, sana, normattn, performer, polaformer; every feature map,
 // normalised or not, causal or not, a decay in the text or per head in params["decay"], key
 // padding, grouped heads, params["initial_state"]): the same gradients of
 //   o_i = y_i[:Dv] / (y_i[Dv] + eps)  (or y_i without normalize),
@@ -62,7 +63,8 @@ struct AttendGradients {
 // (fla's dh0). Forms: "chunked" (causal, float32 blocks of the mechanism's chunk), "right"
 // (non-causal), "reference" (float64). normattn too (through its output norm); performer through
 // its random features' Jacobian (the keys' |s k|^2 / 2 shift differentiated, the queries' max shift
-// a constant that cancels in the normalised output); polaformer is refused.
+// a constant that cancels in the normalised output); polaformer by its two streams (dq, dk summed
+// over them), with dparams "power" (D) and "coefficients" (Dv) when the call gives them.
 AttendGradients attend_backward(const TensorView& dout, const TensorView& q, const TensorView& k, const TensorView& v,
                                 const TensorView& out, const TensorView& lse, const Mechanism& mechanism,
                                 const AttendOptions& options = {}, const TensorView* dlse = nullptr,

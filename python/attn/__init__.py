@@ -325,8 +325,8 @@ def attend_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, mecha
         mechanism: softmax (score=dot) with any option, or the patterns over it ("longformer:...",
             "bigbird:..."); GAU ("gau:..."); linformer ("linformer:...", with E and F's gradients);
             the linear family ("linear:...", "retention:...", "sana:...", "normattn:...",
-            "performer:...", every feature map, normalised or not, decays); other families
-            (polaformer, lsh, dca, efficient, ...) have no backward yet (a ValueError says so).
+            "performer:...", "polaformer:...", every feature map, normalised or not, decays);
+            other families (lsh, dca, efficient, ...) have no backward yet (a ValueError says so).
         attn_mask, key_padding_lengths, alibi_slopes, block_mask, block_size, layout, threads: as
             in :func:`attend`.
         form: None (the walk's choice: "tiled" for softmax and GAU, "chunked" or "right" for the linear
@@ -336,7 +336,7 @@ def attend_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, mecha
         dlse: the loss's gradient with respect to lse, (B, H, N) float32, when the loss uses lse
             (merging partial results); None = 0.
         params: the forward's named params (linear: "decay" per head, "initial_state"; linformer: its
-            projections "E" and "F", (k, M) each).
+            projections "E" and "F", (k, M) each; polaformer: "power" (D), "coefficients" (Dv)).
         dfinal_state: linear: the loss's gradient with respect to the final state (what
             ``return_final_state`` gave, (B, H, F, Dv [+ 1]) float32); None = 0.
 
@@ -344,10 +344,11 @@ def attend_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, mecha
         (dq, dk, dv) in q's, k's and v's shapes, dtype and kind (NumPy or torch), in ``layout``;
         with ``params["initial_state"]``, (dq, dk, dv, d_initial_state), the last float32 of the
         state's shape. A mechanism with learned params given in ``params`` (linformer's "E" and
-        "F") adds one last element, a dict of their gradients by name, float32 in each param's
-        shape: ``dq, dk, dv, dparams = attend_backward(..., "linformer:k=64", params={"E": E, "F": F})``
-        with ``dparams["E"]``, ``dparams["F"]``. Calls without such params return what they did before.
-        The result is bitwise the same for any thread count.
+        "F", polaformer's "power" and "coefficients") adds one last element, a dict of their
+        gradients by name, float32 in each param's shape:
+        ``dq, dk, dv, dparams = attend_backward(..., "linformer:k=64", params={"E": E, "F": F})``
+        with ``dparams["E"]``, ``dparams["F"]``. Calls without such params return what they did
+        before. The result is bitwise the same for any thread count.
 
     Example::
 

@@ -8,13 +8,13 @@ passes. :func:`attn.attend` and :func:`attn.attention` call it when given torch 
 grad; the gradient then flows to q, k and v (masks, padding and slopes are constants) and to the
 named params that have one: ``param_names`` is their names joined by commas (a schema takes no list
 of str), ``params`` the tensors in that order. Linformer's "E" and "F" get gradients
-(``attn.attend(q, k, v, "linformer:k=64", params={"E": E, "F": F})``), as does a linear
-mechanism's "initial_state" through the output; a param that requires grad but has none (decay,
-omega, ...) is a ValueError at backward time.
+(``attn.attend(q, k, v, "linformer:k=64", params={"E": E, "F": F})``), as do PolaFormer's "power"
+and "coefficients" and a linear mechanism's "initial_state" (through the output); a param that
+requires grad but has none (decay, omega, ...) is a ValueError at backward time.
 
 Families with a backward today: softmax (score=dot) and the patterns over it, GAU, linformer and
-the linear family (linear, retention, sana, normattn, performer); asking another family for a
-gradient raises the ValueError that says so, at backward time.
+the linear family (linear, retention, sana, normattn, performer, polaformer); asking another family
+for a gradient raises the ValueError that says so, at backward time.
 
 ``torch.ops.attn.linear_attention(q, k, v, mechanism, layout, initial_state, decay,
 key_padding_lengths)`` returns ``(o, final_state)`` of a linear mechanism (the text of

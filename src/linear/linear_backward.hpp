@@ -12,6 +12,7 @@
 // performer), dk summed over a kv head's query heads.
 // Non-causal: L = 1 and every query sees every valid key.
 #pragma once
+#include <functional>
 #include <string>
 
 #include "core/backward_views.hpp"
@@ -23,8 +24,14 @@ namespace attn::linear {
 
 using core::BackwardViews;
 
-// Why this problem has no backward (polaformer), or "".
+// Why this problem has no backward, or "".
 std::string linear_backward_refusal(const LinearProblem& p);
+
+// PolaFormer's whole problem: `run` on each stream (stream_problem) with its half of dout, dv,
+// coefficients' gradient and the state's rows; dq and dk summed over the streams (float32, stream 0
+// first) into g; g.dparams zeroed first, then added to by both streams.
+void polar_streams_backward(const LinearProblem& p, const BackwardViews& g,
+                            const std::function<void(const LinearProblem&, const BackwardViews&)>& run);
 
 // In float64 from the quadratic weights (the oracle); `plain`: float with the intermediates
 // rounded to the storage dtype, the same-dtype baseline of the tolerance rule.

@@ -151,7 +151,7 @@ void head_backward(const kernels::TileKernels& kern, const LinearProblem& p, con
       for (int64_t x = 0; x < cols; ++x) Y[r * cols + x] *= pw[r + 1];
     triangular_product(kern, P, c, C, false, U, cols, Y, s.clean.data());
     load_rows(kern, g.dout, b, h, s0, c, N, s.dout.data(), Dv);
-    for (int64_t r = 0; r < c; ++r) output_gradient(p, s.dout.data() + r * Dv, Y + r * cols, G + r * cols);
+    for (int64_t r = 0; r < c; ++r) output_gradient(p, s.dout.data() + r * Dv, Y + r * cols, G + r * cols, ks.dcoef);
     // dA = diag(L^(r+1)) G H^T + E K, then dq
     lower_product(kern, G, s.ut.data(), c, cols, C, E);
     causal_decay_mask(E, c, C, pw);
@@ -161,7 +161,7 @@ void head_backward(const kernels::TileKernels& kern, const LinearProblem& p, con
       for (int64_t f = 0; f < F; ++f) dA[r * F + f] *= pw[r + 1];
     triangular_product(kern, E, c, C, false, K, F, dA, s.clean.data());
     feature_backward(p, true, c, s.qs.data(), A, dA, static_cast<float>(p.scale), s.dx.data(), s.w.data(), &kern,
-                     ks.omega);
+                     ks.omega, ks.dpower);
     for (int64_t r = 0; r < c; ++r)
       kern.from_float(s.dx.data() + r * p.D, g.dq.dtype, g.dq.strides[3], p.D, g.dq.ptr(b, h, s0 + r));
     // dK += E^T A + diag(L^(C-1-s)) U dH^T (+ the final state's share)
@@ -200,6 +200,9 @@ void refuse_chunked_backward(const LinearProblem& p, const core::Outputs&, core:
 }
 
 void linear_backward_chunked(const LinearProblem& p, const BackwardViews& g, const core::Context& ctx) {
+  if (p.polar() && p.stream < 0)
+    return polar_streams_backward(
+        p, g, [&](const LinearProblem& sub, const BackwardViews& sg) { linear_backward_chunked(sub, sg, ctx); });
   const kernels::TileKernels& kern = *ctx.kern;
   // a chunk longer than N is one block of N rows anyway
   const int64_t C = std::max<int64_t>(1, std::min(p.mech.chunk, p.N)), blocks = (p.N + C - 1) / C;
@@ -209,13 +212,16 @@ void linear_backward_chunked(const LinearProblem& p, const BackwardViews& g, con
   std::vector<Scratch> scratch;
   scratch.reserve(static_cast<size_t>(threads));
   for (int t = 0; t < threads; ++t) scratch.emplace_back(p, C, blocks, omega.data());
+  ParamPartials partials(p, g, tasks);
   parallel_for(tasks, threads, [&](int64_t task, int thread) {
     const int64_t b = task / p.Hkv, hk = task % p.Hkv;
     Scratch& s = scratch[static_cast<size_t>(thread)];
+    partials.point(s.keys, task);
     s.keys.load(kern, p, b, hk);
     for (int64_t h = hk * p.group; h < (hk + 1) * p.group; ++h) head_backward(kern, p, g, b, h, C, s);
     s.keys.store(kern, p, g, b, hk);
   });
+  partials.add_to(g);
 }
 
 }  // namespace attn::linear

@@ -3,6 +3,7 @@
 // No state recurrence, no chunks: what the fast backward forms must reproduce.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <vector>
 
 #include "attn/error.hpp"
@@ -28,6 +29,9 @@ void reference_impl(const LinearProblem& p, const BackwardViews& g, bool plain) 
       w(static_cast<size_t>(p.M)), s0(static_cast<size_t>(F * cols)), ds0(static_cast<size_t>(F * cols)),
       dsf(static_cast<size_t>(F * cols)), raw(static_cast<size_t>(D)), dx(static_cast<size_t>(std::max(D, p.M * D))),
       wf(static_cast<size_t>(std::max(F, p.M * F)));
+  // PolaFormer's learned params (this stream's coefficients), added to g.dparams at the end
+  const bool learned = p.polar() && !g.dparams.empty();
+  std::vector<T> dpower(learned ? static_cast<size_t>(D) : 0), dcoef(learned ? static_cast<size_t>(Dv) : 0);
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t hk = 0; hk < p.Hkv; ++hk) {
       const int64_t len = p.kv_len[static_cast<size_t>(b)];
@@ -80,6 +84,12 @@ void reference_impl(const LinearProblem& p, const BackwardViews& g, bool plain) 
           }
           if (normalize) {
             const T den = rnd(y[static_cast<size_t>(Dv)] + static_cast<T>(p.eps));
+            if (!p.coef.empty())  // o = coef y / den: dcoef gains dout y / den, and dout becomes coef dout
+              for (int64_t c = 0; c < Dv; ++c) {
+                const size_t e = static_cast<size_t>(c);
+                if (learned) dcoef[e] += gi[e] * (den != 0 ? y[e] / den : T(0));
+                gi[e] = rnd(gi[e] * static_cast<T>(p.coef[e]));
+              }
             T dot = 0;  // dO_i . o_i den_i
             for (int64_t c = 0; c < Dv; ++c) dot += gi[static_cast<size_t>(c)] * y[static_cast<size_t>(c)];
             for (int64_t c = 0; c < Dv; ++c) gi[static_cast<size_t>(c)] = den != 0 ? rnd(gi[static_cast<size_t>(c)] / den) : T(0);
@@ -102,7 +112,8 @@ void reference_impl(const LinearProblem& p, const BackwardViews& g, bool plain) 
               if (p.initial) dfq[static_cast<size_t>(f)] += t * s0[at(f, cols, c)] * gi[static_cast<size_t>(c)];
               ds0[at(f, cols, c)] += t * fq[static_cast<size_t>(f)] * gi[static_cast<size_t>(c)];
             }
-          feature_backward(p, true, 1, sq.data(), fq.data(), dfq.data(), T(1), dx.data(), wf.data());
+          feature_backward(p, true, 1, sq.data(), fq.data(), dfq.data(), T(1), dx.data(), wf.data(), nullptr, nullptr,
+                           learned ? dpower.data() : nullptr);
           for (int64_t c = 0; c < D; ++c)
             store_from_float(g.dq.data, g.dq.dtype, g.dq.offset(b, h, i, c),
                              static_cast<float>(rnd(dx[static_cast<size_t>(c)])));
@@ -126,7 +137,8 @@ void reference_impl(const LinearProblem& p, const BackwardViews& g, bool plain) 
               store_from_float(g.d_initial_state.data, g.d_initial_state.dtype, g.d_initial_state.offset(b, h, f, c),
                                static_cast<float>(rnd(ds0[at(f, cols, c)])));
       }
-      feature_backward(p, false, len, sk.data(), fk.data(), dfk.data(), T(1), dx.data(), wf.data());
+      feature_backward(p, false, len, sk.data(), fk.data(), dfk.data(), T(1), dx.data(), wf.data(), nullptr, nullptr,
+                       learned ? dpower.data() : nullptr);
       for (int64_t j = 0; j < p.M; ++j) {  // keys past the padding length: no gradient
         for (int64_t c = 0; c < D; ++c)
           store_from_float(g.dk.data, g.dk.dtype, g.dk.offset(b, hk, j, c),
@@ -135,12 +147,57 @@ void reference_impl(const LinearProblem& p, const BackwardViews& g, bool plain) 
           store_from_float(g.dv.data, g.dv.dtype, g.dv.offset(b, hk, j, c), j < len ? static_cast<float>(rnd(du[at(j, cols, c)])) : 0.0f);
       }
     }
+  if (learned)  // added to what the other stream left there (the caller zeroes them first)
+    for (const bool power : {true, false}) {
+      const auto it = g.dparams.find(power ? "power" : "coefficients");
+      if (it == g.dparams.end()) continue;
+      const std::vector<T>& sum = power ? dpower : dcoef;
+      const TensorView& d = it->second;
+      for (size_t c = 0; c < sum.size(); ++c) {
+        const int64_t e = d.offset(0, 0, 0, static_cast<int64_t>(c));
+        store_from_float(d.data, d.dtype, e, load_as_float(d.data, d.dtype, e) + static_cast<float>(rnd(sum[c])));
+      }
+    }
 }
 
 }  // namespace
 
+void polar_streams_backward(const LinearProblem& p, const BackwardViews& g,
+                            const std::function<void(const LinearProblem&, const BackwardViews&)>& run) {
+  Tensor dq[2] = {Tensor(DType::f32, {p.B, p.H, p.N, p.D}), Tensor(DType::f32, {p.B, p.H, p.N, p.D})};
+  Tensor dk[2] = {Tensor(DType::f32, {p.B, p.Hkv, p.M, p.D}), Tensor(DType::f32, {p.B, p.Hkv, p.M, p.D})};
+  for (const auto& [name, d] : g.dparams) std::fill_n(static_cast<float*>(d.data), d.numel(), 0.0f);
+  auto part = [](TensorView v, int axis, int64_t from, int64_t count) {  // rows or channels [from, from + count)
+    if (v.empty()) return v;
+    v.data = axis == 2 ? v.ptr(0, 0, from, 0) : v.ptr(0, 0, 0, from);
+    v.shape[axis] = count;
+    return v;
+  };
+  for (int s = 0; s < 2; ++s) {
+    const LinearProblem sub = stream_problem(p, s);
+    BackwardViews sg = g;
+    sg.dout = part(g.dout, 3, s * sub.Dv, sub.Dv), sg.out = part(g.out, 3, s * sub.Dv, sub.Dv);
+    sg.dv = part(g.dv, 3, s * sub.Dv, sub.Dv);
+    sg.dq = dq[s].view(), sg.dk = dk[s].view();
+    sg.dfinal_state = part(g.dfinal_state, 2, s * sub.F, sub.F);
+    sg.d_initial_state = part(g.d_initial_state, 2, s * sub.F, sub.F);
+    if (const auto it = g.dparams.find("coefficients"); it != g.dparams.end())
+      sg.dparams["coefficients"] = part(it->second, 3, s * sub.Dv, sub.Dv);
+    run(sub, sg);
+  }
+  for (int which = 0; which < 2; ++which) {  // dq, dk: the same-sign stream's plus the other's, in float32
+    const TensorView& dst = which == 0 ? g.dq : g.dk;
+    const Tensor* src = which == 0 ? dq : dk;
+    for (int64_t b = 0; b < dst.shape[0]; ++b)
+      for (int64_t h = 0; h < dst.shape[1]; ++h)
+        for (int64_t n = 0; n < dst.shape[2]; ++n)
+          for (int64_t c = 0; c < dst.shape[3]; ++c)
+            store_from_float(dst.data, dst.dtype, dst.offset(b, h, n, c),
+                             src[0].at(b, h, n, c) + src[1].at(b, h, n, c));
+  }
+}
+
 std::string linear_backward_refusal(const LinearProblem& p) {
-  if (p.polar()) return "polaformer has no backward yet (linear, retention, sana, normattn and performer have one)";
   // the queries' stabilising shift is taken as a constant: exact only where it cancels
   if (!p.omega_t.empty() && (!p.mech.normalize || p.eps != 0 || p.norm != OutputNorm::none))
     return "performer's backward needs its normalised output without eps (the queries' shift must cancel)";
@@ -148,6 +205,10 @@ std::string linear_backward_refusal(const LinearProblem& p) {
 }
 
 void linear_backward_reference(const LinearProblem& p, const BackwardViews& g, core::RefPrecision precision) {
+  if (p.polar() && p.stream < 0)
+    return polar_streams_backward(p, g, [&](const LinearProblem& sub, const BackwardViews& sg) {
+      linear_backward_reference(sub, sg, precision);
+    });
   if (precision == core::RefPrecision::f64)
     reference_impl<double>(p, g, false);
   else

@@ -37,10 +37,12 @@ void head_backward(const kernels::TileKernels& kern, const LinearProblem& p, con
     load_features_and_aux(kern, p, true, b, h, i0, n, p.N, scale, s.raw.data(), A, s.qs.data());
     kern.gemm(n, cols, F, A, F, 1, s.H.data(), cols, Y, cols, false);
     load_rows(kern, g.dout, b, h, i0, n, p.N, s.dout.data(), Dv);
-    for (int64_t r = 0; r < n; ++r) output_gradient(p, s.dout.data() + r * Dv, Y + r * cols, G + r * cols);
+    for (int64_t r = 0; r < n; ++r)
+      output_gradient(p, s.dout.data() + r * Dv, Y + r * cols, G + r * cols, s.keys.dcoef);
     kern.gemm(F, cols, n, A, 1, F, G, cols, s.dH.data(), cols, true);  // dH += A^T G
     kern.gemm(n, F, cols, G, cols, 1, s.hT.data(), F, s.da.data(), F, false);  // dA = G H^T
-    feature_backward(p, true, n, s.qs.data(), A, s.da.data(), scale, s.dx.data(), s.w.data(), &kern, s.keys.omega);
+    feature_backward(p, true, n, s.qs.data(), A, s.da.data(), scale, s.dx.data(), s.w.data(), &kern, s.keys.omega,
+                     s.keys.dpower);
     for (int64_t r = 0; r < n; ++r)
       kern.from_float(s.dx.data() + r * p.D, g.dq.dtype, g.dq.strides[3], p.D, g.dq.ptr(b, h, i0 + r));
   }
@@ -65,6 +67,9 @@ void refuse_right_backward(const LinearProblem& p, const core::Outputs&, core::R
 }
 
 void linear_backward_right(const LinearProblem& p, const BackwardViews& g, const core::Context& ctx) {
+  if (p.polar() && p.stream < 0)
+    return polar_streams_backward(
+        p, g, [&](const LinearProblem& sub, const BackwardViews& sg) { linear_backward_right(sub, sg, ctx); });
   const kernels::TileKernels& kern = *ctx.kern;
   const int64_t tasks = p.B * p.Hkv;
   const int threads = resolve_threads(ctx.threads, tasks);
@@ -72,16 +77,19 @@ void linear_backward_right(const LinearProblem& p, const BackwardViews& g, const
   std::vector<Scratch> scratch;
   scratch.reserve(static_cast<size_t>(threads));
   for (int t = 0; t < threads; ++t) scratch.emplace_back(p, omega.data());
+  ParamPartials partials(p, g, tasks);
   parallel_for(tasks, threads, [&](int64_t task, int thread) {
     const int64_t b = task / p.Hkv, hk = task % p.Hkv, len = p.kv_len[static_cast<size_t>(b)];
     Scratch& s = scratch[static_cast<size_t>(thread)];
     KeySide& ks = s.keys;
+    partials.point(ks, task);
     ks.load(kern, p, b, hk);
     std::fill(s.KU.begin(), s.KU.end(), 0.0f);
     if (len > 0) kern.gemm(p.F, p.state_cols(), len, ks.kf.data(), 1, p.F, ks.u.data(), p.state_cols(), s.KU.data(), p.state_cols(), false);
     for (int64_t h = hk * p.group; h < (hk + 1) * p.group; ++h) head_backward(kern, p, g, b, h, s);
     ks.store(kern, p, g, b, hk);
   });
+  partials.add_to(g);
 }
 
 }  // namespace attn::linear

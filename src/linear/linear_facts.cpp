@@ -66,8 +66,8 @@ core::Facts LinearFamily::facts(const Sana& m) {
 
 core::Facts LinearFamily::facts(const PolaFormer& m) {
   core::Facts f = common(m.causal, true, "2 D",
-                         {{"power", {"D"}, "a power > 1 per channel", true, "positive:0.5"},
-                          {"coefficients", {"Dv"}, "a factor per output channel", true, "normal:1"}});
+                         {{"power", {"D"}, "a power > 1 per channel", true, "positive:0.5", true},
+                          {"coefficients", {"Dv"}, "a factor per output channel", true, "normal:1", true}});
   f.state_shape = "(B, H, 4 D, Dv / 2 + 1)";  // both streams' states, the same-sign one first
   f.symbols["state_rows"] = "4 D";
   f.symbols["state_cols"] = "Dv / 2 + 1";
