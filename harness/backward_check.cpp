@@ -99,15 +99,35 @@ GradientReferences gradient_references_for(const Case& c, const Inputs& in) {
                                                          load_as_float(ref.data, ref.dtype, e)));
     r.tol[w] = 3 * r.plain_err[w] + floor_for(c.dtype, ref, r.max_lse);
   }
+  for (const auto& [name, t] : r.f64.dparams) {
+    const TensorView &ref = t.view(), &plain = r.plain.dparams.at(name).view();
+    double err = 0;
+    for (int64_t e = 0; e < ref.numel(); ++e)
+      err = std::max(err, std::abs(static_cast<double>(load_as_float(plain.data, plain.dtype, e)) -
+                                   load_as_float(ref.data, ref.dtype, e)));
+    r.dparams[name] = {3 * err + floor_for(DType::f32, ref, r.max_lse), err};
+  }
   return r;
 }
 
 void check_gradients(const AttendGradients& got_all, const GradientReferences& ref, const std::string& form,
                      Outcome& o) {
-  double worst = -1;  // the largest err / tol of the three
-  for (int w = 0; w < 3; ++w) {
-    const std::string name = form + ": " + kGradNames[w];
-    const TensorView &got = grad(got_all, w).view(), &want = grad(ref.f64, w).view();
+  double worst = -1;  // the largest err / tol of them all
+  std::vector<std::string> params;
+  for (const auto& [name, t] : ref.f64.dparams) params.push_back(name);
+  if (got_all.dparams.size() != params.size())
+    fail_with(o, form + ": " + std::to_string(got_all.dparams.size()) + " param gradients, the reference has " +
+                     std::to_string(params.size()));
+  for (size_t w = 0; w < 3 + params.size(); ++w) {
+    const bool param = w >= 3;
+    const std::string label = param ? "d" + params[w - 3] : kGradNames[w];
+    if (param && !got_all.dparams.contains(params[w - 3])) continue;
+    const std::string name = form + ": " + label;
+    const int which = static_cast<int>(w);
+    const TensorView& got = param ? got_all.dparams.at(params[w - 3]).view() : grad(got_all, which).view();
+    const TensorView& want = param ? ref.f64.dparams.at(params[w - 3]).view() : grad(ref.f64, which).view();
+    const double tol = param ? ref.dparams.at(params[w - 3])[0] : ref.tol[w];
+    const double plain_err = param ? ref.dparams.at(params[w - 3])[1] : ref.plain_err[w];
     double err = 0;
     int64_t at = 0;
     for (int64_t e = 0; e < want.numel(); ++e) {
@@ -119,11 +139,11 @@ void check_gradients(const AttendGradients& got_all, const GradientReferences& r
       if (!std::isfinite(y)) continue;  // both non-finite: the poison reached what it should
       if (std::abs(x - y) > err) err = std::abs(x - y), at = e;
     }
-    if (!(err <= ref.tol[w]))
+    if (!(err <= tol))
       fail_with(o, name + ": max |fast - reference| = " + number(err) + " (element " + std::to_string(at) +
-                       ") > tolerance " + number(ref.tol[w]) + " (plain " + dtype_name(got.dtype) + " error " +
-                       number(ref.plain_err[w]) + ")");
-    if (err / ref.tol[w] > worst) worst = err / ref.tol[w], o.err = err, o.tol = ref.tol[w];
+                       ") > tolerance " + number(tol) + " (plain " + dtype_name(got.dtype) + " error " +
+                       number(plain_err) + ")");
+    if (err / tol > worst) worst = err / tol, o.err = err, o.tol = tol;
   }
 }
 
@@ -146,6 +166,9 @@ Outcome check_backward_run(const Run& r, const Inputs& in, const GradientReferen
   for (int w = 0; w < 3; ++w)
     if (!bitwise_equal(grad(one, w), grad(three, w)))
       fail_with(o, o.form + ": " + kGradNames[w] + " differs between 1 and 3 threads (bitwise)");
+  for (const auto& [name, t] : one.dparams)
+    if (!three.dparams.contains(name) || !bitwise_equal(t, three.dparams.at(name)))
+      fail_with(o, o.form + ": d" + name + " differs between 1 and 3 threads (bitwise)");
   return o;
 }
 

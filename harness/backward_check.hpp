@@ -16,10 +16,12 @@
 //         a 2 % floor; at unit scale, |lse| ~ 10, it is 5e-6)
 //       + for bf16/fp16, the dtype's rounding floor 2 max |(ref + 0.3 - 0.3) - ref| in that dtype
 //         (the gradients are stored in it).
-// Every gradient finite where the reference is; and the form's result on 1 and 3 threads bitwise
-// equal.
+// The gradients of learned params (AttendGradients::dparams, Linformer's E and F when the case
+// passes them) by the same rule, float32 (no storage rounding floor). Every gradient finite where
+// the reference is; and the form's result on 1 and 3 threads bitwise equal.
 #pragma once
 #include <array>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -37,6 +39,7 @@ struct GradientReferences {
   AttendGradients f64, plain;  // float32 tensors
   std::array<double, 3> tol{}, plain_err{};  // dq, dk, dv
   double max_lse = 0;                         // max |lse64| over rows that see a key (0: no lse)
+  std::map<std::string, std::array<double, 2>> dparams;  // per learned param: {tol, plain_err}
 };
 GradientReferences gradient_references_for(const Case& c, const Inputs& in);
 

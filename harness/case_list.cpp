@@ -401,6 +401,9 @@ void linformer_check_cases(std::vector<Case>& out) {
       c.mechanism = "linformer:k=16,seed=3";
       out.push_back(c);
     }
+  Case given = out.back();  // E and F as params (the backward mode checks their gradients too)
+  given.extras.params = {"E", "F"}, given.extras.padding = true;
+  out.push_back(given);
   Case c;
   c.B = 3, c.H = 2, c.Hkv = 1, c.N = 65, c.M = 129, c.D = 24, c.Dv = 24;
   c.mechanism = "linformer:k=100,seed=1,scale=0.2";  // k close to M
@@ -577,6 +580,11 @@ void linear_check_cases(std::vector<Case>& out) {
       Case wide = c;
       wide.N = 33, wide.M = 90, wide.dtype = DType::f32;
       out.push_back(wide);
+    }
+    if (std::string(mech).rfind("polaformer", 0) == 0) {  // its learned params (the backward checks theirs)
+      Case learned = st;
+      learned.extras.params = {"power", "coefficients", "initial_state"};
+      out.push_back(learned);
     }
   }
   Case many;  // many chunks, a decay, wider heads

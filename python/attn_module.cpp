@@ -250,7 +250,10 @@ attn::TensorView rows_view(const Array& a, const char* name) {
 // dq, dk, dv of attend() (attn::attend_backward), in the call's layout; lse as attend returns it (B, H, N),
 // or None for a family without one (linear). dfinal_state: the gradient of the final state
 // (B, H, F, columns) float32, or None. With params["initial_state"] the tuple gains its gradient
-// (float32, its shape) as a fourth element; otherwise it stays (dq, dk, dv).
+// (float32, its shape) as a fourth element; with learned params (Linformer's E and F, PolaFormer's
+// power and coefficients) it gains a dict of their gradients by name (float32, each in its param's
+// shape) last; otherwise it
+// stays (dq, dk, dv).
 nb::tuple attend_backward(const Array& dout, const Array& q, const Array& k, const Array& v, const Array& out,
                           std::optional<Array> lse, nb::handle mechanism, const Options& o, std::optional<Array> dlse,
                           std::optional<Array> dfinal_state) {
@@ -269,10 +272,21 @@ nb::tuple attend_backward(const Array& dout, const Array& q, const Array& k, con
   auto in_layout = [&](attn::Tensor&& t) {  // an initializer_list lives only as long as its full expression
     return bnhd ? to_python(std::move(t), {0, 2, 1, 3}, o.torch) : to_python(std::move(t), {0, 1, 2, 3}, o.torch);
   };
-  if (g.d_initial_state.defined())
-    return nb::make_tuple(in_layout(std::move(g.dq)), in_layout(std::move(g.dk)), in_layout(std::move(g.dv)),
-                          to_python(std::move(g.d_initial_state), {0, 1, 2, 3}, o.torch));
-  return nb::make_tuple(in_layout(std::move(g.dq)), in_layout(std::move(g.dk)), in_layout(std::move(g.dv)));
+  nb::list grads;
+  grads.append(in_layout(std::move(g.dq)));
+  grads.append(in_layout(std::move(g.dk)));
+  grads.append(in_layout(std::move(g.dv)));
+  if (g.d_initial_state.defined()) grads.append(to_python(std::move(g.d_initial_state), {0, 1, 2, 3}, o.torch));
+  if (!g.dparams.empty()) {
+    nb::dict dparams;  // each held as (1, 1, rows, cols): returned in the param's shape, (rows, cols) or (cols)
+    for (auto& [name, t] : g.dparams) {
+      const auto given = c.opt.params.find(name);
+      const bool vector = given != c.opt.params.end() && given->second.shape.size() == 1;
+      dparams[name.c_str()] = vector ? to_python(std::move(t), {3}, o.torch) : to_python(std::move(t), {2, 3}, o.torch);
+    }
+    grads.append(dparams);
+  }
+  return nb::tuple(grads);
 }
 
 std::string explain(const Array& q, const Array& k, const Array& v, nb::handle mechanism, const Options& o) {
@@ -489,7 +503,8 @@ NB_MODULE(_attn, m) {
   m.def("attend_backward", &attend_backward, "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "mechanism"_a, "options"_a,
         "dlse"_a = nb::none(), "dfinal_state"_a = nb::none(),
         "attn::attend_backward: (dq, dk, dv) of attend's output, recomputed from q, k, v and its out and lse "
-        "(None for linear); (dq, dk, dv, d_initial_state) when params has an initial_state.");
+        "(None for linear); d_initial_state follows when params has an initial_state, and a dict of the learned "
+        "params' gradients (Linformer's E and F) last when the call passes them.");
   m.def("explain", &explain, "q"_a, "k"_a, "v"_a, "mechanism"_a, "options"_a,
         "Which form attn::attend would run for this call, and why the others would not.");
   m.def("attend_with_kvcache", &attend_with_kvcache, "q"_a, "k_cache"_a, "v_cache"_a, "update"_a, "mechanism"_a,

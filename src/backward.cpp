@@ -43,7 +43,8 @@ typename Family::Problem validate_forward(const TensorView& q, const TensorView&
 
 [[noreturn]] void fail_no_backward(const Mechanism& mechanism) {
   fail(kWhere, std::string(kind_of(mechanism)) +
-                   " has no backward yet (softmax, longformer, bigbird, gau and the linear family have one)");
+                   " has no backward yet (softmax, longformer, bigbird, gau, linformer and the linear family "
+                   "have one)");
 }
 
 // lse and dlse belong to softmax families; a family without an lse takes an empty lse view
@@ -121,6 +122,7 @@ AttendGradients attend_backward(const TensorView& dout, const TensorView& q, con
           views.d_initial_state = g.d_initial_state.view();
         }
       }
+      core::allocate_dparams<Family>(p, g.dparams, views);
       form.run(p, views, core::context_of(options));
     } else {
       fail_no_backward(mechanism);

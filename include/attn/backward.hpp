@@ -11,6 +11,9 @@
 // GQA/MQA: a kv head's dK and dV sum over its group's query heads. The fast form accumulates in
 // float32 whatever the storage dtype, and its result is bitwise the same for any thread count.
 #pragma once
+#include <map>
+#include <string>
+
 #include "attn/attend.hpp"
 
 namespace attn {
@@ -22,6 +25,11 @@ struct AttendGradients {
   // The linear family: the gradient of params["initial_state"], float32 of its shape
   // (B, H, state_rows, state_cols); empty when the call has no initial state.
   Tensor d_initial_state;
+  // The gradients of the call's learned params, by name (Linformer: "E" and "F", float32 (k, M),
+  // held as (1, 1, k, M) tensors; PolaFormer: "power" (D) and "coefficients" (Dv) as (1, 1, 1, n);
+  // filled when the call passes them in options.params); empty for
+  // mechanisms without learned params. attn::info's ParamInfo::gradient says which params have one.
+  std::map<std::string, Tensor> dparams;
 };
 
 // dout: the loss's gradient with respect to out, (B, H, N, Dv) in q's dtype; out and lse: what
@@ -33,22 +41,30 @@ struct AttendGradients {
 // Forms (options.form; explain_backward lists them with their reasons): "tiled" (the fast form:
 // 64 query rows against the key tiles of the forward's block mask, five tile products each),
 // "rows" (float32, row by row) and "reference" (float64 throughout). GAU takes the same call with an
-// empty lse (forms tiled, reference). Other families (Performer, PolaFormer, LSH, DCA, ...),
+// empty lse (forms tiled, reference). Other families (LSH, DCA, efficient, ...),
 // score=cosine/additive and paged caches are an Error naming what has no backward yet.
 // dlse: the loss's gradient with respect to lse, (B, H, N, 1) float32, when the loss uses it
 // (merging partial results, ring attention); none = 0.
 //
-// The linear family (linear and its alias retention, sana, normattn; every feature map, normalised or not,
-// causal or not, a decay in the text or per head in params["decay"], key padding, grouped heads,
-// params["initial_state"]): the same gradients of
+// Linformer (K' = E K, V' = F V over each batch entry's valid keys, then softmax attention on the
+// k projected rows; the forward's lse): forms "projected" (float32: the projections again, the tiled
+// softmax backward on K', V', then dK = E^T dK', dV = F^T dV') and "reference" (float64). When the
+// call passes E and F in params, dparams holds their gradients, dE = sum_(b, kv head) dK' K^T and
+// dF = sum dV' V^T over the valid keys (float32 (k, M), as (1, 1, k, M) tensors).
+//
+// The linear family (linear and its alias retention, sana, normattn, performer, polaformer; every feature map,
+// normalised or not, causal or not, a decay in the text or per head in params["decay"], key
+// padding, grouped heads, params["initial_state"]): the same gradients of
 //   o_i = y_i[:Dv] / (y_i[Dv] + eps)  (or y_i without normalize),
 //   y_i = scale phi(q_i)^T (decay^(i+1) S0 + sum_(j <= i) decay^(i-j) phi(k_j) [v_j, 1]^T),
 // lse: an empty view (the weights are no softmax), dlse none. dfinal_state: the loss's gradient
 // with respect to the final state (what return_final_state gives, (B, H, state_rows, state_cols)
 // float32; fla's dht), none = 0; the result's d_initial_state is the gradient of initial_state
 // (fla's dh0). Forms: "chunked" (causal, float32 blocks of the mechanism's chunk), "right"
-// (non-causal), "reference" (float64). normattn too (through its output norm); performer and
-// polaformer are refused.
+// (non-causal), "reference" (float64). normattn too (through its output norm); performer through
+// its random features' Jacobian (the keys' |s k|^2 / 2 shift differentiated, the queries' max shift
+// a constant that cancels in the normalised output); polaformer by its two streams (dq, dk summed
+// over them), with dparams "power" (D) and "coefficients" (Dv) when the call gives them.
 AttendGradients attend_backward(const TensorView& dout, const TensorView& q, const TensorView& k, const TensorView& v,
                                 const TensorView& out, const TensorView& lse, const Mechanism& mechanism,
                                 const AttendOptions& options = {}, const TensorView* dlse = nullptr,

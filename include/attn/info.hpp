@@ -32,6 +32,9 @@ struct ParamInfo {
   // per head), "state" (normal, normalisers positive), "positive:S" (|N(0, S^2)| + 1),
   // "ones".
   std::string generate;
+  // attend_backward returns its gradient when the call passes it (AttendGradients::dparams, or
+  // d_initial_state for a linear family's initial_state).
+  bool gradient = false;
 };
 
 struct MechanismInfo {

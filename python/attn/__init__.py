@@ -287,13 +287,14 @@ def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any
         >>> st.sparsity.shape          # (B, H, N); 1/sqrt(n) = one key, 1 = uniform
         >>> np.exp(st.entropy)         # effective number of keys per row
     """
-    if _wants_autograd(q, k, v):  # torch tensors that require grad: the differentiable custom op
+    given_params = {**(params or {}), **named_params}
+    if _wants_autograd(q, k, v, *given_params.values()):  # torch tensors that require grad: the custom op
         return _attend_differentiable(q, k, v, mechanism, attn_mask, key_padding_lengths, alibi_slopes, layout,
-                                      return_lse, dict(block_mask=block_mask, params=params or named_params,
-                                                       additive_weights=additive_weights, return_probs=return_probs,
-                                                       return_final_state=return_final_state,
-                                                       return_stats=return_stats, threads=threads, form=form,
-                                                       isa=isa, use_reference=use_reference))
+                                      return_lse, given_params,
+                                      dict(block_mask=block_mask, additive_weights=additive_weights,
+                                           return_probs=return_probs, return_final_state=return_final_state,
+                                           return_stats=return_stats, threads=threads, form=form, isa=isa,
+                                           use_reference=use_reference))
     scalars = _check_scalars(mechanism, threads, stats_topk, return_lse=return_lse, return_probs=return_probs,
                              return_final_state=return_final_state, return_stats=return_stats,
                              use_reference=use_reference)
@@ -322,24 +323,32 @@ def attend_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, mecha
         out, lse: what ``attend(q, k, v, mechanism, ..., return_lse=True)`` returned; lse None for
             the families whose weights are no softmax (GAU, the linear family).
         mechanism: softmax (score=dot) with any option, or the patterns over it ("longformer:...",
-            "bigbird:..."); GAU ("gau:..."); the linear family ("linear:...", "retention:...", "sana:...", "normattn:...", every
-            feature map, normalised or not, decays); other families have no backward yet (a
-            ValueError says so).
+            "bigbird:..."); GAU ("gau:..."); linformer ("linformer:...", with E and F's gradients);
+            the linear family ("linear:...", "retention:...", "sana:...", "normattn:...",
+            "performer:...", "polaformer:...", every feature map, normalised or not, decays);
+            other families (lsh, dca, efficient, ...) have no backward yet (a ValueError says so).
         attn_mask, key_padding_lengths, alibi_slopes, block_mask, block_size, layout, threads: as
             in :func:`attend`.
         form: None (the walk's choice: "tiled" for softmax and GAU, "chunked" or "right" for the linear
-            family), "rows" (softmax: row by row, float32) or "reference" (float64, for checking);
+            family, "projected" for linformer), "rows" (softmax: row by row, float32) or "reference"
+            (float64, for checking);
             :func:`explain` lists a mechanism's forward forms, ``attn check --backward`` the backward's.
         dlse: the loss's gradient with respect to lse, (B, H, N) float32, when the loss uses lse
             (merging partial results); None = 0.
-        params: the forward's named params (linear: "decay" per head, "initial_state").
+        params: the forward's named params (linear: "decay" per head, "initial_state"; linformer: its
+            projections "E" and "F", (k, M) each; polaformer: "power" (D), "coefficients" (Dv)).
         dfinal_state: linear: the loss's gradient with respect to the final state (what
             ``return_final_state`` gave, (B, H, F, Dv [+ 1]) float32); None = 0.
 
     Returns:
         (dq, dk, dv) in q's, k's and v's shapes, dtype and kind (NumPy or torch), in ``layout``;
         with ``params["initial_state"]``, (dq, dk, dv, d_initial_state), the last float32 of the
-        state's shape. The result is bitwise the same for any thread count.
+        state's shape. A mechanism with learned params given in ``params`` (linformer's "E" and
+        "F", polaformer's "power" and "coefficients") adds one last element, a dict of their
+        gradients by name, float32 in each param's shape:
+        ``dq, dk, dv, dparams = attend_backward(..., "linformer:k=64", params={"E": E, "F": F})``
+        with ``dparams["E"]``, ``dparams["F"]``. Calls without such params return what they did
+        before. The result is bitwise the same for any thread count.
 
     Example::
 
@@ -368,15 +377,16 @@ def _wants_autograd(*xs: Any) -> bool:
 
 
 def _attend_differentiable(q, k, v, mechanism, attn_mask, key_padding_lengths, alibi_slopes, layout, return_lse,
-                           others):
-    """attend through torch.ops.attn.attend (attn/torch_ops.py): gradients flow to q, k and v."""
+                           params, others):
+    """attend through torch.ops.attn.attend (attn/torch_ops.py): gradients flow to q, k, v and the
+    params that have one (Linformer's E and F)."""
     def given(x):  # by identity and type: a tensor must not be compared with == here
         return not (x is None or x is False or (isinstance(x, (int, str, dict)) and not isinstance(x, bool) and not x))
     unsupported = [name for name, x in others.items() if given(x)]
     if unsupported:
         raise ValueError(f"attend with tensors that require grad takes mechanism, attn_mask, key_padding_lengths, "
-                         f"alibi_slopes, layout and return_lse; got {', '.join(unsupported)} (detach the inputs, or "
-                         f"call attn.attend_backward yourself)")
+                         f"alibi_slopes, params, layout and return_lse; got {', '.join(unsupported)} (detach the "
+                         f"inputs, or call attn.attend_backward yourself)")
     if isinstance(mechanism, _attn.Mechanism):
         mechanism = str(mechanism)  # its canonical text: the op's schema takes a str
     if not isinstance(mechanism, str):
@@ -384,7 +394,7 @@ def _attend_differentiable(q, k, v, mechanism, attn_mask, key_padding_lengths, a
     from . import torch_ops
     if return_lse and not info(mechanism)["has_lse"]:  # the same error as without gradients
         attend(q.detach(), k.detach(), v.detach(), mechanism, layout=layout, return_lse=True)
-    out, lse = torch_ops.attend(q, k, v, mechanism, layout, attn_mask, key_padding_lengths, alibi_slopes)
+    out, lse = torch_ops.attend(q, k, v, mechanism, layout, attn_mask, key_padding_lengths, alibi_slopes, params)
     return (out, lse) if return_lse else out
 
 
@@ -744,8 +754,8 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_scale: Op
                 if torch.compiler.is_compiling() else
                 str(_softmax_mechanism(causal, softmax_scale, window_size, softcap, dropout_p, seed)))
         return _attend_differentiable(q, k, v, text, attn_mask, key_padding_lengths, alibi_slopes,
-                                      layout, return_lse, dict(return_probs=return_probs, return_stats=return_stats,
-                                                               threads=threads))
+                                      layout, return_lse, {}, dict(return_probs=return_probs,
+                                                                   return_stats=return_stats, threads=threads))
     mechanism = _softmax_mechanism(causal, softmax_scale, window_size, softcap, dropout_p, seed)
     return attend(q, k, v, mechanism, attn_mask=attn_mask, key_padding_lengths=key_padding_lengths,
                   alibi_slopes=alibi_slopes, layout=layout, return_lse=return_lse,
@@ -764,9 +774,10 @@ def info(text: str, context: Optional[int] = None) -> dict:
     tokens; with ``context=None``: the bound when the mechanism has one, else None for a KV cache
     that grows with the context, 0 for a state or none), ``cache_bound``, ``lookback``, ``sinks``,
     ``align``, ``state_shape`` (the rule), ``params`` (names), ``param_specs`` (name, shape,
-    dtype, meaning, optional, generate), ``forms`` (priority order), ``grammar`` (the text
-    form's options), ``limits``, ``option_ranges`` (every float option's range, e.g.
-    ``"scale in [1e-30, 1e+12]"``: values outside are refused, they would overflow float32)."""
+    dtype, meaning, optional, generate, gradient: whether attend_backward returns its gradient),
+    ``forms`` (priority order), ``grammar`` (the text form's options), ``limits``, ``option_ranges``
+    (every float option's range, e.g. ``"scale in [1e-30, 1e+12]"``: values outside are refused,
+    they would overflow float32)."""
     import json
     d = json.loads(_attn.info_json(str(text), 0 if context is None else _integer(context, "context", 0, _INT64_MAX)))
     if context is None:

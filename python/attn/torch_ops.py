@@ -1,15 +1,20 @@
 """attn's attention as torch custom operators, so autograd and torch.compile see through it.
 
-``torch.ops.attn.attend(q, k, v, mechanism, layout, attn_mask, key_padding_lengths, alibi_slopes)``
-returns ``(out, lse)`` and has a registered backward (``torch.ops.attn.attend_backward``, which is
-:func:`attn.attend_backward`) and fake (meta) kernels, so ``torch.compile(fullgraph=True)`` traces
-it without a graph break and ``torch.library.opcheck`` passes. :func:`attn.attend` and
-:func:`attn.attention` call it when given torch tensors that require grad; the gradient then flows
-to q, k and v (masks, padding and slopes are constants).
+``torch.ops.attn.attend(q, k, v, mechanism, layout, attn_mask, key_padding_lengths, alibi_slopes,
+param_names="", params=None)`` returns ``(out, lse)`` and has a registered backward
+(``torch.ops.attn.attend_backward``, which is :func:`attn.attend_backward`) and fake (meta) kernels,
+so ``torch.compile(fullgraph=True)`` traces it without a graph break and ``torch.library.opcheck``
+passes. :func:`attn.attend` and :func:`attn.attention` call it when given torch tensors that require
+grad; the gradient then flows to q, k and v (masks, padding and slopes are constants) and to the
+named params that have one: ``param_names`` is their names joined by commas (a schema takes no list
+of str), ``params`` the tensors in that order. Linformer's "E" and "F" get gradients
+(``attn.attend(q, k, v, "linformer:k=64", params={"E": E, "F": F})``), as do PolaFormer's "power"
+and "coefficients" and a linear mechanism's "initial_state" (through the output); a param that
+requires grad but has none (decay, omega, ...) is a ValueError at backward time.
 
-Families with a backward today: softmax (score=dot) and the patterns over it, and the linear
-family (linear, retention, sana, normattn); asking another family for a gradient raises the ValueError that
-says so, at backward time.
+Families with a backward today: softmax (score=dot) and the patterns over it, GAU, linformer and
+the linear family (linear, retention, sana, normattn, performer, polaformer); asking another family
+for a gradient raises the ValueError that says so, at backward time.
 
 ``torch.ops.attn.linear_attention(q, k, v, mechanism, layout, initial_state, decay,
 key_padding_lengths)`` returns ``(o, final_state)`` of a linear mechanism (the text of
@@ -36,17 +41,26 @@ def _has_lse(mechanism: str) -> bool:
     return attn.info(mechanism)["has_lse"]
 
 
-def _kwargs(attn_mask, key_padding_lengths, alibi_slopes):
+def _names(param_names: str) -> List[str]:
+    return param_names.split(",") if param_names else []
+
+
+def _kwargs(attn_mask, key_padding_lengths, alibi_slopes, param_names="", params=None):
+    names, tensors = _names(param_names), list(params or [])
+    if len(names) != len(tensors):
+        raise ValueError(f"param_names names {len(names)} params ({param_names!r}), but {len(tensors)} tensors "
+                         f"were given")
     return dict(attn_mask=attn_mask, key_padding_lengths=list(key_padding_lengths) or None,
-                alibi_slopes=alibi_slopes)
+                alibi_slopes=alibi_slopes, params={n: t.detach() for n, t in zip(names, tensors)} or None)
 
 
 @torch.library.custom_op("attn::attend", mutates_args=())
 def attend_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mechanism: str, layout: str,
               attn_mask: Optional[torch.Tensor], key_padding_lengths: List[int],
-              alibi_slopes: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+              alibi_slopes: Optional[torch.Tensor], param_names: str = "",
+              params: Optional[List[torch.Tensor]] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """(out, lse); lse is NaN for a family without one (its backward then says it has none)."""
-    kw = _kwargs(attn_mask, key_padding_lengths, alibi_slopes)
+    kw = _kwargs(attn_mask, key_padding_lengths, alibi_slopes, param_names, params)
     if _has_lse(mechanism):
         out, lse = attn.attend(q.detach(), k.detach(), v.detach(), mechanism, layout=layout, return_lse=True, **kw)
     else:
@@ -57,7 +71,8 @@ def attend_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mechanism: str,
 
 
 @attend_op.register_fake
-def _attend_fake(q, k, v, mechanism, layout, attn_mask, key_padding_lengths, alibi_slopes):
+def _attend_fake(q, k, v, mechanism, layout, attn_mask, key_padding_lengths, alibi_slopes, param_names="",
+                 params=None):
     if layout == "bnhd":
         b, n, h, _ = q.shape
         out = q.new_empty((b, n, h, v.shape[-1]))
@@ -71,48 +86,87 @@ def _attend_fake(q, k, v, mechanism, layout, attn_mask, key_padding_lengths, ali
 def attend_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                        lse: torch.Tensor, mechanism: str, layout: str, attn_mask: Optional[torch.Tensor],
                        key_padding_lengths: List[int], alibi_slopes: Optional[torch.Tensor],
-                       dlse: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       dlse: Optional[torch.Tensor], param_names: str = "",
+                       params: Optional[List[torch.Tensor]] = None
+                       ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, List[torch.Tensor]]:
+    """(dq, dk, dv, dparams): dparams one tensor per param in its dtype, or an empty tensor for a
+    param without a gradient (an op returns tensors, not None)."""
     if _has_lse(mechanism):
         lse, dlse = lse.detach(), None if dlse is None else dlse.detach()
     else:  # linear: no lse (the forward's is NaN) and so no gradient through it
         lse = dlse = None
-    dq, dk, dv = attn.attend_backward(dout.detach(), q.detach(), k.detach(), v.detach(), out.detach(), lse,
-                                      mechanism, layout=layout, dlse=dlse,
-                                      **_kwargs(attn_mask, key_padding_lengths, alibi_slopes))
-    return dq.contiguous(), dk.contiguous(), dv.contiguous()
+    grads = attn.attend_backward(dout.detach(), q.detach(), k.detach(), v.detach(), out.detach(), lse,
+                                 mechanism, layout=layout, dlse=dlse,
+                                 **_kwargs(attn_mask, key_padding_lengths, alibi_slopes, param_names, params))
+    found = dict(grads[-1]) if isinstance(grads[-1], dict) else {}
+    if "initial_state" in _names(param_names) and len(grads) > 3 and not isinstance(grads[3], dict):
+        found["initial_state"] = grads[3]
+    dparams = [found[n].to(p.dtype).contiguous() if n in found else p.new_empty((0,))
+               for n, p in zip(_names(param_names), params or [])]
+    return grads[0].contiguous(), grads[1].contiguous(), grads[2].contiguous(), dparams
+
+
+@functools.lru_cache(maxsize=256)
+def _has_gradient(mechanism: str, name: str) -> bool:
+    """Whether attend_backward returns a gradient for params[name] of this mechanism (its facts)."""
+    return any(s["name"] == name and s["gradient"] for s in attn.info(mechanism)["param_specs"])
 
 
 @attend_backward_op.register_fake
 def _attend_backward_fake(dout, q, k, v, out, lse, mechanism, layout, attn_mask, key_padding_lengths, alibi_slopes,
-                          dlse):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+                          dlse, param_names="", params=None):
+    dparams = [torch.empty_like(p) if _has_gradient(mechanism, n) else p.new_empty((0,))
+               for n, p in zip(_names(param_names), params or [])]
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dparams
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, mechanism, layout, attn_mask, key_padding_lengths, alibi_slopes = inputs
+    # the trailing param_names and params may be left out of a call (their defaults)
+    q, k, v, mechanism, layout, attn_mask, key_padding_lengths, alibi_slopes, *rest = inputs
+    param_names = rest[0] if rest else ""
+    params = list(rest[1]) if len(rest) > 1 and rest[1] is not None else []
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse)
-    ctx.options = (mechanism, layout, attn_mask, key_padding_lengths, alibi_slopes)
+    ctx.save_for_backward(q, k, v, out, lse, *params)
+    ctx.options = (mechanism, layout, attn_mask, key_padding_lengths, alibi_slopes, param_names)
+    ctx.shape_of_inputs = (len(inputs), len(rest) > 1 and rest[1] is not None)
 
 
 def _backward(ctx, dout, dlse):
-    q, k, v, out, lse = ctx.saved_tensors
-    mechanism, layout, attn_mask, key_padding_lengths, alibi_slopes = ctx.options
-    dq, dk, dv = attend_backward_op(dout.contiguous(), q, k, v, out, lse, mechanism, layout, attn_mask,
-                                    key_padding_lengths, alibi_slopes, None if dlse is None else dlse.contiguous())
-    return dq, dk, dv, None, None, None, None, None
+    q, k, v, out, lse, *params = ctx.saved_tensors
+    mechanism, layout, attn_mask, key_padding_lengths, alibi_slopes, param_names = ctx.options
+    count, params_given = ctx.shape_of_inputs
+    dq, dk, dv, dparams = attend_backward_op(dout.contiguous(), q, k, v, out, lse, mechanism, layout, attn_mask,
+                                             key_padding_lengths, alibi_slopes,
+                                             None if dlse is None else dlse.contiguous(), param_names, params)
+    wanted = ctx.needs_input_grad[9] if params_given else []
+    grads = []
+    for i, (name, p, g) in enumerate(zip(_names(param_names), params, dparams)):
+        has = g.shape == p.shape and _has_gradient(mechanism, name)
+        if not has and wanted[i]:
+            raise ValueError(f"attend_backward: {mechanism} returns no gradient for params['{name}'] (detach it)")
+        grads.append(g if has and wanted[i] else None)
+    # one entry per input as given: an empty int list counts as an (empty) list of tensors
+    result = [dq, dk, dv, None, None, None, [] if len(key_padding_lengths) == 0 else None, None, None,
+              grads if params_given else None]
+    return tuple(result[:count])
 
 
 attend_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 def attend(q, k, v, mechanism: str, layout: str, attn_mask=None, key_padding_lengths=None,
-           alibi_slopes=None) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(out, lse) through the custom op (differentiable in q, k and v)."""
+           alibi_slopes=None, params=None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse) through the custom op (differentiable in q, k, v and the params that have a
+    gradient); params: a dict of named tensors, or None."""
     if alibi_slopes is not None and not isinstance(alibi_slopes, torch.Tensor):
         alibi_slopes = torch.as_tensor(alibi_slopes, dtype=torch.float32)
+    names = sorted(params or {})
+    if any("," in n for n in names):
+        raise ValueError(f"param names must not contain ',', got {names}")
+    tensors = [params[n] if isinstance(params[n], torch.Tensor) else torch.as_tensor(params[n]) for n in names]
     return attend_op(q, k, v, mechanism, layout, attn_mask,
-                     [] if key_padding_lengths is None else [int(x) for x in key_padding_lengths], alibi_slopes)
+                     [] if key_padding_lengths is None else [int(x) for x in key_padding_lengths], alibi_slopes,
+                     ",".join(names), tensors or None)
 
 
 # ---- the linear family: (o, final_state) and its backward --------------------------------------

@@ -109,8 +109,8 @@ def test_bad_input_is_named():
     args = [x.float().numpy() for x in (q, k, v)]
     out, lse = attn.attend(*args, layout="bhnd", return_lse=True)
     d = dout.float().numpy()
-    with pytest.raises(ValueError, match="performer has no backward yet"):
-        attn.attend_backward(d, *args, out, lse, "performer:features=16", layout="bhnd")
+    with pytest.raises(ValueError, match="efficient has no backward yet"):
+        attn.attend_backward(d, *args, out, lse, "efficient", layout="bhnd")
     with pytest.raises(ValueError, match="lse does not apply to linear"):
         attn.attend_backward(d, *args, out, lse, "linear", layout="bhnd")
     with pytest.raises(ValueError, match="dout must have out's shape"):
@@ -140,3 +140,99 @@ def test_gau_gradients_through_torch_match_float64_autograd(causal):
     for got, want in zip(leaves, ref):
         err = (got.grad.double() - want.grad).abs().max().item()
         assert err <= 1e-5 * max(1.0, want.grad.abs().max().item()), err
+
+
+def linformer_literal(q, k, v, E, F, scale, kv_len=None):
+    """Linformer in plain torch: K' = E K, V' = F V over each batch entry's valid keys, then
+    softmax(scale q K'^T) V' with grouped heads (bhnd)."""
+    outs = []
+    for b in range(q.shape[0]):
+        n = k.shape[2] if kv_len is None else kv_len[b]
+        kp = E[:, :n] @ k[b, :, :n]  # (Hkv, k, D)
+        vp = F[:, :n] @ v[b, :, :n]
+        group = q.shape[1] // k.shape[1]
+        kp, vp = kp.repeat_interleave(group, dim=0), vp.repeat_interleave(group, dim=0)
+        outs.append(torch.softmax(scale * q[b] @ kp.transpose(-1, -2), dim=-1) @ vp)
+    return torch.stack(outs)
+
+
+@pytest.mark.parametrize("kv_len", [None, [33, 20]])
+def test_linformer_gradients_with_its_projections_match_float64_autograd(kv_len):
+    """attend_backward (NumPy) returns dq, dk, dv and a dict of E and F's gradients when they are
+    params, and only dq, dk, dv when they are drawn from the seed; torch autograd through
+    attn.attend reaches E and F. Both against float64 torch autograd of the literal formula."""
+    q, k, v, dout, _ = problem(9)
+    g = torch.Generator().manual_seed(10)
+    E, F = (torch.randn(16, 33, generator=g, dtype=torch.float64) / 4 for _ in range(2))
+    mech, scale = "linformer:k=16", 16 ** -0.5
+    leaves = [x.detach().requires_grad_() for x in (q, k, v, E, F)]
+    linformer_literal(*leaves, scale, kv_len).backward(dout)
+    want = [x.grad for x in leaves]
+
+    args = [x.float().numpy() for x in (q, k, v)]
+    params = {"E": E.float().numpy(), "F": F.float().numpy()}
+    out, lse = attn.attend(*args, mech, layout="bhnd", return_lse=True, params=params, key_padding_lengths=kv_len)
+    grads = attn.attend_backward(dout.float().numpy(), *args, out, lse, mech, layout="bhnd", params=params,
+                                 key_padding_lengths=kv_len)
+    assert len(grads) == 4 and isinstance(grads[3], dict) and sorted(grads[3]) == ["E", "F"]
+    got = list(grads[:3]) + [grads[3]["E"], grads[3]["F"]]
+    for name, a, b in zip(["dq", "dk", "dv", "dE", "dF"], got, want):
+        assert a.shape == tuple(b.shape) and a.dtype == np.float32, name
+        err = np.abs(a - b.numpy()).max()
+        assert err <= 1e-5 * max(1.0, b.abs().max().item()), (name, err)
+
+    # drawn from the seed: no learned params, the usual triple
+    out, lse = attn.attend(*args, mech, layout="bhnd", return_lse=True)
+    assert len(attn.attend_backward(dout.float().numpy(), *args, out, lse, mech, layout="bhnd")) == 3
+
+    # torch: E and F as tensors that require grad
+    tq, tk, tv, tE, tF = (x.float().detach().requires_grad_() for x in (q, k, v, E, F))
+    attn.attend(tq, tk, tv, mech, layout="bhnd", params={"E": tE, "F": tF},
+                key_padding_lengths=kv_len).backward(dout.float())
+    for name, x, b in zip(["dq", "dk", "dv", "dE", "dF"], (tq, tk, tv, tE, tF), want):
+        err = (x.grad.double() - b).abs().max().item()
+        assert err <= 1e-5 * max(1.0, b.abs().max().item()), (name, err)
+
+
+def test_linformer_params_through_the_custom_ops_pass_opcheck():
+    q, k, v, dout, _ = problem(11)
+    q, k, v, dout = (x.float() for x in (q, k, v, dout))
+    g = torch.Generator().manual_seed(12)
+    E, F = (torch.randn(16, 33, generator=g) / 4 for _ in range(2))
+    args = (q, k, v, "linformer:k=16", "bhnd", None, [], None, "E,F", [E, F])
+    torch.library.opcheck(torch.ops.attn.attend.default, args)
+    out, lse = torch.ops.attn.attend(*args)
+    torch.library.opcheck(torch.ops.attn.attend_backward.default,
+                          (dout, q, k, v, out, lse, "linformer:k=16", "bhnd", None, [], None, None, "E,F", [E, F]))
+    dq, dk, dv, (dE, dF) = torch.ops.attn.attend_backward(dout, q, k, v, out, lse, "linformer:k=16", "bhnd", None, [],
+                                                          None, None, "E,F", [E, F])
+    assert dE.shape == E.shape and dF.shape == F.shape
+
+
+def test_a_param_without_a_gradient_that_requires_one_is_named():
+    """linear's decay has no gradient: asking for one is an error at backward time, not a silent zero."""
+    q, k, v, dout, _ = problem(13, N=12, M=12)
+    leaves = [x.float().requires_grad_() for x in (q, k, v)]
+    decay = torch.full((4,), 0.9, requires_grad=True)
+    out = attn.attend(*leaves, "linear:causal", layout="bhnd", params={"decay": decay})
+    with pytest.raises(ValueError, match=r"returns no gradient for params\['decay'\]"):
+        out.backward(dout.float())
+
+
+def test_linformer_params_compile_fullgraph():
+    """torch.compile(fullgraph=True) traces attend with E and F through forward and backward, and gives
+    the eager gradients."""
+    q, k, v, _, _ = problem(14)
+    g = torch.Generator().manual_seed(15)
+    E, F = (torch.randn(16, 33, generator=g) / 4 for _ in range(2))
+
+    def loss(q, k, v, E, F):
+        return (attn.attend(q, k, v, "linformer:k=16", layout="bhnd", params={"E": E, "F": F}) ** 2).sum()
+
+    grads = []
+    for fn in (torch.compile(loss, fullgraph=True, backend="aot_eager"), loss):
+        leaves = [x.float().detach().requires_grad_() for x in (q, k, v, E, F)]
+        fn(*leaves).backward()
+        grads.append([x.grad for x in leaves])
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)

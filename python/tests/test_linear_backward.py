@@ -210,9 +210,9 @@ def test_bad_input_is_named():
     out, state = attn.attend(q, k, v, "linear:causal", return_final_state=True)
     with pytest.raises(ValueError, match="dfinal_state must have the final state's shape"):
         attn.attend_backward(np.ones_like(out), q, k, v, out, None, "linear:causal", dfinal_state=state[:1])
-    with pytest.raises(ValueError, match="performer has no backward yet"):
-        o = attn.attend(q, k, v, "performer:features=16")
-        attn.attend_backward(np.ones_like(o), q, k, v, o, None, "performer:features=16")
+    with pytest.raises(ValueError, match="efficient has no backward yet"):
+        o = attn.attend(q, k, v, "efficient")
+        attn.attend_backward(np.ones_like(o), q, k, v, o, None, "efficient")
 
 
 def test_attend_with_a_linear_mechanism_is_differentiable_normattn_too():
@@ -234,3 +234,51 @@ def test_attend_with_a_linear_mechanism_is_differentiable_normattn_too():
         o64.backward(do.double())
         for name, x, w in zip("qkv", (q, k, v), x64):
             check_close(x.grad, w.grad, f"{text}: d{name}")
+
+
+def polaformer_literal(q, k, v, power, coef):
+    """PolaFormer in plain torch (bnhd, non-causal): two normalised streams on the halves of the
+    value channels, x+ = relu(x)^p, x- = relu(-x)^p per channel, then a coefficient per channel."""
+    def parts(x):
+        return torch.relu(x) ** power, torch.relu(-x) ** power
+    group = q.shape[2] // k.shape[2]
+    k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
+    (qp, qn), (kp, kn) = parts(q), parts(k)
+    phi = torch.cat([qp, qn], -1).transpose(1, 2)  # (B, H, N, 2D)
+    half = v.shape[-1] // 2
+    outs = []
+    for s, keys in enumerate((torch.cat([kp, kn], -1), torch.cat([kn, kp], -1))):
+        w = phi @ keys.transpose(1, 2).transpose(-1, -2)  # (B, H, N, M)
+        vs = v[..., s * half:(s + 1) * half].transpose(1, 2)
+        outs.append((w @ vs) / w.sum(-1, keepdim=True))
+    return (torch.cat(outs, -1) * coef).transpose(1, 2)
+
+
+def test_polaformer_gradients_with_its_powers_and_coefficients_match_float64_autograd():
+    """attend_backward returns dq, dk, dv and {power, coefficients}; torch autograd through
+    attn.attend reaches both params. Against float64 torch autograd of the literal formula."""
+    q, k, v = (x.detach().double() for x in tensors(15, N=21))
+    g = torch.Generator().manual_seed(16)
+    power = 1.5 + 1.5 * torch.rand(8, generator=g, dtype=torch.float64)
+    coef = torch.randn(6, generator=g, dtype=torch.float64)
+    dout = torch.randn(2, 21, 4, 6, generator=g, dtype=torch.float64)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v, power, coef)]
+    polaformer_literal(*leaves).backward(dout)
+    want = [x.grad for x in leaves]
+
+    args = [x.float().numpy() for x in (q, k, v)]
+    params = {"power": power.float().numpy(), "coefficients": coef.float().numpy()}
+    out = attn.attend(*args, "polaformer", params=params)
+    grads = attn.attend_backward(dout.float().numpy(), *args, out, None, "polaformer", params=params)
+    assert len(grads) == 4 and sorted(grads[3]) == ["coefficients", "power"]
+    got = list(grads[:3]) + [grads[3]["power"], grads[3]["coefficients"]]
+    for name, a, b in zip(["dq", "dk", "dv", "dpower", "dcoefficients"], got, want):
+        assert a.shape == tuple(b.shape), name
+        err = np.abs(a - b.numpy()).max()
+        assert err <= 1e-4 * max(1.0, b.abs().max().item()), (name, err)
+
+    tq, tk, tv, tp, tc = (x.float().detach().requires_grad_() for x in (q, k, v, power, coef))
+    attn.attend(tq, tk, tv, "polaformer", params={"power": tp, "coefficients": tc}).backward(dout.float())
+    for name, x, b in zip(["dq", "dk", "dv", "dpower", "dcoefficients"], (tq, tk, tv, tp, tc), want):
+        err = (x.grad.double() - b).abs().max().item()
+        assert err <= 1e-4 * max(1.0, b.abs().max().item()), (name, err)

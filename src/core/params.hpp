@@ -19,6 +19,7 @@ struct ParamSpec {
   // How tests draw a valid value (attn::ParamInfo::generate): "normal:S", "decay", "state",
   // "positive:S", "ones".
   std::string generate = "normal:1";
+  bool gradient = false;  // attend_backward returns its gradient (AttendGradients::dparams, d_initial_state)
 };
 
 using Symbols = std::map<std::string, int64_t, std::less<>>;

@@ -58,8 +58,9 @@ AttendGradients reference_gradients(const TensorView& dout, const TensorView& q,
       g.dq = Tensor(DType::f32, {p.B, p.H, p.N, p.D});
       g.dk = Tensor(DType::f32, {p.B, p.Hkv, p.M, p.D});
       g.dv = Tensor(DType::f32, {p.B, p.Hkv, p.M, p.Dv});
-      Family::backward_reference(p, core::BackwardViews{dout, {}, {}, g.dq.view(), g.dk.view(), g.dv.view(), {}},
-                                 precision);
+      core::BackwardViews views{dout, {}, {}, g.dq.view(), g.dk.view(), g.dv.view(), {}};
+      core::allocate_dparams<Family>(p, g.dparams, views);
+      Family::backward_reference(p, views, precision);
     } else {
       fail("reference_gradients", std::string(kind_of(mechanism)) + " has no backward yet");
     }

@@ -60,7 +60,8 @@ MechanismInfo info(const Mechanism& mechanism, int64_t context) {
     r.state_shape = f.state_shape;
     r.no_key_pattern = f.no_key_pattern;
     for (const core::ParamSpec& s : f.params)
-      r.params.push_back({s.name, substituted(s.dims, f.symbols), "float32", s.meaning, s.optional, s.generate});
+      r.params.push_back({s.name, substituted(s.dims, f.symbols), "float32", s.meaning, s.optional, s.generate,
+                           s.gradient});
     for (const auto& form : Family::forms()) r.forms.emplace_back(form.name);
     for (const core::OptionRange& range : f.ranges) r.option_ranges.push_back(range.text());
     r.limits = r.option_ranges;
@@ -90,7 +91,8 @@ std::string MechanismInfo::to_json() const {
   for (const ParamInfo& p : params) names.push_back(p.name);
   for (const ParamInfo& p : params)
     params_json.push_back({{"name", p.name}, {"shape", p.shape}, {"dtype", p.dtype}, {"meaning", p.meaning},
-                           {"optional", p.optional}, {"generate", p.generate}});
+                           {"optional", p.optional}, {"generate", p.generate},
+                           {"gradient", p.gradient}});
   nlohmann::json j = {{"family", family},
                       {"text", text},
                       {"causal", causal},

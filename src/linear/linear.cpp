@@ -174,6 +174,7 @@ LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, c
   p.power.assign(static_cast<size_t>(p.D), static_cast<float>(m.power));
   if (const auto it = opt.params.find("power"); it != opt.params.end()) {
     p.power = core::to_floats(it->second);
+    p.power_given = true;
     const core::OptionRange range = polaformer_power_range(std::nullopt);  // the text option's range
     for (int64_t c = 0; c < p.D; ++c)
       if (!(p.power[static_cast<size_t>(c)] > range.lo && p.power[static_cast<size_t>(c)] <= range.hi))
@@ -253,6 +254,13 @@ const std::vector<core::Form<LinearProblem>>& LinearFamily::forms() {
 }
 
 std::string LinearFamily::backward_refusal(const LinearProblem& p) { return linear_backward_refusal(p); }
+
+std::vector<core::LearnedParam> LinearFamily::learned_params(const LinearProblem& p) {
+  std::vector<core::LearnedParam> out;
+  if (p.power_given) out.push_back({"power", {1, 1, 1, p.D}});
+  if (p.polar() && !p.coef.empty()) out.push_back({"coefficients", {1, 1, 1, p.Dv}});
+  return out;
+}
 
 void LinearFamily::backward_reference(const LinearProblem& p, const core::BackwardViews& g,
                                       core::RefPrecision precision) {

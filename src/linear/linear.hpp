@@ -33,6 +33,7 @@ struct LinearProblem : core::Dims {
   // PolaFormer: per-channel powers (D), output coefficients (Dv); each of its two streams runs as
   // a sub-problem (stream 0 same-sign, 1 opposite-sign) on half of the value channels.
   std::vector<float> power, coef;
+  bool power_given = false;     // params['power'] (its gradient is returned)
   int stream = -1;
   std::optional<ArrayView> initial;  // (B, H, state_rows, state_cols), validated; none: a zero state
   // Element (b, h, f, c) of the initial state (0 without one).
@@ -74,12 +75,14 @@ struct LinearFamily {
   static core::ReferenceResult reference(const Problem& p, core::RefPrecision precision);
   // (B, H, F, state_cols) of the recurrent state.
   static std::array<int64_t, 4> state_shape(const Problem& p);
-  // The backward (linear_backward.hpp): why this kind has none (performer, polaformer)
+  // The backward (linear_backward.hpp): why this kind has none (performer with eps, in principle)
   // or ""; its forms in priority order: chunked (causal), right (non-causal), reference (float64).
   static std::string backward_refusal(const Problem& p);
   static const std::vector<core::BackwardForm<Problem>>& backward_forms();
   // The float64 backward, or the plain same-dtype baseline (linear_backward_reference).
   static void backward_reference(const Problem& p, const core::BackwardViews& g, core::RefPrecision precision);
+  // PolaFormer's "power" (1, 1, 1, D) and "coefficients" (1, 1, 1, Dv) when the call gives them.
+  static std::vector<core::LearnedParam> learned_params(const Problem& p);
 };
 
 

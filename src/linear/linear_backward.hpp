@@ -7,9 +7,12 @@
 // Then with the backward state  dH_j = sum_(i >= j) L^(i-j) a_i g_i^T + L^(len-1-j) dS:
 //   d a_i = H_i g_i,   d phi(k_j) = dH_j u_j,   d u_j = dH_j^T phi(k_j),
 //   dS0 = sum_i L^(i+1) a_i g_i^T + L^len dS,
-// and dq = scale phi'(q) o d a, dk = phi'(k) o d phi(k), summed over a kv head's query heads.
+// and dq, dk from d phi(q) = scale d a and d phi(k) through the feature map's backward
+// (feature_backward.hpp: phi'(x) o d phi for the elementwise maps, the random features' Jacobian for
+// performer), dk summed over a kv head's query heads.
 // Non-causal: L = 1 and every query sees every valid key.
 #pragma once
+#include <functional>
 #include <string>
 
 #include "core/backward_views.hpp"
@@ -21,8 +24,14 @@ namespace attn::linear {
 
 using core::BackwardViews;
 
-// Why this problem has no backward (performer, polaformer), or "".
+// Why this problem has no backward, or "".
 std::string linear_backward_refusal(const LinearProblem& p);
+
+// PolaFormer's whole problem: `run` on each stream (stream_problem) with its half of dout, dv,
+// coefficients' gradient and the state's rows; dq and dk summed over the streams (float32, stream 0
+// first) into g; g.dparams zeroed first, then added to by both streams.
+void polar_streams_backward(const LinearProblem& p, const BackwardViews& g,
+                            const std::function<void(const LinearProblem&, const BackwardViews&)>& run);
 
 // In float64 from the quadratic weights (the oracle); `plain`: float with the intermediates
 // rounded to the storage dtype, the same-dtype baseline of the tolerance rule.

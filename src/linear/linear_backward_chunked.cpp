@@ -23,10 +23,12 @@ namespace {
 // One thread's buffers, sized before the parallel region (which must not allocate).
 struct Scratch {
   KeySide keys;
-  std::vector<float> states, pw, a, qs, raw, kt, ut, P, E, y, G, Gs, dA, dout, tk, tu, dH, hT, dhT, dS, dST, clean;
-  Scratch(const LinearProblem& p, int64_t C, int64_t blocks)
-      : keys(p, C), states(static_cast<size_t>(blocks * p.F * p.state_cols())), pw(static_cast<size_t>(C + 1)),
-        a(static_cast<size_t>(C * p.F)), qs(static_cast<size_t>(C * p.F)), raw(static_cast<size_t>(C * p.D)),
+  std::vector<float> states, pw, a, qs, dx, w, raw, kt, ut, P, E, y, G, Gs, dA, dout, tk, tu, dH, hT, dhT, dS, dST,
+      clean;
+  Scratch(const LinearProblem& p, int64_t C, int64_t blocks, const float* omega)
+      : keys(p, C, omega), states(static_cast<size_t>(blocks * p.F * p.state_cols())), pw(static_cast<size_t>(C + 1)),
+        a(static_cast<size_t>(C * p.F)), qs(static_cast<size_t>(C * p.D)), dx(static_cast<size_t>(C * p.D)),
+        w(static_cast<size_t>(C * p.F)), raw(static_cast<size_t>(C * p.D)),
         kt(static_cast<size_t>(p.F * C)), ut(static_cast<size_t>(p.state_cols() * C)), P(static_cast<size_t>(C * C)),
         E(static_cast<size_t>(C * C)), y(static_cast<size_t>(C * p.state_cols())), G(static_cast<size_t>(C * p.state_cols())),
         Gs(static_cast<size_t>(C * p.state_cols())), dA(static_cast<size_t>(C * p.F)), dout(static_cast<size_t>(C * p.Dv)),
@@ -138,7 +140,7 @@ void head_backward(const kernels::TileKernels& kern, const LinearProblem& p, con
     const float* K = ks.kf.data() + s0 * F;
     const float* U = ks.u.data() + s0 * cols;
     float *A = s.a.data(), *P = s.P.data(), *E = s.E.data(), *Y = s.y.data(), *G = s.G.data(), *dA = s.dA.data();
-    load_features_and_slopes(kern, p, true, b, h, s0, c, N, static_cast<float>(p.scale), s.raw.data(), A, s.qs.data());
+    load_features_and_aux(kern, p, true, b, h, s0, c, N, static_cast<float>(p.scale), s.raw.data(), A, s.qs.data());
     transpose(K, c, F, s.kt.data(), C);
     transpose(U, c, cols, s.ut.data(), C);
     // the forward again: P, Y and from them G
@@ -149,7 +151,7 @@ void head_backward(const kernels::TileKernels& kern, const LinearProblem& p, con
       for (int64_t x = 0; x < cols; ++x) Y[r * cols + x] *= pw[r + 1];
     triangular_product(kern, P, c, C, false, U, cols, Y, s.clean.data());
     load_rows(kern, g.dout, b, h, s0, c, N, s.dout.data(), Dv);
-    for (int64_t r = 0; r < c; ++r) output_gradient(p, s.dout.data() + r * Dv, Y + r * cols, G + r * cols);
+    for (int64_t r = 0; r < c; ++r) output_gradient(p, s.dout.data() + r * Dv, Y + r * cols, G + r * cols, ks.dcoef);
     // dA = diag(L^(r+1)) G H^T + E K, then dq
     lower_product(kern, G, s.ut.data(), c, cols, C, E);
     causal_decay_mask(E, c, C, pw);
@@ -158,12 +160,10 @@ void head_backward(const kernels::TileKernels& kern, const LinearProblem& p, con
     for (int64_t r = 0; r < c; ++r)
       for (int64_t f = 0; f < F; ++f) dA[r * F + f] *= pw[r + 1];
     triangular_product(kern, E, c, C, false, K, F, dA, s.clean.data());
-    const float scale = static_cast<float>(p.scale);
-    for (int64_t r = 0; r < c; ++r) {
-      float* row = dA + r * F;
-      for (int64_t f = 0; f < p.D; ++f) row[f] *= scale * s.qs[static_cast<size_t>(r * F + f)];
-      kern.from_float(row, g.dq.dtype, g.dq.strides[3], p.D, g.dq.ptr(b, h, s0 + r));
-    }
+    feature_backward(p, true, c, s.qs.data(), A, dA, static_cast<float>(p.scale), s.dx.data(), s.w.data(), &kern,
+                     ks.omega, ks.dpower);
+    for (int64_t r = 0; r < c; ++r)
+      kern.from_float(s.dx.data() + r * p.D, g.dq.dtype, g.dq.strides[3], p.D, g.dq.ptr(b, h, s0 + r));
     // dK += E^T A + diag(L^(C-1-s)) U dH^T (+ the final state's share)
     float* dK = ks.dkf.data() + s0 * F;
     float* dU = ks.du.data() + s0 * cols;
@@ -200,21 +200,28 @@ void refuse_chunked_backward(const LinearProblem& p, const core::Outputs&, core:
 }
 
 void linear_backward_chunked(const LinearProblem& p, const BackwardViews& g, const core::Context& ctx) {
+  if (p.polar() && p.stream < 0)
+    return polar_streams_backward(
+        p, g, [&](const LinearProblem& sub, const BackwardViews& sg) { linear_backward_chunked(sub, sg, ctx); });
   const kernels::TileKernels& kern = *ctx.kern;
   // a chunk longer than N is one block of N rows anyway
   const int64_t C = std::max<int64_t>(1, std::min(p.mech.chunk, p.N)), blocks = (p.N + C - 1) / C;
   const int64_t tasks = p.B * p.Hkv;
   const int threads = resolve_threads(ctx.threads, tasks);
+  const std::vector<float> omega = feature_omega(p);
   std::vector<Scratch> scratch;
   scratch.reserve(static_cast<size_t>(threads));
-  for (int t = 0; t < threads; ++t) scratch.emplace_back(p, C, blocks);
+  for (int t = 0; t < threads; ++t) scratch.emplace_back(p, C, blocks, omega.data());
+  ParamPartials partials(p, g, tasks);
   parallel_for(tasks, threads, [&](int64_t task, int thread) {
     const int64_t b = task / p.Hkv, hk = task % p.Hkv;
     Scratch& s = scratch[static_cast<size_t>(thread)];
+    partials.point(s.keys, task);
     s.keys.load(kern, p, b, hk);
     for (int64_t h = hk * p.group; h < (hk + 1) * p.group; ++h) head_backward(kern, p, g, b, h, C, s);
     s.keys.store(kern, p, g, b, hk);
   });
+  partials.add_to(g);
 }
 
 }  // namespace attn::linear

@@ -15,12 +15,12 @@ constexpr int64_t kRows = 64;  // query rows per block
 // One thread's buffers, sized before the parallel region (which must not allocate).
 struct Scratch {
   KeySide keys;
-  std::vector<float> KU, H, hT, dH, dhT, dS, a, qs, raw, y, G, dout;
-  explicit Scratch(const LinearProblem& p)
-      : keys(p, kRows), KU(static_cast<size_t>(p.F * p.state_cols())), H(KU.size()), hT(KU.size()), dH(KU.size()),
-        dhT(KU.size()), dS(KU.size()), a(static_cast<size_t>(kRows * p.F)), qs(a.size()),
-        raw(static_cast<size_t>(kRows * p.D)), y(static_cast<size_t>(kRows * p.state_cols())), G(y.size()),
-        dout(static_cast<size_t>(kRows * p.Dv)) {}
+  std::vector<float> KU, H, hT, dH, dhT, dS, a, da, w, qs, dx, raw, y, G, dout;
+  Scratch(const LinearProblem& p, const float* omega)
+      : keys(p, kRows, omega), KU(static_cast<size_t>(p.F * p.state_cols())), H(KU.size()), hT(KU.size()),
+        dH(KU.size()), dhT(KU.size()), dS(KU.size()), a(static_cast<size_t>(kRows * p.F)), da(a.size()), w(a.size()),
+        qs(static_cast<size_t>(kRows * p.D)), dx(qs.size()), raw(qs.size()),
+        y(static_cast<size_t>(kRows * p.state_cols())), G(y.size()), dout(static_cast<size_t>(kRows * p.Dv)) {}
 };
 
 void head_backward(const kernels::TileKernels& kern, const LinearProblem& p, const BackwardViews& g, int64_t b,
@@ -34,17 +34,17 @@ void head_backward(const kernels::TileKernels& kern, const LinearProblem& p, con
   for (int64_t i0 = 0; i0 < p.N; i0 += kRows) {
     const int64_t n = std::min(kRows, p.N - i0);
     float *A = s.a.data(), *Y = s.y.data(), *G = s.G.data();
-    load_features_and_slopes(kern, p, true, b, h, i0, n, p.N, scale, s.raw.data(), A, s.qs.data());
+    load_features_and_aux(kern, p, true, b, h, i0, n, p.N, scale, s.raw.data(), A, s.qs.data());
     kern.gemm(n, cols, F, A, F, 1, s.H.data(), cols, Y, cols, false);
     load_rows(kern, g.dout, b, h, i0, n, p.N, s.dout.data(), Dv);
-    for (int64_t r = 0; r < n; ++r) output_gradient(p, s.dout.data() + r * Dv, Y + r * cols, G + r * cols);
-    kern.gemm(F, cols, n, A, 1, F, G, cols, s.dH.data(), cols, true);  // dH += A^T G (A before it is reused)
-    kern.gemm(n, F, cols, G, cols, 1, s.hT.data(), F, A, F, false);  // A <- dA = G H^T
-    for (int64_t r = 0; r < n; ++r) {
-      float* row = A + r * F;
-      for (int64_t f = 0; f < p.D; ++f) row[f] *= scale * s.qs[static_cast<size_t>(r * F + f)];
-      kern.from_float(row, g.dq.dtype, g.dq.strides[3], p.D, g.dq.ptr(b, h, i0 + r));
-    }
+    for (int64_t r = 0; r < n; ++r)
+      output_gradient(p, s.dout.data() + r * Dv, Y + r * cols, G + r * cols, s.keys.dcoef);
+    kern.gemm(F, cols, n, A, 1, F, G, cols, s.dH.data(), cols, true);  // dH += A^T G
+    kern.gemm(n, F, cols, G, cols, 1, s.hT.data(), F, s.da.data(), F, false);  // dA = G H^T
+    feature_backward(p, true, n, s.qs.data(), A, s.da.data(), scale, s.dx.data(), s.w.data(), &kern, s.keys.omega,
+                     s.keys.dpower);
+    for (int64_t r = 0; r < n; ++r)
+      kern.from_float(s.dx.data() + r * p.D, g.dq.dtype, g.dq.strides[3], p.D, g.dq.ptr(b, h, i0 + r));
   }
   if (!g.dfinal_state.empty()) {  // the final state S0 + KU
     load_dfinal_state(p, g, b, h, s.dS.data());
@@ -67,22 +67,29 @@ void refuse_right_backward(const LinearProblem& p, const core::Outputs&, core::R
 }
 
 void linear_backward_right(const LinearProblem& p, const BackwardViews& g, const core::Context& ctx) {
+  if (p.polar() && p.stream < 0)
+    return polar_streams_backward(
+        p, g, [&](const LinearProblem& sub, const BackwardViews& sg) { linear_backward_right(sub, sg, ctx); });
   const kernels::TileKernels& kern = *ctx.kern;
   const int64_t tasks = p.B * p.Hkv;
   const int threads = resolve_threads(ctx.threads, tasks);
+  const std::vector<float> omega = feature_omega(p);
   std::vector<Scratch> scratch;
   scratch.reserve(static_cast<size_t>(threads));
-  for (int t = 0; t < threads; ++t) scratch.emplace_back(p);
+  for (int t = 0; t < threads; ++t) scratch.emplace_back(p, omega.data());
+  ParamPartials partials(p, g, tasks);
   parallel_for(tasks, threads, [&](int64_t task, int thread) {
     const int64_t b = task / p.Hkv, hk = task % p.Hkv, len = p.kv_len[static_cast<size_t>(b)];
     Scratch& s = scratch[static_cast<size_t>(thread)];
     KeySide& ks = s.keys;
+    partials.point(ks, task);
     ks.load(kern, p, b, hk);
     std::fill(s.KU.begin(), s.KU.end(), 0.0f);
     if (len > 0) kern.gemm(p.F, p.state_cols(), len, ks.kf.data(), 1, p.F, ks.u.data(), p.state_cols(), s.KU.data(), p.state_cols(), false);
     for (int64_t h = hk * p.group; h < (hk + 1) * p.group; ++h) head_backward(kern, p, g, b, h, s);
     ks.store(kern, p, g, b, hk);
   });
+  partials.add_to(g);
 }
 
 }  // namespace attn::linear

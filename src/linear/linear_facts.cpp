@@ -19,7 +19,7 @@ core::Facts common(bool causal, bool normalize, const std::string& F, std::vecto
   f.state_shape = "(B, H, " + F + ", " + cols + ")";
   f.params = {{"decay", {"H"}, "a decay in (0, 1] per query head (causal only)", true, "decay"},
               {"initial_state", {"B", "H", "state_rows", "state_cols"},
-               "the state (S, z) a previous call returned as final_state", true, "state"}};
+               "the state (S, z) a previous call returned as final_state", true, "state", true}};
   f.params.insert(f.params.end(), extra.begin(), extra.end());
   f.symbols = {{"F", F}, {"state_rows", F}, {"state_cols", cols}};
   f.limits = {"chunk in [1, 4096]", "causal: N == M (each token brings q, k, v)",
@@ -66,8 +66,8 @@ core::Facts LinearFamily::facts(const Sana& m) {
 
 core::Facts LinearFamily::facts(const PolaFormer& m) {
   core::Facts f = common(m.causal, true, "2 D",
-                         {{"power", {"D"}, "a power > 1 per channel", true, "positive:0.5"},
-                          {"coefficients", {"Dv"}, "a factor per output channel", true, "normal:1"}});
+                         {{"power", {"D"}, "a power > 1 per channel", true, "positive:0.5", true},
+                          {"coefficients", {"Dv"}, "a factor per output channel", true, "normal:1", true}});
   f.state_shape = "(B, H, 4 D, Dv / 2 + 1)";  // both streams' states, the same-sign one first
   f.symbols["state_rows"] = "4 D";
   f.symbols["state_cols"] = "Dv / 2 + 1";

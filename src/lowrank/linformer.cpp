@@ -45,6 +45,7 @@ LinformerProblem LinformerFamily::validate(const TensorView& q, const TensorView
     core::check_params(opt.params, both, text, symbols);
     p.E = core::to_floats(opt.params.at("E"));
     p.F = core::to_floats(opt.params.at("F"));
+    p.learned = true;
   } else {
     const double sd = 1.0 / std::sqrt(static_cast<double>(p.K));
     p.E.resize(static_cast<size_t>(p.K * p.M));
@@ -62,10 +63,10 @@ namespace {
 
 // ---- the projected form: float32 projections, then the softmax family on K', V' --------------
 
-// Y (K, d) = P (K, M) X (M, d) over the keys j < len, X the rows of one kv head; row: d floats of
-// scratch.
-void project(const float* P, int64_t K, int64_t M, int64_t len, const TensorView& x, int64_t b, int64_t h, float* y,
-             float* row) {
+}  // namespace
+
+void linformer_project(const float* P, int64_t K, int64_t M, int64_t len, const TensorView& x, int64_t b, int64_t h,
+                       float* y, float* row) {
   const int64_t d = x.dim();
   std::fill(y, y + K * d, 0.0f);
   for (int64_t j = 0; j < len; ++j) {
@@ -77,6 +78,8 @@ void project(const float* P, int64_t K, int64_t M, int64_t len, const TensorView
     }
   }
 }
+
+namespace {
 
 void run_projected(const LinformerProblem& p, const core::Outputs& o, const core::Context& ctx) {
   AttendOptions inner;  // the softmax run on the projected rows: this call's threads and kernels
@@ -90,8 +93,10 @@ void run_projected(const LinformerProblem& p, const core::Outputs& o, const core
   parallel_for(items, threads, [&](int64_t item, int thread) {
     const int64_t b = item / p.Hkv, h = item % p.Hkv;
     float* row = rows.data() + thread * width;
-    project(p.E.data(), p.K, p.M, p.kv_len[b], p.k, b, h, reinterpret_cast<float*>(kp.view().ptr(b, h, 0)), row);
-    project(p.F.data(), p.K, p.M, p.kv_len[b], p.v, b, h, reinterpret_cast<float*>(vp.view().ptr(b, h, 0)), row);
+    linformer_project(p.E.data(), p.K, p.M, p.kv_len[b], p.k, b, h, reinterpret_cast<float*>(kp.view().ptr(b, h, 0)),
+                      row);
+    linformer_project(p.F.data(), p.K, p.M, p.kv_len[b], p.v, b, h, reinterpret_cast<float*>(vp.view().ptr(b, h, 0)),
+                      row);
   });
   Softmax exact;
   exact.scale = p.scale;

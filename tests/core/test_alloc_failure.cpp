@@ -449,14 +449,24 @@ TEST(AllocFailure, Backward) {
 // The linear family's backward: its fast forms (chunked causal, right non-causal) and reference,
 // with an initial state and the final state's gradient.
 TEST(AllocFailure, LinearBackward) {
-  for (const char* m : {"linear:causal,chunk=16", "linear"}) {
+  for (const char* m : {"linear:causal,chunk=16", "linear", "performer:features=24,causal,chunk=16",
+                        "performer:features=24", "polaformer:causal,chunk=16", "polaformer"}) {
     const Problem p(Case{m, "", 60, 60});
+    const bool polar = std::string(m).rfind("polaformer", 0) == 0;
+    // the state's rows and columns
+    const int64_t F = std::string(m).rfind("performer", 0) == 0 ? 24 : polar ? 4 * kD : kD;
+    const int64_t C = polar ? kD / 2 + 1 : kD + 1;
     std::mt19937 rng(6);
     const harness::Buffer dout = testing::random_tensor(rng, DType::f32, kB, kH, 60, kD);
-    std::vector<float> dstate(static_cast<size_t>(kB * kH * kD * (kD + 1)), 0.5f), state(dstate.size(), 0.25f);
-    const TensorView ds = make_view(dstate.data(), DType::f32, kB, kH, kD, kD + 1);
+    std::vector<float> dstate(static_cast<size_t>(kB * kH * F * C), 0.5f), state(dstate.size(), 0.25f);
+    std::vector<float> power(static_cast<size_t>(kD), 2.0f), coef(static_cast<size_t>(kD), 0.5f);
+    const TensorView ds = make_view(dstate.data(), DType::f32, kB, kH, F, C);
     AttendOptions fo;
-    fo.params["initial_state"] = make_array_view(state.data(), DType::f32, {kB, kH, kD, kD + 1});
+    fo.params["initial_state"] = make_array_view(state.data(), DType::f32, {kB, kH, F, C});
+    if (polar) {  // and its learned params
+      fo.params["power"] = make_array_view(power.data(), DType::f32, {kD});
+      fo.params["coefficients"] = make_array_view(coef.data(), DType::f32, {kD});
+    }
     const AttendResult fwd = attend(p.q.view, p.k.view, p.v.view, p.mechanism, fo);
     for (const char* form : {std::string(m).find("causal") != std::string::npos ? "chunked" : "right", "reference"}) {
       AttendOptions o = fo;
@@ -468,9 +478,38 @@ TEST(AllocFailure, LinearBackward) {
         disarm();
         Bits b;
         for (const Tensor* t : {&g.dq, &g.dk, &g.dv, &g.d_initial_state}) append(b, t->view());
+        for (const auto& [name, t] : g.dparams) append(b, t.view());
         return b;
       });
     }
+  }
+}
+
+// Linformer's backward with E and F as params (their gradients too).
+TEST(AllocFailure, LinformerBackward) {
+  const Problem p(Case{"linformer:k=16", "", 60, 70});
+  std::mt19937 rng(7);
+  const harness::Buffer dout = testing::random_tensor(rng, DType::f32, kB, kH, 60, kD);
+  const harness::Buffer E = testing::random_tensor(rng, DType::f32, 1, 1, 16, 70);
+  const harness::Buffer F = testing::random_tensor(rng, DType::f32, 1, 1, 16, 70);
+  AttendOptions fo;
+  fo.params["E"] = make_array_view(E.view.data, DType::f32, {16, 70});
+  fo.params["F"] = make_array_view(F.view.data, DType::f32, {16, 70});
+  fo.return_lse = true;
+  const AttendResult fwd = attend(p.q.view, p.k.view, p.v.view, p.mechanism, fo);
+  for (const char* form : {"projected", "reference"}) {
+    AttendOptions o = fo;
+    o.return_lse = false;
+    o.threads = 2;
+    o.form = form;
+    sweep(std::string("attend_backward linformer ") + form, [&] {
+      const AttendGradients g = attend_backward(dout.view, p.q.view, p.k.view, p.v.view, fwd.out.view(),
+                                                fwd.lse.view(), p.mechanism, o);
+      disarm();
+      Bits b;
+      for (const Tensor* t : {&g.dq, &g.dk, &g.dv, &g.dparams.at("E"), &g.dparams.at("F")}) append(b, t->view());
+      return b;
+    });
   }
 }
 

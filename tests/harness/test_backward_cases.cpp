@@ -55,8 +55,9 @@ TEST(BackwardCaseListShape, NamesAreUniqueAndEveryFastFormIsCovered) {
     EXPECT_TRUE(names.insert(r.name()).second) << "duplicate run " << r.name();
     forms.insert(r.form);
   }
-  // every fast backward form of every family (softmax: tiled, rows; GAU: tiled; linear: chunked, right)
-  EXPECT_EQ(forms, (std::set<std::string>{"chunked", "right", "rows", "tiled"}));
+  // every fast backward form of every family (softmax: tiled, rows; GAU: tiled; linear: chunked, right;
+  // linformer: projected)
+  EXPECT_EQ(forms, (std::set<std::string>{"chunked", "projected", "right", "rows", "tiled"}));
   EXPECT_GE(names.size(), 450u);  // about 190 problems of the softmax family, each on 3 ISAs at least
 }
 
@@ -68,7 +69,7 @@ TEST(BackwardCaseListShape, EveryFamilyWithABackwardIsIn) {
   for (const MechanismInfo& family : family_infos()) {
     Case c;
     c.mechanism = family.text;
-    c.N = c.M = 8, c.D = c.Dv = 8;
+    c.N = c.M = 256, c.D = c.Dv = 8;  // (linformer's default k = 256 needs as many keys)
     Inputs in;
     make_inputs(c, in, /*shapes_only=*/true);
     const std::string why = families::backward_refusal(in.q.view, in.k.view, in.v.view, in.mechanism, in.options);
