@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """SmolLM2-135M from one GGUF file through several engines, same prompt, same thread count:
 attn (matrices as stored: Q4_1/Q8_0 read in place; decode with 8-bit activations, "attn", or float
-ones, "attn-f32"), llama.cpp (llama-cpp-python, the same file, its default f16 KV cache) and
+ones, "attn-f32"; "attn-kv16": a float16 KV cache), llama.cpp (llama-cpp-python, the same file, its default f16 KV cache) and
 transformers (the file dequantized to float32, eager PyTorch). Prefill of a prompt of each
 --contexts length, then decode of 128 tokens (greedy) after it, peak RSS. Each engine runs in its
 own process so its RSS is its own. Beside each decode figure: the bandwidth bound, the bytes a
@@ -60,16 +60,16 @@ def bytes_per_token(engine: str, context: int) -> float:
     float32, llama.cpp: float16, 30 layers x 3 kv heads x 64)."""
     import attn
     weights = os.path.getsize(attn.smollm2_path())  # matrices are nearly all of the file
-    kv = 30 * 2 * 3 * 64 * (2 if engine == "llama.cpp" else 4)
+    kv = 30 * 2 * 3 * 64 * (2 if engine in ("llama.cpp", "attn-kv16") else 4)
     return weights + kv * context
 
 
 EXTRA = {}  # engine-specific figures of the child's run, added to its JSON row
 
 
-def run_attn(path, ids, new, threads, reps, activations="auto"):
+def run_attn(path, ids, new, threads, reps, activations="auto", cache_dtype="f32"):
     from attn import _attn
-    d = _attn.Decoder.from_gguf(path, threads, False, len(ids) + new + 8, activations)
+    d = _attn.Decoder.from_gguf(path, threads, False, len(ids) + new + 8, activations, cache_dtype)
     best_p = best_d = float("inf")
     for _ in range(reps):
         d.reset()
@@ -150,7 +150,8 @@ def agreement(n: int, threads: int) -> dict:
             "logit_range": float(np.abs(ref_f32).max())}
 
 
-ENGINES = {"attn": run_attn, "attn-f32": lambda *a: run_attn(*a, activations="f32"), "llama.cpp": run_llama_cpp,
+ENGINES = {"attn": run_attn, "attn-f32": lambda *a: run_attn(*a, activations="f32"),
+           "attn-kv16": lambda *a: run_attn(*a, cache_dtype="f16"), "llama.cpp": run_llama_cpp,
            "transformers": run_transformers}
 
 
