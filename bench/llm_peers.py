@@ -130,24 +130,35 @@ def run_transformers(path, ids, new, threads, reps):
 
 
 def agreement(n: int, threads: int) -> dict:
-    """Logits of attn (Q4_1 as stored) and llama.cpp (same file) on n tokens of real text: how often
-    the argmax agrees, and the largest logit difference (llama.cpp rounds activations to 8 bits
-    before its quantized products; attn multiplies float32 activations with the exact weights)."""
+    """Logits on n tokens of real text from: attn's float path (Q4_1 as stored, float activations:
+    the prefill's, equal to the file dequantized to float32), attn's decode steps with 8-bit
+    activations (token by token, as generation runs them), and llama.cpp on the same file (which
+    rounds activations to 8 bits before its quantized products). Each against the float path:
+    largest logit difference, argmax agreement, perplexity of the text."""
     import numpy as np
-    import attn
     from attn import _attn
     from llama_cpp import Llama
+    import attn
     path, ids = attn.smollm2_path(), prompt_ids(n)
-    ours = _attn.Decoder.from_gguf(path, threads, False, n + 8).forward(ids, 0, True)
-    ref_f32 = _attn.Decoder.from_gguf(path, threads, True, n + 8).forward(ids, 0, True)
+    f32 = _attn.Decoder.from_gguf(path, threads, False, n + 8, "f32").forward(ids, 0, True)
+    d = _attn.Decoder.from_gguf(path, threads, False, n + 8, "q8")
+    q8 = np.stack([d.forward([t], i, False)[-1] for i, t in enumerate(ids)])
     m = Llama(model_path=path, n_ctx=n + 8, n_threads=threads, n_batch=512, logits_all=True, verbose=False)
     m.eval(ids)
-    theirs = np.asarray(m.scores[:n], dtype=np.float32)
-    return {"tokens": n, "argmax_agree_llama_cpp": float((ours.argmax(-1) == theirs.argmax(-1)).mean()),
-            "max_abs_diff_llama_cpp": float(np.abs(ours - theirs).max()),
-            "max_abs_diff_llama_cpp_vs_f32": float(np.abs(theirs - ref_f32).max()),
-            "max_abs_diff_q4_1_vs_f32": float(np.abs(ours - ref_f32).max()),
-            "logit_range": float(np.abs(ref_f32).max())}
+    llama = np.asarray(m.scores[:n], dtype=np.float32)
+
+    def perplexity(z):
+        z = z[:-1].astype(np.float64)
+        lse = np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1)) + z.max(-1)
+        return float(np.exp(np.mean(lse - z[np.arange(len(z)), ids[1:]])))
+
+    out = {"tokens": n, "logit_range": float(np.abs(f32).max()), "perplexity_f32": perplexity(f32)}
+    for name, z in (("attn_q8", q8), ("llama_cpp", llama)):
+        out[name] = {"max_abs_diff_vs_f32": float(np.abs(z - f32).max()),
+                     "argmax_agree_vs_f32": float((z.argmax(-1) == f32.argmax(-1)).mean()),
+                     "perplexity": perplexity(z)}
+    out["argmax_agree_attn_q8_vs_llama_cpp"] = float((q8.argmax(-1) == llama.argmax(-1)).mean())
+    return out
 
 
 ENGINES = {"attn": run_attn, "attn-f32": lambda *a: run_attn(*a, activations="f32"),
