@@ -57,19 +57,10 @@ Inputs make(const Shape& sh, DType dt, uint32_t seed) {
   return s;
 }
 
-double loss(const Inputs& s) {
-  return testing::dot_with_output(
-      s.dout.view, families::reference_outputs(s.q.view, s.k.view, s.v.view, s.m, s.o, core::RefPrecision::f64));
-}
+double loss(const Inputs& s) { return testing::reference_loss(s); }
 
-AttendGradients backward(Inputs& s, const std::string& form, int threads = 0) {
-  AttendOptions fo = s.o;
-  fo.return_lse = true;
-  const AttendResult fwd = attend(s.q.view, s.k.view, s.v.view, s.m, fo);
-  AttendOptions bo = s.o;
-  bo.form = form;
-  bo.threads = threads;
-  return attend_backward(s.dout.view, s.q.view, s.k.view, s.v.view, fwd.out.view(), fwd.lse.view(), s.m, bo);
+AttendGradients backward(const Inputs& s, const std::string& form, int threads = 0) {
+  return testing::forward_then_backward(s, form, threads);
 }
 
 std::vector<Shape> shapes() {

@@ -9,8 +9,10 @@
 #include <functional>
 #include <string>
 
+#include "attn/attn.hpp"
 #include "attn/tensor.hpp"
 #include "core/reference_result.hpp"
+#include "families/internal_api.hpp"
 #include "harness/inputs.hpp"
 
 namespace attn::testing {
@@ -24,6 +26,26 @@ inline double dot_with_output(const TensorView& dout, const core::ReferenceResul
       for (int64_t i = 0; i < dout.shape[2]; ++i)
         for (int64_t c = 0; c < dout.shape[3]; ++c) l += static_cast<double>(dout.at(b, h, i, c)) * r.o(b, h, i, c);
   return l;
+}
+
+// For a gradient test's inputs (fields q, k, v and dout as Buffers, m the mechanism, o the
+// options): the loss sum dout . out of the float64 forward reference, and the gradients of a
+// backward form after attend() returned out and lse for the same call.
+template <class Inputs>
+double reference_loss(const Inputs& s) {
+  return dot_with_output(
+      s.dout.view, families::reference_outputs(s.q.view, s.k.view, s.v.view, s.m, s.o, core::RefPrecision::f64));
+}
+
+template <class Inputs>
+AttendGradients forward_then_backward(const Inputs& s, const std::string& form, int threads = 0) {
+  AttendOptions fo = s.o;
+  fo.return_lse = true;
+  const AttendResult fwd = attend(s.q.view, s.k.view, s.v.view, s.m, fo);
+  AttendOptions bo = s.o;
+  bo.form = form;
+  bo.threads = threads;
+  return attend_backward(s.dout.view, s.q.view, s.k.view, s.v.view, fwd.out.view(), fwd.lse.view(), s.m, bo);
 }
 
 // Central differences of loss() in every element of x (the step actually taken is the difference
