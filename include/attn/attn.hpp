@@ -9,6 +9,7 @@
 #include "attn/isa.hpp"
 #include "attn/mechanism.hpp"
 #include "attn/npy.hpp"
+#include "attn/output_softmax.hpp"
 #include "attn/pattern.hpp"
 #include "attn/kv_cache.hpp"
 #include "attn/model.hpp"
