@@ -24,6 +24,8 @@
 namespace nb = nanobind;
 using namespace nb::literals;
 
+void bind_output_softmax(nb::module_& m);  // python/output_bindings.cpp
+
 namespace {
 
 using Array = nb::ndarray<nb::ro, nb::device::cpu>;     // inputs: read-only views welcome
@@ -711,4 +713,5 @@ NB_MODULE(_attn, m) {
   m.def("set_isa", [](const std::string& name) { attn::set_isa(attn::parse_isa(name, "set_isa")); }, "name"_a,
         "Sets the process-wide default kernel set (portable/scalar, avx2, avx512); raises if the CPU cannot run it.\n"
         "Prefer the isa= argument of attend(), which applies to one call.");
+  bind_output_softmax(m);
 }
