@@ -8,10 +8,12 @@
 
 Every function takes NumPy arrays or torch tensors (float32 or float64) and returns the same kind.
 The math runs in C++ in the array's dtype (the models: in their weights' dtype) with dot products
-accumulated in float64. Torch results carry no gradient (there is no backward pass here yet).
+accumulated in float64. Torch results carry no gradient (there is no backward pass here yet; a
+tensor that requires grad gives a RuntimeWarning).
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
@@ -27,10 +29,18 @@ def _is_torch(x: Any) -> bool:
     return type(x).__module__.startswith("torch")
 
 
-def _floats(x: Any, name: str, dtype: Optional[np.dtype] = None) -> np.ndarray:
+def _floats(x: Any, name: str, dtype: Optional[np.dtype] = None, input: bool = False) -> np.ndarray:
     """A C-contiguous float32/float64 NumPy copy or view of x (torch: detached, on the CPU).
-    With `dtype`, x is converted to it (a model computes in its weights' dtype)."""
+    With `dtype`, x is converted to it (a model computes in its weights' dtype). An `input`
+    (not a weight, which is copied) that requires grad gets a warning: no gradient flows back."""
     if _is_torch(x):
+        if input and x.requires_grad:
+            import torch
+
+            if torch.is_grad_enabled():
+                warnings.warn(f"attn: {name} requires grad, but the output-layer softmaxes have no backward pass yet: "
+                              "the result is detached (run under torch.no_grad() to silence this)", RuntimeWarning,
+                              stacklevel=4)
         x = x.detach().cpu().numpy() if x.dtype.is_floating_point and x.dtype.itemsize >= 4 else x
     if _is_torch(x) or not isinstance(x, np.ndarray):
         kind = str(x.dtype) if _is_torch(x) else type(x).__name__
@@ -56,7 +66,7 @@ def _ids(x: Any, name: str) -> np.ndarray:
 
 def _rows(x: Any, name: str, d: int, dims: str) -> Tuple[np.ndarray, bool]:
     torch_in = _is_torch(x)
-    a = _floats(x, name)
+    a = _floats(x, name, input=True)
     if a.ndim != 2 or a.shape[1] != d:
         raise ValueError(f"{name} must have shape {dims} = (N, {d}), got {tuple(a.shape)}")
     return a, torch_in
@@ -78,7 +88,7 @@ def log_softmax(x: Any, axis: int = -1) -> Any:
     NaN; (1000, 1000) gives (-ln 2, -ln 2). axis: the axis to normalise (negative counts from the
     end)."""
     torch_in = _is_torch(x)
-    a = _floats(x, "x")
+    a = _floats(x, "x", input=True)
     axis = _args.integer(axis, "axis")
     nd = max(a.ndim, 1)
     if not -nd <= axis < nd:

@@ -257,3 +257,22 @@ def test_adaptive_bad_input_names_the_argument(call, exc, fragment):
     with pytest.raises(exc) as e:
         call(*_weights())
     assert fragment in str(e.value)
+
+
+def test_empty_batches_and_detached_gradients():
+    hs = attn.HierarchicalSoftmax.from_counts([4, 2, 1], np.ones((2, 3)))
+    assert hs.log_prob(np.zeros((0, 3)), []).shape == (0,)
+    assert hs.log_prob_all(np.zeros((0, 3))).shape == (0, 3)
+    single = attn.HierarchicalSoftmax.from_counts([9], np.zeros((0, 3)))  # one word: empty code, P = 1
+    assert single.codes(0) == "" and single.log_prob_all(np.ones((2, 3))).tolist() == [[0.0], [0.0]]
+    h, t = _weights()
+    a = attn.AdaptiveLogSoftmaxWithLoss(h, t, [4, 8])
+    assert a.log_prob(np.zeros((0, 16))).shape == (0, 10) and a.predict(np.zeros((0, 16))).shape == (0,)
+    out, loss = a(np.zeros((0, 16)), np.zeros(0, np.int64))
+    assert out.shape == (0,) and np.isnan(loss)  # torch's mean of nothing
+    x = torch.randn(2, 5, requires_grad=True)
+    with pytest.warns(RuntimeWarning, match="x requires grad"):
+        y = attn.log_softmax(x)
+    assert not y.requires_grad
+    with torch.no_grad():
+        torch.testing.assert_close(attn.log_softmax(x), torch.log_softmax(x, -1))

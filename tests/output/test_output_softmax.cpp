@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -331,6 +332,30 @@ TEST(OutputAdaptiveSoftmax, BadInputNamesTheArgument) {
   std::vector<float> out(2);
   expect_error([&] { a.forward(x.data(), 2, target.data(), out.data()); },
                "target[1] = 10 is outside [0, n_classes) = [0, 10)");
+}
+
+// Rows are independent: any thread count gives the same bits (TESTING.md rule 20).
+TEST(OutputSoftmaxDeterminism, SameBitsForAnyThreadCount) {
+  const int64_t V = 257, d = 19, N = 61;
+  std::vector<int64_t> counts(V);
+  for (int64_t w = 0; w < V; ++w) counts[w] = 1 + (w * 7919) % 101;
+  const std::vector<float> theta = normal<float>((V - 1) * d, 11), h = normal<float>(N * d, 12);
+  const auto hs = HierarchicalSoftmax<float>::from_counts(counts, theta, d);
+  const AdaptiveWeights<float> w(d, V, {20, 100}, 0.5, 13, true);
+  const auto a = w.build();
+  std::vector<float> ref_hs(N * V), ref_a(N * V), ref_ls(N * V);
+  hs.log_prob_all(h.data(), N, ref_hs.data(), 1);
+  a.log_prob(h.data(), N, ref_a.data(), 1);
+  log_softmax(ref_a.data(), ref_ls.data(), N, V, 1);
+  for (int threads : {2, 3, 8}) {
+    std::vector<float> x(N * V, NAN), y(N * V, NAN), z(N * V, NAN);  // NaN: an unwritten value shows
+    hs.log_prob_all(h.data(), N, x.data(), threads);
+    a.log_prob(h.data(), N, y.data(), threads);
+    log_softmax(ref_a.data(), z.data(), N, V, threads);
+    EXPECT_EQ(0, std::memcmp(x.data(), ref_hs.data(), x.size() * sizeof(float))) << threads;
+    EXPECT_EQ(0, std::memcmp(y.data(), ref_a.data(), y.size() * sizeof(float))) << threads;
+    EXPECT_EQ(0, std::memcmp(z.data(), ref_ls.data(), z.size() * sizeof(float))) << threads;
+  }
 }
 
 }  // namespace
