@@ -108,7 +108,8 @@ class AdaptiveLogSoftmaxWithLoss {
   // torch's module.cutoffs: the given cutoffs, then n_classes.
   const std::vector<int64_t>& cutoffs() const { return cutoffs_; }
 
-  // x: (rows, d). out: (rows, V) log probabilities (torch's log_prob).
+  // x: (rows, d). out: (rows, V) log probabilities (torch's log_prob). float: products by the
+  // kernel table's gemm in blocks of rows (float sums, as torch's); double: sums in double.
   void log_prob(const T* x, int64_t rows, T* out, int threads = 0) const;
   // out[r]: torch's predict: the head's argmax if it is a shortlist word, else the argmax of the
   // row's full log_prob (first maximum on ties, as torch.argmax).
@@ -120,16 +121,20 @@ class AdaptiveLogSoftmaxWithLoss {
  private:
   struct Cluster {
     std::vector<T> proj, out;  // (hidden, d), (size, hidden)
+    std::vector<float> proj_t, out_t;  // float only: (d, hidden), (hidden, size) for the gemm
     int64_t hidden = 0, size = 0;
   };
   int64_t dim_ = 0, vocab_ = 0;
   std::vector<int64_t> cutoffs_;  // m + 1 values, the last is V
   std::vector<T> head_, head_bias_;
+  std::vector<float> head_t_;  // float only: (d, c_1 + m), the head transposed for the gemm
   std::vector<Cluster> clusters_;
   int64_t max_cluster_size_ = 0, max_hidden_ = 0;
   // Scratch of one row: head log-probabilities (head_size), a projection, a cluster's logits.
   void head_log_probs(const T* x, double* head) const;
   void cluster_log_probs(const T* x, int64_t i, double* hidden, double* logits) const;
+  // float: log_prob of blocks of rows through the kernel table's gemm (float sums)
+  void log_prob_blocked(const float* x, int64_t rows, float* out, int threads) const;
 };
 
 extern template class HierarchicalSoftmax<float>;

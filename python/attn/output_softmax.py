@@ -8,8 +8,9 @@
 
 Every function takes NumPy arrays or torch tensors (float32 or float64) and returns the same kind.
 The math runs in C++ in the array's dtype (the models: in their weights' dtype) with dot products
-accumulated in float64. Torch results carry no gradient (there is no backward pass here yet; a
-tensor that requires grad gives a RuntimeWarning).
+accumulated in float64 (the adaptive softmax's float32 log_prob: float sums in the kernel table's
+gemm). Torch results carry no gradient (there is no backward pass here yet; a tensor that
+requires grad gives a RuntimeWarning).
 """
 from __future__ import annotations
 

@@ -3,16 +3,28 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "attn/error.hpp"
 #include "attn/output_softmax.hpp"
+#include "attn/isa.hpp"
 #include "base/parallel.hpp"
+#include "kernels/kernel_table.hpp"
 #include "output/row_ops.hpp"
 
 namespace attn {
 namespace {
 
 constexpr const char* kWhere = "AdaptiveLogSoftmaxWithLoss";
+
+// b = a transposed: a is (rows, cols) row-major, b (cols, rows).
+template <class T>
+std::vector<float> transposed(const std::vector<T>& a, int64_t rows, int64_t cols) {
+  std::vector<float> b(a.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) b[c * rows + r] = static_cast<float>(a[r * cols + c]);
+  return b;
+}
 
 // Built with += (GCC 12 warns, wrongly, of overlapping memcpy on "(" + std::to_string(r)).
 std::string shape(int64_t r, int64_t c) {
@@ -96,10 +108,15 @@ AdaptiveLogSoftmaxWithLoss<T>::AdaptiveLogSoftmaxWithLoss(
                                                                    std::to_string(i + 1) + ", hidden)");
     c.proj.assign(proj.data, proj.data + c.hidden * dim_);
     c.out.assign(out.data, out.data + c.size * c.hidden);
+    if constexpr (std::is_same_v<T, float>) {
+      c.proj_t = transposed(c.proj, c.hidden, dim_);
+      c.out_t = transposed(c.out, c.size, c.hidden);
+    }
     max_cluster_size_ = std::max(max_cluster_size_, c.size);
     max_hidden_ = std::max(max_hidden_, c.hidden);
     clusters_.push_back(std::move(c));
   }
+  if constexpr (std::is_same_v<T, float>) head_t_ = transposed(head_, head_size(), dim_);
 }
 
 // head[j] = log_softmax(W x + b)[j] for j < head_size.
@@ -127,10 +144,57 @@ void AdaptiveLogSoftmaxWithLoss<T>::cluster_log_probs(const T* x, int64_t i, dou
   output::log_softmax_row(logits, logits, c.size);
 }
 
+// Blocks of kBlockRows rows: the head's logits, then per cluster the projection and the output
+// logits written straight into `out`, each a gemm over the block; log-softmax rows in place.
+// Blocks do not depend on the thread count, nor a row's sums on its block: same bits for any.
+template <class T>
+void AdaptiveLogSoftmaxWithLoss<T>::log_prob_blocked(const float* x, int64_t rows, float* out, int threads) const {
+  constexpr int64_t kBlockRows = 32;
+  const kernels::TileKernels& kern = kernels::kernels_for(active_isa());
+  const int64_t H = head_size(), blocks = (rows + kBlockRows - 1) / kBlockRows;
+  const int nt = resolve_threads(threads, blocks);
+  const int64_t per = kBlockRows * (H + max_hidden_);
+  std::vector<float> scratch(static_cast<size_t>(per * nt));
+  parallel_for(blocks, nt, [&](int64_t b, int t) {
+    const int64_t r0 = b * kBlockRows, nb = std::min(kBlockRows, rows - r0);
+    const float* xb = x + r0 * dim_;
+    float* head = scratch.data() + t * per;  // (nb, H)
+    float* hidden = head + kBlockRows * H;   // (nb, hidden)
+    kern.gemm(nb, H, dim_, xb, dim_, 1, head_t_.data(), H, head, H, false);
+    for (int64_t r = 0; r < nb; ++r) {
+      float* hr = head + r * H;
+      if (!head_bias_.empty())
+        for (int64_t j = 0; j < H; ++j) hr[j] += static_cast<float>(head_bias_[j]);
+      output::log_softmax_row(hr, hr, H);
+      std::copy(hr, hr + shortlist_size(), out + (r0 + r) * vocab_);
+    }
+    for (int64_t i = 0; i < n_clusters(); ++i) {
+      const Cluster& c = clusters_[static_cast<size_t>(i)];
+      float* ob = out + r0 * vocab_ + cutoffs_[i];  // (nb, size), row stride V
+      if (c.hidden > 0) {
+        kern.gemm(nb, c.hidden, dim_, xb, dim_, 1, c.proj_t.data(), c.hidden, hidden, c.hidden, false);
+        kern.gemm(nb, c.size, c.hidden, hidden, c.hidden, 1, c.out_t.data(), c.size, ob, vocab_, false);
+      } else {
+        for (int64_t r = 0; r < nb; ++r) std::fill(ob + r * vocab_, ob + r * vocab_ + c.size, 0.0f);
+      }
+      for (int64_t r = 0; r < nb; ++r) {
+        float* o = ob + r * vocab_;
+        output::log_softmax_row(o, o, c.size);
+        const float base = head[r * H + shortlist_size() + i];
+        for (int64_t k = 0; k < c.size; ++k) o[k] += base;
+      }
+    }
+  });
+}
+
 template <class T>
 void AdaptiveLogSoftmaxWithLoss<T>::log_prob(const T* x, int64_t rows, T* out, int threads) const {
   check_call("AdaptiveLogSoftmaxWithLoss.log_prob", rows, threads);
   if (rows == 0) return;
+  if constexpr (std::is_same_v<T, float>) {
+    log_prob_blocked(x, rows, out, threads);
+    return;
+  }
   const int nt = resolve_threads(threads, rows);
   const int64_t per = head_size() + max_hidden_ + max_cluster_size_;
   std::vector<double> scratch(static_cast<size_t>(per * nt));
