@@ -133,6 +133,8 @@ class AdaptiveLogSoftmaxWithLoss {
   // Scratch of one row: head log-probabilities (head_size), a projection, a cluster's logits.
   void head_log_probs(const T* x, double* head) const;
   void cluster_log_probs(const T* x, int64_t i, double* hidden, double* logits) const;
+  // row (V) = every word's log probability for x, rounded to T; scratch: head, hidden, logits.
+  void all_log_probs(const T* x, double* head, double* hidden, double* logits, T* row) const;
   // float: log_prob of blocks of rows through the kernel table's gemm (float sums)
   void log_prob_blocked(const float* x, int64_t rows, float* out, int threads) const;
 };

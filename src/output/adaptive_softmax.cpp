@@ -202,15 +202,20 @@ void AdaptiveLogSoftmaxWithLoss<T>::log_prob(const T* x, int64_t rows, T* out, i
     double* head = scratch.data() + t * per;
     double* hidden = head + head_size();
     double* logits = hidden + max_hidden_;
-    head_log_probs(x + r * dim_, head);
-    T* o = out + r * vocab_;
-    for (int64_t j = 0; j < shortlist_size(); ++j) o[j] = static_cast<T>(head[j]);
-    for (int64_t i = 0; i < n_clusters(); ++i) {
-      cluster_log_probs(x + r * dim_, i, hidden, logits);
-      const double base = head[shortlist_size() + i];
-      for (int64_t k = 0; k < clusters_[i].size; ++k) o[cutoffs_[i] + k] = static_cast<T>(logits[k] + base);
-    }
+    all_log_probs(x + r * dim_, head, hidden, logits, out + r * vocab_);
   });
+}
+
+template <class T>
+void AdaptiveLogSoftmaxWithLoss<T>::all_log_probs(const T* x, double* head, double* hidden, double* logits,
+                                                  T* row) const {
+  head_log_probs(x, head);
+  for (int64_t j = 0; j < shortlist_size(); ++j) row[j] = static_cast<T>(head[j]);
+  for (int64_t i = 0; i < n_clusters(); ++i) {
+    cluster_log_probs(x, i, hidden, logits);
+    const double base = head[shortlist_size() + i];
+    for (int64_t k = 0; k < clusters_[i].size; ++k) row[cutoffs_[i] + k] = static_cast<T>(logits[k] + base);
+  }
 }
 
 template <class T>
@@ -237,13 +242,7 @@ void AdaptiveLogSoftmaxWithLoss<T>::predict(const T* x, int64_t rows, int64_t* o
       out[r] = best;
       return;
     }
-    head_log_probs(xr, head);
-    for (int64_t j = 0; j < shortlist_size(); ++j) row[j] = static_cast<T>(head[j]);
-    for (int64_t i = 0; i < n_clusters(); ++i) {
-      cluster_log_probs(xr, i, hidden, logits);
-      for (int64_t k = 0; k < clusters_[i].size; ++k)
-        row[cutoffs_[i] + k] = static_cast<T>(logits[k] + head[shortlist_size() + i]);
-    }
+    all_log_probs(xr, head, hidden, logits, row);
     out[r] = argmax(row, vocab_);
   });
 }
