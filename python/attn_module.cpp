@@ -584,15 +584,17 @@ NB_MODULE(_attn, m) {
       .def_static(
           "from_gguf",
           [](const std::string& path, int threads, bool dequantize, int64_t max_seq_len, const std::string& activations,
-             const std::string& cache_dtype) {
+             const std::string& cache_dtype, bool repack) {
             const attn::DType dt = cache_dtype == "f32" ? attn::DType::f32
                                    : cache_dtype == "f16" ? attn::DType::f16
                                    : cache_dtype == "bf16" ? attn::DType::bf16
                                    : throw nb::value_error(("cache_dtype: expected 'f32', 'f16' or 'bf16', got '" + cache_dtype + "'").c_str());
-            return attn::Decoder::from_gguf(path, {threads, dequantize, max_seq_len, activations, dt});
+            return attn::Decoder::from_gguf(path, {threads, dequantize, max_seq_len, activations, dt, repack});
           },
           "path"_a, "threads"_a, "dequantize"_a, "max_seq_len"_a, "activations"_a = "auto", "cache_dtype"_a = "f32",
-          "Maps a llama-architecture GGUF file (quantized matrices used as stored unless dequantize).")
+          "repack"_a = true,
+          "Maps a llama-architecture GGUF file (quantized matrices used as stored unless dequantize; packed in "
+          "16-row groups at load when repack and activations is not 'f32').")
       .def(
           "set_mechanism",
           [](attn::Decoder& d, int64_t layer, const std::string& text) { d.set_mechanism(layer, attn::parse_mechanism(text)); },

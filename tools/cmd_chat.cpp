@@ -39,10 +39,13 @@ struct ChatArgs {
   double temperature = 0.0, top_p = 1.0;
   uint64_t seed = 1;
   bool quiet = false;
+  bool in_place = false;  // --no-repack
 };
 
 int run(const ChatArgs& a) {
-  TextModel m(a.model);
+  TextModelOptions options = a.model;
+  options.repack = !a.in_place;
+  TextModel m(options);
   std::vector<ChatMessage> messages;
   if (!a.system.empty()) messages.push_back({"system", a.system});
   const bool tty = isatty(fileno(stdin)) != 0;
@@ -91,6 +94,8 @@ Runner add_chat(CLI::App& app) {
   c->add_option("--cache-type", a->model.cache_type, "KV cache storage: f32, f16 (half the bytes) or bf16")
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  c->add_flag("--no-repack", a->in_place,
+              "Read quantized blocks in place instead of packing them in 16-row groups at load (slower decode)");
   c->add_option("--max-context", a->model.max_context, "Context the KV caches hold")->capture_default_str()->check(in_range(1, 1 << 22));
   c->add_option("--threads", a->model.threads, "Threads (0 = all cores)")->capture_default_str()->check(in_range(0, 256));
   c->add_flag("-q,--quiet", a->quiet, "No figures after each reply");

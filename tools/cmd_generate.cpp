@@ -33,6 +33,7 @@ struct GenerateArgs {
   // --model: a GGUF language model and a text prompt
   std::string model, prompt, dtype = "q4_1", activations = "auto", cache_type = "f32";
   bool chat = false;
+  bool in_place = false;  // --no-repack
   int64_t max_tokens = 128, max_context = 4096;
   double temperature = 0.0, top_p = 1.0;
 };
@@ -94,7 +95,7 @@ Decoder make_decoder(const GenerateArgs& a) {
 int run_text_model(const GenerateArgs& a) {
   if (a.random_weights || !a.weights.empty()) throw Error("generate: --model cannot be combined with --random-weights or --weights");
   if (a.prompt.empty()) throw Error("generate: --model needs --prompt TEXT");
-  TextModel m({a.model, a.dtype, a.mechanism, a.threads, a.max_context, a.activations, a.cache_type});
+  TextModel m({a.model, a.dtype, a.mechanism, a.threads, a.max_context, a.activations, a.cache_type, !a.in_place});
   const Tokenizer& tok = m.tokenizer();
   const std::string text = a.chat ? tok.chat_prompt({{"user", a.prompt}}, true) : a.prompt;
   const std::vector<int32_t> prompt = tok.encode(text, true);
@@ -202,6 +203,9 @@ Runner add_generate(CLI::App& app) {
                 "KV cache storage: f32, f16 (half the bytes per token of context, llama.cpp's default) or bf16 (--model)")
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  c->add_flag("--no-repack", a->in_place,
+              "Read Q4_0/Q4_1/Q8_0 blocks in place in the mapped file instead of packing them in 16-row groups at "
+              "load (decode is slower; for comparison) (--model)");
   c->add_option("--max-context", a->max_context, "Context the KV caches hold (--model)")->capture_default_str()->check(in_range(1, 1 << 22));
   c->add_flag("--random-weights", a->random_weights, "Random weights (seeded) of the shape the options below give");
   c->add_option("--weights", a->weights, "A safetensors file with the decoder config in its metadata")->check(CLI::ExistingFile);

@@ -55,7 +55,7 @@ DType cache_dtype(const std::string& name) {
 TextModel::TextModel(const TextModelOptions& o)
     : tokenizer_(Tokenizer::from_gguf(GgufFile::open(o.path))),
       decoder_(Decoder::from_gguf(o.path, {o.threads, dequantize(o.dtype), o.max_context, o.activations,
-                                           cache_dtype(o.cache_type)})) {
+                                           cache_dtype(o.cache_type), o.repack})) {
   if (!o.mechanism.empty()) decoder_.set_mechanism(-1, parse_mechanism(o.mechanism));
   stop_.insert(tokenizer_.eos_id());
   for (const char* special : {"<|im_end|>", "<|endoftext|>"}) {

@@ -22,6 +22,7 @@ struct TextModelOptions {
   int64_t max_context = 4096;
   std::string activations = "auto";  // decode steps: f32, q8 or auto (Decoder::set_activations)
   std::string cache_type = "f32";    // the KV caches: f32, f16 or bf16
+  bool repack = true;                // quantized matrices packed at load (GgufLoadOptions::repack)
 };
 
 struct ReplyStats {

@@ -68,6 +68,10 @@ class GgufFile {
   int64_t integer(const std::string& key) const;
   double number(const std::string& key) const;
   const std::string& text(const std::string& key) const;
+  // Tells the OS that a mapped file's pages wholly inside tensor t are not needed any more (after
+  // a copy): they leave the process's memory and are read from the file again if touched. Does
+  // nothing for a parsed image.
+  void drop_pages(const GgufTensor& t) const;
 
  private:
   std::shared_ptr<const void> mapping_;

@@ -87,6 +87,10 @@ struct GgufLoadOptions {
   int64_t max_seq_len = 0;  // positions of context the caches hold; 0: the model's context length
   std::string activations = "auto";  // decode steps' products: "f32", "q8" or "auto" (set_activations)
   DType cache_dtype = DType::f32;     // the KV caches' storage (set_cache_dtype)
+  // Q4_0/Q4_1/Q8_0 matrices packed once at load in groups of 16 rows, the layout decode's integer
+  // dot products read fastest (unless activations is "f32", which reads the blocks in place);
+  // their pages of the mapped file are dropped, so memory stays near the file's size.
+  bool repack = true;
 };
 
 // One layer's cache as allocated (Decoder::layer_caches).

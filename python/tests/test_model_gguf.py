@@ -178,6 +178,30 @@ def test_smollm2_q4_1_as_stored_agrees_with_f32(smollm2):
     assert (a.argmax(-1) == b.argmax(-1)).mean() >= 0.99
 
 
+@pytest.mark.parametrize("tied", [True, False])
+def test_tiny_gguf_packed_matrices_give_the_products_of_the_blocks_in_place(tmp_path, tied):
+    """Quantized matrices packed in 16-row groups at load (the default) against the file's blocks
+    read in place: prefill and float-activation steps multiply the same rows rebuilt (the same
+    bits); 8-bit steps the same integer dots, their block terms summed in another order."""
+    write_tiny_llama(tmp_path / "tiny.gguf", tied=tied)
+    tokens = [int(t) for t in np.random.default_rng(2).integers(0, 96, 40)]
+    packed, in_place = (_attn.Decoder.from_gguf(str(tmp_path / "tiny.gguf"), 0, False, 64, "q8", "f32", repack)
+                        for repack in (True, False))
+    full = packed.forward(tokens, 0, True)
+    assert np.array_equal(full, in_place.forward(tokens, 0, True))
+
+    def steps(d, activations):
+        d.activations = activations
+        d.reset()
+        d.forward(tokens[:30], 0, False)
+        return np.stack([d.forward([t], 30 + i, False)[0] for i, t in enumerate(tokens[30:])])
+
+    assert np.array_equal(steps(packed, "f32"), steps(in_place, "f32"))
+    a, b = steps(packed, "q8"), steps(in_place, "q8")
+    assert np.abs(a - b).max() <= 1e-5 * max(1.0, np.abs(full).max())
+    assert np.abs(a - full[30:]).max() > 0  # 8-bit activations ran
+
+
 def test_smollm2_q8_activations_agree_with_float_activations(smollm2, hf_smollm2):
     """Decode steps with 8-bit activations and integer dot products against float activations on
     the same Q4_1 matrices, token by token over real text: the logits move by the rounding of the

@@ -4,6 +4,9 @@
 // sizes are computed with overflow checks.
 #include "attn/gguf.hpp"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -237,6 +240,14 @@ GgufFile GgufFile::open(const std::string& path) {
   GgufFile f = parse(m.data, m.size, path);
   f.mapping_ = std::move(m.mapping);
   return f;
+}
+
+void GgufFile::drop_pages(const GgufTensor& t) const {
+  if (!mapping_ || t.bytes <= 0) return;
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(t.data) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(t.data) + static_cast<uintptr_t>(t.bytes)) / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advice: failure is harmless
 }
 
 const GgufValue& GgufFile::value(const std::string& key) const {

@@ -20,6 +20,7 @@ TileKernels with_q8_dot(const TileKernels& base) {
     if (v.isa == base.isa) {
       t.q8_dot_rows = v.rows;
       t.q8_dot_name = v.name;
+      t.q8_packed_rows = v.packed;
       break;
     }
   return t;

@@ -27,6 +27,8 @@ constexpr int kMaxTopkLanes = 16;
 enum class BlockQuant : uint8_t { q4_0, q4_1, q8_0 };
 // 32 activations rounded to 8 bits (kernels/q8_dot.hpp).
 struct Q8Block;
+// A block-quantized matrix packed in 16-row groups (kernels/q8_packed.hpp).
+struct PackedView;
 
 // The running summary of one row of direct weights (weight_row_stats): c the largest |a| so far
 // (0: none yet), a1 = sum u, a2 = sum u^2, e = sum u log u with u = |a| / c; signs seen; thr the
@@ -139,6 +141,10 @@ struct TileKernels {
   void (*q8_dot_rows)(const Q8Block* x, int64_t R, int64_t blocks, const void* const* w, BlockQuant q, int64_t n,
                       float* y, int64_t ldy);
   const char* q8_dot_name;
+  // The same with W packed in 16-row groups (q8_packed.hpp): y[r * ldy + j] = x_r . W_{16 g0 + j}
+  // for j < n. The same variant as q8_dot_rows.
+  void (*q8_packed_rows)(const Q8Block* x, int64_t R, const PackedView& w, int64_t g0, int64_t n, float* y,
+                         int64_t ldy);
 };
 
 // The kernel set for `isa` (throws Error if this CPU cannot run it).

@@ -15,6 +15,8 @@ namespace attn::kernels {
   namespace ns {                                                                                                 \
   void q8_dot_rows(const Q8Block* x, int64_t R, int64_t blocks, const void* const* w, BlockQuant q, int64_t n,   \
                    float* y, int64_t ldy);                                                                       \
+  void q8_packed_rows(const Q8Block* x, int64_t R, const PackedView& w, int64_t g0, int64_t n, float* y,        \
+                      int64_t ldy);                                                                              \
   }
 ATTN_Q8_DECLARE(q8_portable)
 ATTN_Q8_DECLARE(q8_avx2)
@@ -35,7 +37,7 @@ void quantize_q8_rows(const float* x, int64_t R, int64_t cols, int64_t ld, Q8Blo
         finite &= std::isfinite(v[i]);
       }
       if (!finite) {  // a NaN or infinity: the block's products are NaN
-        b.d = NAN, b.s = NAN;
+        b.d = NAN, b.s = NAN, b.sum = 0;
         std::memset(b.q, 0, sizeof b.q);
         continue;
       }
@@ -47,6 +49,7 @@ void quantize_q8_rows(const float* x, int64_t R, int64_t cols, int64_t ld, Q8Blo
         b.q[i] = static_cast<int8_t>(q);
         sum += q;
       }
+      b.sum = sum;
       b.s = b.d * static_cast<float>(sum);
     }
 }
@@ -94,14 +97,14 @@ std::vector<Q8DotVariant> q8_dot_variants() {
   const CpuExtras& extras = cpu_extras();
   std::vector<Q8DotVariant> out;
   if (best >= Isa::avx512) {
-    if (extras.avx512_vnni) out.push_back({"avx512-vnni", Isa::avx512, q8_avx512_vnni::q8_dot_rows});
-    out.push_back({"avx512", Isa::avx512, q8_avx512::q8_dot_rows});
+    if (extras.avx512_vnni) out.push_back({"avx512-vnni", Isa::avx512, q8_avx512_vnni::q8_dot_rows, q8_avx512_vnni::q8_packed_rows});
+    out.push_back({"avx512", Isa::avx512, q8_avx512::q8_dot_rows, q8_avx512::q8_packed_rows});
   }
   if (best >= Isa::avx2) {
-    if (extras.avx_vnni) out.push_back({"avx-vnni", Isa::avx2, q8_avx_vnni::q8_dot_rows});
-    out.push_back({"avx2", Isa::avx2, q8_avx2::q8_dot_rows});
+    if (extras.avx_vnni) out.push_back({"avx-vnni", Isa::avx2, q8_avx_vnni::q8_dot_rows, q8_avx_vnni::q8_packed_rows});
+    out.push_back({"avx2", Isa::avx2, q8_avx2::q8_dot_rows, q8_avx2::q8_packed_rows});
   }
-  out.push_back({"portable", Isa::portable, q8_portable::q8_dot_rows});
+  out.push_back({"portable", Isa::portable, q8_portable::q8_dot_rows, q8_portable::q8_packed_rows});
   return out;
 }
 

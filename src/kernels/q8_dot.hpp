@@ -13,20 +13,27 @@
 
 #include "attn/isa.hpp"
 #include "kernels/kernel_table.hpp"
+#include "kernels/q8_packed.hpp"
 
 namespace attn::kernels {
 
-// One block of 32 activations rounded to 8 bits: x_i ~ d q_i, s = d sum_i q_i.
+// One block of 32 activations rounded to 8 bits: x_i ~ d q_i, sum = sum_i q_i, s = d sum.
 struct Q8Block {
   float d = 0, s = 0;
+  int32_t sum = 0;
   int8_t q[32] = {};
 };
-static_assert(sizeof(Q8Block) == 40);
+static_assert(sizeof(Q8Block) == 44);
 
 // y[r * ldy + j] = x_r . W_j for r < R, j < n: x R rows of `blocks` Q8Blocks, W_j (at w[j]) a
 // row of `blocks` ggml blocks of type q.
 using Q8DotRows = void (*)(const Q8Block* x, int64_t R, int64_t blocks, const void* const* w, BlockQuant q, int64_t n,
                            float* y, int64_t ldy);
+
+// y[r * ldy + j] = x_r . W_{16 g0 + j} for r < R, j < n: W a packed matrix (q8_packed.hpp), the
+// same products as Q8DotRows on its ggml rows, rounded differently (block terms in vector lanes).
+using Q8PackedRows = void (*)(const Q8Block* x, int64_t R, const PackedView& w, int64_t g0, int64_t n, float* y,
+                              int64_t ldy);
 
 // R rows of cols floats (cols a multiple of 32, row stride ld) into R * cols / 32 blocks: d =
 // max|x| / 127 per block, q = x * (1 / d) rounded to nearest even (0 where d is 0). A NaN or an
@@ -45,6 +52,7 @@ struct Q8DotVariant {
   const char* name;  // "avx512-vnni", "avx-vnni", "avx512", "avx2", "portable"
   Isa isa;           // the ISA level whose kernel table uses it when it is the best there
   Q8DotRows rows;
+  Q8PackedRows packed;
 };
 // Every variant this CPU can run, the best of each ISA level first (tests walk them all).
 std::vector<Q8DotVariant> q8_dot_variants();

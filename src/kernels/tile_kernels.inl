@@ -943,6 +943,7 @@ inline const TileKernels& table(Isa isa) {
                              .qdot_rows = qdot_rows,
                              .dequantize_rows = dequantize_rows,
                              .q8_dot_rows = nullptr,  // set by kernels_for (q8_dot.hpp)
-                             .q8_dot_name = ""};
+                             .q8_dot_name = "",
+                             .q8_packed_rows = nullptr};
   return t;
 }

@@ -312,7 +312,8 @@ Decoder Decoder::from_gguf(const std::string& path, const GgufLoadOptions& optio
   auto file = std::make_shared<const GgufFile>(GgufFile::open(path));
   const DecoderConfig config = model::gguf_config(*file, options.max_seq_len);
   model::check_memory_need(config, options.dequantize ? int64_t{sizeof(float)} : 0, path);
-  Decoder d(std::make_unique<Impl>(model::load_gguf_weights(std::move(file), config, options.dequantize),
+  const bool repack = options.repack && options.activations != "f32";
+  Decoder d(std::make_unique<Impl>(model::load_gguf_weights(std::move(file), config, options.dequantize, repack),
                                    options.threads));
   d.set_activations(options.activations);
   d.set_cache_dtype(options.cache_dtype);

@@ -130,7 +130,8 @@ DecoderConfig gguf_config(const GgufFile& f, int64_t max_seq_len) {
   return c;
 }
 
-DecoderWeights load_gguf_weights(std::shared_ptr<const GgufFile> file, const DecoderConfig& config, bool dequantize) {
+DecoderWeights load_gguf_weights(std::shared_ptr<const GgufFile> file, const DecoderConfig& config, bool dequantize,
+                                 bool repack) {
   const GgufFile& f = *file;
   const std::string& where = f.name();
   std::set<std::string> expected;
@@ -154,6 +155,11 @@ DecoderWeights load_gguf_weights(std::shared_ptr<const GgufFile> file, const Dec
                                   : matrix_over(t.data, DType::f32, block_quant(t.type), rows, cols, row_bytes);
     const bool rope_rows = s.name.find("q_proj") != std::string::npos || s.name.find("k_proj") != std::string::npos;
     if (rope_rows) unpermute_rope_rows(m, config.head_dim);
+    if (repack && !dequantize && m.quant) {
+      m = packed_matrix(m);
+      f.drop_pages(t);
+      return m;
+    }
     if (!dequantize || (!m.quant && m.dtype == DType::f32)) return m;
     // float32 copy, rows in the order the model uses them
     std::vector<uint8_t>& buf = owned.emplace_back(static_cast<size_t>(rows * cols) * sizeof(float));

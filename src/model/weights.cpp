@@ -25,10 +25,16 @@ Matrix matrix_over(const uint8_t* data, DType dtype, int64_t rows, int64_t cols)
 
 Matrix matrix_over(const uint8_t* data, DType dtype, std::optional<kernels::BlockQuant> quant, int64_t rows,
                    int64_t cols, int64_t row_bytes) {
-  Matrix m{dtype, quant, rows, cols, data, {}};
+  Matrix m{dtype, quant, rows, cols, data, {}, nullptr};
   m.row_ptrs.resize(static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) m.row_ptrs[static_cast<size_t>(r)] = data + r * row_bytes;
   return m;
+}
+
+Matrix packed_matrix(const Matrix& m) {
+  Matrix p{m.dtype, m.quant, m.rows, m.cols, nullptr, {}, nullptr};
+  p.packed = std::make_shared<const kernels::PackedMatrix>(m.row_ptrs.data(), *m.quant, m.rows, m.cols);
+  return p;
 }
 
 std::string shape_text(const std::vector<int64_t>& s) {

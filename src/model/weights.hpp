@@ -14,19 +14,28 @@
 #include "attn/gguf.hpp"
 #include "attn/safetensors.hpp"
 #include "kernels/kernel_table.hpp"
+#include "kernels/q8_packed.hpp"
 
 namespace attn::model {
 
 // rows x cols, row-major, unit inner stride; rows by address for the kernel table. Elements are
-// `dtype` values, or ggml blocks of 32 values when `quant` is set (cols a multiple of 32).
+// `dtype` values, or ggml blocks of 32 values when `quant` is set (cols a multiple of 32). A
+// quantized matrix may instead be `packed` in 16-row groups for decode's integer dot products
+// (kernels/q8_packed.hpp); it then has no row addresses (row_ptrs is empty).
 struct Matrix {
   DType dtype = DType::f32;
   std::optional<kernels::BlockQuant> quant;
   int64_t rows = 0, cols = 0;
   const uint8_t* data = nullptr;
   std::vector<const void*> row_ptrs;
+  std::shared_ptr<const kernels::PackedMatrix> packed;
   const void* row(int64_t r) const { return row_ptrs[static_cast<size_t>(r)]; }
+  // Bytes of one row as ggml blocks (quantized matrices).
+  int64_t quant_row_bytes() const { return cols / 32 * kernels::ggml_block_bytes(*quant); }
 };
+
+// A quantized matrix packed in 16-row groups; its row addresses are dropped.
+Matrix packed_matrix(const Matrix& m);
 
 struct LayerWeights {
   std::vector<float> attn_norm, ffn_norm;
@@ -74,9 +83,12 @@ DecoderWeights load_weights(std::shared_ptr<const SafetensorsFile> file, const D
 DecoderWeights random_weights(const DecoderConfig& config, uint64_t seed, DType dtype, int threads = 0);
 // A llama-architecture GGUF file (see gguf_weights.cpp): its config (every layer softmax:causal,
 // max_seq_len 0 = the file's context length) and its weights, used as stored (F32/F16/BF16 and
-// Q4_0/Q4_1/Q8_0 blocks) or, with `dequantize`, copied to float32 once.
+// Q4_0/Q4_1/Q8_0 blocks) or, with `dequantize`, copied to float32 once. With `repack` (and not
+// `dequantize`) quantized matrices are packed in 16-row groups (packed_matrix) and their pages of
+// the mapping dropped, so the model's memory stays near the file's size.
 DecoderConfig gguf_config(const GgufFile& file, int64_t max_seq_len);
-DecoderWeights load_gguf_weights(std::shared_ptr<const GgufFile> file, const DecoderConfig& config, bool dequantize);
+DecoderWeights load_gguf_weights(std::shared_ptr<const GgufFile> file, const DecoderConfig& config, bool dequantize,
+                                 bool repack = false);
 
 // The tensors of `w` by name (for write_safetensors).
 std::map<std::string, SafetensorsEntry> weight_entries(const DecoderWeights& w);

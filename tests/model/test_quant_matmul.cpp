@@ -13,6 +13,7 @@
 #include "attn/isa.hpp"
 #include "kernels/kernel_table.hpp"
 #include "kernels/q8_dot.hpp"
+#include "kernels/q8_packed.hpp"
 #include "model/ggml_blocks.hpp"
 #include "model/ops.hpp"
 
@@ -55,7 +56,7 @@ QuantMatrix random_matrix(const QuantType& t, int64_t rows, int64_t cols, uint32
       p[2] = m & 0xFF, p[3] = m >> 8;
     }
   }
-  q.m = Matrix{DType::f32, t.quant, rows, cols, q.bytes.data(), {}};
+  q.m = Matrix{DType::f32, t.quant, rows, cols, q.bytes.data(), {}, nullptr};
   for (int64_t r = 0; r < rows; ++r) q.m.row_ptrs.push_back(q.bytes.data() + r * row_bytes);
   q.dense.resize(static_cast<size_t>(rows * cols));
   dequantize_row(t.ggml, q.bytes.data(), rows * cols, q.dense.data());
@@ -242,7 +243,103 @@ TEST(QuantActivations, TheTablePicksTheBestVariantOfEachLevel) {
     ASSERT_NE(first, variants.end()) << isa_name(isa);
     EXPECT_EQ(k.q8_dot_rows, first->rows) << isa_name(isa);
     EXPECT_STREQ(k.q8_dot_name, first->name);
+    EXPECT_EQ(k.q8_packed_rows, first->packed) << isa_name(isa);
   }
+}
+
+// ---- matrices packed in 16-row groups (kernels/q8_packed.hpp) ------------------------------------
+
+TEST(QuantPacked, RowsComeBackBitForBit) {
+  for (const QuantType& t : kTypes)
+    for (int64_t rows : {1, 16, 37}) {
+      const QuantMatrix q = random_matrix(t, rows, 96, 31);
+      const kernels::PackedMatrix p(q.m.row_ptrs.data(), t.quant, rows, 96);
+      EXPECT_EQ(p.view().group_bytes % 64, 0) << t.name;
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(p.view().data) % 64, 0u) << t.name;
+      const int64_t row_bytes = 3 * t.block_bytes;
+      std::vector<uint8_t> back(static_cast<size_t>(rows * row_bytes));
+      p.ggml_rows(0, rows, back.data(), row_bytes);
+      EXPECT_EQ(back, q.bytes) << t.name << " rows " << rows;
+      std::vector<uint8_t> one(static_cast<size_t>(row_bytes));  // a row from the middle of a group
+      p.ggml_rows(rows - 1, 1, one.data(), row_bytes);
+      EXPECT_TRUE(std::equal(one.begin(), one.end(), q.bytes.end() - row_bytes)) << t.name;
+    }
+}
+
+// Every variant's packed kernel against the float64 oracle on the ggml rows, for any run of groups
+// (g0 > 0) and a last group with fewer than 16 rows.
+TEST(QuantPacked, EveryVariantMatchesTheReference) {
+  for (const kernels::Q8DotVariant& v : kernels::q8_dot_variants())
+    for (const QuantType& t : kTypes)
+      for (int64_t cols : {32, 96, 576}) {
+        const int64_t rows = 70, blocks = cols / 32;
+        const QuantMatrix q = random_matrix(t, rows, cols, 17);
+        const kernels::PackedMatrix p(q.m.row_ptrs.data(), t.quant, rows, cols);
+        for (int64_t R : {1, 2, 3, 4, 5, 7})
+          for (int64_t g0 : {0, 1, 4}) {
+            const int64_t n = rows - 16 * g0;
+            const std::vector<float> x = random_rows(R, cols, static_cast<uint32_t>(R * 7 + cols));
+            std::vector<Q8Block> xb(static_cast<size_t>(R * blocks));
+            kernels::quantize_q8_rows(x.data(), R, cols, cols, xb.data());
+            std::vector<float> y(static_cast<size_t>(R * n + 1), NAN);
+            v.packed(xb.data(), R, p.view(), g0, n, y.data(), n);
+            EXPECT_TRUE(std::isnan(y.back())) << v.name << ": wrote past its rows";
+            for (int64_t r = 0; r < R; ++r)
+              for (int64_t j = 0; j < n; ++j) {
+                double size = 0;
+                const double exact =
+                    kernels::q8_dot_reference(xb.data() + r * blocks, blocks, q.m.row(16 * g0 + j), t.quant, &size);
+                ASSERT_LE(std::abs(y[static_cast<size_t>(r * n + j)] - exact),
+                          static_cast<double>(blocks + 4) * std::ldexp(1.0, -24) * size)
+                    << v.name << " " << t.name << " cols " << cols << " R " << R << " g0 " << g0 << " row " << r
+                    << " col " << j;
+              }
+          }
+      }
+}
+
+// A packed matrix serves every path: float activations and prefill read its rows rebuilt (the same
+// bits as in place), 8-bit activations the packed kernel (within the reference's rounding, and
+// NaN where the input is), the embedding lookup one row; the same bits for any thread count.
+TEST(QuantPacked, EveryPathOfAPackedMatrix) {
+  for (Isa isa : supported_isas())
+    for (const QuantType& t : kTypes) {
+      const QuantMatrix q = random_matrix(t, 100, 192, 23);
+      const Matrix packed = packed_matrix(q.m);
+      ASSERT_TRUE(packed.row_ptrs.empty());
+      for (int64_t n : {1, 3, 20}) {
+        const std::vector<float> x = random_rows(n, 192, static_cast<uint32_t>(n));
+        std::vector<float> a(static_cast<size_t>(n * 100)), b(a.size());
+        matmul(x.data(), n, q.m, a.data(), 2, isa, Activations::f32);
+        matmul(x.data(), n, packed, b.data(), 2, isa, Activations::f32);
+        EXPECT_EQ(a, b) << isa_name(isa) << " " << t.name << " n " << n;
+        if (n >= 16) continue;
+        std::vector<Q8Block> xb(static_cast<size_t>(n * 6));
+        kernels::quantize_q8_rows(x.data(), n, 192, 192, xb.data());
+        matmul(x.data(), n, packed, a.data(), 2, isa, Activations::q8);
+        matmul(x.data(), n, packed, b.data(), 1, isa, Activations::q8);
+        EXPECT_EQ(a, b) << isa_name(isa) << " " << t.name << ": threads";
+        for (int64_t r = 0; r < n; ++r)
+          for (int64_t j = 0; j < 100; ++j) {
+            double size = 0;
+            const double exact = kernels::q8_dot_reference(xb.data() + r * 6, 6, q.m.row(j), t.quant, &size);
+            ASSERT_LE(std::abs(a[static_cast<size_t>(r * 100 + j)] - exact), 10 * std::ldexp(1.0, -24) * size)
+                << isa_name(isa) << " " << t.name << " " << r << " " << j;
+          }
+      }
+      std::vector<float> x = random_rows(2, 192, 4);
+      x[192 + 70] = NAN;
+      std::vector<float> y(200);
+      matmul(x.data(), 2, packed, y.data(), 2, isa, Activations::q8);
+      for (int64_t j = 0; j < 100; ++j) {
+        EXPECT_TRUE(std::isfinite(y[static_cast<size_t>(j)])) << j;
+        EXPECT_TRUE(std::isnan(y[static_cast<size_t>(100 + j)])) << j;
+      }
+      std::vector<float> row(192), in_place(192);
+      matrix_row(packed, 37, row.data(), isa);
+      matrix_row(q.m, 37, in_place.data(), isa);
+      EXPECT_EQ(row, in_place) << t.name;
+    }
 }
 
 }  // namespace
