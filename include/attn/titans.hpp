@@ -5,7 +5,7 @@
 //            mlp     M(k) = W_2 gelu(W_1 k)          W_1 (4d, d), W_2 (d, 4d), no biases, exact gelu
 //   loss     l = ||M(k) - v||^2  (mean: divided by d)
 //   update   S_t = eta_t S_{t-1} - theta_t grad l(M_{t'}; k_t, v_t),  M_t = (1 - alpha_t) M_{t-1} + S_t,
-//            S_0 = 0, M_0 given; t' = b floor((t - 1) / b) (mini-batches of b tokens share the
+//            S_0 = 0 (or given, to continue), M_0 given; t' = b floor((t - 1) / b) (mini-batches of b tokens share the
 //            state their gradients are taken at; b = 1 is the online rule)
 //   read     y_t = M_t(q_t), after token t's update
 // Inputs per head: q, k, v (B, H, N, d), gates theta, eta, alpha (B, H, N): theta >= 0,
@@ -52,6 +52,9 @@ struct TitansArgs {
   // sequence); null = all zeros.
   const float* w0 = nullptr;
   int64_t w0_groups = 1;
+  // S_0 (the momentum to start from, e.g. a previous call's s_out), laid out as w0 and in as
+  // many groups; null = zeros (the rule's S_0 = 0).
+  const float* s0 = nullptr;
 };
 
 // The fast form, float32. Per mini-batch of b tokens, the b gradients at the shared state, the
@@ -71,6 +74,7 @@ struct TitansArgs64 {
   const double* alpha = nullptr;
   const double* w0 = nullptr;
   int64_t w0_groups = 1;
+  const double* s0 = nullptr;
 };
 void titans_memory_reference(const TitansShape& shape, const TitansConfig& config, const TitansArgs64& in,
                              double* y, double* w_out, double* s_out = nullptr);

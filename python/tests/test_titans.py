@@ -110,3 +110,89 @@ def test_bad_input_names_the_argument():
         attn.titans_memory(q, q, q, 0.1, 0.5, 0.1, "deep")
     with pytest.raises(ValueError, match=r"batch_size must be in \[1, "):
         attn.titans_memory(q, q, q, 0.1, 0.5, 0.1, batch_size=0)
+
+
+def softmax_attention(q, k, v, visible, scale):
+    """q (B, H, N, d), k, v (B, H, M, d), visible (N, M) bool: plain float64 softmax attention."""
+    s = np.einsum("bhnd,bhmd->bhnm", q.astype(np.float64), k.astype(np.float64)) * scale
+    s = np.where(visible, s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return np.einsum("bhnm,bhmd->bhnd", p / p.sum(-1, keepdims=True), v.astype(np.float64))
+
+
+def window_visible(n, window, np_):
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    return np.concatenate([np.ones((n, np_), dtype=bool), (j <= i) & (j >= i - window)], axis=1)
+
+
+def layer_case(B=1, H=2, N=13, d=8, Np=2, seed=3):
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal((B, H, N, d)).astype(np.float32) for _ in range(3))
+    k /= np.linalg.norm(k, axis=-1, keepdims=True)
+    pk, pv = (rng.standard_normal((H, Np, d)).astype(np.float32) for _ in range(2))
+    gates = (0.3 * rng.random((B, H, N)), 0.5 + 0.5 * rng.random((B, H, N)), 0.1 * rng.random((B, H, N)))
+    return q, k, v, [g.astype(np.float32) for g in gates], pk, pv
+
+
+def test_mag_is_window_attention_gated_by_the_memory():
+    q, k, v, gates, pk, pv = layer_case()
+    o, w = attn.titans_mag(q, k, v, *gates, window=3, persistent=(pk, pv), memory="mlp", batch_size=4)
+    m, w_ref = attn.titans_memory(q, k, v, *gates, "mlp", batch_size=4)
+    kk = np.concatenate([np.broadcast_to(pk, (1,) + pk.shape), k], axis=2)
+    vv = np.concatenate([np.broadcast_to(pv, (1,) + pv.shape), v], axis=2)
+    y = softmax_attention(q, kk, vv, window_visible(13, 3, 2), 8**-0.5)
+    np.testing.assert_allclose(o, y / (1 + np.exp(-m)), rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(w["W1"], w_ref["W1"])
+
+
+def test_mal_is_window_attention_over_the_memory_reads():
+    q, k, v, gates, pk, pv = layer_case(seed=4)
+    rng = np.random.default_rng(0)
+    proj = [(rng.standard_normal((8, 8)) / 3).astype(np.float32) for _ in range(3)]
+    o, _ = attn.titans_mal(q, k, v, *gates, window=4, persistent=(pk, pv), proj=proj)
+    h, _ = attn.titans_memory(q, k, v, *gates)
+    hq, hk, hv = (h.astype(np.float64) @ p.T.astype(np.float64) for p in proj)
+    kk = np.concatenate([np.broadcast_to(pk, (1,) + pk.shape), hk], axis=2)
+    vv = np.concatenate([np.broadcast_to(pv, (1,) + pv.shape), hv], axis=2)
+    np.testing.assert_allclose(o, softmax_attention(hq, kk, vv, window_visible(13, 4, 2), 8**-0.5),
+                               rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("store", ["y", "kv"])
+def test_mac_segments_against_a_plain_loop(store):
+    q, k, v, gates, pk, pv = layer_case(N=11, seed=5)
+    o, w = attn.titans_mac(q, k, v, *gates, segment=4, persistent=(pk, pv), store=store, batch_size=2)
+    # the same in float64 with attn's reference memory and plain attention
+    W = np.zeros((1, 2, 8, 8))
+    S = np.zeros_like(W)
+    out = np.zeros(q.shape)
+    for t0 in range(0, 11, 4):
+        sl = slice(t0, min(11, t0 + 4))
+        qs, ks, vs = (x[:, :, sl].astype(np.float64) for x in (q, k, v))
+        c = qs.shape[2]
+        h = np.einsum("bhod,bhnd->bhno", W, qs)  # M_prev(q)
+        causal = np.tril(np.ones((c, c), dtype=bool))
+        visible = np.concatenate([np.ones((c, 2), dtype=bool), causal, causal], axis=1)
+        kk = np.concatenate([np.broadcast_to(pk, (1,) + pk.shape), qs, ks], axis=2)
+        vv = np.concatenate([np.broadcast_to(pv, (1,) + pv.shape), h, vs], axis=2)
+        y = softmax_attention(qs, kk, vv, visible, 8**-0.5)
+        m, ws, ss = attn.titans_memory(y, ks, y if store == "y" else vs,
+                                       *(g[:, :, sl].astype(np.float64) for g in gates), "linear", {"W": W}, 2,
+                                       s0={"W": S}, return_momentum=True)
+        W, S = ws["W"], ss["W"]
+        out[:, :, sl] = y / (1 + np.exp(-m))
+    np.testing.assert_allclose(o, out, rtol=2e-4, atol=2e-5)
+    np.testing.assert_allclose(w["W"], W, rtol=2e-4, atol=2e-5)
+
+
+def test_continuing_with_the_momentum_equals_one_call():
+    q, k, v, theta, eta, alpha, w0 = case("mlp", N=12)
+    args = [x.numpy() for x in (q, k, v, theta, eta, alpha)]
+    w0 = {n: x.numpy() for n, x in w0.items()}
+    y, w = attn.titans_memory(*args, "mlp", w0, 4)
+    first = [x[:, :, :8] for x in args]
+    second = [x[:, :, 8:] for x in args]
+    y1, w1, s1 = attn.titans_memory(*first, "mlp", w0, 4, return_momentum=True)
+    y2, w2 = attn.titans_memory(*second, "mlp", w1, 4, s0=s1)
+    np.testing.assert_allclose(np.concatenate([y1, y2], axis=2), y, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(w2["W2"], w["W2"], rtol=1e-12, atol=1e-12)

@@ -129,7 +129,7 @@ int64_t scratch_size(TitansMemory memory, int64_t d, int64_t b) {
 // One sequence: q, k, v (N, d), gates (N), w0 (count) or null; y (N, d), w_out, s_out (count).
 void run_sequence(const TileKernels& kern, const TitansConfig& cfg, int64_t N, int64_t d, const float* q,
                   const float* kk, const float* v, const float* theta, const float* eta, const float* alpha,
-                  const float* w0, float* y, float* w_out, float* s_out, float* scratch) {
+                  const float* w0, const float* s0, float* y, float* w_out, float* s_out, float* scratch) {
   const int64_t b = cfg.batch_size, h = 4 * d;
   const float scale = float(titans::grad_scale(cfg.loss, d));
   float* p = scratch;
@@ -142,17 +142,17 @@ void run_sequence(const TileKernels& kern, const TitansConfig& cfg, int64_t N, i
   const bool mlp = cfg.memory == TitansMemory::mlp;
   Layer l1{d, mlp ? h : d, take(d * 2 * (mlp ? h : d))};
   Layer l2{h, d, mlp ? take(h * 2 * d) : nullptr};
-  // M_0 transposed, S_0 = 0
+  // M_0 and S_0 transposed
   for (int64_t pi = 0; pi < l1.in; ++pi)
     for (int64_t o = 0; o < l1.out; ++o) {
       l1.ms[pi * 2 * l1.out + o] = w0 ? w0[o * l1.in + pi] : 0.0f;
-      l1.ms[pi * 2 * l1.out + l1.out + o] = 0.0f;
+      l1.ms[pi * 2 * l1.out + l1.out + o] = s0 ? s0[o * l1.in + pi] : 0.0f;
     }
   if (mlp)
     for (int64_t r = 0; r < h; ++r)
       for (int64_t o = 0; o < d; ++o) {
         l2.ms[r * 2 * d + o] = w0 ? w0[h * d + o * h + r] : 0.0f;
-        l2.ms[r * 2 * d + d + o] = 0.0f;
+        l2.ms[r * 2 * d + d + o] = s0 ? s0[h * d + o * h + r] : 0.0f;
       }
   if (!mlp) {
     float* u = take(b * d);
@@ -226,7 +226,7 @@ void run_sequence(const TileKernels& kern, const TitansConfig& cfg, int64_t N, i
 
 void titans_memory(const TitansShape& shape, const TitansConfig& config, const TitansArgs& in, float* y,
                    float* w_out, float* s_out, int threads) {
-  titans::check_args(shape, config, in.q, in.k, in.v, in.theta, in.eta, in.alpha, in.w0, in.w0_groups, y, w_out);
+  titans::check_args(shape, config, in.q, in.k, in.v, in.theta, in.eta, in.alpha, in.w0_groups, y, w_out);
   if (threads < 0 || threads > kMaxThreads)
     fail(titans::kWhere, "threads must be in [0, " + std::to_string(kMaxThreads) + "], got " + std::to_string(threads));
   const int64_t seqs = shape.batch * shape.heads;
@@ -243,6 +243,7 @@ void titans_memory(const TitansShape& shape, const TitansConfig& config, const T
     const int64_t row = bh * N;
     run_sequence(kern, cfg, N, d, in.q + row * d, in.k + row * d, in.v + row * d, in.theta + row, in.eta + row,
                  in.alpha + row, titans::w0_of(in.w0, in.w0_groups, bh, shape.heads, count),
+                 titans::w0_of(in.s0, in.w0_groups, bh, shape.heads, count),
                  N > 0 ? y + row * d : nullptr, w_out + bh * count, s_out ? s_out + bh * count : nullptr,
                  scratch.data() + t * per);
   });

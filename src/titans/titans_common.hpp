@@ -30,7 +30,7 @@ inline double grad_scale(TitansLoss loss, int64_t d) { return loss == TitansLoss
 // alpha in [0, 1]; NaN passes). T is float or double.
 template <class T>
 void check_args(const TitansShape& s, const TitansConfig& c, const T* q, const T* k, const T* v, const T* theta,
-                const T* eta, const T* alpha, const T* w0, int64_t w0_groups, const void* y, const void* w_out) {
+                const T* eta, const T* alpha, int64_t w0_groups, const void* y, const void* w_out) {
   auto need = [](int64_t x, const char* name, int64_t lo) {
     if (x < lo) fail(kWhere, std::string(name) + " must be >= " + std::to_string(lo) + ", got " + std::to_string(x));
   };
@@ -42,8 +42,8 @@ void check_args(const TitansShape& s, const TitansConfig& c, const T* q, const T
   if (c.memory != TitansMemory::linear && c.memory != TitansMemory::mlp)
     fail(kWhere, "memory must be linear or mlp, got " + std::to_string(static_cast<int>(c.memory)));
   const int64_t seqs = s.batch * s.heads;
-  if (w0 != nullptr && w0_groups != 1 && w0_groups != s.heads && w0_groups != seqs)
-    fail(kWhere, "w0 must hold 1, H = " + std::to_string(s.heads) + " or B*H = " + std::to_string(seqs) +
+  if (w0_groups != 1 && w0_groups != s.heads && w0_groups != seqs)
+    fail(kWhere, "w0 (and s0) must hold 1, H = " + std::to_string(s.heads) + " or B*H = " + std::to_string(seqs) +
                      " sets of weights, got " + std::to_string(w0_groups));
   if (seqs == 0) return;
   if (s.tokens > 0) {

@@ -89,7 +89,7 @@ double titans_loss_and_gradient(TitansMemory memory, TitansLoss loss, int64_t di
 
 void titans_memory_reference(const TitansShape& shape, const TitansConfig& config, const TitansArgs64& in,
                              double* y, double* w_out, double* s_out) {
-  titans::check_args(shape, config, in.q, in.k, in.v, in.theta, in.eta, in.alpha, in.w0, in.w0_groups, y, w_out);
+  titans::check_args(shape, config, in.q, in.k, in.v, in.theta, in.eta, in.alpha, in.w0_groups, y, w_out);
   const int64_t d = shape.dim, N = shape.tokens, count = titans_weight_count(config.memory, d);
   const int64_t seqs = shape.batch * shape.heads;
   std::vector<double> w(static_cast<size_t>(count)), s(w.size()), snap(w.size()), g(w.size());
@@ -100,7 +100,11 @@ void titans_memory_reference(const TitansShape& shape, const TitansConfig& confi
       std::copy(w0, w0 + count, w.begin());
     else
       std::fill(w.begin(), w.end(), 0.0);
-    std::fill(s.begin(), s.end(), 0.0);
+    const double* s0 = titans::w0_of(in.s0, in.w0_groups, bh, shape.heads, count);
+    if (s0 != nullptr)
+      std::copy(s0, s0 + count, s.begin());
+    else
+      std::fill(s.begin(), s.end(), 0.0);
     for (int64_t t = 0; t < N; ++t) {
       const int64_t row = bh * N + t;
       if (t % config.batch_size == 0) snap = w;  // M_{t'}: the state before this mini-batch

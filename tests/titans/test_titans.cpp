@@ -209,6 +209,45 @@ TEST(Titans, SharedAndPerSequenceInitialWeights) {
   EXPECT_EQ(fast(c).y, fast(c2).y);
 }
 
+TEST(Titans, ContinuingFromTheFinalStateEqualsOneCall) {
+  // 12 tokens in one call = 8 tokens, then 4 more from (w_out, s_out) (8 is a multiple of b = 4)
+  for (TitansMemory m : {TitansMemory::linear, TitansMemory::mlp}) {
+    const int64_t d = 4, count = titans_weight_count(m, d);
+    const Case all = random_case(m, 1, 1, 12, d, 4, 31);
+    auto part = [&](int64_t t0, int64_t n) {
+      Case c = all;
+      c.shape.tokens = n;
+      for (auto* x : {&c.q, &c.k, &c.v})
+        x->assign(x->begin() + t0 * d, x->begin() + (t0 + n) * d);
+      for (auto* x : {&c.theta, &c.eta, &c.alpha}) x->assign(x->begin() + t0, x->begin() + t0 + n);
+      return c;
+    };
+    const Case first = part(0, 8);
+    const Result r1 = reference(first), f1 = fast(first);
+    Case second = part(8, 4);
+    second.w0 = r1.w;
+    second.w0_groups = 1;
+    const Result whole = reference(all);
+    std::vector<double> s0 = r1.s;
+    TitansArgs64 a{second.q.data(), second.k.data(), second.v.data(), second.theta.data(), second.eta.data(),
+                   second.alpha.data(), r1.w.data(), 1, s0.data()};
+    std::vector<double> y(4 * d), w(count), s(count);
+    titans_memory_reference(second.shape, second.cfg, a, y.data(), w.data(), s.data());
+    EXPECT_LT(rel_diff(w, whole.w), 1e-14);
+    EXPECT_LT(rel_diff(y, std::vector<double>(whole.y.begin() + 8 * d, whole.y.end())), 1e-14);
+    // the fast form from its own first part's state
+    const auto q = f32(second.q), k = f32(second.k), v = f32(second.v), th = f32(second.theta),
+               et = f32(second.eta), al = f32(second.alpha), w0 = f32(f1.w), fs0 = f32(f1.s);
+    std::vector<float> y32(4 * d), w32(count);
+    titans_memory(second.shape, second.cfg, {q.data(), k.data(), v.data(), th.data(), et.data(), al.data(),
+                                             w0.data(), 1, fs0.data()},
+                  y32.data(), w32.data());
+    EXPECT_LT(rel_diff(std::vector<double>(w32.begin(), w32.end()), whole.w), 2e-5);
+    EXPECT_LT(rel_diff(std::vector<double>(y32.begin(), y32.end()),
+                       std::vector<double>(whole.y.begin() + 8 * d, whole.y.end())), 2e-5);
+  }
+}
+
 TEST(Titans, NonFiniteValuesPropagate) {
   Case c = random_case(TitansMemory::linear, 1, 1, 8, 4, 4, 19);
   c.v[5 * 4 + 1] = std::numeric_limits<double>::quiet_NaN();  // token 5, in the second mini-batch
@@ -254,7 +293,7 @@ TEST(Titans, BadInputNamesTheArgument) {
   expect_error([&] { run(with([](Case& c) { c.eta[6] = 1.5; })); }, "eta[b=0, h=1, t=1] = 1.500000 must be in [0, 1]");
   expect_error([&] { run(with([](Case& c) { c.alpha[0] = -0.1; })); }, "alpha[b=0, h=0, t=0]");
   expect_error([&] { run(with([](Case& c) { c.cfg.batch_size = 0; })); }, "batch_size must be >= 1, got 0");
-  expect_error([&] { run(with([](Case& c) { c.w0_groups = 3; })); }, "w0 must hold 1, H = 2 or B*H = 2 sets");
+  expect_error([&] { run(with([](Case& c) { c.w0_groups = 3; })); }, "w0 (and s0) must hold 1, H = 2 or B*H = 2 sets");
   expect_error([&] { reference(with([](Case& c) { c.eta[2] = -1.0; })); }, "eta[b=0, h=0, t=2]");
   expect_error([] { titans_memory_from_text("deep"); }, "memory must be 'linear' or 'mlp', got 'deep'");
   expect_error([] { titans_loss_from_text("l1"); }, "loss must be 'sum' or 'mean', got 'l1'");
