@@ -191,10 +191,7 @@ void run_sequence(const TileKernels& kern, const TitansConfig& cfg, int64_t N, i
       const float* vc = v + t0 * d;
       coefficients(nb, theta + t0, eta + t0, alpha + t0, k);
       kern.gemm(nb, h, d, kc, d, 1, l1.ms, 2 * h, z, h, false);  // z = W_1 k
-      for (int64_t i = 0; i < nb * h; ++i) {
-        act[i] = titans::gelu(z[i]);
-        gp[i] = titans::gelu_grad(z[i]);
-      }
+      for (int64_t i = 0; i < nb * h; ++i) titans::gelu_and_grad(z[i], act[i], gp[i]);
       kern.gemm(nb, d, h, act, h, 1, l2.ms, 2 * d, u2, d, false);  // W_2 a
       for (int64_t i = 0; i < nb * d; ++i) u2[i] = scale * (u2[i] - vc[i]);
       for (int64_t r = 0; r < h; ++r)

@@ -23,6 +23,14 @@ inline T gelu_grad(T z) {
   return cdf + z * T(0.39894228040143267794) * std::exp(T(-0.5) * z * z);
 }
 
+// Both at once, one erf and one exp.
+template <class T>
+inline void gelu_and_grad(T z, T& g, T& dg) {
+  const T cdf = T(0.5) * (T(1) + std::erf(z * T(0.70710678118654752440)));
+  g = z * cdf;
+  dg = cdf + z * T(0.39894228040143267794) * std::exp(T(-0.5) * z * z);
+}
+
 // The loss's gradient scale: l = c ||e||^2 gives grad = 2c e (...): 2 (sum) or 2 / d (mean).
 inline double grad_scale(TitansLoss loss, int64_t d) { return loss == TitansLoss::mean ? 2.0 / double(d) : 2.0; }
 
