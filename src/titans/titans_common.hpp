@@ -31,6 +31,17 @@ inline void gelu_and_grad(T z, T& g, T& dg) {
   dg = cdf + z * T(0.39894228040143267794) * std::exp(T(-0.5) * z * z);
 }
 
+// gelu and gelu' of n floats, in float, without libm: Phi(z) = 1 - erfc(u)/2 (z >= 0) or erfc(u)/2
+// (z < 0) with u = |z|/sqrt(2), erfc(u) = exp(-u^2) t P(t), t = 1/(1 + u/2), P a degree-10
+// polynomial fitted here (least squares on the relative error over u in [0, 10]; float
+// evaluation within 4e-7 of erfc relative, so Phi within 2e-7 absolute), and exp(-u^2), which
+// phi(z) = exp(-u^2)/sqrt(2 pi) reuses, as 2^n times a degree-7 Taylor polynomial. Branch-free,
+// so the loop vectorises. Below exp(-87) the exponential is taken as 0. NaN and inf propagate
+// as the float64 formulas do (gelu(-inf) and gelu'(+-inf) are NaN there too).
+// Defined in titans_gelu.cpp, compiled with -fno-trapping-math (else GCC keeps the selects as
+// branches and the loop scalar).
+void gelu_rows(const float* z, float* g, float* dg, int64_t n);
+
 // The loss's gradient scale: l = c ||e||^2 gives grad = 2c e (...): 2 (sum) or 2 / d (mean).
 inline double grad_scale(TitansLoss loss, int64_t d) { return loss == TitansLoss::mean ? 2.0 / double(d) : 2.0; }
 
