@@ -4,6 +4,7 @@ and a torch token loop computing the same rule, one run, same thread count.
 
     python bench/titans_peers.py                         # b = 16, d = 64, N = 4096, 2 threads
     python bench/titans_peers.py --n 1024 --d 32 --threads 1 2 --json titans.jsonl
+    python bench/titans_peers.py --threads 1 --cpu-time --torch-tokens 0   # CPU time: on a busy machine
 
 Per memory (linear, mlp): attn's time per call, GFLOP/s on the matrix-product FLOPs the fast form
 does (counted below; the elementwise work, gelu included, is not counted), that rate as a ratio
@@ -75,6 +76,22 @@ def torch_loop(q, k, v, theta, eta, alpha, w0, memory: str, b: int):
     return y, W
 
 
+def _cpu_best_time(fn, reps: int) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.thread_time()
+        fn()
+        best = min(best, time.thread_time() - t0)
+    return best
+
+
+def _cpu_sgemm_gflops(threads: int, n: int = 2048) -> float:
+    torch.set_num_threads(threads)
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    return 2 * n**3 / _cpu_best_time(lambda: a @ b, 3) / 1e9
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=4096, help="tokens N")
@@ -88,7 +105,16 @@ def main(argv=None) -> int:
                     help="the torch loop runs the first this many tokens (it takes ~2-10 ms a token); its time is "
                          "scaled to N per token, and the outputs are compared on that prefix (0: skip it)")
     ap.add_argument("--json", help="append one JSON line per case to this file")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time attn and sgemm by this thread's CPU time (threads must be 1): figures that hold on a "
+                         "machine shared with other jobs, where wall time is mostly waiting")
     a = ap.parse_args(argv)
+    if a.cpu_time:
+        if a.threads != [1]:
+            ap.error("--cpu-time needs --threads 1 (other threads' CPU time is not this thread's)")
+        global best_time, sgemm_gflops
+        best_time = lambda fn, reps: _cpu_best_time(fn, reps)  # noqa: E731
+        sgemm_gflops = _cpu_sgemm_gflops
     rng = np.random.default_rng(0)
     H, N, d = a.heads, a.n, a.d
     unit = lambda x: (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
