@@ -202,16 +202,20 @@ def _persistent(persistent: Any, B: int, H: int, d: int) -> Tuple[Optional[np.nd
     return out[0], out[1]
 
 
-def _swa(q: np.ndarray, k: np.ndarray, v: np.ndarray, window: int, pk: Optional[np.ndarray],
+def _swa(q: np.ndarray, k: np.ndarray, v: np.ndarray, window: Optional[int], pk: Optional[np.ndarray],
          pv: Optional[np.ndarray], scale: Optional[float], threads: int) -> np.ndarray:
-    """Causal attention of q over [P | k] (values [P | v]): query i sees P and keys i - window .. i."""
+    """Causal attention of q over [P | k] (values [P | v]): query i sees P and keys i - window .. i
+    (window None: exact causal attention, every earlier key)."""
     from . import attend
 
     np_ = 0 if pk is None else pk.shape[2]
     if np_:
         k = np.concatenate([pk, k], axis=2)
         v = np.concatenate([pv, v], axis=2)
-    mech = f"softmax:causal,window={window}:0" + (f",sinks={np_}" if np_ else "")
+    if window is None:
+        mech = "softmax:causal"  # bottom-right aligned: every query sees all of P
+    else:
+        mech = f"softmax:causal,window={window}:0" + (f",sinks={np_}" if np_ else "")
     if scale is not None:
         mech += f",scale={_args.real(scale, 'scale')!r}"
     return attend(np.ascontiguousarray(q), np.ascontiguousarray(k), np.ascontiguousarray(v), mech, layout="bhnd",
@@ -226,17 +230,19 @@ def titans_read(weights: Dict[str, Any], q: Any, memory: str = "linear") -> Any:
     return _out(y, _is_torch(q))
 
 
-def titans_mag(q: Any, k: Any, v: Any, theta: Any, eta: Any, alpha: Any, *, window: int, persistent: Any = None,
+def titans_mag(q: Any, k: Any, v: Any, theta: Any, eta: Any, alpha: Any, *, window: Optional[int] = None,
+               persistent: Any = None,
                memory: str = "linear", w0: Any = None, batch_size: int = 16, loss: str = "sum",
                memory_qkv: Any = None, scale: Optional[float] = None, threads: int = 0) -> Tuple[Any, Dict[str, Any]]:
     """Memory as a gate: o = SWA([P | x]) * sigmoid(M(x)). The attention reads q against
-    [pk | k] in a causal window of `window` earlier tokens (P always seen); the memory writes
+    [pk | k] in a causal window of `window` earlier tokens (P always seen; None: exact causal
+    attention over every earlier token); the memory writes
     k -> v (or memory_qkv = (mq, mk, mv), its own projections) and is read at q. Returns
     (o (B, H, N, d), final memory weights)."""
     torch_out = _is_torch(q)
     qa, ka, va = (_f32(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
     B, H, N, d = qa.shape
-    window = _args.integer(window, "window", 0)
+    window = None if window is None else _args.integer(window, "window", 0)
     pk, pv = _persistent(persistent, B, H, d)
     y = _swa(qa, ka, va, window, pk, pv, scale, threads)
     mq, mk, mv = (qa, ka, va) if memory_qkv is None else memory_qkv
@@ -245,16 +251,17 @@ def titans_mag(q: Any, k: Any, v: Any, theta: Any, eta: Any, alpha: Any, *, wind
     return _out((y * _sigmoid(m)).astype(np.float32), torch_out), w
 
 
-def titans_mal(q: Any, k: Any, v: Any, theta: Any, eta: Any, alpha: Any, *, window: int, persistent: Any = None,
+def titans_mal(q: Any, k: Any, v: Any, theta: Any, eta: Any, alpha: Any, *, window: Optional[int] = None,
+               persistent: Any = None,
                memory: str = "linear", w0: Any = None, batch_size: int = 16, loss: str = "sum",
                proj: Any = None, scale: Optional[float] = None, threads: int = 0) -> Tuple[Any, Dict[str, Any]]:
     """Memory as a layer: h = M(x) (the memory writes k -> v and is read at q), then
-    o = SWA([P | h]) with h's projections proj = (Wq, Wk, Wv) ((d, d) each, applied as h @ W.T;
+    o = SWA([P | h]) (window None: exact causal attention) with h's projections proj = (Wq, Wk, Wv) ((d, d) each, applied as h @ W.T;
     None: identity). Returns (o (B, H, N, d), final memory weights)."""
     torch_out = _is_torch(q)
     qa, ka, va = (_f32(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
     B, H, N, d = qa.shape
-    window = _args.integer(window, "window", 0)
+    window = None if window is None else _args.integer(window, "window", 0)
     pk, pv = _persistent(persistent, B, H, d)
     h, w = titans_memory(qa, ka, va, theta, eta, alpha, memory, w0, batch_size, loss, threads=threads)
     if proj is None:

@@ -196,3 +196,17 @@ def test_continuing_with_the_momentum_equals_one_call():
     y2, w2 = attn.titans_memory(*second, "mlp", w1, 4, s0=s1)
     np.testing.assert_allclose(np.concatenate([y1, y2], axis=2), y, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(w2["W2"], w["W2"], rtol=1e-12, atol=1e-12)
+
+
+def test_window_none_is_exact_causal_attention():
+    q, k, v, gates, pk, pv = layer_case(seed=6)
+    exact, _ = attn.titans_mag(q, k, v, *gates, persistent=(pk, pv))
+    wide, _ = attn.titans_mag(q, k, v, *gates, window=13, persistent=(pk, pv))
+    np.testing.assert_allclose(exact, wide, rtol=1e-6, atol=1e-7)
+    m, _ = attn.titans_memory(q, k, v, *gates)
+    kk = np.concatenate([np.broadcast_to(pk, (1,) + pk.shape), k], axis=2)
+    vv = np.concatenate([np.broadcast_to(pv, (1,) + pv.shape), v], axis=2)
+    y = softmax_attention(q, kk, vv, window_visible(13, 13, 2), 8**-0.5)
+    np.testing.assert_allclose(exact, y / (1 + np.exp(-m)), rtol=1e-4, atol=1e-5)
+    mal, _ = attn.titans_mal(q, k, v, *gates)
+    assert mal.shape == q.shape
