@@ -17,6 +17,9 @@ can see), entropy and the share of weight on the first 4 tokens (attention sinks
 each call's weights and dropped.
 scale: the same needle at half strength (4 sigma), softmax with the default 1/sqrt(d) against the
 entropy-invariant log_512(n)/sqrt(d) scale.
+titans-needle: a key-value needle D tokens back, then a query for its key: the output's cosine
+with the needle's value and how often it is the nearest value, for a sliding window alone, the
+Titans memory alone and the window combined with the memory (MAG, MAC; attn.titans_*).
 train: does concentration matter when a model learns? A two-layer transformer trained on CPU on
 multi-query associative recall (attn.recall: 32 key-value pairs, then each key asked once, in 128
 tokens) with softmax, window+sinks, elu-linear, retention and a linear-then-softmax hybrid as its
@@ -37,7 +40,7 @@ import numpy as np
 
 from . import theory
 
-__all__ = ["curves", "needle", "scale", "model", "train"]
+__all__ = ["curves", "needle", "scale", "model", "train", "titans_needle"]
 
 BETAS = (-1.0, 0.0, 1.0)
 GAMMAS = tuple(float(g) for g in np.round(np.linspace(0.25, 4.0, 16), 4))
@@ -227,6 +230,74 @@ def scale(out: str, keys=NEEDLE_KEYS) -> List[Dict]:
     return rows
 
 
+TITANS_DISTANCES = (8, 16, 32, 64, 128, 256, 512, 1024, 2048)
+
+
+def _titans_needle_rows(distances=TITANS_DISTANCES, d: int = 128, window: int = 32, trials: int = 16,
+                        seed: int = 0) -> List[Dict]:
+    """Per distance D: a needle (k*, v*) written at token 0, D random (k, v) distractors after it,
+    then a token whose query is k*; the cosine of each form's output there with v*, and how often
+    v* is the nearest (by cosine) of all the values written. trials sequences run as one batch."""
+    from . import attend, titans_mac, titans_mag, titans_memory
+
+    rows = []
+    scale = 16.0  # unit keys: the needle's score 16 against N(0, 4) for the distractors
+    for D in distances:
+        rng = np.random.default_rng(seed + D)
+        n = D + 2
+        unit = lambda *shape: (lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True))(
+            rng.standard_normal(shape)).astype(np.float32)
+        k, v, q = unit(trials, 1, n, d), unit(trials, 1, n, d), unit(trials, 1, n, d)
+        q[:, :, -1] = k[:, :, 0]  # the last token asks for the needle
+        # a small step, no momentum, no forgetting: near-Hebbian writes, so the needle's share of
+        # M k* falls as sqrt(d / D) (the distractors' keys overlap k* by ~1/sqrt(d) each); a full
+        # step (theta = 1/2, the worked case) would store each pair exactly and then overwrite the
+        # needle's direction at every write, losing it like exp(-D / d)
+        gates = dict(theta=0.05, eta=0.0, alpha=0.0)
+        outs = {
+            f"sliding window ({window} earlier tokens)": attend(q, k, v, f"softmax:causal,window={window}:0,scale={scale}",
+                                                      layout="bhnd"),
+            "memory alone (linear, read M_t(q_t))": titans_memory(q, k, v, **gates)[0],
+            "MAG: window x sigmoid(memory)": titans_mag(q, k, v, **gates, window=window, scale=scale)[0],
+            f"MAC: window + memory context (segments of {window})": titans_mac(q, k, v, **gates, segment=window,
+                                                                              store="kv", scale=scale)[0],
+        }
+        for name, o in outs.items():
+            last = o[:, 0, -1].astype(np.float64)
+            cos_all = np.einsum("td,tnd->tn", last, v[:, 0].astype(np.float64)) / (
+                np.linalg.norm(last, axis=-1, keepdims=True) + 1e-30)
+            rows.append({"form": name, "distance": int(D), "d": d, "window": window, "trials": trials,
+                         "cosine": float(np.mean(cos_all[:, 0])),
+                         "accuracy": float(np.mean(np.argmax(cos_all, axis=1) == 0)),
+                         "beyond_window": bool(D + 1 > window)})
+    return rows
+
+
+def titans_needle(out: str, distances=TITANS_DISTANCES, trials: int = 16, d: int = 128, window: int = 32) -> List[Dict]:
+    """Titans memory against a sliding window on a key-value needle placed D tokens back; writes
+    titans_needle.{csv,json,png,svg} and returns the rows."""
+    os.makedirs(out, exist_ok=True)
+    rows = _titans_needle_rows(tuple(distances), d=d, window=window, trials=trials)
+    _write_table(rows, out, "titans_needle")
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    styles = (("-", "o", 7), ("-", ".", 9), (":", "s", 4), ("--", "x", 6))  # lines that overlap stay visible
+    for (ls, mk, ms), form in zip(styles * 2, dict.fromkeys(r["form"] for r in rows)):
+        pts = [r for r in rows if r["form"] == form]
+        for ax, key in zip(axes, ("cosine", "accuracy")):
+            ax.semilogx([r["distance"] for r in pts], [r[key] for r in pts], ls=ls, marker=mk, ms=ms, label=form)
+    w = rows[0]["window"]
+    for ax, what in zip(axes, ("mean cosine(output, v*)", "v* nearest of all values written")):
+        ax.axvline(w, color="k", ls=":", lw=1)
+        ax.set(xlabel="distance D of the needle (tokens)", ylabel=what)
+        ax.grid(alpha=0.3, which="both")
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"A key-value needle D tokens back (d = {rows[0]['d']}, unit keys; dotted: the window)", fontsize=10)
+    _save(fig, out, "titans_needle")
+    plt.close(fig)
+    return rows
+
+
 def _real_text() -> str:
     import pydoc_data.topics
     topics = pydoc_data.topics.topics
@@ -396,7 +467,7 @@ def train(out: str, steps=None, seed=None, quick: bool = False, mechanisms=TRAIN
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m attn.experiments", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("experiment", choices=["curves", "needle", "scale", "model", "train"])
+    ap.add_argument("experiment", choices=["curves", "needle", "scale", "model", "train", "titans-needle"])
     ap.add_argument("--out", default="concentration", help="directory for the table and the plot")
     ap.add_argument("--steps", type=int, help="train: optimiser steps per mechanism (default 600; --quick: 30)")
     ap.add_argument("--seed", type=int, help="train: seed of the initial weights and of the data (default 0)")
@@ -424,8 +495,10 @@ def main(argv=None) -> None:
     if a.experiment == "train":
         rows = train(a.out, steps=a.steps, seed=a.seed, quick=a.quick)
     else:
-        rows = {"curves": curves, "needle": needle, "scale": scale, "model": model}[a.experiment](a.out)
-    print(f"{a.experiment}: {len(rows)} rows -> {a.out}/{a.experiment}.{{csv,json,png,svg}}")
+        rows = {"curves": curves, "needle": needle, "scale": scale, "model": model,
+                "titans-needle": titans_needle}[a.experiment](a.out)
+    name = a.experiment.replace("-", "_")
+    print(f"{a.experiment}: {len(rows)} rows -> {a.out}/{name}.{{csv,json,png,svg}}")
 
 
 if __name__ == "__main__":

@@ -233,3 +233,16 @@ def test_every_layer_runs_attn_and_never_torch_attention(monkeypatch, name, call
     loss.backward()
     assert counted == calls
     assert all(p.grad is not None for p in model.blocks[0].qkv.parameters())  # the gradient went through attn
+
+
+def test_titans_needle_memory_retrieves_beyond_the_window(tmp_path):
+    rows = attn.experiments.titans_needle(str(tmp_path), distances=(4, 40), trials=4, d=32, window=16)
+    for ext in ("csv", "json", "png", "svg"):
+        assert (tmp_path / f"titans_needle.{ext}").stat().st_size > 0
+    at = {(r["form"][:3], r["distance"]): r for r in rows}
+    assert at[("sli", 4)]["accuracy"] == 1.0 and at[("sli", 4)]["cosine"] > 0.99  # inside the window
+    assert at[("sli", 40)]["beyond_window"] and at[("sli", 40)]["accuracy"] == 0.0
+    assert abs(at[("sli", 40)]["cosine"]) < 0.3
+    for form in ("mem", "MAC"):  # the memory still holds the needle 40 tokens back
+        assert at[(form, 40)]["cosine"] > 0.5 and at[(form, 40)]["accuracy"] == 1.0
+    assert at[("MAG", 40)]["accuracy"] == 0.0  # a gate scales what the window found: it cannot bring v* back
