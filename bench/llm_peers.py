@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """SmolLM2-135M from one GGUF file through several engines, same prompt, same thread count:
-attn (matrices as stored: Q4_1/Q8_0 read in place; decode with 8-bit activations, "attn", or float
-ones, "attn-f32"; "attn-kv16": a float16 KV cache), llama.cpp (llama-cpp-python, the same file, its default f16 KV cache) and
+attn (decode with 8-bit activations on matrices packed at load in 16-row groups, "attn"; the same
+on the file's blocks read in place, "attn-inplace"; float activations on blocks in place, "attn-f32";
+"attn-kv16": a float16 KV cache), llama.cpp (llama-cpp-python, the same file, its default f16 KV cache) and
 transformers (the file dequantized to float32, eager PyTorch). Prefill of a prompt of each
 --contexts length, then decode of 128 tokens (greedy) after it, peak RSS. Each engine runs in its
 own process so its RSS is its own. Beside each decode figure: the bandwidth bound, the bytes a
@@ -67,9 +68,9 @@ def bytes_per_token(engine: str, context: int) -> float:
 EXTRA = {}  # engine-specific figures of the child's run, added to its JSON row
 
 
-def run_attn(path, ids, new, threads, reps, activations="auto", cache_dtype="f32"):
+def run_attn(path, ids, new, threads, reps, activations="auto", cache_dtype="f32", repack=True):
     from attn import _attn
-    d = _attn.Decoder.from_gguf(path, threads, False, len(ids) + new + 8, activations, cache_dtype)
+    d = _attn.Decoder.from_gguf(path, threads, False, len(ids) + new + 8, activations, cache_dtype, repack)
     best_p = best_d = float("inf")
     for _ in range(reps):
         d.reset()
@@ -161,7 +162,8 @@ def agreement(n: int, threads: int) -> dict:
     return out
 
 
-ENGINES = {"attn": run_attn, "attn-f32": lambda *a: run_attn(*a, activations="f32"),
+ENGINES = {"attn": run_attn, "attn-inplace": lambda *a: run_attn(*a, repack=False),
+           "attn-f32": lambda *a: run_attn(*a, activations="f32"),
            "attn-kv16": lambda *a: run_attn(*a, cache_dtype="f16"), "llama.cpp": run_llama_cpp,
            "transformers": run_transformers}
 

@@ -169,7 +169,10 @@ inline void group_rows(const Q8Block* x, int64_t blocks, const PackedView& w, co
   const int64_t lane0 = half * kLanes * 4, scale0 = half * kLanes * 2;
   const uint8_t* values = group + w.header_bytes;
   for (int64_t b = 0; b < blocks; ++b, values += value_bytes(Q)) {
-    __builtin_prefetch(values + 2048);  // the group streams from memory once
+#if !defined(ATTN_PACKED_PREFETCH)
+#define ATTN_PACKED_PREFETCH 2048
+#endif
+    if (ATTN_PACKED_PREFETCH) __builtin_prefetch(values + ATTN_PACKED_PREFETCH);  // the group streams from memory once
     const Q8Block* xb[NR];
     for (int r = 0; r < NR; ++r) xb[r] = x + r * blocks + b;
     VI isum[NR];
