@@ -21,6 +21,7 @@ TileKernels with_q8_dot(const TileKernels& base) {
       t.q8_dot_rows = v.rows;
       t.q8_dot_name = v.name;
       t.q8_packed_rows = v.packed;
+      t.quantize_q8_rows = v.quantize;
       break;
     }
   return t;

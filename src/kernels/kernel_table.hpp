@@ -145,6 +145,8 @@ struct TileKernels {
   // for j < n. The same variant as q8_dot_rows.
   void (*q8_packed_rows)(const Q8Block* x, int64_t R, const PackedView& w, int64_t g0, int64_t n, float* y,
                          int64_t ldy);
+  // quantize_q8_rows (kernels/q8_dot.hpp), vectorised where the variant can: the same bits.
+  void (*quantize_q8_rows)(const float* x, int64_t R, int64_t cols, int64_t ld, Q8Block* out);
 };
 
 // The kernel set for `isa` (throws Error if this CPU cannot run it).

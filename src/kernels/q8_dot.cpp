@@ -17,6 +17,7 @@ namespace attn::kernels {
                    float* y, int64_t ldy);                                                                       \
   void q8_packed_rows(const Q8Block* x, int64_t R, const PackedView& w, int64_t g0, int64_t n, float* y,        \
                       int64_t ldy);                                                                              \
+  void quantize_rows(const float* x, int64_t R, int64_t cols, int64_t ld, Q8Block* out);                        \
   }
 ATTN_Q8_DECLARE(q8_portable)
 ATTN_Q8_DECLARE(q8_avx2)
@@ -41,6 +42,7 @@ void quantize_q8_rows(const float* x, int64_t R, int64_t cols, int64_t ld, Q8Blo
         std::memset(b.q, 0, sizeof b.q);
         continue;
       }
+      if (most < 0x1p-100f) most = 0.0f;  // 127 / most would overflow for a subnormal most: a zero block
       b.d = most / 127.0f;
       const float inv = most > 0.0f ? 127.0f / most : 0.0f;
       int32_t sum = 0;
@@ -97,14 +99,14 @@ std::vector<Q8DotVariant> q8_dot_variants() {
   const CpuExtras& extras = cpu_extras();
   std::vector<Q8DotVariant> out;
   if (best >= Isa::avx512) {
-    if (extras.avx512_vnni) out.push_back({"avx512-vnni", Isa::avx512, q8_avx512_vnni::q8_dot_rows, q8_avx512_vnni::q8_packed_rows});
-    out.push_back({"avx512", Isa::avx512, q8_avx512::q8_dot_rows, q8_avx512::q8_packed_rows});
+    if (extras.avx512_vnni) out.push_back({"avx512-vnni", Isa::avx512, q8_avx512_vnni::q8_dot_rows, q8_avx512_vnni::q8_packed_rows, q8_avx512_vnni::quantize_rows});
+    out.push_back({"avx512", Isa::avx512, q8_avx512::q8_dot_rows, q8_avx512::q8_packed_rows, q8_avx512::quantize_rows});
   }
   if (best >= Isa::avx2) {
-    if (extras.avx_vnni) out.push_back({"avx-vnni", Isa::avx2, q8_avx_vnni::q8_dot_rows, q8_avx_vnni::q8_packed_rows});
-    out.push_back({"avx2", Isa::avx2, q8_avx2::q8_dot_rows, q8_avx2::q8_packed_rows});
+    if (extras.avx_vnni) out.push_back({"avx-vnni", Isa::avx2, q8_avx_vnni::q8_dot_rows, q8_avx_vnni::q8_packed_rows, q8_avx_vnni::quantize_rows});
+    out.push_back({"avx2", Isa::avx2, q8_avx2::q8_dot_rows, q8_avx2::q8_packed_rows, q8_avx2::quantize_rows});
   }
-  out.push_back({"portable", Isa::portable, q8_portable::q8_dot_rows, q8_portable::q8_packed_rows});
+  out.push_back({"portable", Isa::portable, q8_portable::q8_dot_rows, q8_portable::q8_packed_rows, q8_portable::quantize_rows});
   return out;
 }
 

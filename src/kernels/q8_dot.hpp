@@ -36,9 +36,10 @@ using Q8PackedRows = void (*)(const Q8Block* x, int64_t R, const PackedView& w, 
                               int64_t ldy);
 
 // R rows of cols floats (cols a multiple of 32, row stride ld) into R * cols / 32 blocks: d =
-// max|x| / 127 per block, q = x * (1 / d) rounded to nearest even (0 where d is 0). A NaN or an
-// infinity makes its block's d NaN or infinite, so every product with it is NaN. Plain C++: the
-// same blocks on every ISA.
+// max|x| / 127 per block, q = x * (127 / max|x|) rounded to nearest even (0 where d is 0; a block
+// whose max|x| is below 2^-100 is a zero block). A NaN or an infinity makes its block's d NaN, so
+// every product with it is NaN. Plain C++, the oracle of the variants' vectorised forms (the same
+// bits on every ISA).
 void quantize_q8_rows(const float* x, int64_t R, int64_t cols, int64_t ld, Q8Block* out);
 
 // The float64 value of one product the kernels compute (the exact integer dot, the block terms
@@ -53,6 +54,7 @@ struct Q8DotVariant {
   Isa isa;           // the ISA level whose kernel table uses it when it is the best there
   Q8DotRows rows;
   Q8PackedRows packed;
+  void (*quantize)(const float* x, int64_t R, int64_t cols, int64_t ld, Q8Block* out);  // quantize_q8_rows' bits
 };
 // Every variant this CPU can run, the best of each ISA level first (tests walk them all).
 std::vector<Q8DotVariant> q8_dot_variants();

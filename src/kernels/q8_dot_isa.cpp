@@ -2,6 +2,7 @@
 // per variant with ATTN_Q8_VARIANT = q8_portable | q8_avx2 | q8_avx_vnni | q8_avx512 |
 // q8_avx512_vnni (the namespace) and that variant's -m flags; the instruction that multiplies 32 unsigned by 32
 // signed bytes into eight int32 sums is picked below from what the flags enable.
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #if defined(__AVX2__)
@@ -19,6 +20,7 @@ namespace attn::kernels::ATTN_Q8_VARIANT {
 namespace {
 
 constexpr int kBlock = 32;
+constexpr float kTinyBlock = 0x1p-100f;  // as quantize_q8_rows: such a block rounds to zero
 
 template <BlockQuant Q>
 constexpr int64_t block_bytes() {
@@ -167,6 +169,39 @@ void rows_t(const Q8Block* x, int64_t R, int64_t blocks, const void* const* w, i
 }
 
 }  // namespace
+
+// quantize_q8_rows (q8_dot.cpp) with the same bits: the maximum is exact in any order, x * (127 /
+// max) one float32 product either way, and vcvtps2dq rounds to nearest even like nearbyint.
+void quantize_rows(const float* x, int64_t R, int64_t cols, int64_t ld, Q8Block* out) {
+#if defined(__AVX512F__)
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c0 = 0; c0 < cols; c0 += kBlock) {
+      const float* v = x + r * ld + c0;
+      Q8Block& b = *out++;
+      const __m512 a0 = _mm512_loadu_ps(v), a1 = _mm512_loadu_ps(v + 16);
+      // finite: a - a is 0 (inf - inf and NaN give NaN)
+      const __mmask16 finite = _mm512_cmp_ps_mask(_mm512_sub_ps(a0, a0), zero, _CMP_EQ_OQ) &
+                               _mm512_cmp_ps_mask(_mm512_sub_ps(a1, a1), zero, _CMP_EQ_OQ);
+      if (finite != 0xFFFF) {
+        b.d = NAN, b.s = NAN, b.sum = 0;
+        std::memset(b.q, 0, sizeof b.q);
+        continue;
+      }
+      float most = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a0), _mm512_abs_ps(a1)));
+      if (most < kTinyBlock) most = 0.0f;
+      b.d = most / 127.0f;
+      const __m512 inv = _mm512_set1_ps(most > 0.0f ? 127.0f / most : 0.0f);
+      const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(a0, inv)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(a1, inv));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(b.q), _mm512_cvtepi32_epi8(q0));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(b.q + 16), _mm512_cvtepi32_epi8(q1));
+      b.sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+      b.s = b.d * static_cast<float>(b.sum);
+    }
+#else
+  quantize_q8_rows(x, R, cols, ld, out);
+#endif
+}
 
 void q8_dot_rows(const Q8Block* x, int64_t R, int64_t blocks, const void* const* w, BlockQuant q, int64_t n, float* y,
                  int64_t ldy) {

@@ -944,6 +944,7 @@ inline const TileKernels& table(Isa isa) {
                              .dequantize_rows = dequantize_rows,
                              .q8_dot_rows = nullptr,  // set by kernels_for (q8_dot.hpp)
                              .q8_dot_name = "",
-                             .q8_packed_rows = nullptr};
+                             .q8_packed_rows = nullptr,
+                             .quantize_q8_rows = nullptr};
   return t;
 }

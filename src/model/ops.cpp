@@ -101,7 +101,7 @@ void matmul_many(const float* x, int64_t n, const std::vector<Product>& products
   thread_local std::vector<kernels::Q8Block> xq;  // x as 8-bit blocks, once for every product
   if (any_q8) {
     xq.resize(static_cast<size_t>(n * cols / 32));
-    kernels::quantize_q8_rows(x, n, cols, cols, xq.data());
+    k.quantize_q8_rows(x, n, cols, cols, xq.data());
   }
   const kernels::Q8Block* xb = xq.data();
   const int64_t* starts = first_block.data();

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -155,6 +156,30 @@ TEST(QuantActivations, BlocksRoundToNearestWithinHalfAStep) {
   }
   EXPECT_EQ(b[2].d, 0.0f);
   EXPECT_EQ(b[2].s, 0.0f);
+}
+
+// Every variant rounds activations to the bits of the plain quantize_q8_rows.
+TEST(QuantActivations, EveryVariantRoundsToThePlainBlocks) {
+  std::vector<float> x = random_rows(5, 160, 12);
+  for (int i = 0; i < 32; ++i) x[static_cast<size_t>(32 + i)] = 0.0f;          // a zero block
+  x[100] = 0.5f * 3, x[101] = -2.5f;                                              // ties
+  for (int i = 0; i < 32; ++i) x[static_cast<size_t>(160 + i)] = (i - 16) * 0.5f;  // halves round to even
+  x[400] = NAN, x[500] = INFINITY, x[600] = -INFINITY;
+  x[700] = 1e-40f;  // a subnormal block maximum
+  for (int i = 1; i < 32; ++i) x[static_cast<size_t>(704 + i)] = 0.0f;
+  x[704] = 1e-40f;
+  std::vector<Q8Block> plain(25);
+  kernels::quantize_q8_rows(x.data(), 5, 160, 160, plain.data());
+  for (const kernels::Q8DotVariant& v : kernels::q8_dot_variants()) {
+    std::vector<Q8Block> b(25);
+    v.quantize(x.data(), 5, 160, 160, b.data());
+    for (size_t i = 0; i < b.size(); ++i) {
+      EXPECT_EQ(std::memcmp(b[i].q, plain[i].q, 32), 0) << v.name << " block " << i;
+      EXPECT_EQ(b[i].sum, plain[i].sum) << v.name << " block " << i;
+      EXPECT_TRUE(b[i].d == plain[i].d || (std::isnan(b[i].d) && std::isnan(plain[i].d))) << v.name << " block " << i;
+      EXPECT_TRUE(b[i].s == plain[i].s || (std::isnan(b[i].s) && std::isnan(plain[i].s))) << v.name << " block " << i;
+    }
+  }
 }
 
 TEST(QuantActivations, NonFiniteInputsMakeTheirProductsNaN) {
