@@ -26,6 +26,7 @@ using namespace nb::literals;
 
 void bind_output_softmax(nb::module_& m);  // python/output_bindings.cpp
 void bind_refinement(nb::module_& m);      // python/refinement_bindings.cpp
+void bind_sana(nb::module_& m);            // python/sana_bindings.cpp
 
 namespace {
 
@@ -716,4 +717,5 @@ NB_MODULE(_attn, m) {
         "Prefer the isa= argument of attend(), which applies to one call.");
   bind_output_softmax(m);
   bind_refinement(m);
+  bind_sana(m);
 }
