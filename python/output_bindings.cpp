@@ -9,6 +9,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <memory>
 #include <string>
 
 #include "attn/output_softmax.hpp"
@@ -22,18 +23,25 @@ template <class T, class... Extra>
 using In = nb::ndarray<const T, nb::c_contig, nb::device::cpu, Extra...>;
 using Ids = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
-// A new NumPy array of `shape` whose memory a std::vector owns.
+// Memory for a result, not zero-filled (every entry is written: (N, V) log_prob is 200 MB at
+// V = 50,000, and a zero pass would cost as much as the exps).
+template <class T>
+struct Buffer {
+  std::unique_ptr<T[]> p;
+  T* data() { return p.get(); }
+};
+// A new NumPy array of `shape` whose memory a Buffer owns.
 template <class T>
 struct Owned {
-  std::vector<T>* data;
+  Buffer<T>* data;
   nb::ndarray<nb::numpy, T> array(std::initializer_list<size_t> shape) {
-    nb::capsule owner(data, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+    nb::capsule owner(data, [](void* p) noexcept { delete static_cast<Buffer<T>*>(p); });
     return nb::ndarray<nb::numpy, T>(data->data(), shape, owner);
   }
 };
 template <class T>
 Owned<T> owned(int64_t n) {
-  return {new std::vector<T>(static_cast<size_t>(n))};
+  return {new Buffer<T>{std::unique_ptr<T[]>(new T[static_cast<size_t>(n)])}};
 }
 
 template <class T>
