@@ -35,7 +35,7 @@ def _prepare(a: Any, w1: Any, w2: Any, form: str) -> Tuple[np.ndarray, np.ndarra
     form = _args.text(form, "form")
     if form not in REFINE_FORMS:
         raise ValueError(f"form must be one of {', '.join(REFINE_FORMS)}, got {form!r}")
-    aa = _floats(a, "a", input=True)
+    aa = _floats(a, "a", input=True, what="the refinement functions")
     if aa.ndim < 2 or aa.shape[-1] != aa.shape[-2]:
         raise ValueError(f"a must be square in its last two dimensions (..., N, N), got shape {tuple(aa.shape)}")
     n1, n2 = ("w_mu", "w_sigma") if form == "stochastic" else ("w1", "w2")
@@ -61,7 +61,7 @@ def refine_attention(a: Any, v: Any, w1: Any, w2: Any, form: str = "simple", gam
     Computes in a's dtype (float32: fast form; float64: reference); returns (..., N, dv)."""
     aa, m1, m2, lead, torch_in = _prepare(a, w1, w2, form)
     n = aa.shape[-1]
-    vv = _floats(v, "v", aa.dtype, input=True)
+    vv = _floats(v, "v", aa.dtype, input=True, what="the refinement functions")
     if vv.ndim != len(lead) + 2 or tuple(vv.shape[:-1]) != lead + (n,):
         raise ValueError(f"v must have shape {lead + (n,)} + (dv,) to match a {tuple(lead) + (n, n)}, "
                          f"got {tuple(vv.shape)}")

@@ -30,7 +30,7 @@ __all__ = ["lite_la", "mix_ffn", "sana_block"]
 
 def _x(x: Any) -> Tuple[np.ndarray, bool]:
     torch_in = _is_torch(x)
-    a = _floats(x, "x", input=True)
+    a = _floats(x, "x", input=True, what="the SANA functions")
     if a.ndim != 3:
         raise ValueError(f"x must have 3 dimensions (B, N, C), got shape {tuple(a.shape)}")
     return a, torch_in

@@ -108,3 +108,12 @@ def test_bad_input_names_the_argument():
         attn.refine_attention(a, v, w, np.ones((n, 3)))
     with pytest.raises(ValueError, match=r"w_mu must have N = 4 rows"):
         attn.refine_attention(a, v, np.ones((3, 2)), np.ones((3, 2)), form="stochastic")
+
+
+def test_a_torch_input_that_requires_grad_warns_and_is_detached():
+    n = 5
+    a = torch.from_numpy(causal_weights((), n, 8)).requires_grad_()
+    with pytest.warns(RuntimeWarning, match="the refinement functions have no backward pass"):
+        out = attn.refine_attention(a, torch.randn(n, 2, dtype=torch.float64), torch.randn(n, 2, dtype=torch.float64),
+                                    torch.randn(n, 2, dtype=torch.float64))
+    assert not out.requires_grad
