@@ -178,7 +178,8 @@ void mix_ffn_fast(const float* x, int64_t batch, int64_t tokens, int64_t C, int6
                   const MixFfnWeights<float>& w, float* out, int threads) {
   const kernels::TileKernels& kern = kernels::kernels_for(active_isa());
   const int64_t rows = batch * tokens, h2 = 2 * h;
-  const std::vector<float> in_t = transposed(w.inverted), point_t = transposed(w.point);
+  // the depthwise taps transposed to (9, 2h): the inner loop runs over channels with unit stride
+  const std::vector<float> in_t = transposed(w.inverted), point_t = transposed(w.point), dw_t = transposed(w.depth);
   std::vector<float> u(static_cast<size_t>(rows * h2));
   linear_rows(kern, x, rows, C, in_t.data(), h2, w.inverted_bias, u.data(), threads);
   // silu in place (a pass of its own: the depthwise conv reads neighbours' activations)
@@ -203,8 +204,8 @@ void mix_ffn_fast(const float* x, int64_t batch, int64_t tokens, int64_t C, int6
           const int64_t xs = xx + kx - 1;
           if (xs < 0 || xs >= W) continue;
           const float* src = u.data() + ((b * tokens) + yy * W + xs) * h2;
-          const float* k = w.depth.data + ky * 3 + kx;
-          for (int64_t c = 0; c < h2; ++c) d[c] += k[c * 9] * src[c];
+          const float* k = dw_t.data() + (ky * 3 + kx) * h2;
+          for (int64_t c = 0; c < h2; ++c) d[c] += k[c] * src[c];
         }
       }
       for (int64_t c = 0; c < h; ++c) g[r * h + c] = d[c] * silu(d[h + c]);
