@@ -1,5 +1,6 @@
-// Attention-weight refinement (SPEC §6.2, our reading [unverified]): the float form through the
-// kernel table's gemm, the double reference written out, and the checks both share.
+// Attention-weight refinement (SPEC §6.2, our reading [unverified]): the checks both forms share,
+// the float form through the kernel table's gemm, and the public entry points (the double ones run
+// the reference of refinement_reference.cpp).
 #include "attn/refinement.hpp"
 
 #include <algorithm>
@@ -12,9 +13,14 @@
 #include "attn/isa.hpp"
 #include "base/parallel.hpp"
 #include "kernels/kernel_table.hpp"
+#include "refinement/refinement_internal.hpp"
 
 namespace attn {
 namespace {
+
+using refinement::elu1;
+using refinement::reference_weights;
+using refinement::softmax_row;
 
 constexpr const char* kWhere = "refine_attention";
 constexpr int64_t kBlockRows = 32;
@@ -67,87 +73,6 @@ void check(const char* where, const T* a, int64_t batch, int64_t n, int64_t dv, 
   }
 }
 
-// Softmax over x[0..n) in place. A NaN or an infinite maximum makes the row NaN (non-finite
-// inputs propagate); the diagonal key is always allowed, so a row is never empty.
-template <class T, class Acc>
-void softmax_row(T* x, int64_t n) {
-  Acc m = -std::numeric_limits<Acc>::infinity();
-  bool nan = false;
-  for (int64_t j = 0; j < n; ++j) {
-    const Acc v = static_cast<Acc>(x[j]);
-    nan |= std::isnan(v);
-    m = v > m ? v : m;
-  }
-  if (nan || m == std::numeric_limits<Acc>::infinity() || m == -std::numeric_limits<Acc>::infinity()) {
-    // +inf scores or NaN: no meaningful distribution; NaN propagates
-    for (int64_t j = 0; j < n; ++j) x[j] = std::numeric_limits<T>::quiet_NaN();
-    return;
-  }
-  Acc sum = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    const Acc e = std::exp(static_cast<Acc>(x[j]) - m);
-    x[j] = static_cast<T>(e);
-    sum += e;
-  }
-  const Acc inv = Acc(1) / sum;
-  for (int64_t j = 0; j < n; ++j) x[j] = static_cast<T>(static_cast<Acc>(x[j]) * inv);
-}
-
-template <class T>
-T elu1(T x) {
-  return x > 0 ? x + T(1) : std::exp(x);  // elu(x) + 1; NaN stays NaN
-}
-
-// ---- the double reference: every matrix written out ----
-
-// R (n, n) of one batch entry: the refined weights of the form.
-void reference_weights(const double* a, int64_t n, const double* w1, const double* w2, int64_t r,
-                       const RefineOptions& o, double* R) {
-  const bool stoch = o.form == RefineForm::stochastic;
-  std::vector<double> p1(static_cast<size_t>(n * r), 0.0), p2(static_cast<size_t>(n * r), 0.0);
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t c = 0; c < r; ++c) {
-      double s1 = 0, s2 = 0;
-      for (int64_t k = 0; k < n; ++k) {
-        s1 += a[i * n + k] * w1[k * r + c];
-        s2 += a[i * n + k] * w2[k * r + c];
-      }
-      p1[i * r + c] = s1;
-      p2[i * r + c] = stoch ? elu1(s2) : s2;
-    }
-  std::vector<double> hat(static_cast<size_t>(n * n), 0.0);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(r));
-  for (int64_t i = 0; i < n; ++i) {
-    double* h = hat.data() + i * n;
-    for (int64_t j = 0; j <= i; ++j) {
-      double s = 0;
-      for (int64_t c = 0; c < r; ++c) {
-        if (stoch) {
-          const double dm = p1[i * r + c] - p1[j * r + c], ds = p2[i * r + c] - p2[j * r + c];
-          s -= dm * dm + ds * ds;
-        } else {
-          s += p1[i * r + c] * p2[j * r + c];
-        }
-      }
-      h[j] = stoch ? s : s * scale;
-    }
-    softmax_row<double, double>(h, i + 1);  // keys j > i stay 0 (the causal mask)
-  }
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      double v = 0;
-      switch (o.form) {
-        case RefineForm::simple:
-        case RefineForm::stochastic: v = hat[i * n + j]; break;
-        case RefineForm::additive: v = (1.0 - o.gamma) * a[i * n + j] + o.gamma * hat[i * n + j]; break;
-        case RefineForm::value_weighted:
-          for (int64_t k = 0; k < n; ++k) v += hat[i * n + k] * a[k * n + j];
-          break;
-      }
-      R[i * n + j] = v;
-    }
-}
-
 // ---- the float form ----
 
 void refine_fast(const float* a, const float* v, int64_t batch, int64_t n, int64_t dv, const MatrixRef<float>& w1,
@@ -178,7 +103,8 @@ void refine_fast(const float* a, const float* v, int64_t batch, int64_t n, int64
         kern.gemm(1, r, i + 1, ar, n, 1, w1.data, r, qr, r, false);
         kern.gemm(1, r, i + 1, ar, n, 1, w2.data, r, k.data() + (b * n + i) * r, r, false);
       }
-      if (need_av && dv > 0) kern.gemm(1, dv, i + 1, ar, n, 1, v + b * n * dv, dv, av.data() + (b * n + i) * dv, dv, false);
+      if (need_av && dv > 0)
+        kern.gemm(1, dv, i + 1, ar, n, 1, v + b * n * dv, dv, av.data() + (b * n + i) * dv, dv, false);
     }
   });
   const int ntb = resolve_threads(o.threads, batch);

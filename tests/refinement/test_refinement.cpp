@@ -226,7 +226,8 @@ TEST(Refinement, BadInputNamesTheArgument) {
   };
   auto upper = a;
   upper[1] = 0.25;
-  expect_error([&] { call(upper, ref(w, n, r), ref(w, n, r), {}); }, "a must be causal (zero above the diagonal), got a[0][1] = 0.25");
+  expect_error([&] { call(upper, ref(w, n, r), ref(w, n, r), {}); },
+               "a must be causal (zero above the diagonal), got a[0][1] = 0.25");
   auto sums = a;
   sums[2 * n + 0] += 0.1;
   expect_error([&] { call(sums, ref(w, n, r), ref(w, n, r), {}); }, "every row of a must sum to 1");

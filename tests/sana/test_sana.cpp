@@ -194,7 +194,8 @@ TEST(Sana, BadInputNamesTheArgument) {
                "point weight must have shape (C, h) = (32, 80), got (32, 81)");
   ffn = wf.ffn(C, h);
   ffn.depth_bias = ffn.depth_bias.subspan(1);
-  expect_error([&] { mix_ffn(x.data(), 1, N, C, 2, 3, ffn, out.data()); }, "depth bias must have 2h = 160 values, got 159");
+  expect_error([&] { mix_ffn(x.data(), 1, N, C, 2, 3, ffn, out.data()); },
+               "depth bias must have 2h = 160 values, got 159");
   auto att = wf.attention(C);
   att.head_dim = 24;
   expect_error([&] { lite_la(x.data(), 1, N, C, att, out.data()); },
