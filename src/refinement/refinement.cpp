@@ -75,6 +75,19 @@ void check(const char* where, const T* a, int64_t batch, int64_t n, int64_t dv, 
 
 // ---- the float form ----
 
+// C row ii = sum_{p <= i0 + ii} A[ii][p] B[p] for ii < nb (A: rows i0 .. i0 + nb - 1 of a causal
+// matrix, row stride lda; B row p at bm + p ldb, ncols wide; C row stride ldc). Row i reads only
+// B's rows p <= i, so a non-finite value at a later position cannot reach it (0 * inf would). The
+// columns p < i0, which every row of the block sees, are one gemm; each row's own triangle is then
+// accumulated onto it. The gemm sums over p in order per element, so a row is bitwise what
+// gemm(1, ncols, i + 1) would give, whatever the blocks.
+void causal_gemm(const kernels::TileKernels& kern, int64_t nb, int64_t i0, const float* arows, int64_t lda,
+                 const float* bm, int64_t ldb, int64_t ncols, float* c, int64_t ldc) {
+  if (i0 > 0) kern.gemm(nb, ncols, i0, arows, lda, 1, bm, ldb, c, ldc, false);
+  for (int64_t ii = 0; ii < nb; ++ii)
+    kern.gemm(1, ncols, ii + 1, arows + ii * lda + i0, lda, 1, bm + i0 * ldb, ldb, c + ii * ldc, ldc, i0 > 0);
+}
+
 void refine_fast(const float* a, const float* v, int64_t batch, int64_t n, int64_t dv, const MatrixRef<float>& w1,
                  const MatrixRef<float>& w2, float* out, const RefineOptions& o) {
   const kernels::TileKernels& kern = kernels::kernels_for(active_isa());
@@ -90,22 +103,19 @@ void refine_fast(const float* a, const float* v, int64_t batch, int64_t n, int64
   const int nt1 = resolve_threads(o.threads, items);
   parallel_for(items, nt1, [&](int64_t item, int) {
     const int64_t b = item / blocks, i0 = (item % blocks) * kBlockRows, nb = std::min(kBlockRows, n - i0);
-    // one row at a time with k = i + 1: row i reads only A's, W's and V's rows j <= i, so a
-    // non-finite value at a later position cannot reach it (0 * inf would)
-    for (int64_t i = i0; i < i0 + nb; ++i) {
-      const float* ar = a + (b * n + i) * n;
-      float* qr = q.data() + (b * n + i) * rq;
-      if (stoch) {
-        kern.gemm(1, r, i + 1, ar, n, 1, w1.data, r, qr, rq, false);
-        kern.gemm(1, r, i + 1, ar, n, 1, w2.data, r, qr + r, rq, false);
-        for (int64_t c = 0; c < r; ++c) qr[r + c] = elu1(qr[r + c]);
-      } else {
-        kern.gemm(1, r, i + 1, ar, n, 1, w1.data, r, qr, r, false);
-        kern.gemm(1, r, i + 1, ar, n, 1, w2.data, r, k.data() + (b * n + i) * r, r, false);
+    const float* ab = a + (b * n + i0) * n;
+    if (stoch) {
+      causal_gemm(kern, nb, i0, ab, n, w1.data, r, r, q.data() + (b * n + i0) * rq, rq);
+      causal_gemm(kern, nb, i0, ab, n, w2.data, r, r, q.data() + (b * n + i0) * rq + r, rq);
+      for (int64_t i = i0; i < i0 + nb; ++i) {
+        float* sr = q.data() + (b * n + i) * rq + r;
+        for (int64_t c = 0; c < r; ++c) sr[c] = elu1(sr[c]);
       }
-      if (need_av && dv > 0)
-        kern.gemm(1, dv, i + 1, ar, n, 1, v + b * n * dv, dv, av.data() + (b * n + i) * dv, dv, false);
+    } else {
+      causal_gemm(kern, nb, i0, ab, n, w1.data, r, r, q.data() + (b * n + i0) * r, r);
+      causal_gemm(kern, nb, i0, ab, n, w2.data, r, r, k.data() + (b * n + i0) * r, r);
     }
+    if (need_av && dv > 0) causal_gemm(kern, nb, i0, ab, n, v + b * n * dv, dv, dv, av.data() + (b * n + i0) * dv, dv);
   });
   const int ntb = resolve_threads(o.threads, batch);
   parallel_for(batch, ntb, [&](int64_t b, int) {
@@ -145,8 +155,7 @@ void refine_fast(const float* a, const float* v, int64_t batch, int64_t n, int64
     float* ob = out + (b * n + i0) * dv;
     if (dv == 0) return;
     const float* vsrc = o.form == RefineForm::value_weighted ? av.data() + b * n * dv : v + b * n * dv;
-    for (int64_t ii = 0; ii < nb; ++ii)  // row i: keys j <= i only (see the first pass)
-      kern.gemm(1, dv, i0 + ii + 1, s + ii * i1, i1, 1, vsrc, dv, ob + ii * dv, dv, false);
+    causal_gemm(kern, nb, i0, s, i1, vsrc, dv, dv, ob, dv);  // row i: keys j <= i only
     if (o.form == RefineForm::additive) {
       const float* avb = av.data() + (b * n + i0) * dv;
       for (int64_t e = 0; e < nb * dv; ++e) ob[e] = (1.0f - g) * avb[e] + g * ob[e];

@@ -216,6 +216,20 @@ TEST(Refinement, NonFiniteValuesPropagateOnlyForward) {
   refine_attention(a.data(), v.data(), 1, n, dv, ref(w1, n, r), ref(w2, n, r), out.data(), opts(RefineForm::simple));
   EXPECT_TRUE(std::isfinite(out[0]));
   EXPECT_TRUE(std::isnan(out[4 * dv]));
+  // across the 32-row blocks: a NaN in V or W at position 35 (second block) reaches no earlier row
+  const int64_t m = 40;
+  const auto a2 = as<float>(causal_weights(1, m, 23));
+  for (RefineForm form : {RefineForm::value_weighted, RefineForm::additive, RefineForm::stochastic}) {
+    auto v2 = normal<float>(m * dv, 24);
+    auto w1b = normal<float>(m * r, 25, 0.5), w2b = normal<float>(m * r, 26, 0.5);
+    std::vector<float> o2(static_cast<size_t>(m * dv));
+    v2[35 * dv] = std::numeric_limits<float>::infinity();
+    w1b[35 * r] = std::numeric_limits<float>::quiet_NaN();
+    refine_attention(a2.data(), v2.data(), 1, m, dv, ref(w1b, m, r), ref(w2b, m, r), o2.data(), opts(form));
+    for (int64_t i = 0; i < 35; ++i)
+      for (int64_t c = 0; c < dv; ++c) ASSERT_TRUE(std::isfinite(o2[i * dv + c])) << i << ", " << c;
+    EXPECT_FALSE(std::isfinite(o2[35 * dv]));
+  }
 }
 
 TEST(Refinement, BadInputNamesTheArgument) {
