@@ -26,6 +26,8 @@ using namespace nb::literals;
 
 void bind_output_softmax(nb::module_& m);  // python/output_bindings.cpp
 void bind_titans(nb::module_& m);          // python/titans_bindings.cpp
+void bind_refinement(nb::module_& m);      // python/refinement_bindings.cpp
+void bind_sana(nb::module_& m);            // python/sana_bindings.cpp
 
 namespace {
 
@@ -718,4 +720,6 @@ NB_MODULE(_attn, m) {
         "Prefer the isa= argument of attend(), which applies to one call.");
   bind_output_softmax(m);
   bind_titans(m);
+  bind_refinement(m);
+  bind_sana(m);
 }

@@ -109,7 +109,8 @@ class AdaptiveLogSoftmaxWithLoss {
   const std::vector<int64_t>& cutoffs() const { return cutoffs_; }
 
   // x: (rows, d). out: (rows, V) log probabilities (torch's log_prob). float: products by the
-  // kernel table's gemm in blocks of rows (float sums, as torch's); double: sums in double.
+  // kernel table's gemm in blocks of rows, rows normalised with its vector exp (float sums, as
+  // torch's); double: sums in double.
   void log_prob(const T* x, int64_t rows, T* out, int threads = 0) const;
   // out[r]: torch's predict: the head's argmax if it is a shortlist word, else the argmax of the
   // row's full log_prob (first maximum on ties, as torch.argmax).

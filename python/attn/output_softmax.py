@@ -30,7 +30,8 @@ def _is_torch(x: Any) -> bool:
     return type(x).__module__.startswith("torch")
 
 
-def _floats(x: Any, name: str, dtype: Optional[np.dtype] = None, input: bool = False) -> np.ndarray:
+def _floats(x: Any, name: str, dtype: Optional[np.dtype] = None, input: bool = False,
+            what: str = "the output-layer softmaxes") -> np.ndarray:
     """A C-contiguous float32/float64 NumPy copy or view of x (torch: detached, on the CPU).
     With `dtype`, x is converted to it (a model computes in its weights' dtype). An `input`
     (not a weight, which is copied) that requires grad gets a warning: no gradient flows back."""
@@ -39,7 +40,7 @@ def _floats(x: Any, name: str, dtype: Optional[np.dtype] = None, input: bool = F
             import torch
 
             if torch.is_grad_enabled():
-                warnings.warn(f"attn: {name} requires grad, but the output-layer softmaxes have no backward pass yet: "
+                warnings.warn(f"attn: {name} requires grad, but {what} have no backward pass yet: "
                               "the result is detached (run under torch.no_grad() to silence this)", RuntimeWarning,
                               stacklevel=4)
         x = x.detach().cpu().numpy() if x.dtype.is_floating_point and x.dtype.itemsize >= 4 else x

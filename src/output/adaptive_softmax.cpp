@@ -61,6 +61,22 @@ int64_t argmax(const V* x, int64_t n) {
   return best;
 }
 
+// x[j] = (x[j] - m) - log sum_k exp(x[k] - m) + base, m = max_k x[k], in float with the kernel
+// table's vector exp (float sums, as torch's log_softmax); tmp: n floats of scratch. A row holding
+// NaN or +inf, or all -inf, goes through output::log_softmax_row (NaN rows stay NaN, -inf rows -inf).
+void log_softmax_plus(const kernels::TileKernels& kern, float* x, int64_t n, float base, float* tmp) {
+  bool nan = false;
+  const float m = kern.row_max(x, n, -std::numeric_limits<float>::infinity(), &nan);
+  if (nan || !std::isfinite(m)) {
+    output::log_softmax_row(x, x, n);
+    for (int64_t j = 0; j < n; ++j) x[j] += base;
+    return;
+  }
+  std::copy(x, x + n, tmp);
+  const float log_sum = std::log(kern.exp_shift_sum(tmp, n, m));
+  for (int64_t j = 0; j < n; ++j) x[j] = ((x[j] - m) - log_sum) + base;
+}
+
 }  // namespace
 
 template <class T>
@@ -149,23 +165,24 @@ void AdaptiveLogSoftmaxWithLoss<T>::cluster_log_probs(const T* x, int64_t i, dou
 // Blocks do not depend on the thread count, nor a row's sums on its block: same bits for any.
 template <class T>
 void AdaptiveLogSoftmaxWithLoss<T>::log_prob_blocked(const float* x, int64_t rows, float* out, int threads) const {
-  constexpr int64_t kBlockRows = 32;
+  constexpr int64_t kBlockRows = 64;
   const kernels::TileKernels& kern = kernels::kernels_for(active_isa());
   const int64_t H = head_size(), blocks = (rows + kBlockRows - 1) / kBlockRows;
   const int nt = resolve_threads(threads, blocks);
-  const int64_t per = kBlockRows * (H + max_hidden_);
+  const int64_t per = kBlockRows * (H + max_hidden_) + std::max(H, max_cluster_size_);
   std::vector<float> scratch(static_cast<size_t>(per * nt));
   parallel_for(blocks, nt, [&](int64_t b, int t) {
     const int64_t r0 = b * kBlockRows, nb = std::min(kBlockRows, rows - r0);
     const float* xb = x + r0 * dim_;
     float* head = scratch.data() + t * per;  // (nb, H)
     float* hidden = head + kBlockRows * H;   // (nb, hidden)
+    float* tmp = hidden + kBlockRows * max_hidden_;  // one row for the exps
     kern.gemm(nb, H, dim_, xb, dim_, 1, head_t_.data(), H, head, H, false);
     for (int64_t r = 0; r < nb; ++r) {
       float* hr = head + r * H;
       if (!head_bias_.empty())
         for (int64_t j = 0; j < H; ++j) hr[j] += static_cast<float>(head_bias_[j]);
-      output::log_softmax_row(hr, hr, H);
+      log_softmax_plus(kern, hr, H, 0.0f, tmp);
       std::copy(hr, hr + shortlist_size(), out + (r0 + r) * vocab_);
     }
     for (int64_t i = 0; i < n_clusters(); ++i) {
@@ -177,12 +194,8 @@ void AdaptiveLogSoftmaxWithLoss<T>::log_prob_blocked(const float* x, int64_t row
       } else {
         for (int64_t r = 0; r < nb; ++r) std::fill(ob + r * vocab_, ob + r * vocab_ + c.size, 0.0f);
       }
-      for (int64_t r = 0; r < nb; ++r) {
-        float* o = ob + r * vocab_;
-        output::log_softmax_row(o, o, c.size);
-        const float base = head[r * H + shortlist_size() + i];
-        for (int64_t k = 0; k < c.size; ++k) o[k] += base;
-      }
+      for (int64_t r = 0; r < nb; ++r)
+        log_softmax_plus(kern, ob + r * vocab_, c.size, head[r * H + shortlist_size() + i], tmp);
     }
   });
 }
