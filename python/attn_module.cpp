@@ -25,6 +25,7 @@ namespace nb = nanobind;
 using namespace nb::literals;
 
 void bind_output_softmax(nb::module_& m);  // python/output_bindings.cpp
+void bind_moe(nb::module_& m);  // python/moe_bindings.cpp
 
 namespace {
 
@@ -714,4 +715,5 @@ NB_MODULE(_attn, m) {
         "Sets the process-wide default kernel set (portable/scalar, avx2, avx512); raises if the CPU cannot run it.\n"
         "Prefer the isa= argument of attend(), which applies to one call.");
   bind_output_softmax(m);
+  bind_moe(m);
 }
