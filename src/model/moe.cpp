@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <new>
 #include <string>
 
 #include "attn/error.hpp"
@@ -240,7 +241,7 @@ void size_routing(MoeRouting<T>* r, const MoeSizes& z) {
 
 double moe_feed_forward(const MoeSizes& z, std::span<const float> x, std::span<const float> router,
                         std::span<const float> w1, std::span<const float> w2, std::span<const float> w3,
-                        std::span<float> y, int threads, MoeRouting<float>* routing) {
+                        std::span<float> y, int threads, MoeRouting<float>* routing) try {
   check_sizes(z, threads);
   check_spans(z, x, router, w1, w2, w3, y);
   size_routing(routing, z);
@@ -257,11 +258,14 @@ double moe_feed_forward(const MoeSizes& z, std::span<const float> x, std::span<c
   return model::moe_forward(x.data(), z.tokens, w, z.top_k, y.data(), threads, active_isa(), scratch,
                             routing ? routing->ids.data() : nullptr, routing ? routing->weights.data() : nullptr,
                             routing ? routing->probs.data() : nullptr);
+} catch (const std::bad_alloc&) {
+  fail(kWhere, "out of memory while running " + std::to_string(z.tokens) + " tokens through " +
+                   std::to_string(z.experts) + " experts");
 }
 
 double moe_feed_forward(const MoeSizes& z, std::span<const double> x, std::span<const double> router,
                         std::span<const double> w1, std::span<const double> w2, std::span<const double> w3,
-                        std::span<double> y, int threads, MoeRouting<double>* routing) {
+                        std::span<double> y, int threads, MoeRouting<double>* routing) try {
   check_sizes(z, threads);
   check_spans(z, x, router, w1, w2, w3, y);
   size_routing(routing, z);
@@ -311,6 +315,8 @@ double moe_feed_forward(const MoeSizes& z, std::span<const double> x, std::span<
     std::copy(probs.begin(), probs.end(), routing->probs.begin());
   }
   return aux_loss(probs.data(), ids.data(), n, E, k);
+} catch (const std::bad_alloc&) {
+  fail(kWhere, "out of memory while running the float64 reference on " + std::to_string(z.tokens) + " tokens");
 }
 
 }  // namespace attn
