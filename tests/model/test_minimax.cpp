@@ -223,6 +223,43 @@ TEST(MiniMax, DecoderAgreesWithAFloat64ReferenceModelInPrefillAndDecode) {
   std::remove(path.c_str());
 }
 
+TEST(MiniMax, APromptLongerThanALightningBlockMatchesTheQuadraticReference) {
+  // 300 tokens: the lightning layers' blocks of 256 and the decoder's steps of 256 are crossed
+  // (blocked = quadratic form with N not a multiple of 256); the last tokens are decoded one by one.
+  DecoderConfig c = minimax_config();
+  c.max_seq_len = 320;
+  Decoder d = Decoder::random(c, 13);
+  const std::string path = ::testing::TempDir() + "attn_minimax_long.safetensors";
+  d.save(path);
+  const Tensors t{SafetensorsFile::open(path)};
+  const std::vector<int32_t> tokens = tokens_of(300, 8, c.vocab_size);
+  const Vec want = reference_logits(c, t, tokens);
+  std::vector<float> got = d.forward({tokens.begin(), tokens.begin() + 297}, 0, true);
+  for (size_t i = 297; i < tokens.size(); ++i) {
+    const std::vector<float>& row = d.forward({tokens[i]}, static_cast<int64_t>(i));
+    got.insert(got.end(), row.begin(), row.end());
+  }
+  expect_close(got, want, 5e-4);
+  std::remove(path.c_str());
+}
+
+TEST(MiniMax, SixteenBitExpertsDecodeAsTheyPrefillOnAnyThreadCount) {
+  // bfloat16 matrices: the experts' rows are converted per work item; decode equals prefill.
+  const DecoderConfig c = minimax_config();
+  const std::vector<int32_t> tokens = tokens_of(12, 6, c.vocab_size);
+  Decoder one = Decoder::random(c, 3, DType::bf16, 1), two = Decoder::random(c, 3, DType::bf16, 2);
+  const std::vector<float> prefill = one.forward(tokens, 0, true);
+  EXPECT_EQ(two.forward(tokens, 0, true), prefill);
+  two.reset();
+  std::vector<float> stepwise = two.forward({tokens.front()}, 0, true);
+  for (size_t i = 1; i < tokens.size(); ++i) {
+    const std::vector<float>& row = two.forward({tokens[i]}, static_cast<int64_t>(i));
+    stepwise.insert(stepwise.end(), row.begin(), row.end());
+  }
+  Vec want(prefill.begin(), prefill.end());
+  expect_close(stepwise, want, 1e-4);
+}
+
 TEST(MiniMax, BadMoeConfigsNameTheField) {
   DecoderConfig c = minimax_config();
   c.moe_top_k = 6;
