@@ -89,3 +89,18 @@ def test_bad_input():
         attn.moe_feed_forward(x, router, w1, w2, w3[:2])
     with pytest.raises(TypeError, match="x must be float32 or float64"):
         attn.moe_feed_forward(x.astype(np.int32), router, w1, w2, w3)
+
+
+def test_minimax_decoder_config_prefill_and_decode():
+    config = {"vocab_size": 50, "dim": 32, "hidden_dim": 24, "heads": 2, "kv_heads": 1, "head_dim": 16,
+              "max_seq_len": 32, "layers": attn.Decoder.hybrid_layers(8, "7:1"),
+              "residual": "minimax", "moe_experts": 4, "moe_top_k": 2}
+    model = attn.Decoder.random(config, seed=2)
+    assert model.config["residual"] == "minimax" and model.config["moe_experts"] == 4
+    tokens = [3, 14, 15, 9, 26, 5]
+    full = model.forward(tokens, 0)
+    model.reset()
+    steps = np.concatenate([model.forward([t]) for t in tokens])
+    np.testing.assert_allclose(steps, full, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match=r"moe_top_k must be in \[1, moe_experts = 4\], got 5"):
+        attn.Decoder.random({**config, "moe_top_k": 5})
