@@ -146,7 +146,7 @@ double moe_forward(const float* x, int64_t n, const MoeExperts& w, int64_t k, fl
     const int64_t blocks = (rows + kRowsOfW - 1) / kRowsOfW;
     s.items.clear();
     for (int64_t e = 0; e < E; ++e)
-      if (s.offset[static_cast<size_t>(e + 1)] > s.offset[static_cast<size_t>(e)])
+      if (s.offset[static_cast<size_t>(e + 1)] > s.offset[static_cast<size_t>(e)] && !s.few[static_cast<size_t>(e)])
         for (int64_t b = 0; b < blocks; ++b) s.items.push_back(e * blocks + b);
     std::stable_sort(s.items.begin(), s.items.end(), [&](int64_t a, int64_t b) {
       const auto width = [&](int64_t item) {
@@ -162,6 +162,25 @@ double moe_forward(const float* x, int64_t n, const MoeExperts& w, int64_t k, fl
       body(e, j0, std::min(kRowsOfW, rows - j0), thread);
     });
   };
+  // Experts with fewer than kPad tokens: token-major rows through model::matmul (each weight row
+  // read once, as a decode step's dense products), then written into their columns of Yt.
+  s.few_x.resize(static_cast<size_t>(kPad * d)), s.few_y.resize(static_cast<size_t>(kPad * d));
+  s.few_g.resize(static_cast<size_t>(kPad * H)), s.few_u.resize(static_cast<size_t>(kPad * H));
+  std::vector<char>& few = s.few;
+  few.assign(static_cast<size_t>(E), 0);
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t c0 = s.offset[static_cast<size_t>(e)], m = fill[static_cast<size_t>(e)] - c0;  // its tokens
+    if (m == 0 || m >= kPad) continue;
+    few[static_cast<size_t>(e)] = 1;
+    for (int64_t i = 0, r = 0; i < n * k; ++i)
+      if (ids[i] == e) std::copy(x + (i / k) * d, x + (i / k + 1) * d, s.few_x.data() + (r++) * d);
+    matmul_many(s.few_x.data(), m, {{&w.w1[static_cast<size_t>(e)], s.few_g.data()}, {&w.w3[static_cast<size_t>(e)], s.few_u.data()}},
+                threads, isa);
+    for (int64_t i = 0; i < m * H; ++i) s.few_g[static_cast<size_t>(i)] = silu(s.few_g[static_cast<size_t>(i)]) * s.few_u[static_cast<size_t>(i)];
+    matmul(s.few_g.data(), m, w.w2[static_cast<size_t>(e)], s.few_y.data(), threads, isa);
+    for (int64_t r = 0; r < m; ++r)  // the rows were gathered in slot order: row r is column c0 + r
+      for (int64_t c = 0; c < d; ++c) yt[c * S + c0 + r] = s.few_y[static_cast<size_t>(r * d + c)];
+  }
   run_items(H, [&](int64_t e, int64_t j0, int64_t nj, int thread) {
     const int64_t c0 = s.offset[static_cast<size_t>(e)], m = s.offset[static_cast<size_t>(e + 1)] - c0;
     float* tmp = s.tmp.data() + thread * kRowsOfW * widest;

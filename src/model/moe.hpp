@@ -6,7 +6,9 @@
 // e owns the columns [offset_e, offset_e + padded_e), its tokens in increasing order, padded with
 // zeros to a multiple of 16. Each expert then runs one gemm per weight over its columns
 // (Gt = silu(W1 Xt) ⊙ (W3 Xt), Yt = W2 Gt), split into blocks of 64 weight rows; float32
-// weights are read in place. Each token's output is the weighted sum of its columns of Yt in its
+// weights are read in place. An expert with fewer than 16 tokens (a decode step's) runs the
+// decoder's few-row products instead (model::matmul: each weight row read once, memory-bound),
+// its output written into its columns of Yt. Each token's output is the weighted sum of its columns of Yt in its
 // top-k order. Every value is computed by one call in a fixed order: the same bits for any
 // thread count.
 #pragma once
@@ -20,9 +22,10 @@ namespace attn::model {
 
 // Scratch kept between calls (the decoder's), sized before any parallel region.
 struct MoeScratch {
-  std::vector<float> logits, probs, route_w, xt, gt, yt, panels, tmp;
+  std::vector<float> logits, probs, route_w, xt, gt, yt, panels, tmp, few_x, few_g, few_u, few_y;
   std::vector<int32_t> ids;
   std::vector<int64_t> count, offset, slot, items;
+  std::vector<char> few;  // per expert: fewer than 16 tokens (run by model::matmul)
 };
 
 // y (n, dim) = MoE(x (n, dim)) with `w` (router (E, dim); per expert w1, w3 (hidden, dim),
