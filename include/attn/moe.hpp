@@ -8,7 +8,8 @@
 // Weights are laid out as torch's nn.Linear holds them (out, in): router (E, dim), w1 and w3
 // (E, hidden, dim), w2 (E, dim, hidden); x and y (tokens, dim); all row-major, contiguous.
 // The float32 form gathers each expert's tokens so that every expert runs one matrix product
-// per weight (the kernel table's gemm); the double form is the plain per-token reference. Results
+// per weight (the kernel table's gemm; an expert with fewer than 16 tokens: the decoder's few-row
+// products); the double form is the plain per-token reference. Results
 // do not depend on `threads` (0 = the library's default), bitwise. Non-finite inputs propagate.
 // Bad input (top_k outside [1, E], sizes < 1, spans whose length disagrees with the sizes)
 // throws attn::Error naming the argument, the expected and the actual value.
