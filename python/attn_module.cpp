@@ -28,6 +28,7 @@ void bind_output_softmax(nb::module_& m);  // python/output_bindings.cpp
 void bind_titans(nb::module_& m);          // python/titans_bindings.cpp
 void bind_refinement(nb::module_& m);      // python/refinement_bindings.cpp
 void bind_sana(nb::module_& m);            // python/sana_bindings.cpp
+void bind_moe(nb::module_& m);  // python/moe_bindings.cpp
 
 namespace {
 
@@ -722,4 +723,5 @@ NB_MODULE(_attn, m) {
   bind_titans(m);
   bind_refinement(m);
   bind_sana(m);
+  bind_moe(m);
 }

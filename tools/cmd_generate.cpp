@@ -24,8 +24,10 @@ namespace {
 
 struct GenerateArgs {
   bool random_weights = false;
-  std::string weights, save_weights, hybrid, mechanism = "softmax:causal", weights_dtype = "f32";
+  std::string weights, save_weights, hybrid, mechanism = "softmax:causal", weights_dtype = "f32", arch = "llama";
   int64_t layers = 8, dim = 512, heads = 8, kv_heads = 2, head_dim = 64, hidden = 1408, vocab = 32000;
+  int64_t experts = 8, top_k = 2, expert_hidden = 0;  // --arch minimax (expert_hidden 0: 1.5 x dim)
+  bool no_compare = false;
   int64_t prompt_tokens = 512, new_tokens = 128;
   uint64_t seed = 1;
   int threads = 0;
@@ -79,7 +81,11 @@ Decoder make_decoder(const GenerateArgs& a) {
   c.vocab_size = a.vocab, c.dim = a.dim, c.hidden_dim = a.hidden, c.heads = a.heads, c.kv_heads = a.kv_heads;
   c.head_dim = a.head_dim, c.max_seq_len = max_seq;
   const Mechanism softmax = parse_mechanism(a.mechanism);
-  if (a.hybrid.empty()) {
+  if (a.arch == "minimax") {
+    if (!a.hybrid.empty()) throw Error("generate: --arch minimax has its own layout (7:1): leave out --hybrid");
+    c.make_minimax(a.layers, softmax, a.experts, a.top_k);
+    c.hidden_dim = a.expert_hidden > 0 ? a.expert_hidden : (3 * a.dim + 1) / 2;
+  } else if (a.hybrid.empty()) {
     c.layers = DecoderConfig::softmax_layers(a.layers, softmax);
   } else {
     int64_t lin = -1, soft = -1;
@@ -112,21 +118,14 @@ int run_text_model(const GenerateArgs& a) {
   return 0;
 }
 
-int run(const GenerateArgs& a) {
-  if (!a.model.empty()) return run_text_model(a);
-  Decoder d = make_decoder(a);
+struct Timing {
+  double prefill_s = 0, decode_s = 0;
+  std::vector<int32_t> generated;
+};
+
+// Prefills a seeded random prompt and decodes greedily.
+Timing measure(Decoder& d, const GenerateArgs& a) {
   const DecoderConfig& c = d.config();
-  int64_t lightning = 0;
-  for (const DecoderLayerSpec& l : c.layers) lightning += l.lightning;
-  const int64_t cached_layers = static_cast<int64_t>(c.layers.size()) - lightning;
-  fmt::print("attn generate: {} layers ({} with a KV cache, {} lightning), dim {}, heads {}/{} x {}, SwiGLU {}, vocab {},\n"
-             "  {:.1f}M parameters; isa {}, {} threads\n",
-             c.layers.size(), cached_layers, lightning, c.dim, c.heads, c.kv_heads, c.head_dim, c.hidden_dim, c.vocab_size,
-             static_cast<double>(d.parameter_count()) / 1e6, isa_name(active_isa()), resolve_threads(a.threads, int64_t{1} << 30));
-  if (!a.save_weights.empty()) {
-    d.save(a.save_weights);
-    fmt::print("  weights written to {}\n", a.save_weights);
-  }
   std::mt19937 rng(static_cast<uint32_t>(a.seed));
   std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(c.vocab_size - 1));
   std::vector<int32_t> prompt(static_cast<size_t>(a.prompt_tokens));
@@ -152,7 +151,58 @@ int run(const GenerateArgs& a) {
     logits = d.forward({next}, d.position());
     progress.update("decode", i + 1, a.new_tokens, t0);
   }
-  const double decode_s = seconds_since(t0);
+  return {prefill_s, seconds_since(t0), generated};
+}
+
+std::string feed_forward_text(const DecoderConfig& c) {
+  if (c.moe_experts > 0)
+    return fmt::format("MoE {} experts top-{} x SwiGLU {}", c.moe_experts, c.moe_top_k, c.hidden_dim);
+  return fmt::format("SwiGLU {}", c.hidden_dim);
+}
+
+// --arch minimax: the llama-style model of the same width, heads and layers (every layer softmax,
+// one dense SwiGLU of --hidden, the standard residual) on the same prompt, and the two side by side.
+void compare_with_llama(const Decoder& minimax, const Timing& mm, const GenerateArgs& a) {
+  GenerateArgs la = a;
+  la.arch = "llama", la.hybrid.clear();
+  Decoder llama = make_decoder(la);
+  fmt::print("compare  the llama-style model of this width ({} layers softmax, {}): running it on the same prompt\n",
+             llama.config().layers.size(), feed_forward_text(llama.config()));
+  const Timing lt = measure(llama, la);
+  const int64_t ctx = a.prompt_tokens + a.new_tokens;
+  auto row = [&](const char* name, const Decoder& d, const Timing& t) {
+    const double decode = a.new_tokens > 0 ? static_cast<double>(a.new_tokens) / t.decode_s : 0.0;
+    fmt::print("  {:<8} {:>8.1f}M {:>12.1f} {:>12.1f} {:>14} {:>12} {:>16}\n", name,
+               static_cast<double>(d.parameter_count()) / 1e6, static_cast<double>(a.prompt_tokens) / t.prefill_s, decode,
+               bytes_text(static_cast<double>(d.kv_bytes_per_token())),
+               bytes_text(static_cast<double>(d.state_bytes() + d.bounded_cache_bytes())),
+               bytes_text(static_cast<double>(cache_bytes_at(d, ctx)) / static_cast<double>(ctx)));
+  };
+  fmt::print("  {:<8} {:>9} {:>12} {:>12} {:>14} {:>12} {:>16}\n", "arch", "params", "prefill t/s", "decode t/s",
+             "KV per token", "fixed state", fmt::format("per token @{}", ctx));
+  row("minimax", minimax, mm);
+  row("llama", llama, lt);
+}
+
+int run(const GenerateArgs& a) {
+  if (!a.model.empty()) return run_text_model(a);
+  Decoder d = make_decoder(a);
+  const DecoderConfig& c = d.config();
+  int64_t lightning = 0;
+  for (const DecoderLayerSpec& l : c.layers) lightning += l.lightning;
+  const int64_t cached_layers = static_cast<int64_t>(c.layers.size()) - lightning;
+  fmt::print("attn generate: {} layers ({} with a KV cache, {} lightning), dim {}, heads {}/{} x {}, {}, vocab {},\n"
+             "  {} residual, {:.1f}M parameters; isa {}, {} threads\n",
+             c.layers.size(), cached_layers, lightning, c.dim, c.heads, c.kv_heads, c.head_dim, feed_forward_text(c),
+             c.vocab_size, c.residual, static_cast<double>(d.parameter_count()) / 1e6, isa_name(active_isa()),
+             resolve_threads(a.threads, int64_t{1} << 30));
+  if (!a.save_weights.empty()) {
+    d.save(a.save_weights);
+    fmt::print("  weights written to {}\n", a.save_weights);
+  }
+  const Timing run = measure(d, a);
+  const double prefill_s = run.prefill_s, decode_s = run.decode_s;
+  const std::vector<int32_t>& generated = run.generated;
 
   fmt::print("prefill  {:>6} tokens in {:8.3f} s = {:9.1f} tok/s\n", a.prompt_tokens, prefill_s, a.prompt_tokens / prefill_s);
   if (a.new_tokens > 0)
@@ -170,6 +220,7 @@ int run(const GenerateArgs& a) {
     for (size_t i = 0; i < std::min<size_t>(generated.size(), 16); ++i) fmt::print("{} ", generated[i]);
     fmt::print("{}\n", generated.size() > 16 ? "..." : "");
   }
+  if (a.arch == "minimax" && !a.no_compare) compare_with_llama(d, run, a);
   return 0;
 }
 
@@ -181,6 +232,7 @@ Runner add_generate(CLI::App& app) {
       "generate",
       "A llama-style decoder prefills a prompt and decodes greedily: tokens/s and cache memory per token.\n"
       "  attn generate --random-weights --layers 8 --hybrid 7:1 --prompt-tokens 512 --new-tokens 128\n"
+      "  attn generate --random-weights --arch minimax --layers 8   (MiniMax-01's block; also runs the llama-style model)\n"
       "  attn generate --weights model.safetensors --prompt-tokens 64   (a file Decoder.save() wrote)\n"
       "  attn generate --model SmolLM2-135M-Instruct.Q4_1.gguf --prompt \"What is attention?\" --chat\n"
       "  attn generate --model M.gguf --prompt \"Once upon a time\" --temperature 0.8 --top-p 0.95 --seed 3\n"
@@ -211,6 +263,18 @@ Runner add_generate(CLI::App& app) {
   c->add_option("--weights", a->weights, "A safetensors file with the decoder config in its metadata")->check(CLI::ExistingFile);
   c->add_option("--save-weights", a->save_weights, "Write the model to this safetensors file");
   c->add_option("--layers", a->layers, "Layers")->capture_default_str()->check(in_range(1, 1024));
+  c->add_option("--arch", a->arch,
+                "Random models: llama (RMSNorm pre-norm blocks, x + f(x), one SwiGLU; layers as --hybrid says) or "
+                "minimax (MiniMax-01: 7 lightning + 1 softmax layers per 8, residual x = (2L)^(1/4) RMSNorm(x) + f, "
+                "a mixture of --experts SwiGLU experts of --expert-hidden, --top-k per token). minimax then runs the "
+                "llama-style model of the same width, heads and layers (SwiGLU --hidden) on the same prompt and prints "
+                "both: tokens/s, KV bytes per token, fixed state, bytes per token of context (--no-compare: skip)")
+      ->capture_default_str()->check(CLI::IsMember({"llama", "minimax"}));
+  c->add_option("--experts", a->experts, "Experts of each MoE feed-forward (--arch minimax)")->capture_default_str()->check(in_range(1, 4096));
+  c->add_option("--top-k", a->top_k, "Experts per token (--arch minimax)")->capture_default_str()->check(in_range(1, 4096));
+  c->add_option("--expert-hidden", a->expert_hidden, "Each expert's SwiGLU width (--arch minimax); 0: 1.5 x --dim, "
+                "MiniMax-01's ratio (9216 / 6144)")->capture_default_str()->check(in_range(0, 1 << 18));
+  c->add_flag("--no-compare", a->no_compare, "--arch minimax: do not run the llama-style model beside it");
   c->add_option("--hybrid", a->hybrid,
                 "L:S: groups of L lightning (linear, recurrent state) then S softmax layers; 7:1 is MiniMax-01's layout");
   c->add_option("-m,--mechanism", a->mechanism, "Attention of the KV-cache layers (causal), e.g. softmax:causal,window=4095:0")

@@ -17,6 +17,11 @@
 // RMS-normalised over all its channels (weighted) and gated by sigmoid(h Wg^T). The MiniMax
 // hybrid (every 8th layer softmax, the others lightning) is then a list of layer specs.
 //
+// MiniMax-01's block (DecoderConfig::residual = "minimax") keeps the normed input as the residual,
+// scaled: h = RMSNorm(x); x = a·h + Attn(h); h = RMSNorm(x); x = a·h + FFN(h), a = (2L)^(1/4) for
+// L layers. Its feed-forward is a mixture of experts (moe_experts > 0: a router picks moe_top_k
+// of moe_experts SwiGLU experts of width hidden_dim per token, attn/moe.hpp).
+//
 // Config, weights and run state are separate: weights are read-only (mapped from a safetensors
 // file where they lie, or generated), the run state (activations, caches) is allocated once, for
 // max_seq_len tokens, when the Decoder is made.
@@ -51,6 +56,13 @@ struct DecoderConfig {
   double norm_eps = 1e-5;
   bool tied_embeddings = false;  // logits use the embedding matrix
   std::vector<DecoderLayerSpec> layers;
+  // "standard" (x = x + f(RMSNorm(x))) or "minimax" (x = a·RMSNorm(x) + f(RMSNorm(x)), a = (2L)^(1/4)).
+  std::string residual = "standard";
+  // 0: every layer's feed-forward is one SwiGLU; > 0: a mixture of this many SwiGLU experts
+  // (each hidden_dim wide), moe_top_k of them per token.
+  int64_t moe_experts = 0;
+  int64_t moe_top_k = 2;
+  static constexpr int64_t kMaxExperts = 4096;
 
   // The most layers a decoder may have (checked before a layer list is made, so a file's or a
   // caller's layer count of 10^8 is an error, not an allocation). Real models have ~100.
@@ -64,6 +76,11 @@ struct DecoderConfig {
                                                      const Mechanism& softmax_mechanism);
   // The mechanism of lightning layers: linear:map=identity,causal,normalize=0,chunk=256.
   static Mechanism lightning_mechanism();
+  // MiniMax-01's model: hybrid_layers(count, 7, 1, softmax), the "minimax" residual and a
+  // mixture of `experts` experts, top_k per token.
+  void make_minimax(int64_t count, const Mechanism& softmax, int64_t experts, int64_t top_k);
+  // The residual scale a: (2L)^(1/4) for "minimax", 1 for "standard".
+  double residual_scale() const;
 
   // Throws Error naming the first inconsistent field. Sizes are checked for consistency here;
   // the bytes they need are checked (against this machine's memory) when a Decoder is made.

@@ -44,11 +44,13 @@ from .output_softmax import AdaptiveLogSoftmaxWithLoss, HierarchicalSoftmax, log
 from .titans import titans_init, titans_mac, titans_mag, titans_mal, titans_memory, titans_read
 from .refinement import refine_attention, refined_weights
 from .sana import lite_la, mix_ffn, sana_block
+from .moe import moe_feed_forward
 
 __all__ = ["Decoder", "Model", "Tokenizer", "Stats", "theory", "sparsity", "entropy", "max_weight", "topk_mass", "effective_keys", "summarize", "load_model", "smollm2_path", "attention", "attend", "attend_backward", "linear_attention", "flash_attn_with_kvcache", "flash_attn_varlen_func", "explain", "rope", "mask_of", "info", "families", "lsh_buckets", "active_isa", "supported_isas", "set_isa",
            "canonical_mechanism", "log_softmax", "HierarchicalSoftmax", "AdaptiveLogSoftmaxWithLoss",
            "titans_memory", "titans_init", "titans_read", "titans_mag", "titans_mal",
-           "titans_mac", "refine_attention", "refined_weights", "lite_la", "mix_ffn", "sana_block"]
+           "titans_mac", "refine_attention", "refined_weights", "lite_la", "mix_ffn", "sana_block",
+           "moe_feed_forward"]
 __version__ = "0.1.0"
 
 active_isa = _attn.active_isa

@@ -68,7 +68,8 @@ class Decoder:
     def random(config: Mapping[str, Any], seed: int = 0, *, dtype: str = "float32", threads: int = 0) -> "Decoder":
         """Random weights for ``config`` (keys: vocab_size, dim, hidden_dim, heads, kv_heads,
         head_dim, max_seq_len, rope_theta, rope_style, norm_eps, tied_embeddings, layers: a list of
-        {"mechanism": text, "rope": bool, "lightning": bool}), the same for a seed everywhere."""
+        {"mechanism": text, "rope": bool, "lightning": bool}; MiniMax-01's block: residual
+        "minimax" and moe_experts, moe_top_k, docs/minimax.md), the same for a seed everywhere."""
         if not isinstance(config, Mapping):
             raise TypeError(f"config must be a dict, got {type(config).__name__}")
         try:

@@ -48,6 +48,16 @@ std::vector<DecoderLayerSpec> DecoderConfig::hybrid_layers(int64_t count, int64_
   return layers;
 }
 
+void DecoderConfig::make_minimax(int64_t count, const Mechanism& softmax, int64_t experts, int64_t top_k) {
+  layers = hybrid_layers(count, 7, 1, softmax);
+  residual = "minimax";
+  moe_experts = experts, moe_top_k = top_k;
+}
+
+double DecoderConfig::residual_scale() const {
+  return residual == "minimax" ? std::pow(2.0 * static_cast<double>(layers.size()), 0.25) : 1.0;
+}
+
 std::vector<float> lightning_decays(int64_t heads, int64_t layer, int64_t layers) {
   std::vector<float> decay(static_cast<size_t>(heads));
   const double depth = 1.0 - static_cast<double>(layer) / (static_cast<double>(layers) - 1.0 + 1e-5) + 1e-5;
@@ -76,6 +86,14 @@ void DecoderConfig::validate() const {
     fail(kWhere, "rope_theta must be a finite number > 1, got " + std::to_string(rope_theta));
   if (!(norm_eps > 0.0) || !std::isfinite(norm_eps))
     fail(kWhere, "norm_eps must be a finite number > 0, got " + std::to_string(norm_eps));
+  if (residual != "standard" && residual != "minimax")
+    fail(kWhere, "residual must be 'standard' or 'minimax', got '" + residual + "'");
+  if (moe_experts < 0 || moe_experts > kMaxExperts)
+    fail(kWhere, "moe_experts must be in [0, " + std::to_string(kMaxExperts) + "] (0: a dense SwiGLU), got " +
+                     std::to_string(moe_experts));
+  if (moe_experts > 0 && (moe_top_k < 1 || moe_top_k > moe_experts))
+    fail(kWhere, "moe_top_k must be in [1, moe_experts = " + std::to_string(moe_experts) + "], got " +
+                     std::to_string(moe_top_k));
   if (layers.empty()) fail(kWhere, "needs at least one layer");
   check_layer_count(static_cast<int64_t>(layers.size()), "the number of layers");
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -102,7 +120,10 @@ std::string DecoderConfig::to_json() const {
                             {"max_seq_len", max_seq_len},   {"rope_theta", rope_theta},
                             {"rope_style", to_string(rope_style)}, {"norm_eps", norm_eps},
                             {"tied_embeddings", tied_embeddings},  {"layers", layer_list}};
-  return j.dump();
+  nlohmann::json out = j;
+  if (residual != "standard") out["residual"] = residual;
+  if (moe_experts > 0) out["moe_experts"] = moe_experts, out["moe_top_k"] = moe_top_k;
+  return out.dump();
 }
 
 DecoderConfig DecoderConfig::from_json(const std::string& text, const std::string& where) {
@@ -138,6 +159,9 @@ DecoderConfig DecoderConfig::from_json(const std::string& text, const std::strin
   c.rope_style = style == "half" ? RopeStyle::half : RopeStyle::interleaved;
   c.norm_eps = field(j, "norm_eps", 1e-5, "");
   c.tied_embeddings = field(j, "tied_embeddings", false, "");
+  c.residual = field(j, "residual", std::string("standard"), "");
+  c.moe_experts = field(j, "moe_experts", int64_t{0}, "");
+  c.moe_top_k = field(j, "moe_top_k", int64_t{2}, "");
   if (!j.contains("layers") || !j["layers"].is_array()) fail(where, "decoder config needs a 'layers' array");
   if (j["layers"].size() > static_cast<size_t>(kMaxLayers))
     fail(where, "decoder config has " + std::to_string(j["layers"].size()) + " layers, more than " +

@@ -14,6 +14,7 @@
 #include "attn/model.hpp"
 #include "attn/tensor.hpp"
 #include "model/memory_need.hpp"
+#include "model/moe.hpp"
 #include "model/ops.hpp"
 #include "model/weights.hpp"
 
@@ -95,6 +96,8 @@ struct Decoder::Impl {
   int64_t step = 0;
   std::vector<float> x, h, q, k, v, att, gate, tmp, gated, up, logits;
   std::vector<uint16_t> q16;  // the step's queries in a 16-bit cache's dtype
+  model::MoeScratch moe;      // the MoE feed-forward's buffers, kept between steps
+  float residual_scale = 1;   // a of the "minimax" residual (x = a·h + f(h)), 1 for "standard"
 
   explicit Impl(model::DecoderWeights weights, int thread_count) : w(std::move(weights)), threads(thread_count) {
     const DecoderConfig& c = w.config;
@@ -106,6 +109,16 @@ struct Decoder::Impl {
     gated = rows(c.hidden_dim), up = rows(c.hidden_dim);
     memory.resize(c.layers.size());
     for (size_t i = 0; i < c.layers.size(); ++i) allocate_memory(i);
+    residual_scale = static_cast<float>(c.residual_scale());
+  }
+
+  // x = x + f (standard) or x = a·h + f (minimax: the normed input h is the residual).
+  void add_residual(int64_t n, const float* f) {
+    const int64_t count = n * w.config.dim;
+    if (w.config.residual == "minimax")
+      for (int64_t i = 0; i < count; ++i) x[i] = residual_scale * h[i] + f[i];
+    else
+      for (int64_t i = 0; i < count; ++i) x[i] += f[i];
   }
 
   // Layer i's memory as its mechanism asks (attn::info): a state, or a full or bounded KV cache.
@@ -224,16 +237,20 @@ struct Decoder::Impl {
       for (int64_t i = 0; i < n * q_width; ++i) att[i] *= model::sigmoid(gate[i]);
     }
     model::matmul(att.data(), n, l.wo, tmp.data(), threads, isa, activations);
-    for (int64_t i = 0; i < n * c.dim; ++i) x[i] += tmp[i];
+    add_residual(n, tmp.data());
   }
 
   void feed_forward(size_t li, int64_t n) {
     const DecoderConfig& c = w.config;
     const model::LayerWeights& l = w.layers[li];
+    if (c.moe_experts > 0) {
+      model::moe_forward(h.data(), n, l.moe, c.moe_top_k, tmp.data(), threads, isa, moe);
+      return add_residual(n, tmp.data());
+    }
     model::matmul_many(h.data(), n, {{&l.w1, gated.data()}, {&l.w3, up.data()}}, threads, isa, activations);
     for (int64_t i = 0; i < n * c.hidden_dim; ++i) gated[i] = model::silu(gated[i]) * up[i];
     model::matmul(gated.data(), n, l.w2, tmp.data(), threads, isa, activations);
-    for (int64_t i = 0; i < n * c.dim; ++i) x[i] += tmp[i];
+    add_residual(n, tmp.data());
   }
 
   // Runs n <= step tokens at positions p..; logits of rows [first, n) go to `logits_out`.

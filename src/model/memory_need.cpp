@@ -62,7 +62,8 @@ MemoryNeed memory_need(const DecoderConfig& c, int64_t matrix_bytes, const std::
     const int64_t kv_out = w.mul(l.lightning ? c.heads : c.kv_heads, c.head_dim);
     w.add(w.mul(q_out, c.dim), matrix_bytes, 2);  // Wq, Wo
     w.add(w.mul(kv_out, c.dim), matrix_bytes, 2);  // Wk, Wv
-    w.add(w.mul(c.hidden_dim, c.dim), matrix_bytes, 3);  // SwiGLU
+    w.add(w.mul(c.hidden_dim, c.dim), matrix_bytes, 3 * std::max<int64_t>(1, c.moe_experts));  // SwiGLU(s)
+    if (c.moe_experts > 0) w.add(c.moe_experts, c.dim, matrix_bytes);  // the router
     w.add(c.dim, f, 2);
     if (l.lightning) w.add(q_out, c.dim, matrix_bytes), w.add(q_out, f);
     // a KV cache of max_seq_len rows (fewer when the mechanism looks back a bounded distance);

@@ -64,6 +64,12 @@ DecoderWeights bind_weights(const DecoderConfig& config, const std::function<Mat
       l.decays = lightning_decays(config.heads, static_cast<int64_t>(i), static_cast<int64_t>(config.layers.size()));
     }
     take_vector(l.ffn_norm);
+    if (config.moe_experts > 0) {
+      take_matrix(l.moe.router);
+      for (int64_t e = 0; e < config.moe_experts; ++e)
+        take_matrix(l.moe.w1.emplace_back()), take_matrix(l.moe.w2.emplace_back()), take_matrix(l.moe.w3.emplace_back());
+      continue;
+    }
     take_matrix(l.w1), take_matrix(l.w3), take_matrix(l.w2);
   }
   take_vector(w.final_norm);
@@ -89,6 +95,16 @@ std::vector<WeightSpec> weight_specs(const DecoderConfig& c) {
       s.push_back({p + "self_attn.output_gate.weight", {q_out, c.dim}, true});
     }
     s.push_back({p + "post_attention_layernorm.weight", {c.dim}, false});
+    if (c.moe_experts > 0) {  // MiniMax-01's names (block_sparse_moe, as Mixtral's)
+      s.push_back({p + "block_sparse_moe.gate.weight", {c.moe_experts, c.dim}, true});
+      for (int64_t e = 0; e < c.moe_experts; ++e) {
+        const std::string x = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
+        s.push_back({x + "w1.weight", {c.hidden_dim, c.dim}, true});
+        s.push_back({x + "w2.weight", {c.dim, c.hidden_dim}, true});
+        s.push_back({x + "w3.weight", {c.hidden_dim, c.dim}, true});
+      }
+      continue;
+    }
     s.push_back({p + "mlp.gate_proj.weight", {c.hidden_dim, c.dim}, true});
     s.push_back({p + "mlp.up_proj.weight", {c.hidden_dim, c.dim}, true});
     s.push_back({p + "mlp.down_proj.weight", {c.dim, c.hidden_dim}, true});
@@ -176,6 +192,11 @@ std::map<std::string, SafetensorsEntry> weight_entries(const DecoderWeights& w) 
     put_matrix(l.wq), put_matrix(l.wk), put_matrix(l.wv), put_matrix(l.wo);
     if (w.config.layers[i].lightning) put_vector(l.out_norm), put_matrix(l.gate);
     put_vector(l.ffn_norm);
+    if (w.config.moe_experts > 0) {
+      put_matrix(l.moe.router);
+      for (size_t e = 0; e < l.moe.w1.size(); ++e) put_matrix(l.moe.w1[e]), put_matrix(l.moe.w2[e]), put_matrix(l.moe.w3[e]);
+      continue;
+    }
     put_matrix(l.w1), put_matrix(l.w3), put_matrix(l.w2);
   }
   put_vector(w.final_norm);

@@ -37,6 +37,16 @@ struct Matrix {
 // A quantized matrix packed in 16-row groups; its row addresses are dropped.
 Matrix packed_matrix(const Matrix& m);
 
+// A mixture-of-experts feed-forward (model/moe.hpp): router (E, dim); per expert SwiGLU
+// w1, w3 (hidden, dim) and w2 (dim, hidden).
+struct MoeExperts {
+  Matrix router;
+  std::vector<Matrix> w1, w3, w2;
+  int64_t experts() const { return router.rows; }
+  int64_t dim() const { return router.cols; }
+  int64_t hidden() const { return w1.empty() ? 0 : w1.front().rows; }
+};
+
 struct LayerWeights {
   std::vector<float> attn_norm, ffn_norm;
   Matrix wq, wk, wv, wo;         // (H*hd, dim), (Hkv*hd, dim) x2, (dim, H*hd)
@@ -45,6 +55,7 @@ struct LayerWeights {
   Matrix gate;                   // lightning: (H*hd, dim)
   std::vector<float> decays;     // lightning: (H)
   int64_t kv_heads = 0;          // heads of k and v in this layer
+  MoeExperts moe;                // config.moe_experts > 0: the feed-forward (w1, w3, w2 unused)
 };
 
 struct DecoderWeights {

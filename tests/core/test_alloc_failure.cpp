@@ -28,6 +28,7 @@
 
 #include "attn/attn.hpp"
 #include "attn/info.hpp"
+#include "attn/moe.hpp"
 #include "families/internal_api.hpp"
 #include "harness/check.hpp"
 #include "support/random_inputs.hpp"
@@ -559,6 +560,41 @@ TEST(AllocFailure, KvCacheAndVarlen) {
       return bits_of(r);
     });
   }
+}
+
+// The MoE feed-forward (attn/moe.hpp): routing, gather, expert gemms and combine allocate
+// nothing in parallel; running out of memory is an Error, the float64 reference's too.
+TEST(AllocFailure, MoeFeedForward) {
+  std::mt19937 rng(5);
+  std::normal_distribution<double> nd(0.0, 0.3);
+  const MoeSizes z{40, 24, 5, 20, 2};
+  auto draw = [&](int64_t n) {
+    std::vector<double> v(static_cast<size_t>(n));
+    for (double& a : v) a = nd(rng);
+    return v;
+  };
+  const std::vector<double> x = draw(z.tokens * z.dim), r = draw(z.experts * z.dim),
+                            w1 = draw(z.experts * z.hidden * z.dim), w2 = draw(z.experts * z.dim * z.hidden),
+                            w3 = draw(z.experts * z.hidden * z.dim);
+  auto f32 = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
+  const std::vector<float> xf = f32(x), rf = f32(r), w1f = f32(w1), w2f = f32(w2), w3f = f32(w3);
+  std::vector<float> y(xf.size());
+  sweep("moe_feed_forward float32", [&] {
+    MoeRouting<float> routing;
+    const double aux = moe_feed_forward(z, std::span<const float>(xf), rf, w1f, w2f, w3f, std::span<float>(y), 2, &routing);
+    disarm();
+    std::vector<double> out(y.begin(), y.end());
+    out.push_back(aux);
+    return bits_of(out);
+  });
+  std::vector<double> y64(x.size());
+  sweep("moe_feed_forward float64", [&] {
+    const double aux = moe_feed_forward(z, std::span<const double>(x), r, w1, w2, w3, std::span<double>(y64), 2);
+    disarm();
+    std::vector<double> out = y64;
+    out.push_back(aux);
+    return bits_of(out);
+  });
 }
 
 }  // namespace
