@@ -41,12 +41,13 @@ from .tokenizer import Tokenizer
 from . import theory
 from .concentration import effective_keys, entropy, max_weight, sparsity, summarize, topk_mass
 from .output_softmax import AdaptiveLogSoftmaxWithLoss, HierarchicalSoftmax, log_softmax
+from .svf import CEM, SVFAdapter, svf_compose, svf_decompose, svf_mix
 from .titans import titans_init, titans_mac, titans_mag, titans_mal, titans_memory, titans_read
 
 __all__ = ["Decoder", "Model", "Tokenizer", "Stats", "theory", "sparsity", "entropy", "max_weight", "topk_mass", "effective_keys", "summarize", "load_model", "smollm2_path", "attention", "attend", "attend_backward", "linear_attention", "flash_attn_with_kvcache", "flash_attn_varlen_func", "explain", "rope", "mask_of", "info", "families", "lsh_buckets", "active_isa", "supported_isas", "set_isa",
            "canonical_mechanism", "log_softmax", "HierarchicalSoftmax", "AdaptiveLogSoftmaxWithLoss",
            "titans_memory", "titans_init", "titans_read", "titans_mag", "titans_mal",
-           "titans_mac"]
+           "titans_mac", "svf_decompose", "svf_compose", "svf_mix", "CEM", "SVFAdapter"]
 __version__ = "0.1.0"
 
 active_isa = _attn.active_isa
