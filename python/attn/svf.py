@@ -247,7 +247,7 @@ class SVFAdapter:
     ``dtype``), and :meth:`apply` replaces each by its W'(z) (:meth:`attn.Model.set_weight`:
     float32 from then on).
 
-    The decomposition costs one SVD per matrix (SmolLM2-135M: 90 of 1536 x 576, about 0.15 s
+    The decomposition costs one SVD per matrix (SmolLM2-135M: 90 of 1536 x 576, about 0.3 s
     each on one core) and holds U and Vt in ``dtype`` (float32: about 5 MB per SmolLM2 matrix)."""
 
     def __init__(self, model: Any, names: Optional[Sequence[str]] = None, dtype: str = "float32"):
