@@ -613,7 +613,8 @@ NB_MODULE(_attn, m) {
           "name"_a, "The weight `name` (Hugging Face llama name) as a new float32 array (quantized ones dequantized).")
       .def(
           "set_weight",
-          [](attn::Decoder& d, const std::string& name, nb::ndarray<const float, nb::c_contig, nb::device::cpu> values) {
+          [](attn::Decoder& d, const std::string& name,
+             nb::ndarray<const float, nb::c_contig, nb::device::cpu> values) {
             std::vector<int64_t> shape(values.ndim());
             for (size_t i = 0; i < values.ndim(); ++i) shape[i] = static_cast<int64_t>(values.shape(i));
             d.set_weight(name, shape, std::span<const float>(values.data(), values.size()));

@@ -215,7 +215,8 @@ class CEM:
             try:
                 t = tuple(float(x) for x in t)
             except (TypeError, ValueError):
-                raise ValueError(f"fitness(alpha[{i}]) must return a real number or a tuple of them, got {raw!r}") from None
+                raise ValueError(f"fitness(alpha[{i}]) must return a real number or a tuple of them, "
+                                 f"got {raw!r}") from None
             if not t or not all(np.isfinite(t)):
                 raise ValueError(f"fitness(alpha[{i}]) must be finite, got {raw!r}")
             if scores and len(t) != len(scores[0]):

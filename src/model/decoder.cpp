@@ -493,8 +493,9 @@ namespace {
 model::WeightSlot find_weight(model::DecoderWeights& w, const std::string& name) {
   for (const model::WeightSlot& s : model::weight_slots(w))
     if (s.spec.name == name) return s;
-  fail(kWhere, "weight: no weight named '" + name + "' (Hugging Face llama names, e.g. 'model.layers.0.mlp.gate_proj.weight', "
-               "'model.norm.weight'; layers 0.." + std::to_string(w.config.layers.size()) + " - 1)");
+  fail(kWhere, "weight: no weight named '" + name +
+                   "' (Hugging Face llama names, e.g. 'model.layers.0.mlp.gate_proj.weight', 'model.norm.weight'; " +
+                   std::to_string(w.config.layers.size()) + " layers)");
 }
 
 }  // namespace
@@ -522,8 +523,8 @@ void Decoder::set_weight(const std::string& name, const std::vector<int64_t>& sh
   Impl& s = *impl_;
   const model::WeightSlot slot = find_weight(s.w, name);
   if (shape != slot.spec.shape)
-    fail(kWhere, "set_weight: '" + name + "' has shape " + model::shape_text(slot.spec.shape) + ", got values of shape " +
-                     model::shape_text(shape));
+    fail(kWhere, "set_weight: '" + name + "' has shape " + model::shape_text(slot.spec.shape) +
+                     ", got values of shape " + model::shape_text(shape));
   int64_t count = 1;
   for (const int64_t d : shape) count *= d;
   if (static_cast<int64_t>(values.size()) != count)

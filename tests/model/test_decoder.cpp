@@ -484,8 +484,10 @@ TEST(Decoder, WeightsAreReadAndReplacedByName) {
   const WeightValues embed = d.weight("model.embed_tokens.weight");
   d.set_weight("model.embed_tokens.weight", embed.shape, std::vector<float>(embed.values.size(), 0.0f));
   for (const float x : full_pass(d, tokens)) ASSERT_EQ(x, 0.0f);  // tied: the output matrix is zero too
-  expect_error([&] { d.weight("model.layers.2.mlp.up_proj.weight"); }, "no weight named 'model.layers.2.mlp.up_proj.weight'");
-  expect_error([&] { d.set_weight(gate, {48, 80}, w.values); }, "'" + gate + "' has shape (80, 48), got values of shape (48, 80)");
+  expect_error([&] { d.weight("model.layers.2.mlp.up_proj.weight"); },
+               "no weight named 'model.layers.2.mlp.up_proj.weight'");
+  expect_error([&] { d.set_weight(gate, {48, 80}, w.values); },
+               "'" + gate + "' has shape (80, 48), got values of shape (48, 80)");
   expect_error([&] { d.set_weight(gate, {80, 48}, std::span<const float>(doubled.data(), 10)); },
                "shape (80, 48) holds 3840 values, got 10");
 }
