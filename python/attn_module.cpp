@@ -604,6 +604,25 @@ NB_MODULE(_attn, m) {
           [](attn::Decoder& d, int64_t layer, const std::string& text) { d.set_mechanism(layer, attn::parse_mechanism(text)); },
           "layer"_a, "mechanism"_a, "Replaces layer `layer`'s mechanism (-1: every layer).")
       .def_prop_ro("parameter_count", &attn::Decoder::parameter_count)
+      .def_prop_ro("weight_names", &attn::Decoder::weight_names)
+      .def(
+          "weight",
+          [](const attn::Decoder& d, const std::string& name) {
+            auto* w = new attn::WeightValues(d.weight(name));
+            nb::capsule owner(w, [](void* p) noexcept { delete static_cast<attn::WeightValues*>(p); });
+            std::vector<size_t> shape(w->shape.begin(), w->shape.end());
+            return nb::ndarray<nb::numpy, float>(w->values.data(), shape.size(), shape.data(), owner);
+          },
+          "name"_a, "The weight `name` (Hugging Face llama name) as a new float32 array (quantized ones dequantized).")
+      .def(
+          "set_weight",
+          [](attn::Decoder& d, const std::string& name,
+             nb::ndarray<const float, nb::c_contig, nb::device::cpu> values) {
+            std::vector<int64_t> shape(values.ndim());
+            for (size_t i = 0; i < values.ndim(); ++i) shape[i] = static_cast<int64_t>(values.shape(i));
+            d.set_weight(name, shape, std::span<const float>(values.data(), values.size()));
+          },
+          "name"_a, "values"_a, "Replaces the weight `name` with a float32 copy of `values` (its shape).")
       .def(
           "token_nll",
           [](attn::Decoder& d, const std::vector<int32_t>& tokens) {

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -118,6 +119,13 @@ struct LayerCache {
   int64_t bytes = 0;  // K and V, or the state
 };
 
+// One weight of a decoder as float32 values (Decoder::weight): row-major, `shape` (rows, cols) for a
+// matrix, (n,) for a norm vector.
+struct WeightValues {
+  std::vector<int64_t> shape;
+  std::vector<float> values;
+};
+
 class Decoder {
  public:
   // Loads a safetensors file: the config from its metadata ("attn.decoder"), the tensors by
@@ -160,6 +168,21 @@ class Decoder {
   void set_full_caches(bool full);
   // Weights in the model (every tensor of its file, the tied embedding once).
   int64_t parameter_count() const;
+  // The weight `name` (Hugging Face llama names, as weight files hold them:
+  // "model.layers.3.mlp.gate_proj.weight", "model.norm.weight", "model.embed_tokens.weight", ...)
+  // as float32: float matrices converted, quantized ones (in place or packed) dequantized.
+  // An unknown name is an Error.
+  WeightValues weight(const std::string& name) const;
+  // Every weight's name in the model's order (the embedding, each layer's norms and matrices, the
+  // final norm, lm_head unless tied).
+  std::vector<std::string> weight_names() const;
+  // Replaces the weight `name` with `values` (row-major, `shape` must be the weight's shape). A
+  // matrix becomes a float32 matrix over a copy the decoder owns (a quantized one is quantized no
+  // more: its products run the float path); replacing it again frees the previous copy. Setting
+  // the embedding of a model with tied embeddings sets its output matrix too. The cached context
+  // was computed with the old weights: reset() to start over cleanly. Non-finite values are taken
+  // as they are (they propagate to the logits).
+  void set_weight(const std::string& name, const std::vector<int64_t>& shape, std::span<const float> values);
   // Writes the weights and config to a safetensors file (random models become files).
   void save(const std::string& path) const;
   // Replaces the attention mechanism of layer `layer` (-1: every layer), e.g. a sliding window on

@@ -41,6 +41,7 @@ from .tokenizer import Tokenizer
 from . import theory
 from .concentration import effective_keys, entropy, max_weight, sparsity, summarize, topk_mass
 from .output_softmax import AdaptiveLogSoftmaxWithLoss, HierarchicalSoftmax, log_softmax
+from .svf import CEM, SVFAdapter, svf_compose, svf_decompose, svf_mix
 from .titans import titans_init, titans_mac, titans_mag, titans_mal, titans_memory, titans_read
 from .refinement import refine_attention, refined_weights
 from .sana import lite_la, mix_ffn, sana_block
@@ -50,7 +51,7 @@ __all__ = ["Decoder", "Model", "Tokenizer", "Stats", "theory", "sparsity", "entr
            "canonical_mechanism", "log_softmax", "HierarchicalSoftmax", "AdaptiveLogSoftmaxWithLoss",
            "titans_memory", "titans_init", "titans_read", "titans_mag", "titans_mal",
            "titans_mac", "refine_attention", "refined_weights", "lite_la", "mix_ffn", "sana_block",
-           "moe_feed_forward"]
+           "moe_feed_forward", "svf_decompose", "svf_compose", "svf_mix", "CEM", "SVFAdapter"]
 __version__ = "0.1.0"
 
 active_isa = _attn.active_isa

@@ -175,6 +175,43 @@ class Model:
                 ids.add(int(enc[0]))
         return sorted(ids)
 
+    # -- weights -----------------------------------------------------------------------------
+    def weight_names(self) -> List[str]:
+        """Every weight's name (Hugging Face llama names, as a weight file holds them), in the
+        model's order: the embedding, each layer's norms and matrices, the final norm, lm_head
+        unless tied."""
+        return list(self._impl.weight_names)
+
+    def mlp_weight_names(self) -> List[str]:
+        """The MLP matrices (gate, up and down of every layer): what Transformer-squared's SVF adapts."""
+        return [n for n in self.weight_names() if ".mlp." in n]
+
+    def weight(self, name: str) -> np.ndarray:
+        """The weight ``name`` (see :meth:`weight_names`, e.g. ``"model.layers.3.mlp.gate_proj.weight"``)
+        as a new float32 array: (rows, cols) for a matrix (quantized ones dequantized), (n,) for a norm."""
+        name = _args.text(name, "name")
+        with self._serial:
+            return self._impl.weight(name)
+
+    def set_weight(self, name: str, values) -> None:
+        """Replaces the weight ``name`` with ``values`` (NumPy or torch, its shape; copied as float32).
+        A quantized matrix becomes a float32 one (its products take the float path). The context is
+        forgotten. Non-finite values are refused (ValueError naming the first)."""
+        name = _args.text(name, "name")
+        if type(values).__module__.startswith("torch"):
+            values = values.detach().cpu().numpy()
+        if not isinstance(values, np.ndarray) or values.dtype.kind not in "fiu":
+            raise TypeError(f"values must be a real numpy.ndarray or torch.Tensor, got "
+                            f"{getattr(values, 'dtype', type(values).__name__)}")
+        a = np.ascontiguousarray(values, dtype=np.float32)
+        finite = np.isfinite(a)
+        if not finite.all():
+            bad = tuple(int(i) for i in np.argwhere(~finite)[0])
+            raise ValueError(f"values must be finite, got {a[bad]} at index {bad} (from {values.dtype})")
+        with self._serial:
+            self._impl.set_weight(name, a)
+            self._impl.reset()
+
     # -- facts -------------------------------------------------------------------------------
     @property
     def config(self) -> dict:

@@ -6,6 +6,7 @@
 // activation buffers and lets them be allocated once.
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 #include "attn/attend.hpp"
 #include "attn/error.hpp"
@@ -98,6 +99,7 @@ struct Decoder::Impl {
   std::vector<uint16_t> q16;  // the step's queries in a 16-bit cache's dtype
   model::MoeScratch moe;      // the MoE feed-forward's buffers, kept between steps
   float residual_scale = 1;   // a of the "minimax" residual (x = a·h + f(h)), 1 for "standard"
+  std::map<std::string, size_t> replaced;  // set_weight's matrices: name -> their copy in w.owned
 
   explicit Impl(model::DecoderWeights weights, int thread_count) : w(std::move(weights)), threads(thread_count) {
     const DecoderConfig& c = w.config;
@@ -501,6 +503,62 @@ int64_t Decoder::parameter_count() const {
     n += e;
   }
   return n;
+}
+
+namespace {
+
+model::WeightSlot find_weight(model::DecoderWeights& w, const std::string& name) {
+  for (const model::WeightSlot& s : model::weight_slots(w))
+    if (s.spec.name == name) return s;
+  fail(kWhere, "weight: no weight named '" + name +
+                   "' (Hugging Face llama names, e.g. 'model.layers.0.mlp.gate_proj.weight', 'model.norm.weight'; " +
+                   std::to_string(w.config.layers.size()) + " layers)");
+}
+
+}  // namespace
+
+std::vector<std::string> Decoder::weight_names() const {
+  std::vector<std::string> names;
+  for (const model::WeightSpec& s : model::weight_specs(impl_->w.config)) names.push_back(s.name);
+  return names;
+}
+
+WeightValues Decoder::weight(const std::string& name) const {
+  const model::WeightSlot s = find_weight(impl_->w, name);
+  WeightValues out{s.spec.shape, {}};
+  if (s.vector) {
+    out.values = *s.vector;
+    return out;
+  }
+  const model::Matrix& m = *s.matrix;
+  out.values.resize(static_cast<size_t>(m.rows * m.cols));
+  for (int64_t r = 0; r < m.rows; ++r) model::matrix_row(m, r, out.values.data() + r * m.cols, impl_->isa);
+  return out;
+}
+
+void Decoder::set_weight(const std::string& name, const std::vector<int64_t>& shape, std::span<const float> values) {
+  Impl& s = *impl_;
+  const model::WeightSlot slot = find_weight(s.w, name);
+  if (shape != slot.spec.shape)
+    fail(kWhere, "set_weight: '" + name + "' has shape " + model::shape_text(slot.spec.shape) +
+                     ", got values of shape " + model::shape_text(shape));
+  int64_t count = 1;
+  for (const int64_t d : shape) count *= d;
+  if (static_cast<int64_t>(values.size()) != count)
+    fail(kWhere, "set_weight: shape " + model::shape_text(shape) + " holds " + std::to_string(count) + " values, got " +
+                     std::to_string(values.size()));
+  if (slot.vector) {
+    slot.vector->assign(values.begin(), values.end());
+    return;
+  }
+  std::vector<uint8_t> copy(values.size() * sizeof(float));
+  std::memcpy(copy.data(), values.data(), copy.size());
+  const auto it = s.replaced.find(name);
+  const size_t index = it != s.replaced.end() ? it->second : s.w.owned.size();
+  if (index == s.w.owned.size()) s.w.owned.emplace_back(), s.replaced[name] = index;
+  s.w.owned[index] = std::move(copy);  // a moved vector keeps its buffer: the matrix's rows stay valid
+  *slot.matrix = model::matrix_over(s.w.owned[index].data(), DType::f32, shape[0], shape[1]);
+  if (slot.matrix == &s.w.embed && s.w.config.tied_embeddings) s.w.output = s.w.embed;
 }
 
 void Decoder::save(const std::string& path) const {

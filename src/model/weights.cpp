@@ -173,6 +173,26 @@ DecoderWeights random_weights(const DecoderConfig& config, uint64_t seed, DType 
   return w;
 }
 
+std::vector<WeightSlot> weight_slots(DecoderWeights& w) {
+  std::vector<WeightSlot> out;
+  const std::vector<WeightSpec> specs = weight_specs(w.config);
+  auto next = specs.begin();
+  auto put_matrix = [&](Matrix& m) { out.push_back({*next++, &m, nullptr}); };
+  auto put_vector = [&](std::vector<float>& v) { out.push_back({*next++, nullptr, &v}); };
+  put_matrix(w.embed);
+  for (size_t i = 0; i < w.layers.size(); ++i) {
+    LayerWeights& l = w.layers[i];
+    put_vector(l.attn_norm);
+    put_matrix(l.wq), put_matrix(l.wk), put_matrix(l.wv), put_matrix(l.wo);
+    if (w.config.layers[i].lightning) put_vector(l.out_norm), put_matrix(l.gate);
+    put_vector(l.ffn_norm);
+    put_matrix(l.w1), put_matrix(l.w3), put_matrix(l.w2);
+  }
+  put_vector(w.final_norm);
+  if (!w.config.tied_embeddings) put_matrix(w.output);
+  return out;
+}
+
 std::map<std::string, SafetensorsEntry> weight_entries(const DecoderWeights& w) {
   std::map<std::string, SafetensorsEntry> out;
   const std::vector<WeightSpec> specs = weight_specs(w.config);

@@ -101,6 +101,15 @@ DecoderConfig gguf_config(const GgufFile& file, int64_t max_seq_len);
 DecoderWeights load_gguf_weights(std::shared_ptr<const GgufFile> file, const DecoderConfig& config, bool dequantize,
                                  bool repack = false);
 
+// Every weight of `w` in weight_specs() order with where it lives: a matrix or a float32 vector
+// (the tied output matrix is not listed: it is the embedding). For Decoder::weight / set_weight.
+struct WeightSlot {
+  WeightSpec spec;
+  Matrix* matrix = nullptr;
+  std::vector<float>* vector = nullptr;
+};
+std::vector<WeightSlot> weight_slots(DecoderWeights& w);
+
 // The tensors of `w` by name (for write_safetensors).
 std::map<std::string, SafetensorsEntry> weight_entries(const DecoderWeights& w);
 

@@ -452,5 +452,45 @@ TEST(Decoder, GgufSizesMustAgreeWithTheFileAndFitTheMachine) {
   std::remove(path.c_str());
 }
 
+// Decoder::weight / set_weight (Transformer² SVF's access to a model's matrices): by Hugging Face
+// name, float32 values; setting a weight's own values changes no bit; the tied embedding is the
+// output matrix too; bad names and shapes are Errors.
+TEST(Decoder, WeightsAreReadAndReplacedByName) {
+  DecoderConfig c = small_config(DecoderConfig::softmax_layers(2, parse_mechanism("softmax:causal")), 64);
+  c.tied_embeddings = true;
+  Decoder d = Decoder::random(c, 3);
+  const std::vector<int32_t> tokens = random_tokens(6, 2);
+  const std::vector<float> base = full_pass(d, tokens);
+  const std::vector<std::string> names = d.weight_names();
+  ASSERT_EQ(names.size(), 1 + 2 * 9 + 1u);
+  EXPECT_EQ(names[0], "model.embed_tokens.weight");
+  EXPECT_EQ(names[9], "model.layers.0.mlp.down_proj.weight");
+  EXPECT_EQ(names[10], "model.layers.1.input_layernorm.weight");
+  for (const std::string& n : names) {
+    const WeightValues w = d.weight(n);
+    d.set_weight(n, w.shape, w.values);
+  }
+  EXPECT_EQ(full_pass(d, tokens), base);  // the same floats, now in the decoder's own memory
+  const std::string gate = "model.layers.1.mlp.gate_proj.weight";
+  WeightValues w = d.weight(gate);
+  EXPECT_EQ(w.shape, (std::vector<int64_t>{80, 48}));
+  std::vector<float> doubled = w.values;
+  for (float& x : doubled) x *= 2;
+  d.set_weight(gate, w.shape, doubled);
+  EXPECT_EQ(d.weight(gate).values, doubled);
+  EXPECT_NE(full_pass(d, tokens), base);
+  d.set_weight(gate, w.shape, w.values);  // replaces the copy made just before
+  EXPECT_EQ(full_pass(d, tokens), base);
+  const WeightValues embed = d.weight("model.embed_tokens.weight");
+  d.set_weight("model.embed_tokens.weight", embed.shape, std::vector<float>(embed.values.size(), 0.0f));
+  for (const float x : full_pass(d, tokens)) ASSERT_EQ(x, 0.0f);  // tied: the output matrix is zero too
+  expect_error([&] { d.weight("model.layers.2.mlp.up_proj.weight"); },
+               "no weight named 'model.layers.2.mlp.up_proj.weight'");
+  expect_error([&] { d.set_weight(gate, {48, 80}, w.values); },
+               "'" + gate + "' has shape (80, 48), got values of shape (48, 80)");
+  expect_error([&] { d.set_weight(gate, {80, 48}, std::span<const float>(doubled.data(), 10)); },
+               "shape (80, 48) holds 3840 values, got 10");
+}
+
 }  // namespace
 }  // namespace attn
