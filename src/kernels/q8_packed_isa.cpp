@@ -169,10 +169,10 @@ inline void group_rows(const Q8Block* x, int64_t blocks, const PackedView& w, co
   const int64_t lane0 = half * kLanes * 4, scale0 = half * kLanes * 2;
   const uint8_t* values = group + w.header_bytes;
   for (int64_t b = 0; b < blocks; ++b, values += value_bytes(Q)) {
-#if !defined(ATTN_PACKED_PREFETCH)
-#define ATTN_PACKED_PREFETCH 2048
-#endif
-    if (ATTN_PACKED_PREFETCH) __builtin_prefetch(values + ATTN_PACKED_PREFETCH);  // the group streams from memory once
+    // The group streams from memory once: every line of it is asked for 16 KiB ahead, into L2
+    // (prefetcht2). One line per block and the hardware prefetcher read 11.5 GB/s on one Zen 4
+    // thread, every line 4 KiB ahead into L1 16.5, 16 KiB ahead into L2 17-23 (31 for a plain read).
+    for (int64_t line = 0; line < value_bytes(Q); line += 64) __builtin_prefetch(values + 16384 + line, 0, 1);
     const Q8Block* xb[NR];
     for (int r = 0; r < NR; ++r) xb[r] = x + r * blocks + b;
     VI isum[NR];
