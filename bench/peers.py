@@ -10,6 +10,8 @@ same thread count, in one run. Prints time per call and the speed ratio (torch t
     python bench/peers.py --kvcache --heads 32 --kv-heads 8 --dims 128 --threads 1 2  # KV-cache decode, paged too
     python bench/peers.py --backward --sizes 4096 --dims 128 --dtypes f32 --threads 2  # training: vs SDPA's backward,
                                                                     # and the linear chunk loop in torch autograd
+    python bench/peers.py --model-level            # issue 39's three ratios: adaptive/hierarchical softmax,
+                                                   # Titans vs sgemm, MoE vs two dense feed-forwards
 """
 from __future__ import annotations
 
@@ -510,6 +512,46 @@ def backward(args, out) -> int:
     return 0
 
 
+def model_level(args) -> int:
+    """The model-level pieces' benchmarks (bench/output_softmax_peers.py, titans_peers.py,
+    moe_peers.py), each in its own process on the first --threads count, their output shown, then
+    issue 39's ratios gathered in one table."""
+    import re
+    import subprocess
+    here = os.path.dirname(os.path.abspath(__file__))
+    t = str(args.threads[0])
+    runs = {"output softmax": ["output_softmax_peers.py", "--threads", t],
+            "titans": ["titans_peers.py", "--threads", t, "--torch-tokens", "0"],
+            "moe": ["moe_peers.py", "--threads", t]}
+    text = {}
+    for name, cmd in runs.items():
+        print(f"==== {name}: python bench/{' '.join(cmd)}", flush=True)
+        p = subprocess.run([sys.executable, os.path.join(here, cmd[0])] + cmd[1:], capture_output=True, text=True)
+        print(p.stdout + p.stderr, flush=True)
+        if p.returncode != 0:
+            print(f"{name}: exit {p.returncode}", file=sys.stderr)
+            return p.returncode
+        text[name] = p.stdout
+
+    def grab(name, pattern):
+        m = re.search(pattern, text[name], re.M)
+        return float(m.group(1)) if m else float("nan")
+
+    rows = [("adaptive log_prob: torch module / attn", grab("output softmax", r"ratio torch / attn = ([\d.]+)x"), ">= 1.5"),
+            ("hierarchical vs full softmax: full / hierarchical", grab("output softmax", r"ratio full / hierarchical = ([\d.]+)x"),
+             ">= 10"),
+            ("Titans linear memory: of same-run sgemm", grab("titans", r"^\s*linear\s+\d+\s+\S+\s+\S+\s+\S+\s+([\d.]+)"),
+             ">= 0.4"),
+            ("Titans MLP memory: of same-run sgemm", grab("titans", r"^\s*mlp\s+\d+\s+\S+\s+\S+\s+\S+\s+([\d.]+)"), ">= 0.4"),
+            ("MoE / two dense SwiGLU feed-forwards (time)", grab("moe", r"attn dense = ([\d.]+)"), "<= 1.3")]
+    print(f"issue 39's ratios, {t} threads, attn isa {attn.active_isa()}:")
+    for what, value, target in rows:
+        print(f"  {what:52} {value:8.2f}   target {target}")
+        if out := getattr(args, "_out", None):
+            out.write(json.dumps(dict(case=what, value=value, target=target, threads=int(t))) + "\n")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="+", default=[1024, 4096])
@@ -538,6 +580,8 @@ def main(argv=None) -> int:
                          "linear attention's backward vs the --linear chunk loop in torch autograd; ratios on 2.5 x "
                          "the forward's FLOPs; --window adds a causal band (torch: SDPA with the band mask)")
     ap.add_argument("--chunk", type=int, default=64, help="chunk size for --linear and --backward's linear rows")
+    ap.add_argument("--model-level", action="store_true",
+                    help="issue 39's three ratios (output softmaxes, Titans, MoE), each benchmark in its own process")
     ap.add_argument("--json", help="write one JSON object per case to this file")
     args = ap.parse_args(argv)
     dtypes = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
@@ -553,6 +597,9 @@ def main(argv=None) -> int:
         return linear(args, out)
     if args.backward:
         return backward(args, out)
+    if args.model_level:
+        args._out = out
+        return model_level(args)
     roof = {t: sgemm_gflops(t) for t in args.threads}
     print(f"torch {torch.__version__}, attn isa {attn.active_isa()}; torch sgemm n=2048: "
           + ", ".join(f"{t}T {g:.0f} GFLOP/s" for t, g in roof.items()))
