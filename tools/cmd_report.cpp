@@ -42,7 +42,8 @@ Runner add_report(CLI::App& app) {
       "SmolLM2 perplexity per mechanism (attn eval-ppl) beside the real-model statistics.\n"
       "  attn report --out report.html                       from docs/figures (the checked-in results)\n"
       "  attn report --from out/ --run needle,scale --quick  run those into out/ first (progress on stderr)\n"
-      "Inputs: curves/needle/scale/model/train.json (attn concentration) and eval_ppl*.json (attn eval-ppl --out)\n"
+      "Inputs: curves/needle/scale/model/train.json (attn concentration), titans_needle.json (python -m\n"
+      "attn.experiments titans-needle) and eval_ppl*.json (attn eval-ppl --out)\n"
       "in the --from directories; a missing one gets a section naming the command that makes it.\n"
       "Runs python -m attn.report (ATTN_PYTHON, .venv/bin/python or python3, with attn installed).");
   c->add_option("--out", a->out, "The HTML page to write (replaced only once complete)")->capture_default_str();

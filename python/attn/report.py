@@ -30,9 +30,9 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Un
 
 __all__ = ["build", "find_inputs", "EXPERIMENTS", "DEFAULT_SOURCES"]
 
-EXPERIMENTS = ("curves", "needle", "scale", "model", "train")
+EXPERIMENTS = ("curves", "needle", "scale", "model", "train", "titans_needle")
 INPUTS = EXPERIMENTS + ("ppl",)
-DEFAULT_SOURCES = ("docs/figures/concentration", "docs/figures")
+DEFAULT_SOURCES = ("docs/figures/concentration", "docs/figures", "docs/figures/titans")
 QUICK_KEYS = (64, 256, 1024, 4096)
 QUICK_MODEL = {"smollm2_tokens": 512, "minilm_sentences": 16}
 
@@ -43,6 +43,7 @@ TITLES = {
     "model": "Real attention: MiniLM and SmolLM2 per layer",
     "ppl": "SmolLM2 perplexity per mechanism",
     "train": "Training: does concentration matter for recall?",
+    "titans_needle": "Beyond the window: a Titans memory retrieves what sliding-window attention cannot see",
 }
 PPL_COMMAND = ('attn eval-ppl --model "$(python -c \'import attn; print(attn.smollm2_path())\')" '
                "--text pydoc_topics.txt --tokens 4096 --out docs/figures/eval_ppl_smollm2")
@@ -53,6 +54,8 @@ def _command(name: str, out_dir: str = "docs/figures/concentration") -> str:
         return PPL_COMMAND
     if name == "train":  # minutes of training, and only through Python (it needs torch)
         return f"python -m attn.experiments train --out {out_dir}"
+    if name == "titans_needle":  # Python only (attn.titans_*)
+        return "python -m attn.experiments titans-needle --out docs/figures/titans"
     return f"attn concentration {name} --out {out_dir}   (or: python -m attn.experiments {name} --out {out_dir})"
 
 
@@ -323,6 +326,43 @@ def needle_section(data) -> Tuple[str, List[str]]:
     return html_table, facts
 
 
+def titans_section(data) -> Tuple[str, List[str]]:
+    rows = _rows(data, "form", "distance", "cosine", "accuracy", "window")
+    forms = list(dict.fromkeys(r["form"] for r in rows))
+    ds = sorted({int(r["distance"]) for r in rows})
+    at = {(r["form"], int(r["distance"])): r for r in rows}
+    window = int(rows[0]["window"])
+    table = [[f] + [f"{num(at[(f, d)]['cosine'], 2)} ({pct(at[(f, d)]['accuracy'], 2)})" if (f, d) in at else ""
+                    for d in ds] for f in forms]
+    html_table = _table(["form"] + [f"D = {num(d)}" for d in ds], table,
+                        "cosine of the output with the needle's value (share of trials whose nearest value is the "
+                        f"needle's), the needle D tokens back, a window of {window} tokens")
+    facts = []
+    beyond = [d for d in ds if d > window]
+    win = next((f for f in forms if f.startswith("sliding window")), None)
+    if beyond and win:
+        facts.append(f"Beyond the window (D > {window}) the window alone finds nothing: cosine "
+                     f"{num(max(at[(win, d)]['cosine'] for d in beyond if (win, d) in at), 2)} at best.")
+        reach = {}  # form -> the farthest D at which most trials retrieve the needle
+        for f in forms:
+            ok = [d for d in beyond if (f, d) in at and at[(f, d)]["accuracy"] >= 0.5]
+            if f != win and ok:
+                reach[f] = max(ok)
+        if reach:
+            far = max(reach.values())
+            who = [f for f, d in reach.items() if d == far]
+            facts.append(f"{' and '.join(who)} retrieve it in most trials up to D = {num(far)}, "
+                         f"{num(far / window, 2)}× the window ("
+                         + ", ".join(pct(at[(f, far)]["accuracy"], 2) for f in who)
+                         + " of trials); the memory's cosine falls as D grows, each later token's write "
+                           "overwriting part of it.")
+        blind = [f for f in forms if f != win and f not in reach]
+        if blind:
+            facts.append(f"{', '.join(blind)}: no better than the window beyond it (a gate only scales what the "
+                         "window found).")
+    return html_table, facts
+
+
 def scale_section(data) -> Tuple[str, List[str]]:
     rows = _rows(data, "mechanism", "n", "needle_weight", "sparsity")
     mechs = list(dict.fromkeys(r["mechanism"] for r in rows))
@@ -522,6 +562,9 @@ INTRO = {
               "the others (score √d = 8 standard deviations of the random keys' scores); n − 1 random keys surround "
               "it. The weights are exactly those each mechanism applies (attn.attend(..., return_probs=True)); "
               "retention's row follows its definition λ^(n−1−j) q·k_j.",
+    "titans_needle": "A key-value needle D tokens back, then a query for its key, with random unit keys between "
+                     "(attn.experiments titans_needle): sliding-window attention alone, a Titans linear memory "
+                     "written by a gradient step per token (attn.titans_memory) and the two combined (MAG, MAC).",
     "scale": "The same needle at half strength (score 4σ), under softmax with the default scale 1/√d and with the "
              "entropy-invariant scale log₅₁₂(n)/√d (softmax:entropy_scale=512), which grows with the number of keys.",
     "train": "Does it matter when a model learns? A two-layer transformer (attn.recall) trained on CPU on multi-query "
@@ -609,6 +652,8 @@ def render(found: Dict[str, Path], sources: Sequence[str] = ()) -> Tuple[str, Di
     sections.append(attempt("curves", curves_section, "S against γ for softmax, relu² and linear weights; S against n for decay rows"))
     sections.append(attempt("needle", needle_section, "weight on the needle, the row's S and entropy against the number of keys"))
     sections.append(attempt("scale", scale_section, "default against entropy-invariant scale: weight on the half-strength needle, S, entropy"))
+    sections.append(attempt("titans_needle", titans_section, "cosine with the needle's value against its distance, "
+                                                             "window alone, memory alone, MAG and MAC"))
 
     # the real models, with the perplexity table beside the per-layer statistics of SmolLM2
     model_parts, model_facts, layers = [], [], {}
@@ -649,18 +694,22 @@ def render(found: Dict[str, Path], sources: Sequence[str] = ()) -> Tuple[str, Di
     sections.append(attempt("train", train_section, "loss and recall accuracy against the training step, one line "
                                                      "per mechanism"))
 
-    toc = "".join(f'<li><a href="#{n}">{_e(TITLES[n])}</a></li>' for n in EXPERIMENTS + ("ppl",) if n != "train")
+    toc = "".join(f'<li><a href="#{n}">{_e(TITLES[n])}</a></li>'
+                  for n in ("curves", "needle", "scale", "titans_needle", "model", "ppl"))
     toc += f'<li><a href="#train">{_e(TITLES["train"])}</a></li><li><a href="#reproduce">Reproduce</a></li>'
     used = "".join(f"<li><code>{_e(n)}</code>: {_e(p)}</li>" for n, p in sorted(found.items()))
     reproduce = "\n".join([
         "# the experiments (each writes NAME.csv, .json, .png, .svg; model needs transformers and the models)",
-        *(f"attn concentration {n} --out docs/figures/concentration" for n in EXPERIMENTS if n != "train"),
+        *(f"attn concentration {n} --out docs/figures/concentration" for n in EXPERIMENTS
+          if n not in ("train", "titans_needle")),
+        "# the Titans needle (Python: attn.titans_*)",
+        _command("titans_needle"),
         "# the perplexity per mechanism (pydoc_topics.txt: pydoc's topics joined; see docs/performance.md)",
         PPL_COMMAND,
         "# the training experiment (torch; minutes on 2 cores; --quick: seconds)",
         _command("train"),
         "# this page (--run curves,needle,... runs experiments first; --quick makes them small)",
-        "attn report --out report.html --from docs/figures/concentration --from docs/figures",
+        "attn report --out report.html --from docs/figures/concentration --from docs/figures --from docs/figures/titans",
     ])
     page = f"""<!DOCTYPE html>
 <html lang="en">
@@ -774,6 +823,8 @@ def run_experiment(name: str, out_dir: Union[str, os.PathLike], quick: bool = Fa
         return ex.model(out_dir, **(QUICK_MODEL if quick else {}))
     if name == "train":
         return ex.train(out_dir, quick=quick)
+    if name == "titans_needle":
+        return ex.titans_needle(out_dir, **({"distances": (8, 64, 256), "trials": 4} if quick else {}))
     raise ValueError(f"attn.report: unknown experiment '{name}'")
 
 

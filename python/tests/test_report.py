@@ -90,20 +90,21 @@ def _browser_verdict(page: Path, tmp_path: Path) -> dict:
 @pytest.fixture(scope="module")
 def checked_in_page(tmp_path_factory):
     out = tmp_path_factory.mktemp("report") / "report.html"
-    info = attn.report.build([CONCENTRATION, FIGURES], out)
+    info = attn.report.build([CONCENTRATION, FIGURES, FIGURES / "titans"], out)
     return out, info
 
 
 def test_page_from_the_checked_in_results_renders_in_chromium(checked_in_page, tmp_path):
     page, info = checked_in_page
-    assert info["sections"] == {"curves": "ok", "needle": "ok", "scale": "ok", "model": "ok", "ppl": "ok", "train": "ok"}
+    assert info["sections"] == {"curves": "ok", "needle": "ok", "scale": "ok", "titans_needle": "ok", "model": "ok",
+                                "ppl": "ok", "train": "ok"}
     v = _browser_verdict(page, tmp_path)
     assert v["title"].startswith("attn report")
-    assert v["images"] == 5 and v["bad_images"] == [], v  # the five experiments' plots, decoded
+    assert v["images"] == 6 and v["bad_images"] == [], v  # the six experiments' plots, decoded
     assert v["svgs"] >= 1 and v["bad_svgs"] == [], v      # the perplexity chart, laid out
     assert v["links"] >= 6 and v["bad_links"] == [], v
     assert v["external_sources"] == [] and v["problems"] == [], v
-    assert v["sections"] == ["curves", "needle", "scale", "model", "train"]
+    assert v["sections"] == ["curves", "needle", "scale", "titans_needle", "model", "train"]
 
 
 def test_the_browser_check_sees_broken_pages(tmp_path):
@@ -218,8 +219,8 @@ def test_training_numbers_reach_the_page(tmp_path):
 def test_missing_inputs_name_the_command_and_draw_no_image(tmp_path):
     (tmp_path / "needle.json").write_text(json.dumps(_needle_rows()))  # no needle.png either
     info = attn.report.build([tmp_path], tmp_path / "r.html")
-    assert info["sections"] == {"curves": "missing", "needle": "ok", "scale": "missing", "model": "missing",
-                                "ppl": "missing", "train": "missing"}
+    assert info["sections"] == {"curves": "missing", "needle": "ok", "scale": "missing", "titans_needle": "missing",
+                                "model": "missing", "ppl": "missing", "train": "missing"}
     text = _page_text(tmp_path / "r.html")
     for name in ("curves", "scale", "model"):
         assert f"No {name}.json was found in {tmp_path}" in text
@@ -296,7 +297,7 @@ def test_run_runs_the_missing_experiments_with_progress(tmp_path):
                         "--from", str(old), "--run", "curves", "--quick"], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert "[1/1] running curves (quick)" in p.stderr and "[1/1] curves: 222 rows in" in p.stderr
-    assert (data / "curves.png").exists() and "wrote" in p.stdout and "without scale, model, ppl, train" in p.stdout
+    assert (data / "curves.png").exists() and "wrote" in p.stdout and "without scale, titans_needle, model, ppl, train" in p.stdout
     page = (tmp_path / "r.html").read_text()
     assert 'id="curves"' in page and "At n = 4\u202f096 keys softmax" in page
 
@@ -340,3 +341,18 @@ def test_checked_in_page_matches_the_checked_in_results(tmp_path, monkeypatch):
     assert unversioned(kept) == unversioned(fresh), \
         "docs/figures/concentration/report.html is stale: rebuild it with " \
         "`attn report --out docs/figures/concentration/report.html` from the repository's root"
+
+
+def test_titans_section_states_what_retrieves_beyond_the_window():
+    def row(form, d, cos, acc):
+        return {"form": form, "distance": d, "d": 128, "window": 32, "trials": 4, "cosine": cos, "accuracy": acc,
+                "beyond_window": d > 32}
+    rows = [row("sliding window (32 earlier tokens)", 8, 1.0, 1.0), row("sliding window (32 earlier tokens)", 64, 0.01, 0),
+            row("sliding window (32 earlier tokens)", 256, -0.02, 0), row("memory", 8, 0.9, 1.0),
+            row("memory", 64, 0.8, 1.0), row("memory", 256, 0.3, 0.25), row("MAG", 8, 1.0, 1.0), row("MAG", 64, 0.0, 0),
+            row("MAG", 256, 0.0, 0)]
+    table, facts = attn.report.titans_section(rows)
+    assert "D = 256" in table and "0.8 (100" in table
+    assert facts[0].startswith("Beyond the window (D > 32) the window alone finds nothing: cosine 0.01 at best")
+    assert "memory retrieve it in most trials up to D = 64, 2× the window (100" in facts[1]
+    assert facts[2].startswith("MAG: no better than the window")
