@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "binding_arrays.hpp"
 #include "attn/moe.hpp"
 
 namespace nb = nanobind;
@@ -14,14 +15,8 @@ using namespace nb::literals;
 
 namespace {
 
-template <class T, class... Extra>
-using In = nb::ndarray<const T, nb::c_contig, nb::device::cpu, Extra...>;
-
-template <class T>
-nb::ndarray<nb::numpy, T> owned_array(std::vector<T>* v, std::initializer_list<size_t> shape) {
-  nb::capsule owner(v, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
-  return nb::ndarray<nb::numpy, T>(v->data(), shape, owner);
-}
+using attn::python::In;
+using attn::python::owned_array;
 
 template <class T>
 void bind_type(nb::module_& m) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "binding_arrays.hpp"
 #include "attn/refinement.hpp"
 
 namespace nb = nanobind;
@@ -16,14 +17,8 @@ using namespace nb::literals;
 
 namespace {
 
-template <class T>
-using In = nb::ndarray<const T, nb::c_contig, nb::device::cpu>;
-
-template <class T>
-nb::ndarray<nb::numpy, T> owned_array(std::vector<T>* data, std::initializer_list<size_t> shape) {
-  nb::capsule owner(data, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
-  return nb::ndarray<nb::numpy, T>(data->data(), shape, owner);
-}
+using attn::python::In;
+using attn::python::owned_array;
 
 attn::RefineOptions options(const std::string& form, double gamma, double tolerance, int threads) {
   attn::RefineOptions o;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "binding_arrays.hpp"
 #include "attn/sana.hpp"
 
 namespace nb = nanobind;
@@ -17,8 +18,8 @@ using namespace nb::literals;
 
 namespace {
 
-template <class T, class... Extra>
-using In = nb::ndarray<const T, nb::c_contig, nb::device::cpu, Extra...>;
+using attn::python::In;
+using attn::python::owned_array;
 
 template <class T>
 attn::MatrixRef<T> matrix(const In<T>& w) {
@@ -34,8 +35,7 @@ template <class T>
 struct Result {
   std::vector<T>* data;
   nb::ndarray<nb::numpy, T> array(size_t b, size_t n, size_t c) {
-    nb::capsule owner(data, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
-    return nb::ndarray<nb::numpy, T>(data->data(), {b, n, c}, owner);
+    return owned_array(data, {b, n, c});
   }
 };
 
