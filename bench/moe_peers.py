@@ -14,7 +14,8 @@ GFLOP/s and torch's same-run sgemm rate as a roofline.
 from __future__ import annotations
 
 import argparse
-import time
+import os
+import sys
 
 import numpy as np
 import torch
@@ -22,22 +23,8 @@ import torch.nn.functional as F
 
 import attn
 
-
-def best_time(fn, reps: int) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
-
-
-def sgemm_gflops(threads: int, n: int = 2048) -> float:
-    torch.set_num_threads(threads)
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    t = best_time(lambda: a @ b, 3)
-    return 2 * n**3 / t / 1e9
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peers import best_time, sgemm_gflops  # noqa: E402
 
 
 def torch_moe(x, router, w1, w2, w3, k):

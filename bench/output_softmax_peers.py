@@ -34,15 +34,8 @@ import torch.nn.functional as F  # noqa: E402
 
 import attn  # noqa: E402
 
-
-def best_time(fn, reps: int) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peers import best_time, sgemm_gflops  # noqa: E402
 
 
 def paired_best(f, g, reps: int):
@@ -57,13 +50,6 @@ def paired_best(f, g, reps: int):
         t2 = time.perf_counter()
         bf, bg = min(bf, t1 - t0), min(bg, t2 - t1)
     return bf, bg
-
-
-def sgemm_gflops(threads: int, n: int = 2048) -> float:
-    torch.set_num_threads(threads)
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    t = best_time(lambda: a @ b, 3)
-    return 2 * n**3 / t / 1e9
 
 
 def main() -> None:
