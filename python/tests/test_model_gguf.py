@@ -202,6 +202,23 @@ def test_tiny_gguf_packed_matrices_give_the_products_of_the_blocks_in_place(tmp_
     assert np.abs(a - full[30:]).max() > 0  # 8-bit activations ran
 
 
+def test_saving_a_quantized_gguf_model_asks_for_the_float_copy(tmp_path):
+    """Regression: Decoder.save wrote a block-quantized matrix's bytes as a float32 tensor of its
+    shape (reading past them), or a null pointer once matrices were packed. Now an error naming the
+    tensor; the dequantized model saves and reloads to the same logits."""
+    write_tiny_llama(tmp_path / "tiny.gguf", tied=False)
+    tokens = [3, 1, 4, 1, 5]
+    for repack in (True, False):
+        d = _attn.Decoder.from_gguf(str(tmp_path / "tiny.gguf"), 0, False, 64, "q8", "f32", repack)
+        with pytest.raises(ValueError, match=r"save: tensor 'model\.\S+\.weight' is block-quantized .*\(dtype \"f32\"\)"):
+            d.save(str(tmp_path / "q.safetensors"))
+        assert not (tmp_path / "q.safetensors").exists()
+    f = _attn.Decoder.from_gguf(str(tmp_path / "tiny.gguf"), 0, True, 64)
+    f.save(str(tmp_path / "f.safetensors"))
+    back = _attn.Decoder.load(str(tmp_path / "f.safetensors"), 0, None)
+    assert np.array_equal(back.forward(tokens, 0, True), f.forward(tokens, 0, True))
+
+
 def test_smollm2_q8_activations_agree_with_float_activations(smollm2, hf_smollm2):
     """Decode steps with 8-bit activations and integer dot products against float activations on
     the same Q4_1 matrices, token by token over real text: the logits move by the rounding of the

@@ -199,6 +199,9 @@ std::map<std::string, SafetensorsEntry> weight_entries(const DecoderWeights& w) 
   auto next = specs.begin();
   auto put_matrix = [&](const Matrix& m) {
     const WeightSpec& s = *next++;
+    if (m.quant)  // ggml blocks (in place or packed) are not a safetensors dtype
+      fail("save", "tensor '" + s.name + "' is block-quantized (ggml Q4_0/Q4_1/Q8_0 blocks) and safetensors holds "
+                   "float tensors: load the GGUF file dequantized (dtype \"f32\") to save it");
     out[s.name] = {m.dtype, s.shape, m.data};
   };
   auto put_vector = [&](const std::vector<float>& v) {

@@ -110,7 +110,7 @@ struct WeightSlot {
 };
 std::vector<WeightSlot> weight_slots(DecoderWeights& w);
 
-// The tensors of `w` by name (for write_safetensors).
+// The tensors of `w` by name (for write_safetensors); Error naming the first block-quantized one.
 std::map<std::string, SafetensorsEntry> weight_entries(const DecoderWeights& w);
 
 }  // namespace attn::model
