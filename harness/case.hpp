@@ -51,6 +51,10 @@ struct Extras {
   std::vector<std::string> params;
   float magnitude = 1.0f;  // q and k drawn from N(0, magnitude^2)
   int64_t pad = 0;         // extra elements per token row (non-packed strides)
+  // K and V stored as int8 rows with a float32 scale each (AttendOptions::kv_scales), rounded
+  // from the drawn values by attn::quantize_rows; q stays in the case's dtype. The reference
+  // reads the same int8 rows: what is checked is the forms' arithmetic on them.
+  bool int8_kv = false;
 };
 
 struct Case {

@@ -38,7 +38,7 @@ std::string Case::name() const {
     << (extras.mask ? "_mask" : "") << (extras.bias ? "_bias" : "") << (extras.alibi ? "_alibi" : "")
     << (extras.block_mask ? "_blocks" : "") << (extras.mask_mod ? "_mod" : "")
     << param_names(extras.params) << (extras.magnitude != 1.0f ? "_x" + std::to_string(int(extras.magnitude)) : "")
-    << (extras.pad ? "_strided" : "") << (agree_with.empty() ? "" : "_vs_" + agree_with)
+    << (extras.pad ? "_strided" : "") << (extras.int8_kv ? "_int8kv" : "") << (agree_with.empty() ? "" : "_vs_" + agree_with)
     << (seed != 1234 ? "_seed" + std::to_string(seed) : "") << (stats_topk != 8 ? "_top" + std::to_string(stats_topk) : "");
   std::string r = s.str();
   for (char& ch : r)
@@ -53,6 +53,7 @@ double Case::flops() const {
 }
 
 double Case::kv_bytes() const {
+  if (extras.int8_kv) return static_cast<double>(B * Hkv * M * (D + Dv + 2 * 4));  // int8 rows and their scales
   return static_cast<double>(B * Hkv * M * (D + Dv)) * static_cast<double>(dtype_size(dtype));
 }
 
@@ -273,6 +274,23 @@ void softmax_check_cases(std::vector<Case>& out) {
       c.extras.padding = true;
       out.push_back(c);
     }
+  // An 8-bit KV cache (int8 rows with a scale each): decode shapes (rows), prefill shapes
+  // (tiled), grouped heads, padding, a window, softcap, q float32 or bfloat16, strided rows.
+  for (DType dt : {DType::f32, DType::bf16})
+    for (const char* mech : {"softmax:causal", "softmax:softcap=30", "softmax:window=100:0"}) {
+      Case c;
+      c.B = 2, c.H = 6, c.Hkv = 2, c.N = 2, c.M = 301, c.D = 40, c.Dv = 24, c.mechanism = mech, c.dtype = dt;
+      c.extras.padding = true, c.extras.int8_kv = true;
+      out.push_back(c);
+      c.N = 70, c.M = 90, c.layout = Layout::bnhd, c.extras.pad = dt == DType::f32 ? 3 : 0;
+      out.push_back(c);
+    }
+  {
+    Case c;  // rows and tiled agree on int8 rows (SmolLM2's decode shape: 3 query heads per kv head)
+    c.B = 1, c.H = 9, c.Hkv = 3, c.N = 1, c.M = 1000, c.D = 64, c.Dv = 64, c.mechanism = "softmax:causal";
+    c.extras.int8_kv = true, c.form = "rows", c.agree_with = "tiled";
+    out.push_back(c);
+  }
 }
 
 // Bad input, per family: each promise of docs/reliability.md that validation keeps.
@@ -293,6 +311,19 @@ void softmax_bad_cases(std::vector<BadCase>& out) {
   add("scale_infinite_as_float32", "softmax:scale=1e39", [](Inputs&) {}, "softmax scale must be in [1e-30, 1e+12], got 1e+39");
   add("softcap_infinite_as_float32", "softmax:softcap=1e39", [](Inputs&) {},
       "softmax softcap must be in [1e-30, 1e+30], got 1e+39 (0 = off)");
+  add("int8_rows_without_scales", "softmax", [](Inputs& in) { in.k.view.dtype = in.v.view.dtype = DType::i8; },
+      "k must be float32, bfloat16 or float16, got int8 (int8 rows need their scales: options.kv_scales)");
+  add("scales_for_float_rows", "softmax",
+      [](Inputs& in) { in.options.kv_scales = KvScales{in.k.view, in.v.view}; },
+      "k must be int8 with options.kv_scales, got float32");
+  {
+    Case b = c;
+    b.extras.int8_kv = true;
+    out.push_back({"int8_scales_of_another_shape", b, [](Inputs& in) { in.options.kv_scales->v.shape[2] = 5; },
+                   "kv_scales.v must have shape (B, Hkv, M, 1) = (2, 2, 6, 1), got (2, 2, 5, 1)"});
+    out.push_back({"int8_scales_not_float32", b, [](Inputs& in) { in.options.kv_scales->k.dtype = DType::f16; },
+                   "kv_scales.k must be float32, got float16"});
+  }
   add("padding_beyond_keys", "softmax", [](Inputs& in) { in.options.key_padding_lengths = {6, 7}; },
       "key_padding_lengths[1] must be in [0, 6], got 7");
   add("param_not_taken", "softmax", [](Inputs& in) { in.options.params["w"] = make_array_view(&in.q.bytes[0], DType::f32, {1}); },

@@ -81,6 +81,25 @@ void add_params(const Case& c, Inputs& in, std::mt19937& rng) {
     if (!opt.params.count(name)) fail("harness", c.mechanism + " declares no param '" + name + "'");
 }
 
+// K and V as int8 rows (same layout and strides) with their scales, wired into kv_scales.
+void int8_rows(const Case& c, Inputs& in, bool shapes_only) {
+  for (auto [buf, scales] : {std::pair{&in.k, &in.k_scale}, {&in.v, &in.v_scale}}) {
+    const TensorView f = buf->view;
+    scales->assign(static_cast<size_t>(std::max<int64_t>(c.B * c.Hkv * c.M, 1)), 0.0f);
+    Buffer rows;
+    rows.view = f;
+    rows.view.dtype = DType::i8;
+    if (!shapes_only) {
+      rows.bytes.assign(buf->bytes.size() / dtype_size(f.dtype), 0);
+      rows.view.data = rows.bytes.data();
+      quantize_rows(f, rows.view, make_view(scales->data(), DType::f32, c.B, c.Hkv, c.M, 1));
+    }
+    *buf = std::move(rows);
+  }
+  in.options.kv_scales = KvScales{make_view(in.k_scale.data(), DType::f32, c.B, c.Hkv, c.M, 1),
+                                  make_view(in.v_scale.data(), DType::f32, c.B, c.Hkv, c.M, 1)};
+}
+
 }  // namespace
 
 void make_inputs(const Case& c, Inputs& in, bool shapes_only) {
@@ -99,6 +118,7 @@ void make_inputs(const Case& c, Inputs& in, bool shapes_only) {
     in.v = random_tensor(rng, c.dtype, c.B, c.Hkv, c.M, c.Dv, c.layout, 1.0f, x.pad);
   }
   AttendOptions& opt = in.options;
+  if (x.int8_kv) int8_rows(c, in, shapes_only);
   std::mt19937 extras_rng(c.seed ^ 0x5bd1e995u);  // apart from q/k/v, so shapes_only draws the same extras
   rng = extras_rng;
   if (x.padding) {

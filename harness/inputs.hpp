@@ -25,6 +25,7 @@ struct Inputs {
   Buffer q, k, v;
   std::vector<uint8_t> mask, block_mask;
   std::vector<float> bias;
+  std::vector<float> k_scale, v_scale;  // int8 K/V rows' scales (Extras::int8_kv)
   std::map<std::string, std::vector<float>> param_data;  // named params' values
   AttendOptions options;  // views point into this struct: do not copy it
   Mechanism mechanism;

@@ -592,7 +592,8 @@ NB_MODULE(_attn, m) {
             const attn::DType dt = cache_dtype == "f32" ? attn::DType::f32
                                    : cache_dtype == "f16" ? attn::DType::f16
                                    : cache_dtype == "bf16" ? attn::DType::bf16
-                                   : throw nb::value_error(("cache_dtype: expected 'f32', 'f16' or 'bf16', got '" + cache_dtype + "'").c_str());
+                                   : cache_dtype == "int8" ? attn::DType::i8
+                                   : throw nb::value_error(("cache_dtype: expected 'f32', 'f16', 'bf16' or 'int8', got '" + cache_dtype + "'").c_str());
             return attn::Decoder::from_gguf(path, {threads, dequantize, max_seq_len, activations, dt, repack});
           },
           "path"_a, "threads"_a, "dequantize"_a, "max_seq_len"_a, "activations"_a = "auto", "cache_dtype"_a = "f32",

@@ -91,9 +91,9 @@ Runner add_chat(CLI::App& app) {
                 "Decode steps with quantized matrices: q8 (integer dot products on 8-bit inputs), f32, auto = q8")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "q8", "f32"}));
-  c->add_option("--cache-type", a->model.cache_type, "KV cache storage: f32, f16 (half the bytes) or bf16")
+  c->add_option("--cache-type", a->model.cache_type, "KV cache storage: f32, f16 (half the bytes), bf16 or int8 (8-bit rows with a scale each)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "int8"}));
   c->add_flag("--no-repack", a->in_place,
               "Read quantized blocks in place instead of packing them in 16-row groups at load (slower decode)");
   c->add_option("--max-context", a->model.max_context, "Context the KV caches hold")->capture_default_str()->check(in_range(1, 1 << 22));

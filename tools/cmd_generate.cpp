@@ -252,9 +252,10 @@ Runner add_generate(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "q8", "f32"}));
   c->add_option("--cache-type", a->cache_type,
-                "KV cache storage: f32, f16 (half the bytes per token of context, llama.cpp's default) or bf16 (--model)")
+                "KV cache storage: f32, f16 (half the bytes per token of context, llama.cpp's default), bf16, or "
+                "int8 (each row of K and V rounded to 8 bits with a scale: about a quarter of f32's bytes) (--model)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "int8"}));
   c->add_flag("--no-repack", a->in_place,
               "Read Q4_0/Q4_1/Q8_0 blocks in place in the mapped file instead of packing them in 16-row groups at "
               "load (decode is slower; for comparison) (--model)");

@@ -47,7 +47,8 @@ DType cache_dtype(const std::string& name) {
   if (name == "f32") return DType::f32;
   if (name == "f16") return DType::f16;
   if (name == "bf16") return DType::bf16;
-  fail("--cache-type", "expected f32, f16 or bf16, got '" + name + "'");
+  if (name == "int8") return DType::i8;
+  fail("--cache-type", "expected f32, f16, bf16 or int8, got '" + name + "'");
 }
 
 }  // namespace

@@ -48,11 +48,22 @@ struct PagedKv {
   int64_t tokens = -1;
 };
 
+// An 8-bit KV cache: k and v hold int8 rows (DType::i8) and row j of kv head h of batch entry b
+// stands for scale[b, h, j] * row, one float32 scale per row of k and of v (llama.cpp's q8_0 cache
+// with one scale per row; attn::quantize_rows in attn/kv_quant.hpp makes them). q stays a float
+// dtype. Read by the softmax family (softmax, longformer, bigbird), plain or paged: with a paged
+// cache the scales follow the pools, (num_blocks, Hkv, block_size, 1).
+struct KvScales {
+  TensorView k, v;  // float32 (B, Hkv, M, 1) each, any strides
+};
+
 struct AttendOptions {
   // Keys j >= key_padding_lengths[b] are hidden from every query of batch b (length B).
   std::vector<int64_t> key_padding_lengths;
   // k and v are page pools read through a block table (see PagedKv); none: plain views.
   std::optional<PagedKv> paged;
+  // k and v are int8 rows times these per-row scales (see KvScales); none: k and v are floats.
+  std::optional<KvScales> kv_scales;
   // Boolean mask (true = may attend) with shape (B|1, H|1, N, M); size-1 dims broadcast.
   std::optional<TensorView> mask;
   // Your own sparsity, in the spirit of FlexAttention's BlockMask and mask_mod, combined with

@@ -13,6 +13,7 @@
 #include "attn/pattern.hpp"
 #include "attn/refinement.hpp"
 #include "attn/kv_cache.hpp"
+#include "attn/kv_quant.hpp"
 #include "attn/model.hpp"
 #include "attn/rope.hpp"
 #include "attn/safetensors.hpp"

@@ -202,7 +202,10 @@ class Decoder {
   // "f32" or "q8": what decode steps use.
   std::string activations() const;
   // The KV caches' storage: float32 (the default), float16 (llama.cpp's default cache) or
-  // bfloat16; attention then takes the queries rounded to it too. Only at position 0.
+  // bfloat16 (attention then takes the queries rounded to it too), or int8: each row of K and V
+  // rounded to 8 bits with a float32 scale (attn/kv_quant.hpp), a quarter of float32's bytes
+  // (+ 4 per row), read by the softmax family as they are (the queries stay float32). Only at
+  // position 0.
   void set_cache_dtype(DType dtype);
   DType cache_dtype() const;
 

@@ -252,7 +252,9 @@ def load_model(path: Optional[str] = None, dtype: str = "q4_1", *, mechanism: Op
     registers), ``"auto"`` (q8: faster on every CPU measured, docs/performance.md). Prefill and
     float matrices are unaffected; ``model.activations`` says which is in use. ``cache_dtype``:
     the KV caches' storage, ``"f32"``, ``"f16"`` (half the bytes a long context reads per token,
-    as llama.cpp's default cache) or ``"bf16"``. ``repack``: Q4_0/Q4_1/Q8_0 matrices packed once at
+    as llama.cpp's default cache), ``"bf16"`` or ``"int8"`` (each row of K and V rounded to 8
+    bits with a float32 scale: about a quarter of float32's bytes, as llama.cpp's ``q8_0`` cache;
+    its perplexity cost is in docs/performance.md). ``repack``: Q4_0/Q4_1/Q8_0 matrices packed once at
     load in groups of 16 rows, the layout 8-bit decode reads fastest (not done when activations is
     ``"f32"``); False reads the file's blocks in place (for comparison).
 
@@ -271,8 +273,8 @@ def load_model(path: Optional[str] = None, dtype: str = "q4_1", *, mechanism: Op
     if a not in ("auto", "q8", "f32"):
         raise ValueError(f"activations: expected 'auto', 'q8' or 'f32', got {activations!r}")
     cd = _args.text(cache_dtype, "cache_dtype").lower()
-    if cd not in ("f32", "f16", "bf16"):
-        raise ValueError(f"cache_dtype: expected 'f32', 'f16' or 'bf16', got {cache_dtype!r}")
+    if cd not in ("f32", "f16", "bf16", "int8"):
+        raise ValueError(f"cache_dtype: expected 'f32', 'f16', 'bf16' or 'int8', got {cache_dtype!r}")
     if not os.path.exists(path):
         raise FileNotFoundError(f"path: no such file {path!r}")
     if not isinstance(repack, bool):

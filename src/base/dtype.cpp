@@ -10,6 +10,7 @@ std::string dtype_name(DType t) {
     case DType::bf16: return "bfloat16";
     case DType::f16: return "float16";
     case DType::boolean: return "bool";
+    case DType::i8: return "int8";
   }
   return "unknown";
 }
@@ -68,6 +69,7 @@ float load_as_float(const void* base, DType t, int64_t i) {
     case DType::bf16: return bf16_to_float(static_cast<const uint16_t*>(base)[i]);
     case DType::f16: return f16_to_float(static_cast<const uint16_t*>(base)[i]);
     case DType::boolean: return static_cast<const uint8_t*>(base)[i] ? 1.0f : 0.0f;
+    case DType::i8: return static_cast<const int8_t*>(base)[i];
   }
   return 0.0f;
 }
@@ -78,6 +80,12 @@ void store_from_float(void* base, DType t, int64_t i, float x) {
     case DType::bf16: static_cast<uint16_t*>(base)[i] = float_to_bf16(x); break;
     case DType::f16: static_cast<uint16_t*>(base)[i] = float_to_f16(x); break;
     case DType::boolean: static_cast<uint8_t*>(base)[i] = x != 0.0f; break;
+    case DType::i8:  // NaN fails both comparisons: 0
+      static_cast<int8_t*>(base)[i] = x >= 127.0f    ? int8_t{127}
+                                      : x <= -127.0f ? int8_t{-127}
+                                      : x == x       ? static_cast<int8_t>(std::nearbyint(x))
+                                                     : int8_t{0};
+      break;
   }
 }
 
@@ -85,6 +93,11 @@ float round_to(DType t, float x) {
   switch (t) {
     case DType::bf16: return bf16_to_float(float_to_bf16(x));
     case DType::f16: return f16_to_float(float_to_f16(x));
+    case DType::i8: {
+      int8_t r;
+      store_from_float(&r, DType::i8, 0, x);
+      return r;
+    }
     default: return x;
   }
 }

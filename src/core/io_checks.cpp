@@ -124,16 +124,27 @@ void check_positive_float32(double x, const std::string& name) {
 }
 
 Dims check_io(const TensorView& q, const TensorView& k, const TensorView& v, const Outputs& outs,
-              const AttendOptions& opt, Paging paging) {
+              const AttendOptions& opt, KvStorage storage) {
   check_view(q, "q");
   check_view(k, "k");
   check_view(v, "v");
-  for (auto [t, name] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}})
-    if (!is_float(t->dtype))
-      fail(kWhere, std::string(name) + " must be float32, bfloat16 or float16, got " + dtype_name(t->dtype));
-  if (k.dtype != q.dtype || v.dtype != q.dtype)
-    fail(kWhere, "q, k and v must share a dtype, got q " + dtype_name(q.dtype) + ", k " + dtype_name(k.dtype) +
-                     ", v " + dtype_name(v.dtype));
+  if (!is_float(q.dtype)) fail(kWhere, "q must be float32, bfloat16 or float16, got " + dtype_name(q.dtype));
+  if (opt.kv_scales) {
+    if (storage == KvStorage::views)
+      fail(kWhere, "int8 k and v rows (options.kv_scales) are read by the softmax family only (softmax, longformer, "
+                   "bigbird); pass float k and v");
+    for (auto [t, name] : {std::pair{&k, "k"}, {&v, "v"}})
+      if (t->dtype != DType::i8)
+        fail(kWhere, std::string(name) + " must be int8 with options.kv_scales, got " + dtype_name(t->dtype));
+  } else {
+    for (auto [t, name] : {std::pair{&k, "k"}, {&v, "v"}})
+      if (!is_float(t->dtype))
+        fail(kWhere, std::string(name) + " must be float32, bfloat16 or float16, got " + dtype_name(t->dtype) +
+                         (t->dtype == DType::i8 ? " (int8 rows need their scales: options.kv_scales)" : ""));
+    if (k.dtype != q.dtype || v.dtype != q.dtype)
+      fail(kWhere, "q, k and v must share a dtype, got q " + dtype_name(q.dtype) + ", k " + dtype_name(k.dtype) +
+                       ", v " + dtype_name(v.dtype));
+  }
 
   Dims d;
   d.q = q, d.k = k, d.v = v;
@@ -145,7 +156,7 @@ Dims check_io(const TensorView& q, const TensorView& k, const TensorView& v, con
   if (d.Dv < 1) fail(kWhere, "head_dim of v must be at least 1, got shape " + dims_text(v));
   if (k.shape[3] != d.D) fail(kWhere, "k has head_dim " + std::to_string(k.shape[3]) + ", q has " + std::to_string(d.D));
   if (opt.paged) {
-    if (paging == Paging::refused)
+    if (storage == KvStorage::views)
       fail(kWhere, "a paged KV cache (options.paged) is read by the softmax family only (softmax, longformer, "
                    "bigbird); pass k and v as plain views");
     check_shape(v, "v", {k.shape[0], d.Hkv, k.shape[2], d.Dv}, "(blocks of k, heads of k, block size of k, Dv)");
@@ -188,6 +199,17 @@ Dims check_io(const TensorView& q, const TensorView& k, const TensorView& v, con
     }
   }
   if (opt.paged) d.pages = checked_block_table(*opt.paged, d, k);
+  if (opt.kv_scales) {  // one float32 scale per row of k and of v (of the pools when paged)
+    auto scales = [&](const TensorView& s, const TensorView& rows, const std::string& name) {
+      check_view(s, name);
+      if (s.dtype != DType::f32) fail(kWhere, name + " must be float32, got " + dtype_name(s.dtype));
+      check_shape(s, name, {rows.shape[0], rows.shape[1], rows.shape[2], 1},
+                  opt.paged ? "(blocks, heads, block size, 1) of its pool" : "(B, Hkv, M, 1)");
+      return s;
+    };
+    d.k_scale = scales(opt.kv_scales->k, k, "kv_scales.k");
+    d.v_scale = scales(opt.kv_scales->v, v, "kv_scales.v");
+  }
   if (opt.threads < 0 || opt.threads > kMaxThreads)
     fail(kWhere, "threads must be in [0, " + std::to_string(kMaxThreads) + "] (0 = all CPUs), got " +
                      std::to_string(opt.threads));

@@ -4,6 +4,7 @@
 #pragma once
 #include <array>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,20 +22,24 @@ struct Dims {
   int64_t group = 1;   // query heads per kv head: kv head of h is h / group
   std::vector<int64_t> kv_len;  // valid keys per batch (key_padding_lengths; M when none given)
   std::shared_ptr<const PageTable> pages;  // set when k and v are page pools
+  std::optional<TensorView> k_scale, v_scale;  // set when k and v are int8 rows (AttendOptions::kv_scales)
   int64_t stats_topk = 0;  // k of the row statistics when they are asked for, else 0
   int64_t kv_head(int64_t h) const { return h / group; }
   // The rows of kv head hk of batch entry b: read K and V through these, never through k/v.
-  KvRows keys(int64_t b, int64_t hk) const { return KvRows(k, b, hk, pages.get()); }
-  KvRows values(int64_t b, int64_t hk) const { return KvRows(v, b, hk, pages.get()); }
+  KvRows keys(int64_t b, int64_t hk) const { return KvRows(k, b, hk, pages.get(), k_scale ? &*k_scale : nullptr); }
+  KvRows values(int64_t b, int64_t hk) const { return KvRows(v, b, hk, pages.get(), v_scale ? &*v_scale : nullptr); }
 };
 
-enum class Paging { refused, accepted };
+// How a family reads K and V: only as float views, or through Dims::keys/values (KvRows), which
+// also read the caches' storage forms: page pools (AttendOptions::paged) and int8 rows with
+// their scales (AttendOptions::kv_scales).
+enum class KvStorage { views, rows };
 
 // Validates q, k, v, the outputs that are given (none when explaining), key padding, the block
-// table of a paged cache (families that read K and V through Dims::keys/values say
-// Paging::accepted; the others refuse a paged call) and the run options.
+// table of a paged cache and the scales of int8 rows (families that say KvStorage::rows; the
+// others refuse both) and the run options.
 Dims check_io(const TensorView& q, const TensorView& k, const TensorView& v, const Outputs& outs,
-              const AttendOptions& options, Paging paging = Paging::refused);
+              const AttendOptions& options, KvStorage storage = KvStorage::views);
 
 // The four row-statistics views: float32, (B, H, N, 1), valid strides.
 void check_stats_views(const Dims& d, const RowStatsViews& s);

@@ -232,6 +232,7 @@ void softmax_backward_rows(const Problem& p, const BackwardViews& g, int threads
 
 std::string SoftmaxFamily::backward_refusal(const Problem& p) {
   if (p.mech.score != ScoreKind::dot) return "score=" + to_string(p.mech.score) + " has no backward yet (score=dot has)";
+  if (p.k_scale) return "int8 K/V rows (options.kv_scales) have no backward: pass float k and v";
   return "";
 }
 

@@ -42,7 +42,7 @@ const float* kv_f32(const kernels::TileKernels& kern, const core::KvRows& t, int
     return reinterpret_cast<const float*>(t.row(0));
   }
   stride = t.dim();
-  for (int64_t j = 0; j < len; ++j) kern.to_float(t.row(j), t.dtype(), t.elem_stride(), t.dim(), buf.data() + j * stride);
+  for (int64_t j = 0; j < len; ++j) t.to_float(kern.to_float, j, buf.data() + j * stride);
   return buf.data();
 }
 

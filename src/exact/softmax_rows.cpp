@@ -27,6 +27,7 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 struct Scratch {
   std::vector<float> q, row, kbuf, vbuf;  // q: the packed query rows of every kv head an item takes
+  std::vector<float> scales;  // int8 rows: the block's row scales
   std::vector<uint8_t> vis;  // (keys, N) visibility of a partial block
   std::vector<const void*> kptr, vptr;  // addresses of the block's K and V rows
   AlignedFloats s;  // (R, kKeyChunk) scores, 64-byte aligned for the softcap kernel
@@ -40,6 +41,7 @@ struct Scratch {
     vis.resize(static_cast<size_t>(rows * p.N));
     kptr.resize(static_cast<size_t>(rows));
     vptr.resize(static_cast<size_t>(rows));
+    if (p.k_scale) scales.resize(static_cast<size_t>(rows));
     if (p.k.strides[3] != 1) kbuf.resize(static_cast<size_t>(rows * p.D));
     if (p.v.strides[3] != 1) vbuf.resize(static_cast<size_t>(rows * p.Dv));
   }
@@ -129,6 +131,7 @@ class Chunk {
     // V rows are fetched while the scores are computed (the two reads overlap)
     kern_.qk_rows(q_, R_, p_.D, s_.kptr.data(), kt, n, s, n, s_.vptr.data(),
                   p_.Dv * static_cast<int64_t>(dtype_size(vt)));
+    if (krows_.scaled()) scale_columns(s, a, n, krows_, false);
     if (p_.mech.softcap > 0) kern_.softcap(s, R_ * n, static_cast<float>(p_.mech.softcap));
     uint8_t* vis = s_.vis.data();  // vis[j * N + i]: key a + j visible to query i (pattern only)
     if (!full)
@@ -165,7 +168,22 @@ class Chunk {
       }
       m_[r] = mx;
     }
+    if (vrows_.scaled()) scale_columns(s, a, n, vrows_, true);
     kern_.pv_rows(s, n, R_, s_.vptr.data(), vt, weighted_keys(s, n), p_.Dv, acc_);
+  }
+
+  // int8 rows (the kernels read their integers): column j of the R x n block times the scale of
+  // row a + j. Weights (keep_zeros) that are 0 stay 0, so a hidden row's NaN scale stays out.
+  void scale_columns(float* s, int64_t a, int64_t n, const core::KvRows& rows, bool keep_zeros) {
+    float* scale = s_.scales.data();
+    for (int64_t j = 0; j < n; ++j) scale[j] = rows.scale(a + j);
+    for (int64_t r = 0; r < R_; ++r) {
+      float* sr = s + r * n;
+      if (keep_zeros)
+        for (int64_t j = 0; j < n; ++j) sr[j] = sr[j] == 0.0f ? 0.0f : sr[j] * scale[j];
+      else
+        for (int64_t j = 0; j < n; ++j) sr[j] *= scale[j];
+    }
   }
 
   // The row's scores above its top-k threshold enter the heap; then the exp pass with the

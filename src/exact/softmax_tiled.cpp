@@ -61,7 +61,7 @@ struct RowCache {
     }
     for (int64_t j = j0; j < j0 + n; ++j)
       if (!done[j]) {
-        kern.to_float(t.row(j), t.dtype(), t.elem_stride(), dim, rows.data() + j * dim);
+        t.to_float(kern.to_float, j, rows.data() + j * dim);
         done[j] = 1;
       }
     return rows.data() + j0 * dim;
@@ -195,7 +195,7 @@ class Block {
     }
     stride = t.dim();
     if (cache.enabled) return cache.get(kern_, t, b_, hk_, j0, bc);
-    for (int64_t j = 0; j < bc; ++j) kern_.to_float(t.row(j0 + j), t.dtype(), t.elem_stride(), t.dim(), buf + j * t.dim());
+    for (int64_t j = 0; j < bc; ++j) t.to_float(kern_.to_float, j0 + j, buf + j * t.dim());
     return buf;
   }
 
@@ -259,7 +259,7 @@ class Block {
     if (all_live) return rows_f32(vrows_, s_.vcache, j0, bc, buf, vs);
     for (int64_t j = 0; j < bc; ++j) {
       if (s_.live[j])
-        kern_.to_float(vrows_.row(j0 + j), vrows_.dtype(), vrows_.elem_stride(), p_.Dv, buf + j * p_.Dv);
+        vrows_.to_float(kern_.to_float, j0 + j, buf + j * p_.Dv);
       else
         std::fill(buf + j * p_.Dv, buf + (j + 1) * p_.Dv, 0.0f);
     }

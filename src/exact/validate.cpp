@@ -37,7 +37,7 @@ TensorView broadcast_mask(TensorView m, const std::string& name, int64_t B, int6
 Problem validate_scores(const TensorView& q, const TensorView& k, const TensorView& v, const Softmax& mech,
                         const std::string& text, const AttendOptions& opt, const core::Outputs& outs) {
   Problem p;
-  static_cast<core::Dims&>(p) = core::check_io(q, k, v, outs, opt, core::Paging::accepted);
+  static_cast<core::Dims&>(p) = core::check_io(q, k, v, outs, opt, core::KvStorage::rows);
   p.offset = p.M - p.N;
 
   // mechanism parameters

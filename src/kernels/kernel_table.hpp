@@ -122,6 +122,7 @@ struct TileKernels {
   // s[r * lds + j] = q[r] . K_j for r < R, j < n (q: R rows of d floats), register-blocked over
   // rows, each key row read once for up to 4 query rows. `next` (null, or n addresses of rows of
   // next_bytes each, e.g. the block's V rows) is prefetched into L2 alongside, key by key.
+  // int8 rows (kt and vt DType::i8) are read as their integers: the caller applies the row scales.
   void (*qk_rows)(const float* q, int64_t R, int64_t d, const void* const* k, DType kt, int64_t n, float* s,
                   int64_t lds, const void* const* next, int64_t next_bytes);
   // acc[r * dv + c] += sum_j p[r * ldp + j] * V_j[c] for r < R, c < dv, keys j < n summed in order,

@@ -333,6 +333,7 @@ template <DType T>
 inline Vec load_elems(const void* p, int64_t c) {
   if constexpr (T == DType::bf16) return Vec::loadu_bf16(static_cast<const uint16_t*>(p) + c);
   else if constexpr (T == DType::f16) return Vec::loadu_f16(static_cast<const uint16_t*>(p) + c);
+  else if constexpr (T == DType::i8) return Vec::from_i8(static_cast<const int8_t*>(p) + c);  // the integers
   else return Vec::loadu(static_cast<const float*>(p) + c);
 }
 
@@ -374,6 +375,7 @@ void axpy_rows(const float* p, int64_t R, const void* v, DType vt, int64_t dv, f
   switch (vt) {
     case DType::bf16: return axpy_rows_t<DType::bf16>(p, R, v, dv, acc);
     case DType::f16: return axpy_rows_t<DType::f16>(p, R, v, dv, acc);
+    case DType::i8: return axpy_rows_t<DType::i8>(p, R, v, dv, acc);
     default: return axpy_rows_t<DType::f32>(p, R, v, dv, acc);
   }
 }
@@ -613,6 +615,7 @@ void qk_rows(const float* q, int64_t R, int64_t d, const void* const* k, DType k
   switch (kt) {
     case DType::bf16: qk_rows_t<DType::bf16>(q, R, d, k, n, s, lds, next, next_bytes); break;
     case DType::f16: qk_rows_t<DType::f16>(q, R, d, k, n, s, lds, next, next_bytes); break;
+    case DType::i8: qk_rows_t<DType::i8>(q, R, d, k, n, s, lds, next, next_bytes); break;
     default: qk_rows_t<DType::f32>(q, R, d, k, n, s, lds, next, next_bytes); break;
   }
   for (int64_t r = 0; r < R; ++r) {  // +-inf scores poison their rows (poison_infinite)
@@ -627,6 +630,7 @@ void pv_rows(const float* p, int64_t ldp, int64_t R, const void* const* v, DType
   switch (vt) {
     case DType::bf16: return pv_rows_t<DType::bf16>(p, ldp, R, v, n, dv, acc);
     case DType::f16: return pv_rows_t<DType::f16>(p, ldp, R, v, n, dv, acc);
+    case DType::i8: return pv_rows_t<DType::i8>(p, ldp, R, v, n, dv, acc);
     default: return pv_rows_t<DType::f32>(p, ldp, R, v, n, dv, acc);
   }
 }

@@ -121,6 +121,9 @@ inline void to_float_unit(const void* src, DType dtype, int64_t n, float* dst) {
       const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + c)));
       _mm256_storeu_ps(dst + c, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
     }
+  } else if (dtype == DType::i8) {
+    const int8_t* s = static_cast<const int8_t*>(src);
+    for (; c + 8 <= n; c += 8) Vec::from_i8(s + c).storeu(dst + c);
   }
   for (; c < n; ++c) dst[c] = load_as_float(src, dtype, c);
 }

@@ -137,6 +137,9 @@ inline void to_float_unit(const void* src, DType dtype, int64_t n, float* dst) {
       const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + c)));
       _mm512_storeu_ps(dst + c, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
     }
+  } else if (dtype == DType::i8) {
+    const int8_t* s = static_cast<const int8_t*>(src);
+    for (; c + 16 <= n; c += 16) Vec::from_i8(s + c).storeu(dst + c);
   }
   for (; c < n; ++c) dst[c] = load_as_float(src, dtype, c);
 }

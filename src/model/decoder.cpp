@@ -12,6 +12,7 @@
 #include "attn/error.hpp"
 #include "attn/gguf.hpp"
 #include "attn/info.hpp"
+#include "attn/kv_quant.hpp"
 #include "attn/model.hpp"
 #include "attn/tensor.hpp"
 #include "model/memory_need.hpp"
@@ -40,7 +41,7 @@ TensorView token_rows(TensorView t, int64_t i0, int64_t m) {
 }
 
 // Per layer: a recurrent state, or a KV cache (1, Hkv, capacity, hd) in the decoder's cache dtype
-// (float32, float16 or bfloat16: set_cache_dtype). The cache holds every position (capacity
+// (float32, float16, bfloat16, or int8 rows with a float32 scale each: set_cache_dtype). The cache holds every position (capacity
 // max_seq_len) unless the mechanism says its queries see a bounded past (attn::info: window +
 // sinks, chunk): then the first `sinks` rows are pinned and the rows after
 // them hold positions first.. in order, moved down when the run reaches the end. Rows are
@@ -49,12 +50,19 @@ TensorView token_rows(TensorView t, int64_t i0, int64_t m) {
 // chunks it has in the full cache: the same result with the cache of a window.
 struct LayerMemory {
   Tensor k, v, state;
+  Tensor k_scale, v_scale;              // an int8 cache's row scales (1, Hkv, capacity, 1)
   int64_t capacity = 0;                 // rows of k and v
   int64_t lookback = -1, sinks = 0, align = 1;  // the mechanism's bound (lookback -1: none)
   int64_t first = 0;                    // position held by row `sinks`
   int64_t sub_step = 0;                 // queries per attention call
 
   bool bounded() const { return lookback >= 0 && capacity > 0; }
+  // Bytes of one position's K and V rows (int8 rows: with their scales).
+  int64_t bytes_per_row() const {
+    const TensorView& t = k.view();
+    return 2 * t.shape[1] * (t.shape[3] * static_cast<int64_t>(dtype_size(t.dtype)) +
+                             (k_scale.defined() ? static_cast<int64_t>(sizeof(float)) : 0));
+  }
   // Row of position x (x < sinks, or x >= first).
   int64_t row_of(int64_t x) const { return x < sinks ? x : sinks + (x - first); }
   // The first position to keep so that the queries at x0.. see every key they see in full.
@@ -71,7 +79,8 @@ struct LayerMemory {
   void make_room(int64_t x0, int64_t m) {
     if (row_of(x0 + m - 1) < capacity) return;
     const int64_t from = keep_from(x0), count = x0 - from;
-    for (Tensor* t : {&k, &v}) {
+    for (Tensor* t : {&k, &v, &k_scale, &v_scale}) {
+      if (!t->defined()) continue;
       const TensorView c = t->view();
       for (int64_t h = 0; h < c.shape[1]; ++h)
         std::memmove(c.ptr(0, h, sinks), c.ptr(0, h, row_of(from)),
@@ -146,6 +155,10 @@ struct Decoder::Impl {
       m.first = m.sinks;
       m.k = Tensor(cache_dtype, {1, l.kv_heads, m.capacity, c.head_dim});
       m.v = Tensor(cache_dtype, {1, l.kv_heads, m.capacity, c.head_dim});
+      if (cache_dtype == DType::i8) {
+        m.k_scale = Tensor(DType::f32, {1, l.kv_heads, m.capacity, 1});
+        m.v_scale = Tensor(DType::f32, {1, l.kv_heads, m.capacity, 1});
+      }
     }
     memory[i] = std::move(m);
   }
@@ -205,13 +218,15 @@ struct Decoder::Impl {
       const Rope rope{c.rope_theta, c.rope_style, 0, p, threads};
       apply_rope(qv, rope), apply_rope(kv, rope);
     }
-    const AttendOptions o = layer_options(li);
+    AttendOptions o = layer_options(li);
     if (mem.state.defined()) {
       attend_into(qv, kv, vv, spec.mechanism, o, out, nullptr, nullptr, &mem.state.view());
     } else {
-      // the queries in the cache's dtype (attention takes q, k and v in one dtype)
+      // the queries in a 16-bit cache's dtype (attention takes q, k and v in one float dtype;
+      // with int8 rows q stays float32)
       TensorView qc = qv;
-      if (mem.k.view().dtype != DType::f32) {
+      const bool int8_rows = mem.k_scale.defined();
+      if (mem.k.view().dtype != DType::f32 && !int8_rows) {
         const int64_t count = n * q_width;
         if (static_cast<int64_t>(q16.size()) < count) q16.resize(static_cast<size_t>(count));
         for (int64_t i = 0; i < count; ++i) store_from_float(q16.data(), mem.k.view().dtype, i, q[static_cast<size_t>(i)]);
@@ -225,12 +240,26 @@ struct Decoder::Impl {
         for (int64_t hk = 0; hk < l.kv_heads; ++hk)
           for (int64_t i = i0; i < i0 + m; ++i) {
             const int64_t row = mem.row_of(p + i);
+            if (int8_rows) {  // token-major rows: head hk of token i is head_dim floats in a run
+              float* ks = static_cast<float*>(mem.k_scale.view().data);
+              float* vs = static_cast<float*>(mem.v_scale.view().data);
+              ks[mem.k_scale.view().offset(0, hk, row, 0)] = quantize_row(
+                  reinterpret_cast<const float*>(kv.ptr(0, hk, i)), c.head_dim, reinterpret_cast<int8_t*>(kc.ptr(0, hk, row)));
+              vs[mem.v_scale.view().offset(0, hk, row, 0)] = quantize_row(
+                  reinterpret_cast<const float*>(vv.ptr(0, hk, i)), c.head_dim, reinterpret_cast<int8_t*>(vc.ptr(0, hk, row)));
+              continue;
+            }
             for (int64_t e = 0; e < c.head_dim; ++e) {
               store_from_float(kc.data, kc.dtype, kc.offset(0, hk, row, e), kv.at(0, hk, i, e));
               store_from_float(vc.data, vc.dtype, vc.offset(0, hk, row, e), vv.at(0, hk, i, e));
             }
           }
-        kc.shape[2] = vc.shape[2] = mem.row_of(p + i0 + m - 1) + 1;
+        const int64_t rows = mem.row_of(p + i0 + m - 1) + 1;
+        kc.shape[2] = vc.shape[2] = rows;
+        if (int8_rows) {
+          o.kv_scales = KvScales{mem.k_scale.view(), mem.v_scale.view()};
+          o.kv_scales->k.shape[2] = o.kv_scales->v.shape[2] = rows;
+        }
         attend_into(token_rows(qc, i0, m), kc, vc, spec.mechanism, o, token_rows(out, i0, m), nullptr, nullptr);
       }
     }
@@ -279,7 +308,7 @@ struct Decoder::Impl {
       const model::LayerWeights& l = w.layers[li];
       const LayerMemory& mem = memory[li];
       const TensorView qv = token_major(q.data(), c.heads, n, c.head_dim);
-      const AttendOptions o = layer_options(li);
+      AttendOptions o = layer_options(li);
       try {
         if (mem.state.defined()) {
           const TensorView kv = token_major(k.data(), l.kv_heads, n, c.head_dim);
@@ -287,8 +316,13 @@ struct Decoder::Impl {
         } else {  // the first run of queries, against the keys it will see
           const int64_t m = std::min(mem.sub_step, n);
           TensorView kc = mem.k.view(), qc = qv;
-          qc.dtype = kc.dtype;  // shapes and options are what is checked (nothing is read)
           kc.shape[2] = mem.rows_after(p, m);
+          if (mem.k_scale.defined()) {  // int8 rows: float32 queries, the rows' scales
+            o.kv_scales = KvScales{mem.k_scale.view(), mem.v_scale.view()};
+            o.kv_scales->k.shape[2] = o.kv_scales->v.shape[2] = kc.shape[2];
+          } else {
+            qc.dtype = kc.dtype;  // shapes and options are what is checked (nothing is read)
+          }
           explain(token_rows(qc, 0, m), kc, kc, c.layers[li].mechanism, o);
         }
       } catch (const Error& e) {
@@ -405,7 +439,7 @@ std::vector<LayerCache> Decoder::layer_caches() const {
     } else {
       l.kind = m.bounded() ? "kv-bounded" : "kv";
       l.rows = m.capacity;
-      l.bytes = 2 * m.k.view().numel() * static_cast<int64_t>(dtype_size(m.k.view().dtype));
+      l.bytes = m.capacity * m.bytes_per_row();
     }
     out.push_back(l);
   }
@@ -422,8 +456,8 @@ void Decoder::set_activations(const std::string& activations) {
 
 void Decoder::set_cache_dtype(DType dtype) {
   Impl& s = *impl_;
-  if (dtype != DType::f32 && dtype != DType::f16 && dtype != DType::bf16)
-    fail("cache_dtype", "expected float32, float16 or bfloat16, got " + dtype_name(dtype));
+  if (dtype != DType::f32 && dtype != DType::f16 && dtype != DType::bf16 && dtype != DType::i8)
+    fail("cache_dtype", "expected float32, float16, bfloat16 or int8, got " + dtype_name(dtype));
   if (dtype == s.cache_dtype) return;
   if (s.pos > 0) fail(kWhere, "set_cache_dtype: the context holds tokens: reset() first");
   s.cache_dtype = dtype;
@@ -477,14 +511,14 @@ int64_t Decoder::kv_bytes_per_token() const {
   int64_t bytes = 0;
   for (const LayerMemory& m : impl_->memory)
     if (m.k.defined() && !m.bounded())
-      bytes += 2 * m.k.view().shape[1] * m.k.view().shape[3] * static_cast<int64_t>(dtype_size(m.k.view().dtype));
+      bytes += m.bytes_per_row();
   return bytes;
 }
 
 int64_t Decoder::bounded_cache_bytes() const {
   int64_t bytes = 0;
   for (const LayerMemory& m : impl_->memory)
-    if (m.bounded()) bytes += 2 * m.k.view().numel() * static_cast<int64_t>(dtype_size(m.k.view().dtype));
+    if (m.bounded()) bytes += m.capacity * m.bytes_per_row();
   return bytes;
 }
 

@@ -289,7 +289,33 @@ TEST(Decoder, SixteenBitCachesHalveTheBytesAndMoveLogitsByTheirRounding) {
   d.reset();
   d.forward({1, 2}, 0);
   expect_error([&] { d.set_cache_dtype(DType::f32); }, "set_cache_dtype: the context holds tokens: reset() first");
-  expect_error([&] { d.set_cache_dtype(DType::boolean); }, "cache_dtype: expected float32, float16 or bfloat16");
+  expect_error([&] { d.set_cache_dtype(DType::boolean); }, "cache_dtype: expected float32, float16, bfloat16 or int8, got bool");
+}
+
+// An int8 cache stores each row of K and V rounded to 8 bits with a float32 scale (the queries
+// stay float32): logits near the float32 cache's, about a quarter of its bytes; a bounded cache,
+// compacted many times (its scales moving with its rows), gives the logits of a full int8 cache.
+TEST(Decoder, Int8CachesQuarterTheBytesAndFollowTheFloatCache) {
+  const std::vector<int32_t> tokens = random_tokens(160, 5);
+  Decoder d = Decoder::random(small_config(DecoderConfig::softmax_layers(2, parse_mechanism("softmax:causal,window=6:0,sinks=2"))), 9);
+  d.set_full_caches(true);
+  const std::vector<float> f32 = incremental(d, tokens, 100);
+  d.reset();
+  d.set_cache_dtype(DType::i8);
+  EXPECT_EQ(d.cache_dtype(), DType::i8);
+  EXPECT_EQ(d.kv_bytes_per_token(), 2 * 2 * 2 * (12 + 4));  // layers x (K, V) x kv heads x (12 int8 + a scale)
+  const std::vector<float> full = incremental(d, tokens, 100);
+  double most = 0, diff = 0;
+  for (size_t i = 0; i < f32.size(); ++i) most = std::max(most, std::abs(static_cast<double>(f32[i]))), diff = std::max(diff, std::abs(static_cast<double>(full[i]) - f32[i]));
+  EXPECT_GT(diff, 0.0);
+  EXPECT_LE(diff, 3e-2 * most);  // 8-bit rows: within ~0.4 % per value, less once attention averages them
+  d.reset();
+  d.set_full_caches(false);
+  const std::vector<LayerCache> caches = d.layer_caches();
+  EXPECT_EQ(caches[0].kind, "kv-bounded");
+  EXPECT_EQ(caches[0].bytes, caches[0].rows * 2 * 2 * (12 + 4));
+  expect_close(incremental(d, tokens, 100), full, 2e-5);
+  expect_close(full_pass(d, tokens), full, 2e-5);
 }
 
 TEST(Decoder, BadConfigsNameTheField) {
