@@ -2,7 +2,7 @@
 """SmolLM2-135M from one GGUF file through several engines, same prompt, same thread count:
 attn (decode with 8-bit activations on matrices packed at load in 16-row groups, "attn"; the same
 on the file's blocks read in place, "attn-inplace"; float activations on blocks in place, "attn-f32";
-"attn-kv16": a float16 KV cache), llama.cpp (llama-cpp-python, the same file, its default f16 KV cache) and
+"attn-kv16": a float16 KV cache; "attn-kv8": an int8 one, a scale per row), llama.cpp (llama-cpp-python, the same file, its default f16 KV cache) and
 transformers (the file dequantized to float32, eager PyTorch). Prefill of a prompt of each
 --contexts length, then decode of 128 tokens (greedy) after it, peak RSS. Each engine runs in its
 own process so its RSS is its own. Beside each decode figure: the bandwidth bound, the bytes a
@@ -12,6 +12,7 @@ context) divided by the read bandwidth measured in the same run.
     python bench/llm_peers.py --threads 2                 # all engines, 3 runs each, best of runs
     python bench/llm_peers.py --engines attn llama.cpp --threads 1 2 --contexts 512 4096 8192 --json llm.jsonl
     python bench/llm_peers.py --agreement 512         # logits vs llama.cpp (argmax agreement, max |diff|)
+    python bench/llm_peers.py --cache-perplexity 8192 # perplexity of 8192 tokens with f32/f16/bf16/int8 caches
 
 Setup (not part of the test command: llama-cpp-python compiles llama.cpp, ~6 minutes):
     .venv/bin/pip install llama-cpp-python
@@ -58,11 +59,11 @@ def read_bandwidth_gbs(threads: int, mib: int = 1024, reps: int = 5) -> float:
 def bytes_per_token(engine: str, context: int) -> float:
     """What one decode step must read: every matrix of the file once (the token embedding's one
     row aside: the tied output projection reads it all), and K and V of `context` positions (attn:
-    float32, llama.cpp: float16, 30 layers x 3 kv heads x 64)."""
+    float32, llama.cpp: float16, attn-kv8: 64 int8 + a float32 scale; 30 layers x 3 kv heads)."""
     import attn
     weights = os.path.getsize(attn.smollm2_path())  # matrices are nearly all of the file
-    kv = 30 * 2 * 3 * 64 * (2 if engine in ("llama.cpp", "attn-kv16") else 4)
-    return weights + kv * context
+    row = {"llama.cpp": 64 * 2, "attn-kv16": 64 * 2, "attn-kv8": 64 + 4}.get(engine, 64 * 4)  # bytes per row
+    return weights + 30 * 2 * 3 * row * context
 
 
 EXTRA = {}  # engine-specific figures of the child's run, added to its JSON row
@@ -162,9 +163,33 @@ def agreement(n: int, threads: int) -> dict:
     return out
 
 
+def cache_perplexity(n: int, threads: int) -> dict:
+    """Perplexity of n tokens of real text with each KV cache storage (8-bit activations, the
+    decode path's products; the prompt runs in chunks whose attention reads the cache as stored,
+    so every query meets the rounded keys and values of every earlier token)."""
+    import numpy as np
+    from attn import _attn
+    import attn
+    path, ids = attn.smollm2_path(), prompt_ids(n)
+    target = np.asarray(ids[1:])
+    out = {"tokens": len(ids)}
+    for cd in ("f32", "f16", "bf16", "int8"):
+        z = np.asarray(_attn.Decoder.from_gguf(path, threads, False, len(ids) + 8, "q8", cd).forward(ids, 0, True))
+        nll = 0.0
+        for i0 in range(0, len(ids) - 1, 512):  # in slices: a float64 copy of 8k x 49152 would be 3 GB
+            s = z[i0:min(i0 + 512, len(ids) - 1)].astype(np.float64)
+            mx = s.max(-1, keepdims=True)
+            lse = np.log(np.exp(s - mx).sum(-1)) + mx[:, 0]
+            nll += float((lse - s[np.arange(len(s)), target[i0:i0 + len(s)]]).sum())
+        out[cd] = float(np.exp(nll / (len(ids) - 1)))
+        print(f"cache {cd:>4}: perplexity {out[cd]:.4f} ({100 * (out[cd] / out['f32'] - 1):+.3f} % vs f32)", flush=True)
+    return out
+
+
 ENGINES = {"attn": run_attn, "attn-inplace": lambda *a: run_attn(*a, repack=False),
            "attn-f32": lambda *a: run_attn(*a, activations="f32"),
-           "attn-kv16": lambda *a: run_attn(*a, cache_dtype="f16"), "llama.cpp": run_llama_cpp,
+           "attn-kv16": lambda *a: run_attn(*a, cache_dtype="f16"),
+           "attn-kv8": lambda *a: run_attn(*a, cache_dtype="int8"), "llama.cpp": run_llama_cpp,
            "transformers": run_transformers}
 
 
@@ -189,6 +214,8 @@ def main():
     ap.add_argument("--reps", type=int, default=3, help="runs per engine; the best is reported")
     ap.add_argument("--json", help="append the rows to this JSON-lines file")
     ap.add_argument("--agreement", type=int, metavar="N", help="compare logits with llama.cpp on N tokens instead")
+    ap.add_argument("--cache-perplexity", type=int, metavar="N",
+                    help="perplexity of N tokens with float32, float16, bfloat16 and int8 KV caches instead")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--bandwidth", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -196,6 +223,9 @@ def main():
         return print(read_bandwidth_gbs(args.bandwidth))
     if args.child:
         return child(args)
+    if args.cache_perplexity:
+        print(json.dumps(cache_perplexity(args.cache_perplexity, args.threads[0]), indent=1))
+        return
     if args.agreement:
         print(json.dumps(agreement(args.agreement, args.threads[0]), indent=1))
         return
@@ -224,7 +254,8 @@ def main():
                 print(f"{e:<13} {t:>7} {c:>7} {r['prefill_tok_s']:>14.1f} {r['decode_tok_s']:>13.1f} "
                       f"{r['bound_tok_s']:>12.1f} {r['of_bound']:>8.2f} {bw:>9.1f} {r['peak_rss_mib']:>13.1f}", flush=True)
     if rows:
-        print(f"(file {rows[0]['file_mib']:.1f} MiB; KV cache per token: attn 45 KiB (float32), llama.cpp 22.5 KiB (f16))")
+        print(f"(file {rows[0]['file_mib']:.1f} MiB; KV cache per token: attn 45 KiB (float32), attn-kv16 and "
+              f"llama.cpp 22.5 KiB (f16), attn-kv8 12 KiB (int8 + a scale per row))")
     if args.json:
         with open(args.json, "a") as f:
             for r in rows:
