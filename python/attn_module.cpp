@@ -36,9 +36,10 @@ using Array = nb::ndarray<nb::ro, nb::device::cpu>;     // inputs: read-only vie
 using OutArray = nb::ndarray<nb::device::cpu>;        // outputs: written in place
 
 template <class A>
-attn::DType dtype_of(const A& a, const char* name, bool allow_bool = false) {
+attn::DType dtype_of(const A& a, const char* name, bool allow_bool = false, bool allow_int8 = false) {
   const auto dt = a.dtype();
   if (dt == nb::dtype<float>()) return attn::DType::f32;
+  if (allow_int8 && dt == nb::dtype<int8_t>()) return attn::DType::i8;  // an 8-bit KV cache's rows
   if (dt.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Float) && dt.bits == 16) return attn::DType::f16;
   if (dt.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat) && dt.bits == 16) return attn::DType::bf16;
   if (allow_bool && dt.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Bool) && dt.bits == 8) return attn::DType::boolean;
@@ -50,13 +51,13 @@ attn::DType dtype_of(const A& a, const char* name, bool allow_bool = false) {
 
 // A 4-D array as a (B, H, N, D) view; with layout "bnhd" the array is (B, N, H, D).
 template <class A>
-attn::TensorView view_of(const A& a, const char* name, bool bnhd, bool allow_bool = false) {
+attn::TensorView view_of(const A& a, const char* name, bool bnhd, bool allow_bool = false, bool allow_int8 = false) {
   if (a.ndim() != 4)
     throw nb::value_error((std::string(name) + " must have 4 dimensions (" + (bnhd ? "B, N, H, D" : "B, H, N, D") +
                            "), got " + std::to_string(a.ndim())).c_str());
   attn::TensorView v;
   v.data = const_cast<void*>(static_cast<const void*>(a.data()));
-  v.dtype = dtype_of(a, name, allow_bool);
+  v.dtype = dtype_of(a, name, allow_bool, allow_int8);
   const int p[4] = {0, bnhd ? 2 : 1, bnhd ? 1 : 2, 3};
   for (int i = 0; i < 4; ++i) {
     v.shape[i] = static_cast<int64_t>(a.shape(p[i]));
@@ -111,6 +112,7 @@ struct Options {
   std::pair<int64_t, int64_t> block_size{128, 128};
   std::optional<Array> alibi_slopes;  // float32, H or (B, H)
   std::map<std::string, Array> params;
+  std::optional<Array> k_scale, v_scale;  // int8 k and v rows' scales, float32 shaped as k with a last dim of 1
   int64_t threads = 0;
   std::string form;  // empty: the first form that supports the call
   std::string isa;   // empty: the active kernel set
@@ -167,6 +169,9 @@ attn::AttendOptions attend_options(const Options& o) {
   opt.block_size = o.block_size;
   opt.alibi_slopes = floats(o.alibi_slopes, "alibi_slopes");
   for (const auto& [name, a] : o.params) opt.params[name] = array_view(a, name);
+  if (o.k_scale && o.v_scale)
+    opt.kv_scales = attn::KvScales{view_of(*o.k_scale, "kv_scales[0]", bnhd_of(o.layout)),
+                                   view_of(*o.v_scale, "kv_scales[1]", bnhd_of(o.layout))};
   opt.return_lse = o.return_lse;
   opt.return_probs = o.return_probs;
   opt.return_final_state = o.return_final_state;
@@ -187,7 +192,8 @@ Call make_call(const Array& q, const Array& k, const Array& v, nb::handle mechan
   c.mech = mechanism_of(mechanism);
   c.opt = attend_options(o);
   const bool bnhd = bnhd_of(o.layout);
-  c.q = view_of(q, "q", bnhd), c.k = view_of(k, "k", bnhd), c.v = view_of(v, "v", bnhd);
+  const bool int8_rows = c.opt.kv_scales.has_value();
+  c.q = view_of(q, "q", bnhd), c.k = view_of(k, "k", bnhd, false, int8_rows), c.v = view_of(v, "v", bnhd, false, int8_rows);
   return c;
 }
 
@@ -197,6 +203,7 @@ nb::dlpack::dtype dlpack_of(attn::DType t) {
     case attn::DType::f16: return {static_cast<uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};
     case attn::DType::bf16: return {static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat), 16, 1};
     case attn::DType::boolean: return {static_cast<uint8_t>(nb::dlpack::dtype_code::Bool), 8, 1};
+    case attn::DType::i8: return nb::dtype<int8_t>();
   }
   throw nb::type_error("unexpected output dtype");
 }
@@ -443,6 +450,8 @@ NB_MODULE(_attn, m) {
       .def_rw("block_size", &Options::block_size)
       .def_rw("alibi_slopes", &Options::alibi_slopes)
       .def_rw("params", &Options::params)
+      .def_rw("k_scale", &Options::k_scale)
+      .def_rw("v_scale", &Options::v_scale)
       .def_rw("threads", &Options::threads)
       .def_rw("form", &Options::form)
       .def_rw("isa", &Options::isa)
@@ -466,6 +475,29 @@ NB_MODULE(_attn, m) {
            "text"_a)
       .def("__str__", [](const PyMechanism& p) { return attn::to_string(p.m); })
       .def("__repr__", [](const PyMechanism& p) { return "Mechanism('" + attn::to_string(p.m) + "')"; });
+  m.def(
+      "quantize_rows",
+      [](const Array& x, const std::string& layout) {
+        const bool bnhd = bnhd_of(layout);
+        const attn::TensorView xv = view_of(x, "x", bnhd);
+        const size_t d0 = x.shape(0), d1 = x.shape(1), d2 = x.shape(2), d3 = x.shape(3);
+        auto* rows = new std::vector<int8_t>(d0 * d1 * d2 * d3);
+        nb::capsule rows_owner(rows, [](void* p) noexcept { delete static_cast<std::vector<int8_t>*>(p); });
+        auto* scales = new std::vector<float>(d0 * d1 * d2);
+        nb::capsule scales_owner(scales, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+        // the outputs in x's dimension order, C-contiguous; viewed through the same layout
+        const attn::TensorView rv = attn::make_view(rows->data(), attn::DType::i8, xv.shape[0], xv.shape[1], xv.shape[2],
+                                                    xv.shape[3], bnhd ? attn::Layout::bnhd : attn::Layout::bhnd);
+        const attn::TensorView sv = attn::make_view(scales->data(), attn::DType::f32, xv.shape[0], xv.shape[1],
+                                                    xv.shape[2], 1, bnhd ? attn::Layout::bnhd : attn::Layout::bhnd);
+        {
+          nb::gil_scoped_release unlocked;
+          attn::quantize_rows(xv, rv, sv);
+        }
+        return nb::make_tuple(nb::ndarray<nb::numpy, int8_t>(rows->data(), {d0, d1, d2, d3}, rows_owner),
+                              nb::ndarray<nb::numpy, float>(scales->data(), {d0, d1, d2}, scales_owner));
+      },
+      "x"_a, "layout"_a = "bnhd", "attn::quantize_rows: (int8 rows, float32 scales) of a float array.");
   m.def(
       "softmax_mechanism",
       [](bool causal, std::optional<double> scale, std::pair<int64_t, int64_t> window, double softcap, double dropout,

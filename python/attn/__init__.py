@@ -47,7 +47,7 @@ from .refinement import refine_attention, refined_weights
 from .sana import lite_la, mix_ffn, sana_block
 from .moe import moe_feed_forward
 
-__all__ = ["Decoder", "Model", "Tokenizer", "Stats", "theory", "sparsity", "entropy", "max_weight", "topk_mass", "effective_keys", "summarize", "load_model", "smollm2_path", "attention", "attend", "attend_backward", "linear_attention", "flash_attn_with_kvcache", "flash_attn_varlen_func", "explain", "rope", "mask_of", "info", "families", "lsh_buckets", "active_isa", "supported_isas", "set_isa",
+__all__ = ["quantize_rows", "Decoder", "Model", "Tokenizer", "Stats", "theory", "sparsity", "entropy", "max_weight", "topk_mass", "effective_keys", "summarize", "load_model", "smollm2_path", "attention", "attend", "attend_backward", "linear_attention", "flash_attn_with_kvcache", "flash_attn_varlen_func", "explain", "rope", "mask_of", "info", "families", "lsh_buckets", "active_isa", "supported_isas", "set_isa",
            "canonical_mechanism", "log_softmax", "HierarchicalSoftmax", "AdaptiveLogSoftmaxWithLoss",
            "titans_memory", "titans_init", "titans_read", "titans_mag", "titans_mal",
            "titans_mac", "refine_attention", "refined_weights", "lite_la", "mix_ffn", "sana_block",
@@ -83,8 +83,9 @@ def _dims(x: Any, layout: str, name: str) -> Tuple[int, int, int, int]:
     return (b, a2, a1, d) if layout == "bnhd" else (b, a1, a2, d)
 
 
-def _prepare(x: Any, name: str) -> Any:
-    """A view the C++ side can read without copying (torch: detached CPU tensor)."""
+def _prepare(x: Any, name: str, int8: bool = False) -> Any:
+    """A view the C++ side can read without copying (torch: detached CPU tensor). int8: an 8-bit
+    KV cache's rows are welcome too."""
     if _is_torch(x):
         if x.device.type != "cpu":
             raise ValueError(f"{name} must be on the CPU, got device {x.device}")
@@ -98,6 +99,8 @@ def _prepare(x: Any, name: str) -> Any:
                               stacklevel=4)
         return x.detach()
     if isinstance(x, np.ndarray):
+        if int8 and x.dtype == np.int8:
+            return x
         if x.dtype.kind not in "fb":
             raise TypeError(f"{name} must be float32, float16 or bfloat16 (bool for masks), got {x.dtype}")
         if x.dtype.kind == "f" and x.dtype.itemsize not in (2, 4):  # named here, not by the binding's names
@@ -154,14 +157,26 @@ def _as_float32_1d(x: Any, name: str) -> Optional[np.ndarray]:
 def _call_args(q: Any, k: Any, v: Any, layout: str, attn_mask: Any, key_padding_lengths: Any,
                alibi_slopes: Any, params: Optional[Mapping[str, Any]], additive_weights: Any,
                form: Optional[str], use_reference: bool, isa: Optional[str], block_mask: Any, block_size: Any,
-               **scalars: Any):
+               kv_scales: Any = None, **scalars: Any):
     """(q, k, v, options): zero-copy views and the one _attn.Options shared by attend() and explain().
     Python converts types (TypeError); ranges, shapes and names are checked by C++ (ValueError)."""
     if not isinstance(layout, str) or layout not in ("bnhd", "bhnd"):
         raise ValueError(f"layout must be 'bnhd' or 'bhnd', got {layout!r}")
-    q, k, v = _prepare(q, "q"), _prepare(k, "k"), _prepare(v, "v")
+    int8 = kv_scales is not None
+    q, k, v = _prepare(q, "q"), _prepare(k, "k", int8), _prepare(v, "v", int8)
     if _is_torch(q) != _is_torch(k) or _is_torch(q) != _is_torch(v):
         raise TypeError("q, k and v must all be numpy arrays or all torch tensors")
+    scales = {}
+    if int8:
+        if not isinstance(kv_scales, (tuple, list)) or len(kv_scales) != 2:
+            raise ValueError("kv_scales must be (k_scale, v_scale), the float32 scales of k's and v's rows "
+                             "(attn.quantize_rows gives them)")
+        for name, x in zip(("k_scale", "v_scale"), kv_scales):
+            x = _prepare(x, f"kv_scales[{name == 'v_scale':d}]")
+            if x.ndim != 3:
+                raise ValueError(f"kv_scales[{name == 'v_scale':d}] must have 3 dimensions (k's without head_dim), "
+                                 f"got {x.ndim}")
+            scales[name] = x[..., None]
     b, h, n, _ = _dims(q, layout, "q")
     m = _dims(k, layout, "k")[2]
     _dims(v, layout, "v")
@@ -205,7 +220,7 @@ def _call_args(q: Any, k: Any, v: Any, layout: str, attn_mask: Any, key_padding_
         raise TypeError(f"isa must be a str such as 'avx2', got {type(isa).__name__}")
     opts = _options(layout=layout, key_padding_lengths=lengths, mask=mask, bias=bias,
                     alibi_slopes=_as_float32_1d(alibi_slopes, "alibi_slopes"), block_mask=blocks, block_size=(bq, bk),
-                    params=named, form=form, isa=isa, torch=_is_torch(q), **scalars)
+                    params=named, form=form, isa=isa, torch=_is_torch(q), **scales, **scalars)
     return q, k, v, opts
 
 
@@ -216,6 +231,29 @@ def _check_scalars(mechanism: Any, threads: Any, stats_topk: Any = 8, **flags: A
     out = {name: _flag(x, name) for name, x in flags.items()}
     out.pop("use_reference", None)
     return dict(out, threads=_integer(threads, "threads"), stats_topk=_integer(stats_topk, "stats_topk"))
+
+
+def quantize_rows(x: Any, layout: str = "bnhd") -> Tuple[Any, Any]:
+    """An 8-bit KV cache's rows: x (a float array of 4 dimensions, K or V) as (rows, scales), rows
+    int8 of x's shape and scales float32 of x's shape without its last dimension, so that
+    ``scales[..., None] * rows`` is x within half a step of its row: per row (the last
+    dimension) scale = max|x| / 127 and rows = round(x / scale) (ties to even). A row of zeros has
+    scale 0; a row holding NaN or inf has scale NaN (it reads back as NaN). The pair is what
+    :func:`attend` takes as k or v with ``kv_scales``. ``layout`` only names x's dimensions
+    ("bnhd": (B, N, H, D)); the rounding is per row either way. Torch in, torch out.
+
+        >>> k8, ks = attn.quantize_rows(k)
+        >>> v8, vs = attn.quantize_rows(v)
+        >>> out = attn.attend(q, k8, v8, "softmax:causal", kv_scales=(ks, vs))
+    """
+    torch_in = _is_torch(x)
+    if not isinstance(layout, str) or layout not in ("bnhd", "bhnd"):
+        raise ValueError(f"layout must be 'bnhd' or 'bhnd', got {layout!r}")
+    rows, scales = _attn.quantize_rows(_prepare(x, "x"), layout)
+    if torch_in:
+        import torch
+        return torch.from_numpy(rows), torch.from_numpy(scales)
+    return rows, scales
 
 
 class Stats(NamedTuple):
@@ -234,7 +272,8 @@ def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any
            params: Optional[Mapping[str, Any]] = None, additive_weights: Optional[Tuple[Any, Any, Any]] = None,
            layout: str = "bnhd", return_lse: bool = False, return_probs: bool = False,
            return_final_state: bool = False, return_stats: bool = False, stats_topk: int = 8, threads: int = 0,
-           form: Optional[str] = None, isa: Optional[str] = None, use_reference: bool = False, **named_params: Any):
+           form: Optional[str] = None, isa: Optional[str] = None, use_reference: bool = False,
+           kv_scales: Optional[Tuple[Any, Any]] = None, **named_params: Any):
     """Attention by mechanism text form.
 
     Args:
@@ -284,6 +323,10 @@ def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any
             first that supports the call. See :func:`explain`.
         isa: kernel set for this call ("portable", "avx2", "avx512"); None = the active one.
         use_reference: same as form="reference": the float64 reference (slow, for checking).
+        kv_scales: (k_scale, v_scale) for an 8-bit KV cache: k and v are then int8 rows and row j
+            stands for scale[j] * row, the scales float32 shaped as k without its head_dim
+            ((B, M, Hkv) for "bnhd"). :func:`quantize_rows` makes both. Softmax family only
+            (softmax, longformer, bigbird); q stays float; no backward.
         **named_params: named parameter tensors given as keyword arguments (merged into params).
 
     Returns:
@@ -309,7 +352,7 @@ def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any
                              use_reference=use_reference)
     q, k, v, opts = _call_args(q, k, v, layout, attn_mask, key_padding_lengths, alibi_slopes,
                                {**(params or {}), **named_params}, additive_weights, form, use_reference, isa,
-                               block_mask, block_size, **scalars)
+                               block_mask, block_size, kv_scales, **scalars)
     out, lse, probs, state, stats = _attn.attend(q, k, v, mechanism, opts)  # C++ allocates every output
     extra = tuple(x for x in (lse, probs, state, None if stats is None else Stats(*stats)) if x is not None)
     return (out,) + extra if extra else out
