@@ -254,6 +254,9 @@ void attend_with_kvcache_into(const TensorView& q, const TensorView& k_cache, co
                               const KvCacheUpdate& u, const Mechanism& mech, const AttendOptions& opt,
                               const TensorView& out, const TensorView* lse) try {
   if (opt.return_stats) fail(kWhere, "return_stats: row statistics are not returned by cache calls (use attend)");
+  if (opt.kv_scales)
+    fail(kWhere, "kv_scales: cache calls append float rows; for an int8 cache round the rows with quantize_rows and "
+                 "call attend with kv_scales");
   const Plan p = check_cache(q, k_cache, v_cache, u, opt);
   // flash-attn rotates q token by token when the mask depends on positions, else all at one.
   const MechanismInfo facts = info(mech);

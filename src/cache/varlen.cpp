@@ -40,6 +40,7 @@ void attend_varlen_into(const TensorView& q, const TensorView& k, const TensorVi
                         int64_t max_seqlen_k, const Mechanism& mech, const AttendOptions& opt, const TensorView& out,
                         const TensorView* lse) try {
   if (opt.return_stats) fail(kWhere, "return_stats: row statistics are not returned by varlen calls (use attend)");
+  if (opt.kv_scales) fail(kWhere, "kv_scales: varlen calls take float k and v (int8 rows: attend with kv_scales)");
   for (auto [t, name] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"}}) {
     core::check_view(*t, name);
     if (t->batch() != 1)

@@ -170,6 +170,18 @@ TEST(KvQuant, PagedInt8RowsGiveThePlainBits) {
                "kv_scales.k must have shape (blocks, heads, block size, 1) of its pool = (12, 2, 16, 1), got (2, 2, 90, 1)");
 }
 
+TEST(KvQuant, CacheAndVarlenCallsRefuseScales) {
+  std::mt19937 rng(4);
+  auto q = testing::random_tensor(rng, DType::f32, 1, 2, 1, 8);
+  auto cache = testing::random_tensor(rng, DType::f32, 1, 2, 6, 8);
+  Int8Kv kv(cache.view, cache.view);
+  expect_error([&] { attend_with_kvcache(q.view, kv.k.rows.view(), kv.v.rows.view(), {}, Softmax{}, kv.options); },
+               "kv_scales: cache calls append float rows");
+  auto packed = testing::random_tensor(rng, DType::f32, 1, 2, 6, 8);
+  expect_error([&] { attend_varlen(packed.view, packed.view, packed.view, {0, 6}, {0, 6}, 6, 6, Softmax{}, kv.options); },
+               "kv_scales: varlen calls take float k and v");
+}
+
 TEST(KvQuant, FamiliesWithoutRowReadersRefuseInt8Rows) {
   std::mt19937 rng(2);
   auto q = testing::random_tensor(rng, DType::f32, 1, 2, 8, 8);
