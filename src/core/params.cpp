@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "attn/error.hpp"
+#include "core/shape_text.hpp"
 #include "base/checked_math.hpp"
 
 namespace attn {
@@ -21,12 +22,6 @@ namespace core {
 namespace {
 
 const char* kWhere = "attend";
-
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string o = "(";
-  for (size_t i = 0; i < s.size(); ++i) o += (i ? ", " : "") + std::to_string(s[i]);
-  return o + (s.size() == 1 ? ",)" : ")");
-}
 
 std::string spec_text(const ParamSpec& p) {
   std::string o = "(";

@@ -9,6 +9,7 @@
 #include "attn/error.hpp"
 #include "base/counter_random.hpp"
 #include "base/parallel.hpp"
+#include "core/shape_text.hpp"
 
 namespace attn::model {
 namespace {
@@ -37,11 +38,7 @@ Matrix packed_matrix(const Matrix& m) {
   return p;
 }
 
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string t = "(";
-  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
-  return t + (s.size() == 1 ? ",)" : ")");
-}
+std::string shape_text(const std::vector<int64_t>& s) { return core::shape_text(s); }
 
 DecoderWeights bind_weights(const DecoderConfig& config, const std::function<Matrix(const WeightSpec&)>& matrix,
                             const std::function<std::vector<float>(const WeightSpec&)>& vector) {

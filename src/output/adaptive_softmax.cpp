@@ -5,6 +5,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "core/shape_text.hpp"
 #include "attn/error.hpp"
 #include "attn/output_softmax.hpp"
 #include "attn/isa.hpp"
@@ -26,15 +27,7 @@ std::vector<float> transposed(const std::vector<T>& a, int64_t rows, int64_t col
   return b;
 }
 
-// Built with += (GCC 12 warns, wrongly, of overlapping memcpy on "(" + std::to_string(r)).
-std::string shape(int64_t r, int64_t c) {
-  std::string s = "(";
-  s += std::to_string(r);
-  s += ", ";
-  s += std::to_string(c);
-  s += ")";
-  return s;
-}
+std::string shape(int64_t r, int64_t c) { return core::shape_text({r, c}); }
 
 template <class T>
 void check_matrix(const MatrixRef<T>& m, const std::string& name, int64_t rows, int64_t cols,

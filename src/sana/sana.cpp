@@ -1,6 +1,7 @@
 // SANA's LiteLA, Mix-FFN (GLUMBConv) and their block (SPEC §6.6): the checks, the float forms (gemm
 // from the kernel table, LiteLA's attention by the library's `sana` mechanism) and the entry points
 // (the double ones run the references of sana_reference.cpp).
+#include "core/shape_text.hpp"
 #include "attn/sana.hpp"
 
 #include <algorithm>
@@ -24,14 +25,7 @@ using sana::silu;
 
 constexpr int64_t kBlockRows = 64;
 
-std::string shape(int64_t r, int64_t c) {
-  std::string s = "(";
-  s += std::to_string(r);
-  s += ", ";
-  s += std::to_string(c);
-  s += ")";
-  return s;
-}
+std::string shape(int64_t r, int64_t c) { return core::shape_text({r, c}); }
 
 template <class T>
 void check_matrix(const char* where, const MatrixRef<T>& m, const std::string& name, int64_t rows, int64_t cols,
