@@ -25,6 +25,8 @@ void agree(const Comm& c, const std::string& where, const std::string& local_err
   MPI_Bcast(&length, 1, MPI_INT, first, c.comm);
   text.resize(static_cast<size_t>(length));
   MPI_Bcast(text.data(), length, MPI_CHAR, first, c.comm);
+  const std::string prefix = where + ": ";  // said once, in front
+  if (text.compare(0, prefix.size(), prefix) == 0) text = text.substr(prefix.size());
   int failing = 0;
   for (int f : flags) failing += f;
   std::string msg = where + ": rank " + std::to_string(first) + " of " + std::to_string(c.size) + ": " + text;
@@ -40,8 +42,12 @@ std::vector<int64_t> allgather(const Comm& c, const std::vector<int64_t>& mine) 
 }
 
 std::string dims(const std::array<int64_t, 4>& s) {
-  return "(" + std::to_string(s[0]) + ", " + std::to_string(s[1]) + ", " + std::to_string(s[2]) + ", " +
-         std::to_string(s[3]) + ")";
+  std::string out = "(";
+  for (size_t i = 0; i < 4; ++i) {
+    if (i) out += ", ";
+    out += std::to_string(s[i]);
+  }
+  return out + ")";
 }
 std::string dims(const TensorView& v) { return dims(v.shape); }
 

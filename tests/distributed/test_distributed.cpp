@@ -186,7 +186,7 @@ TEST(Ring, LocalErrorReachesEveryRank) {
   auto q = random_tensor(rng, DType::f32, 1, 2, 4, 4);
   auto k = random_tensor(rng, DType::f32, 1, rank_of() == 0 ? 3 : 2, 4, 4);
   expect_error([&] { (void)dist::ring_attention(q.view, k.view, k.view, MPI_COMM_WORLD); },
-               "rank 0 of " + std::to_string(ranks()) + ": distributed::ring_attention: k has 3 heads, which does not divide q's 2");
+               "rank 0 of " + std::to_string(ranks()) + ": k has 3 heads, which does not divide q's 2");
 }
 
 TEST(Ring, UnsupportedMechanismIsAnError) {

@@ -1,0 +1,113 @@
+"""attn.distributed under mpirun: a script (distributed_scripts/check_distributed.py) runs on 1-4
+ranks and saves its unsharded results; each must equal the single-process call on the whole
+inputs (attn.attention / attn.linear_attention, and torch's SDPA where it has the thing)."""
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import attn
+from attn import _attn
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "distributed_scripts", "check_distributed.py")
+MPIRUN = shutil.which("mpirun")
+
+
+def test_without_mpi_the_error_names_what_to_install():
+    if _attn.has_mpi:
+        pytest.skip("attn was built with MPI (the error path is for builds without it)")
+    with pytest.raises(RuntimeError, match="openmpi-bin libopenmpi-dev"):
+        attn.distributed.attention(np.zeros((1, 2, 1, 4), np.float32), np.zeros((1, 2, 1, 4), np.float32),
+                                   np.zeros((1, 2, 1, 4), np.float32))
+
+
+def test_shard_pieces():
+    # zig-zag: rank r holds pieces r and 2R-1-r; 10 tokens in 6 pieces: lengths 2,2,2,2,1,1
+    assert attn.distributed.shard_pieces(10, 3, 0, causal=True) == [(0, 2), (9, 1)]
+    assert attn.distributed.shard_pieces(10, 3, 2, causal=True) == [(4, 2), (6, 2)]
+    assert attn.distributed.shard_pieces(2, 4, 3) == [(2, 0)]
+    for n in (0, 1, 7, 16):
+        for ranks in (1, 3, 4):
+            for causal in (False, True):
+                covered = sorted(p for r in range(ranks) for p in attn.distributed.shard_pieces(n, ranks, r, causal))
+                tokens = [t for s, length in covered for t in range(s, s + length)]
+                assert tokens == list(range(n))
+
+
+@pytest.fixture(scope="module", params=[1, 2, 3, 4])
+def results(request, tmp_path_factory):
+    if MPIRUN is None:
+        pytest.skip("mpirun is not installed (Debian: apt-get install openmpi-bin libopenmpi-dev)")
+    if not _attn.has_mpi:
+        pytest.skip("attn was built without MPI")
+    path = tmp_path_factory.mktemp("dist") / "out.npz"
+    env = dict(os.environ, OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(attn.__file__)),
+                                           os.environ.get("PYTHONPATH", "")]))
+    cmd = [MPIRUN, "-np", str(request.param), "--oversubscribe", "--allow-run-as-root", sys.executable, SCRIPT, str(path)]
+    if request.param == 2:
+        cmd.append("--torch")
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    return request.param, dict(np.load(path))
+
+
+CASES = {"noncausal_n13": (False, (-1, -1)), "causal_n11": (True, (-1, -1)), "causal_n1": (True, (-1, -1)),
+         "causal_n3": (True, (-1, -1)), "window_n17": (True, (4, 0)), "window2_n10": (False, (2, 3))}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_attention_equals_single_process(results, name):
+    ranks, r = results
+    causal, window = CASES[name]
+    q, k, v = r[name + "_q"], r[name + "_k"], r[name + "_v"]
+    want, lse = attn.attention(q, k, v, causal=causal, window_size=window, return_lse=True)
+    # TESTING.md rules 3 and 4: 1e-5 on outputs of magnitude <= ~3 and on the log-sum-exp
+    np.testing.assert_allclose(r[name], want, rtol=0, atol=1e-5, err_msg=f"{name} on {ranks} ranks")
+    np.testing.assert_allclose(r[name + "_lse"], lse, rtol=0, atol=1e-5)
+    if window == (-1, -1):  # torch's SDPA on the whole sequence (N = M: causal alignments agree)
+        t = lambda x: torch.from_numpy(x).transpose(1, 2)  # noqa: E731
+        ref = torch.nn.functional.scaled_dot_product_attention(t(q), t(k), t(v), is_causal=causal,
+                                                               enable_gqa=True).transpose(1, 2)
+        np.testing.assert_allclose(r[name], ref.numpy(), rtol=0, atol=1e-5)
+
+
+def test_attention_torch_bhnd(results):
+    ranks, r = results
+    if "torch_bhnd" not in r:
+        pytest.skip("torch inputs are checked on 2 ranks only (importing torch costs seconds per rank)")
+    q, k, v = r["torch_bhnd_q"], r["torch_bhnd_k"], r["torch_bhnd_v"]
+    want = attn.attention(q, k, v, causal=True)
+    np.testing.assert_allclose(r["torch_bhnd"].transpose(0, 2, 1, 3), want, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("name,kw", [("linear_elu", {}), ("linear_decay", {"decay": 0.9}),
+                                     ("linear_noncausal", {"causal": False})])
+def test_linear_attention_equals_single_process(results, name, kw):
+    ranks, r = results
+    want, state = attn.linear_attention(r[name + "_q"], r[name + "_k"], r[name + "_v"], output_final_state=True, **kw)
+    np.testing.assert_allclose(r[name], want, rtol=0, atol=2e-5, err_msg=f"{name} on {ranks} ranks")
+    np.testing.assert_allclose(r[name + "_state"], state, rtol=1e-5, atol=1e-4)
+    assert r[name + "_state_same"], "every rank returns the same final state"
+
+
+@pytest.mark.parametrize("m", [9, 2])
+def test_decode_equals_single_process(results, m):
+    ranks, r = results
+    want = attn.attention(r[f"decode{m}_q"], r[f"decode{m}_k"], r[f"decode{m}_v"])
+    np.testing.assert_allclose(r[f"decode{m}"], want, rtol=0, atol=1e-5, err_msg=f"M={m} on {ranks} ranks")
+    assert r[f"decode{m}_same"], "every rank gets the same bits"
+
+
+def test_disagreeing_shard_is_the_same_error_everywhere(results):
+    ranks, r = results
+    errors = list(r["errors"])
+    if ranks == 1:
+        assert errors == [""]  # one rank: nothing to disagree with (head dim 4 is fine on its own)
+        return
+    assert len(set(errors)) == 1, errors
+    assert f"head dim must agree on every rank: rank 0 has 8, rank {ranks - 1} has 4" in errors[0]
