@@ -12,6 +12,7 @@ import torch
 
 import attn
 from attn import _attn
+from conftest import cli_path
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "distributed_scripts", "check_distributed.py")
 MPIRUN = shutil.which("mpirun")
@@ -111,3 +112,25 @@ def test_disagreeing_shard_is_the_same_error_everywhere(results):
         return
     assert len(set(errors)) == 1, errors
     assert f"head dim must agree on every rank: rank 0 has 8, rank {ranks - 1} has 4" in errors[0]
+
+
+@pytest.mark.parametrize("mechanism,causal,window", [("softmax:causal,window=4:0", True, (4, 0)), ("softmax", False, (-1, -1))])
+def test_cli_run_distributed_writes_the_whole_output(tmp_path, mechanism, causal, window):
+    if MPIRUN is None:
+        pytest.skip("mpirun is not installed (Debian: apt-get install openmpi-bin libopenmpi-dev)")
+    if not _attn.has_mpi:
+        pytest.skip("attn was built without MPI")
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal((2, 13, 4, 8), dtype=np.float32) for _ in range(3))
+    for name, x in zip("qkv", (q, k, v)):
+        np.save(tmp_path / f"{name}.npy", x)
+    cmd = [MPIRUN, "-np", "3", "--oversubscribe", "--allow-run-as-root", str(cli_path()), "run", "--distributed",
+           "-m", mechanism, "--layout", "bnhd", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy",
+           "--lse", "l.npy"]
+    run = subprocess.run(cmd, cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "distributed over 3 ranks" in run.stdout
+    want, lse = attn.attention(q, k, v, causal=causal, window_size=window, return_lse=True)
+    np.testing.assert_allclose(np.load(tmp_path / "o.npy"), want, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(np.load(tmp_path / "l.npy"), lse, rtol=0, atol=1e-5)
