@@ -1,6 +1,7 @@
 #include "distributed/comm.hpp"
 
 #include <climits>
+#include <cstring>
 
 #include "attn/error.hpp"
 
@@ -51,12 +52,14 @@ std::string dims(const std::array<int64_t, 4>& s) {
 }
 std::string dims(const TensorView& v) { return dims(v.shape); }
 
-void pack(const TensorView& x, float* dst) {
+char* pack(const TensorView& x, char* dst) {
   const auto [B, H, N, D] = x.shape;
+  const size_t es = dtype_size(x.dtype);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t n = 0; n < N; ++n)
-        for (int64_t c = 0; c < D; ++c) *dst++ = x.at(b, h, n, c);
+        for (int64_t c = 0; c < D; ++c, dst += es) std::memcpy(dst, x.ptr(b, h, n, c), es);
+  return dst;
 }
 
 TensorView f32_view(float* data, int64_t B, int64_t H, int64_t N, int64_t D) {

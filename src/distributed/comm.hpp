@@ -40,8 +40,9 @@ std::vector<int64_t> allgather(const Comm& c, const std::vector<int64_t>& mine);
 std::string dims(const TensorView& v);
 std::string dims(const std::array<int64_t, 4>& s);
 
-// Copies a view (any dtype/strides) into a contiguous float32 (B, H, N, D) buffer at dst.
-void pack(const TensorView& x, float* dst);
+// Copies a view (any strides) into a contiguous (B, H, N, D) buffer of its own dtype at dst;
+// returns the byte after the last one written.
+char* pack(const TensorView& x, char* dst);
 // A contiguous float32 (B, H, N, D) view over data.
 TensorView f32_view(float* data, int64_t B, int64_t H, int64_t N, int64_t D);
 // Rows [first, first + count) of the token dimension of x.

@@ -126,12 +126,15 @@ AttendResult ring_attention(const TensorView& q, const TensorView& k, const Tens
   for (int r = 0; r < c.size; ++r) n += at(r, 3);
   Split s;
   const std::string shape_error = detail::error_of([&] {
-    const char* names[] = {"batch", "q heads", "k/v heads", "", "head dim", "v head dim"};
+    const char* names[] = {"batch", "q heads", "k/v heads", "", "head dim", "v head dim", "dtype"};
+    auto value = [&](int r, size_t f) {
+      return f == 6 ? dtype_name(static_cast<DType>(at(r, f))) : std::to_string(at(r, f));
+    };
     for (int r = 1; r < c.size; ++r)
-      for (size_t f : {0, 1, 2, 4, 5})
+      for (size_t f : {0, 1, 2, 4, 5, 6})
         if (at(r, f) != at(0, f))
-          fail(kWhere, std::string(names[f]) + " must agree on every rank: rank 0 has " + std::to_string(at(0, f)) +
-                           ", rank " + std::to_string(r) + " has " + std::to_string(at(r, f)));
+          fail(kWhere, std::string(names[f]) + " must agree on every rank: rank 0 has " + value(0, f) + ", rank " +
+                           std::to_string(r) + " has " + value(r, f));
     s = split(mechanism, n);
     const bool zig = options.zigzag_auto && s.causal;
     for (int r = 0; r < c.size; ++r)
@@ -141,19 +144,21 @@ AttendResult ring_attention(const TensorView& q, const TensorView& k, const Tens
                          std::to_string(c.size) + " ranks has " + std::to_string(shard_length(n, c.size, r, zig)));
     int64_t longest = 0;
     for (int r = 0; r < c.size; ++r) longest = std::max(longest, at(r, 3));
-    (void)detail::mpi_count(at(0, 0) * at(0, 2) * (at(0, 4) + at(0, 5)) * longest, kWhere);
+    (void)detail::mpi_count(at(0, 0) * at(0, 2) * (at(0, 4) + at(0, 5)) * longest * static_cast<int64_t>(dtype_size(q.dtype)),
+                            kWhere);
   });
   detail::agree(c, kWhere, shape_error);  // the same verdict everywhere (same data), without hanging
 
   const bool zig = options.zigzag_auto && s.causal;
   const int64_t B = q.batch(), H = q.heads(), Hkv = k.heads(), D = q.dim(), Dv = v.dim(), nl = q.tokens();
-  auto floats_of = [&](int64_t tokens) { return B * Hkv * tokens * (D + Dv); };
+  // K/V travel in the inputs' dtype (attend() takes q, k, v of one dtype): bytes of a shard
+  const int64_t es = static_cast<int64_t>(dtype_size(q.dtype));
+  auto bytes_of = [&](int64_t tokens) { return B * Hkv * tokens * (D + Dv) * es; };
   int64_t most = 0;
   for (int r = 0; r < c.size; ++r) most = std::max(most, at(r, 3));
-  std::vector<float> buf[2] = {std::vector<float>(static_cast<size_t>(floats_of(most))),
-                               std::vector<float>(static_cast<size_t>(floats_of(most)))};
-  detail::pack(k, buf[0].data());
-  detail::pack(v, buf[0].data() + B * Hkv * nl * D);
+  std::vector<char> buf[2] = {std::vector<char>(static_cast<size_t>(bytes_of(most))),
+                              std::vector<char>(static_cast<size_t>(bytes_of(most)))};
+  detail::pack(v, detail::pack(k, buf[0].data()));
 
   // Accumulators: out (B, H, nl, Dv) and lse (B, H, nl), float32.
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -171,16 +176,16 @@ AttendResult ring_attention(const TensorView& q, const TensorView& k, const Tens
     if (step + 1 < c.size) {  // pass the current shard on while working on it
       const int from = (c.rank - 1 + c.size) % c.size, to = (c.rank + 1) % c.size;
       const int next_src = (c.rank - step - 1 + c.size) % c.size;
-      MPI_Irecv(buf[1 - cur].data(), detail::mpi_count(floats_of(at(next_src, 3)), kWhere), MPI_FLOAT, from, step,
+      MPI_Irecv(buf[1 - cur].data(), detail::mpi_count(bytes_of(at(next_src, 3)), kWhere), MPI_BYTE, from, step,
                 c.comm, &req[nreq++]);
-      MPI_Isend(buf[cur].data(), detail::mpi_count(floats_of(at(src, 3)), kWhere), MPI_FLOAT, to, step, c.comm,
+      MPI_Isend(buf[cur].data(), detail::mpi_count(bytes_of(at(src, 3)), kWhere), MPI_BYTE, to, step, c.comm,
                 &req[nreq++]);
-      st.bytes_sent += floats_of(at(src, 3)) * static_cast<int64_t>(sizeof(float));
+      st.bytes_sent += bytes_of(at(src, 3));
     }
     const auto t_compute = Clock::now();
     const int64_t ns = at(src, 3);
-    const TensorView ks = detail::f32_view(buf[cur].data(), B, Hkv, ns, D);
-    const TensorView vs = detail::f32_view(buf[cur].data() + B * Hkv * ns * D, B, Hkv, ns, Dv);
+    const TensorView ks = make_view(buf[cur].data(), q.dtype, B, Hkv, ns, D);
+    const TensorView vs = make_view(buf[cur].data() + B * Hkv * ns * D * es, q.dtype, B, Hkv, ns, Dv);
     for (const Piece& qp : mine) {
       if (qp.length == 0) continue;
       for (const Piece& kp : shard_pieces(n, c.size, src, zig)) {

@@ -48,6 +48,7 @@ struct Case {
   int64_t B = 1, H = 2, Hkv = 2, N = 16, D = 8, Dv = 8;
   std::string mechanism = "softmax";
   Layout layout = Layout::bhnd;
+  DType dtype = DType::f32;
 };
 
 std::string name(const Case& c) {
@@ -77,9 +78,9 @@ void expect_rows_near(const TensorView& got, const TensorView& whole, const std:
 void check_ring(const Case& c) {
   SCOPED_TRACE(name(c));
   std::mt19937 rng(1234);
-  auto q = random_tensor(rng, DType::f32, c.B, c.H, c.N, c.D, c.layout);
-  auto k = random_tensor(rng, DType::f32, c.B, c.Hkv, c.N, c.D, c.layout);
-  auto v = random_tensor(rng, DType::f32, c.B, c.Hkv, c.N, c.Dv, c.layout);
+  auto q = random_tensor(rng, c.dtype, c.B, c.H, c.N, c.D, c.layout);
+  auto k = random_tensor(rng, c.dtype, c.B, c.Hkv, c.N, c.D, c.layout);
+  auto v = random_tensor(rng, c.dtype, c.B, c.Hkv, c.N, c.Dv, c.layout);
   const Mechanism m = parse_mechanism(c.mechanism);
   AttendOptions whole_opt;
   whole_opt.return_lse = true;
@@ -102,9 +103,13 @@ void check_ring(const Case& c) {
   ASSERT_EQ(got.out.view().tokens(), qs.view().tokens());
   // TESTING.md rule 3/4: 1e-5 absolute on outputs of magnitude <= 1 (softmax of unit values) and
   // on the log-sum-exp; the ring merges partials in a different order from attend()'s tiles.
-  expect_rows_near(got.out.view(), ref.out.view(), pieces, 1e-5, "out vs reference");
+  // Half inputs: the output is rounded to q's dtype, so allow 2 units in its last place at
+  // magnitude <= 2 (bf16: 2^-7 per unit in [1, 2); f16: 2^-10).
+  const double out_tol = c.dtype == DType::bf16 ? 4 * 0x1p-7 : c.dtype == DType::f16 ? 4 * 0x1p-10 : 1e-5;
+  expect_rows_near(got.out.view(), ref.out.view(), pieces, out_tol, "out vs reference");
   expect_rows_near(got.lse.view(), ref.lse.view(), pieces, 1e-5, "lse vs reference");
-  expect_rows_near(got.out.view(), fast.out.view(), pieces, 1e-5, "out vs attend()");
+  expect_rows_near(got.out.view(), fast.out.view(), pieces, out_tol, "out vs attend()");
+  EXPECT_EQ(got.out.view().dtype, c.dtype);
   EXPECT_EQ(st.steps, ranks());
   // every rank sends all but its last-held shard
   if (ranks() == 1) EXPECT_EQ(st.bytes_sent, 0);
@@ -123,6 +128,8 @@ TEST(Ring, TwoSidedWindow) { check_ring({.N = 21, .mechanism = "softmax:window=3
 TEST(Ring, WindowSinks) { check_ring({.N = 25, .mechanism = "softmax:causal,window=3:0,sinks=2"}); }
 TEST(Ring, Softcap) { check_ring({.N = 9, .mechanism = "softmax:causal,softcap=5"}); }
 TEST(Ring, Longformer) { check_ring({.N = 20, .mechanism = "longformer:window=2:2,global=0;7"}); }
+TEST(Ring, CausalBf16) { check_ring({.H = 4, .Hkv = 2, .N = 14, .mechanism = "softmax:causal", .dtype = DType::bf16}); }
+TEST(Ring, WindowF16) { check_ring({.N = 12, .mechanism = "softmax:causal,window=3:0", .dtype = DType::f16}); }
 TEST(Ring, BigBird) { check_ring({.N = 24, .mechanism = "bigbird:block=4,window=3,global=1,random=1,seed=3"}); }
 
 TEST(Ring, WindowSkipsHiddenPairs) {
