@@ -6,6 +6,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <utility>
 
@@ -49,10 +50,12 @@ void bind_distributed(nb::module_& m) {
   m.attr("has_mpi") = true;
   m.def(
       "distributed_attention",
-      [](const In& q, const In& k, const In& v, int64_t comm, const std::string& mechanism, bool return_lse) {
+      [](const In& q, const In& k, const In& v, int64_t comm, const std::string& mechanism, bool return_lse,
+         const std::vector<int64_t>& cu_seqlens) {
         const attn::Mechanism mech = attn::parse_mechanism(mechanism);
         attn::distributed::RingOptions o;
         o.return_lse = return_lse;
+        o.cu_seqlens = cu_seqlens;
         attn::distributed::RingStats st;
         o.stats = &st;
         attn::AttendResult r;
@@ -67,7 +70,7 @@ void bind_distributed(nb::module_& m) {
         stats["total_seconds"] = st.total_seconds;
         return nb::make_tuple(numpy_of(std::move(r.out)), numpy_of(std::move(r.lse), 3), stats);
       },
-      "q"_a, "k"_a, "v"_a, "comm"_a, "mechanism"_a, "return_lse"_a,
+      "q"_a, "k"_a, "v"_a, "comm"_a, "mechanism"_a, "return_lse"_a, "cu_seqlens"_a = std::vector<int64_t>{},
       "Ring attention over the ranks of comm (a Fortran handle); (B, H, n_local, D) float32 shards.");
   m.def(
       "distributed_decode",

@@ -48,6 +48,11 @@ struct RingOptions {
   bool zigzag_auto = true;      // shards are zig-zag when the mechanism is causal, else contiguous
   bool return_lse = false;
   int threads = 0;              // per-rank OpenMP threads (0: default)
+  // Packed sequences (as attend_varlen): sequence t is global tokens [cu_seqlens[t],
+  // cu_seqlens[t + 1]) of the whole stream (batch 1; the same offsets on every rank, from 0 to
+  // the total). Each sequence has its own pattern (causal, window, ... within it); tokens of
+  // different sequences never see each other. Empty: one sequence per batch entry.
+  std::vector<int64_t> cu_seqlens;
   RingStats* stats = nullptr;   // filled when given
 };
 
@@ -58,7 +63,8 @@ struct RingOptions {
 // window, sinks, dilation, strided, chunk, softcap, cosine scores), longformer and bigbird, with
 // GQA. Pairs the pattern hides entirely are skipped; partially visible pairs run with the exact
 // global positions. Returns this rank's rows of attend() on the whole sequence: out (B, H, n_local,
-// Dv) in q's dtype and layout, lse (B, H, n_local, 1) when asked.
+// Dv) in q's dtype and layout, lse (B, H, n_local, 1) when asked. With options.cu_seqlens: packed
+// sequences of different lengths sharded as one stream (equals attend_varlen on the whole).
 AttendResult ring_attention(const TensorView& q, const TensorView& k, const TensorView& v, MPI_Comm comm,
                             const Mechanism& mechanism = Softmax{}, const RingOptions& options = {});
 

@@ -161,11 +161,16 @@ def _window_text(window_size: Sequence[int]) -> List[str]:
 
 def attention(q: Any, k: Any, v: Any, comm=None, causal: bool = False,
               window_size: Tuple[int, int] = (-1, -1), layout: str = "bnhd", *,
-              softmax_scale: Optional[float] = None, return_lse: bool = False) -> Any:
+              softmax_scale: Optional[float] = None, return_lse: bool = False,
+              cu_seqlens: Optional[Sequence[int]] = None) -> Any:
     """Exact softmax attention on this rank's shards of q, k, v (as :func:`shard` cuts them:
     zig-zag when causal); returns this rank's rows of the output (and (B, H, n_local) lse when
     asked). Equals :func:`attn.attention` on the whole sequence up to float32 rounding (the
-    partials merge in ring order)."""
+    partials merge in ring order).
+
+    cu_seqlens: packed sequences (batch 1): sequence t is tokens cu_seqlens[t] .. cu_seqlens[t+1]-1
+    of the whole stream (the same offsets on every rank); causal and windows apply within each
+    sequence, as :func:`attn.flash_attn_varlen_func` on the whole stream."""
     _native()
     comm = _comm(comm)
     _token_axis(layout)
@@ -173,8 +178,9 @@ def attention(q: Any, k: Any, v: Any, comm=None, causal: bool = False,
     if softmax_scale is not None:
         opts.append(f"scale={float(softmax_scale)!r}")
     text = "softmax" + (":" + ",".join(opts) if opts else "")
+    cu = [int(x) for x in (cu_seqlens if cu_seqlens is not None else [])]
     out, lse, _ = _attn.distributed_attention(_bhnd(q, layout, "q"), _bhnd(k, layout, "k"), _bhnd(v, layout, "v"),
-                                              comm.py2f(), text, return_lse)
+                                              comm.py2f(), text, return_lse, cu)
     out = _back(out, layout, q)
     return (out, _like(lse, q)) if return_lse else out
 

@@ -77,6 +77,14 @@ def test_attention_equals_single_process(results, name):
         np.testing.assert_allclose(r[name], ref.numpy(), rtol=0, atol=1e-5)
 
 
+def test_attention_varlen_equals_flash_attn_varlen_func(results):
+    ranks, r = results
+    cu = np.array([0, 4, 4, 13, 21], dtype=np.int32)
+    want = attn.flash_attn_varlen_func(r["varlen_q"][0], r["varlen_k"][0], r["varlen_v"][0], cu, cu, 9, 9,
+                                       causal=True, window_size=(5, 0))
+    np.testing.assert_allclose(r["varlen"][0], want, rtol=0, atol=1e-5, err_msg=f"varlen on {ranks} ranks")
+
+
 def test_attention_torch_bhnd(results):
     ranks, r = results
     if "torch_bhnd" not in r:

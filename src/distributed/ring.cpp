@@ -1,6 +1,7 @@
 // Ring attention (see attn/distributed.hpp): K/V shards travel around the ring while each rank
 // attends its queries to the shard it holds; partials merge by core::merge_partials.
 #include <chrono>
+#include <functional>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -45,16 +46,16 @@ constexpr const char* kWhere = "distributed::ring_attention";
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// The mechanism's scores without its pattern (positions are handled here), and its pattern over
-// the whole sequence in global positions.
+// The mechanism's scores without its pattern (positions are handled here), and its pattern for
+// a sequence of a given length (mask::pattern_of: the definition attend() uses).
 struct Split {
   Softmax scores;
-  mask::Pattern pattern;
   bool causal = false;
   std::optional<Softmax> native;  // the mechanism itself, runnable as-is on a diagonal pair
+  std::function<mask::Pattern(int64_t)> pattern_for;
 };
 
-Split split(const Mechanism& m, int64_t n) {
+Split split(const Mechanism& m) {
   Split s;
   std::visit(
       [&](const auto& x) {
@@ -65,20 +66,61 @@ Split split(const Mechanism& m, int64_t n) {
             fail(kWhere, "entropy_scale needs each query's whole key count; not supported across ranks");
           if (x.score == ScoreKind::additive) fail(kWhere, "score=additive (its params) is not supported across ranks");
           s.scores.score = x.score, s.scores.scale = x.scale, s.scores.softcap = x.softcap;
-          s.pattern = mask::pattern_of(x, n, n);
           s.causal = x.causal;
           s.native = x;
         } else if constexpr (std::is_same_v<T, Longformer> || std::is_same_v<T, BigBird>) {
           s.scores.scale = x.scale;
-          s.pattern = mask::pattern_of(x, n, n);
           s.causal = x.causal;
         } else {
           fail(kWhere, "mechanism must be softmax, longformer or bigbird, got " + to_string(Mechanism{m}));
         }
+        if constexpr (std::is_same_v<T, Softmax> || std::is_same_v<T, Longformer> || std::is_same_v<T, BigBird>)
+          s.pattern_for = [x](int64_t len) { return mask::pattern_of(x, len, len); };
       },
       m);
   return s;
 }
+
+// The packed token stream: sequence t is global tokens [start[t], start[t + 1]) (one sequence
+// without cu_seqlens), each with its pattern; seq_of[p] the sequence of token p.
+struct Sequences {
+  std::vector<int64_t> start;
+  std::vector<mask::Pattern> pattern;
+  std::vector<int32_t> seq_of;
+
+  Sequences(const Split& s, const std::vector<int64_t>& cu, int64_t n) {
+    start = cu.empty() ? std::vector<int64_t>{0, n} : cu;
+    const size_t count = start.size() - 1;
+    seq_of.resize(static_cast<size_t>(n));
+    for (size_t t = 0; t < count; ++t) {
+      pattern.push_back(s.pattern_for(start[t + 1] - start[t]));
+      for (int64_t p = start[t]; p < start[t + 1]; ++p) seq_of[static_cast<size_t>(p)] = static_cast<int32_t>(t);
+    }
+  }
+  bool visible(int64_t p, int64_t g) const {
+    const int32_t t = seq_of[static_cast<size_t>(p)];
+    return t == seq_of[static_cast<size_t>(g)] && pattern[static_cast<size_t>(t)].visible(p - start[t], g - start[t]);
+  }
+  // How much of queries [q0, q0 + nq) x keys [k0, k0 + nk) is visible; `only` is set to the one
+  // sequence holding both ranges entirely, else -1.
+  mask::Coverage classify(int64_t q0, int64_t nq, int64_t k0, int64_t nk, int64_t& only) const {
+    only = -1;
+    const int32_t first = seq_of[static_cast<size_t>(std::max(q0, k0))];
+    bool any = false, all_full = true;
+    for (size_t t = static_cast<size_t>(first); t + 1 < start.size(); ++t) {
+      const int64_t s0 = start[t], s1 = start[t + 1];
+      if (s0 >= q0 + nq || s0 >= k0 + nk) break;  // later sequences miss one of the ranges
+      const int64_t qa = std::max(q0, s0), qb = std::min(q0 + nq, s1), ka = std::max(k0, s0), kb = std::min(k0 + nk, s1);
+      if (qa >= qb || ka >= kb) continue;
+      const mask::Coverage c = pattern[t].classify(qa - s0, qb - 1 - s0, ka - s0, kb - 1 - s0);
+      if (c != mask::Coverage::hidden) any = true;
+      if (c != mask::Coverage::full) all_full = false;
+      if (qa == q0 && qb == q0 + nq && ka == k0 && kb == k0 + nk) only = static_cast<int64_t>(t);
+    }
+    if (!any) return mask::Coverage::hidden;
+    return only >= 0 && all_full ? mask::Coverage::full : mask::Coverage::partial;
+  }
+};
 
 // acc (out, lse) <- merge(acc, part) for rows [0, rows) of a (rows, dv) block; acc rows at
 // acc_out + i * dv, acc_lse[i].
@@ -118,9 +160,12 @@ AttendResult ring_attention(const TensorView& q, const TensorView& k, const Tens
     if (q.tokens() > 0) (void)explain(q, k, v, Softmax{}, {});  // dtype, strides, finite sizes
   });
   detail::agree(c, kWhere, local);
+  uint64_t cu_hash = 1469598103934665603ull;  // FNV-1a of cu_seqlens: every rank must pass the same
+  for (int64_t x : options.cu_seqlens) cu_hash = (cu_hash ^ static_cast<uint64_t>(x)) * 1099511628211ull;
   const std::vector<int64_t> all =
-      detail::allgather(c, {q.batch(), q.heads(), k.heads(), q.tokens(), q.dim(), v.dim(), static_cast<int64_t>(q.dtype)});
-  constexpr size_t kFields = 7;
+      detail::allgather(c, {q.batch(), q.heads(), k.heads(), q.tokens(), q.dim(), v.dim(), static_cast<int64_t>(q.dtype),
+                            static_cast<int64_t>(options.cu_seqlens.size()), static_cast<int64_t>(cu_hash)});
+  constexpr size_t kFields = 9;
   auto at = [&](int r, size_t f) { return all[static_cast<size_t>(r) * kFields + f]; };
   int64_t n = 0;
   for (int r = 0; r < c.size; ++r) n += at(r, 3);
@@ -135,7 +180,21 @@ AttendResult ring_attention(const TensorView& q, const TensorView& k, const Tens
         if (at(r, f) != at(0, f))
           fail(kWhere, std::string(names[f]) + " must agree on every rank: rank 0 has " + value(0, f) + ", rank " +
                            std::to_string(r) + " has " + value(r, f));
-    s = split(mechanism, n);
+    for (int r = 1; r < c.size; ++r)
+      if (at(r, 7) != at(0, 7) || at(r, 8) != at(0, 8))
+        fail(kWhere, "cu_seqlens must be the same on every rank: rank " + std::to_string(r) + "'s (" +
+                         std::to_string(at(r, 7)) + " offsets) differs from rank 0's (" + std::to_string(at(0, 7)) + ")");
+    s = split(mechanism);
+    if (!options.cu_seqlens.empty()) {
+      const auto& cu = options.cu_seqlens;
+      if (at(0, 0) != 1) fail(kWhere, "cu_seqlens (packed sequences) needs batch 1, got " + std::to_string(at(0, 0)));
+      if (cu.size() < 2 || cu.front() != 0 || cu.back() != n)
+        fail(kWhere, "cu_seqlens must run from 0 to the total tokens " + std::to_string(n) + " over the ranks, got " +
+                         std::to_string(cu.size()) + " offsets ending at " + std::to_string(cu.empty() ? 0 : cu.back()));
+      for (size_t t = 1; t < cu.size(); ++t)
+        if (cu[t] < cu[t - 1])
+          fail(kWhere, "cu_seqlens must be non-decreasing, got " + std::to_string(cu[t - 1]) + " then " + std::to_string(cu[t]));
+    }
     const bool zig = options.zigzag_auto && s.causal;
     for (int r = 0; r < c.size; ++r)
       if (at(r, 3) != shard_length(n, c.size, r, zig))
@@ -165,6 +224,7 @@ AttendResult ring_attention(const TensorView& q, const TensorView& k, const Tens
   std::vector<float> acc_out(static_cast<size_t>(B * H * nl * Dv), 0.0f), acc_lse(static_cast<size_t>(B * H * nl), kNegInf);
   std::vector<float> part_out, part_lse, tmp;
   const std::vector<Piece> mine = shard_pieces(n, c.size, c.rank, zig);
+  const Sequences seqs(s, options.cu_seqlens, n);
   RingStats st;
   st.steps = c.size;
 
@@ -190,8 +250,8 @@ AttendResult ring_attention(const TensorView& q, const TensorView& k, const Tens
       if (qp.length == 0) continue;
       for (const Piece& kp : shard_pieces(n, c.size, src, zig)) {
         if (kp.length == 0) continue;
-        const mask::Coverage cov =
-            s.pattern.classify(qp.start, qp.start + qp.length - 1, kp.start, kp.start + kp.length - 1);
+        int64_t only = -1;
+        const mask::Coverage cov = seqs.classify(qp.start, qp.length, kp.start, kp.length, only);
         if (cov == mask::Coverage::hidden) {
           ++st.blocks_skipped;
           continue;
@@ -201,15 +261,20 @@ AttendResult ring_attention(const TensorView& q, const TensorView& k, const Tens
         o.threads = options.threads;
         Mechanism run = s.scores;
         if (cov == mask::Coverage::partial) {
-          const bool aligned = qp.start == kp.start && qp.length == kp.length && s.native &&
-                               (s.native->sinks == 0 || kp.start == 0) &&
-                               (s.native->chunk == 0 || kp.start % s.native->chunk == 0);
+          // A diagonal pair inside one sequence: positions relative to the pair differ as the
+          // global ones do, so the mechanism runs as it is (sinks and chunks need the pair to
+          // start where they count from).
+          const int64_t from = only >= 0 ? kp.start - seqs.start[static_cast<size_t>(only)] : -1;
+          const bool aligned = only >= 0 && qp.start == kp.start && qp.length == kp.length && s.native &&
+                               (s.native->sinks == 0 || from == 0) && (s.native->chunk == 0 || from % s.native->chunk == 0);
           if (aligned) {
-            run = *s.native;  // positions relative to the pair equal the global ones' differences
+            run = *s.native;
           } else {
-            const mask::Pattern* pat = &s.pattern;
+            const Sequences* all_seqs = &seqs;
             const int64_t q0 = qp.start, k0 = kp.start;
-            o.mask_mod = [pat, q0, k0](int64_t, int64_t, int64_t i, int64_t j) { return pat->visible(q0 + i, k0 + j); };
+            o.mask_mod = [all_seqs, q0, k0](int64_t, int64_t, int64_t i, int64_t j) {
+              return all_seqs->visible(q0 + i, k0 + j);
+            };
           }
         }
         part_out.resize(static_cast<size_t>(B * H * qp.length * Dv));

@@ -132,6 +132,58 @@ TEST(Ring, CausalBf16) { check_ring({.H = 4, .Hkv = 2, .N = 14, .mechanism = "so
 TEST(Ring, WindowF16) { check_ring({.N = 12, .mechanism = "softmax:causal,window=3:0", .dtype = DType::f16}); }
 TEST(Ring, BigBird) { check_ring({.N = 24, .mechanism = "bigbird:block=4,window=3,global=1,random=1,seed=3"}); }
 
+// Packed sequences: the ring over the whole stream equals attend_varlen on the whole.
+void check_varlen(const std::vector<int64_t>& cu, const std::string& mechanism) {
+  SCOPED_TRACE(mechanism + " varlen ranks=" + std::to_string(ranks()));
+  const int64_t n = cu.back();
+  std::mt19937 rng(99);
+  auto q = random_tensor(rng, DType::f32, 1, 4, n, 8);
+  auto k = random_tensor(rng, DType::f32, 1, 2, n, 8);
+  auto v = random_tensor(rng, DType::f32, 1, 2, n, 8);
+  const Mechanism m = parse_mechanism(mechanism);
+  int64_t longest = 0;
+  for (size_t t = 1; t < cu.size(); ++t) longest = std::max(longest, cu[t] - cu[t - 1]);
+  AttendOptions wo;
+  wo.return_lse = true;
+  wo.form = "reference";
+  const AttendResult ref = attend_varlen(q.view, k.view, v.view, cu, cu, longest, longest, m, wo);
+  const bool causal = mechanism.find("causal") != std::string::npos;
+  const auto pieces = dist::shard_pieces(n, ranks(), rank_of(), causal);
+  const Tensor qs = take(q.view, pieces), ks = take(k.view, pieces), vs = take(v.view, pieces);
+  dist::RingOptions o;
+  o.return_lse = true;
+  o.cu_seqlens = cu;
+  const AttendResult got = dist::ring_attention(qs.view(), ks.view(), vs.view(), MPI_COMM_WORLD, m, o);
+  expect_rows_near(got.out.view(), ref.out.view(), pieces, 1e-5, "varlen out");
+  expect_rows_near(got.lse.view(), ref.lse.view(), pieces, 1e-5, "varlen lse");
+}
+
+TEST(Ring, VarlenCausal) { check_varlen({0, 5, 5, 12, 20}, "softmax:causal"); }
+TEST(Ring, VarlenNonCausal) { check_varlen({0, 3, 17, 18}, "softmax"); }
+TEST(Ring, VarlenWindowSinks) { check_varlen({0, 9, 10, 23}, "softmax:causal,window=3:0,sinks=1"); }
+TEST(Ring, VarlenOneSequence) { check_varlen({0, 7}, "softmax:causal"); }
+
+TEST(Ring, VarlenDisagreeingOffsetsIsAnError) {
+  if (ranks() == 1) GTEST_SKIP() << "needs two ranks";
+  std::mt19937 rng(12);
+  const int64_t n = dist::shard_length(8, ranks(), rank_of(), false);
+  auto q = random_tensor(rng, DType::f32, 1, 1, n, 4);
+  dist::RingOptions o;
+  o.cu_seqlens = rank_of() == 1 ? std::vector<int64_t>{0, 3, 8} : std::vector<int64_t>{0, 4, 8};
+  expect_error([&] { (void)dist::ring_attention(q.view, q.view, q.view, MPI_COMM_WORLD, Softmax{}, o); },
+               "cu_seqlens must be the same on every rank: rank 1's (3 offsets) differs from rank 0's (3)");
+}
+
+TEST(Ring, VarlenBadOffsetsIsAnError) {
+  std::mt19937 rng(13);
+  const int64_t n = dist::shard_length(8, ranks(), rank_of(), false);
+  auto q = random_tensor(rng, DType::f32, 1, 1, n, 4);
+  dist::RingOptions o;
+  o.cu_seqlens = {0, 5, 7};
+  expect_error([&] { (void)dist::ring_attention(q.view, q.view, q.view, MPI_COMM_WORLD, Softmax{}, o); },
+               "cu_seqlens must run from 0 to the total tokens 8 over the ranks, got 3 offsets ending at 7");
+}
+
 TEST(Ring, WindowSkipsHiddenPairs) {
   // Non-causal window 1:1 over 4 ranks x 8 tokens: a rank sees only its neighbours' shards.
   std::mt19937 rng(5);

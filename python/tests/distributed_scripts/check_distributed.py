@@ -30,6 +30,13 @@ for name, (n, causal, window) in cases.items():
     out[name] = dist.unshard(y, comm, causal=causal)
     out[name + "_lse"] = dist.unshard(lse[..., None], comm, causal=causal, layout="bhnd")[..., 0]
 
+# packed sequences (varlen), causal with a window inside each sequence
+cu = [0, 4, 4, 13, 21]
+q, k, v = inputs(21, b=1)
+y = dist.attention(*(dist.shard(x, comm, causal=True) for x in (q, k, v)), comm, causal=True, window_size=(5, 0),
+                   cu_seqlens=cu)
+out["varlen"], out["varlen_q"], out["varlen_k"], out["varlen_v"] = dist.unshard(y, comm, causal=True), q, k, v
+
 # layout bhnd and torch tensors (only when asked: importing torch costs seconds per rank)
 q, k, v = inputs(9)
 if "--torch" in sys.argv:
