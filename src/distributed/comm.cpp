@@ -12,7 +12,7 @@ Comm::Comm(MPI_Comm c) : comm(c) {
   MPI_Comm_size(c, &size);
 }
 
-void agree(const Comm& c, const std::string& where, const std::string& local_error) {
+void agree(const Comm& c, const std::string& where, const std::string& local_error, bool global) {
   int mine = local_error.empty() ? 0 : 1;
   std::vector<int> flags(static_cast<size_t>(c.size));
   MPI_Allgather(&mine, 1, MPI_INT, flags.data(), 1, MPI_INT, c.comm);
@@ -30,6 +30,7 @@ void agree(const Comm& c, const std::string& where, const std::string& local_err
   if (text.compare(0, prefix.size(), prefix) == 0) text = text.substr(prefix.size());
   int failing = 0;
   for (int f : flags) failing += f;
+  if (global) throw Error(where + ": " + text);
   std::string msg = where + ": rank " + std::to_string(first) + " of " + std::to_string(c.size) + ": " + text;
   if (failing > 1) msg += " (and " + std::to_string(failing - 1) + " more rank" + (failing > 2 ? "s" : "") + " failed)";
   throw Error(msg);
@@ -40,6 +41,18 @@ std::vector<int64_t> allgather(const Comm& c, const std::vector<int64_t>& mine) 
   MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_INT64_T, out.data(), static_cast<int>(mine.size()),
                 MPI_INT64_T, c.comm);
   return out;
+}
+
+int64_t fingerprint(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : text) h = (h ^ ch) * 1099511628211ull;
+  return static_cast<int64_t>(h);
+}
+
+int64_t fingerprint(const std::vector<int64_t>& values) {
+  uint64_t h = 1469598103934665603ull;
+  for (int64_t x : values) h = (h ^ static_cast<uint64_t>(x)) * 1099511628211ull;
+  return static_cast<int64_t>(h);
 }
 
 std::string dims(const std::array<int64_t, 4>& s) {

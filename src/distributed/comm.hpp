@@ -18,9 +18,10 @@ struct Comm {
 };
 
 // Every rank passes its own error (empty: none). If any rank has one, every rank throws
-// attn::Error with the first failing rank's message ("<where>: rank r: ..."), so no rank is
-// left waiting in a later collective.
-void agree(const Comm& c, const std::string& where, const std::string& local_error);
+// attn::Error with the first failing rank's message ("<where>: rank r of R: ..."), so no rank is
+// left waiting in a later collective. global: the error comes from checks every rank made on the
+// same all-gathered data (no rank to name).
+void agree(const Comm& c, const std::string& where, const std::string& local_error, bool global = false);
 
 // Runs f() and returns the attn::Error (or std::exception) message it threw, or "".
 template <class F>
@@ -35,6 +36,11 @@ std::string error_of(F&& f) {
 
 // All-gathers a fixed-size record of int64 from every rank: out[rank * n + i].
 std::vector<int64_t> allgather(const Comm& c, const std::vector<int64_t>& mine);
+
+// FNV-1a of a text (a mechanism's canonical form) or of integers, to compare what every rank
+// passed within the size all-gather (a mechanism that differs on one rank must fail everywhere).
+int64_t fingerprint(const std::string& text);
+int64_t fingerprint(const std::vector<int64_t>& values);
 
 // A 4-d view's dims as "(2, 4, 7, 16)".
 std::string dims(const TensorView& v);

@@ -35,17 +35,19 @@ AttendResult decode(const TensorView& q, const TensorView& k_shard, const Tensor
   });
   detail::agree(c, kWhere, local);
   const std::vector<int64_t> all = detail::allgather(
-      c, {q.batch(), q.heads(), q.tokens(), q.dim(), k_shard.heads(), v_shard.dim(), static_cast<int64_t>(q.dtype)});
-  constexpr size_t kFields = 7;
+      c, {q.batch(), q.heads(), q.tokens(), q.dim(), k_shard.heads(), v_shard.dim(), static_cast<int64_t>(q.dtype),
+          detail::fingerprint(to_string(Mechanism{mechanism}))});
+  constexpr size_t kFields = 8;
   const std::string shape_error = detail::error_of([&] {
-    const char* names[] = {"q batch", "q heads", "q tokens", "head dim", "k/v heads", "v head dim", "q dtype"};
+    const char* names[] = {"q batch", "q heads", "q tokens", "head dim", "k/v heads", "v head dim", "q dtype (code)",
+                           "the mechanism (fingerprint)"};
     for (int r = 1; r < c.size; ++r)
       for (size_t f = 0; f < kFields; ++f)
         if (all[r * kFields + f] != all[f])
           fail(kWhere, std::string(names[f]) + " must agree on every rank: rank 0 has " + std::to_string(all[f]) +
                            ", rank " + std::to_string(r) + " has " + std::to_string(all[r * kFields + f]));
   });
-  detail::agree(c, kWhere, shape_error);
+  detail::agree(c, kWhere, shape_error, /*global=*/true);
 
   const int64_t B = q.batch(), H = q.heads(), N = q.tokens(), Dv = v_shard.dim(), rows = B * H * N;
   const int64_t record = rows * Dv + rows;  // out (B, H, N, Dv), then lse (B, H, N)

@@ -30,17 +30,19 @@ AttendResult linear_attention(const TensorView& q, const TensorView& k, const Te
   });
   detail::agree(c, kWhere, local);
   const std::vector<int64_t> all = detail::allgather(c, {shape[0], shape[1], shape[2], shape[3], q.dim(), v.dim(),
-                                                          static_cast<int64_t>(q.dtype), q.tokens()});
-  constexpr size_t kFields = 8;
+                                                          static_cast<int64_t>(q.dtype),
+                                                          detail::fingerprint(to_string(Mechanism{mechanism})), q.tokens()});
+  constexpr size_t kFields = 9;
   const std::string shape_error = detail::error_of([&] {
-    const char* names[] = {"batch", "heads", "state rows", "state columns", "head dim", "v head dim", "q dtype"};
+    const char* names[] = {"batch", "heads", "state rows", "state columns", "head dim", "v head dim", "q dtype (code)",
+                           "the mechanism (fingerprint)"};
     for (int r = 1; r < c.size; ++r)
       for (size_t f = 0; f + 1 < kFields; ++f)
         if (all[r * kFields + f] != all[f])
           fail(kWhere, std::string(names[f]) + " must agree on every rank: rank 0 has " + std::to_string(all[f]) +
                            ", rank " + std::to_string(r) + " has " + std::to_string(all[r * kFields + f]));
   });
-  detail::agree(c, kWhere, shape_error);
+  detail::agree(c, kWhere, shape_error, /*global=*/true);
 
   const int64_t S = shape[0] * shape[1] * shape[2] * shape[3];
   const int count = detail::mpi_count(S, kWhere);
@@ -62,7 +64,7 @@ AttendResult linear_attention(const TensorView& q, const TensorView& k, const Te
   std::vector<float> prefix(static_cast<size_t>(S), 0.0f), total(static_cast<size_t>(S), 0.0f);
   for (int r = 0; r < c.size; ++r) {
     const float* sr = states.data() + static_cast<int64_t>(r) * S;
-    const float f = mechanism.causal ? static_cast<float>(std::pow(decay, static_cast<double>(all[r * kFields + 7]))) : 1.0f;
+    const float f = mechanism.causal ? static_cast<float>(std::pow(decay, static_cast<double>(all[r * kFields + 8]))) : 1.0f;
     if (r == c.rank) prefix = total;
     for (int64_t i = 0; i < S; ++i) total[i] = f * total[i] + sr[i];
   }

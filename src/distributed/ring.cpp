@@ -160,12 +160,12 @@ AttendResult ring_attention(const TensorView& q, const TensorView& k, const Tens
     if (q.tokens() > 0) (void)explain(q, k, v, Softmax{}, {});  // dtype, strides, finite sizes
   });
   detail::agree(c, kWhere, local);
-  uint64_t cu_hash = 1469598103934665603ull;  // FNV-1a of cu_seqlens: every rank must pass the same
-  for (int64_t x : options.cu_seqlens) cu_hash = (cu_hash ^ static_cast<uint64_t>(x)) * 1099511628211ull;
-  const std::vector<int64_t> all =
-      detail::allgather(c, {q.batch(), q.heads(), k.heads(), q.tokens(), q.dim(), v.dim(), static_cast<int64_t>(q.dtype),
-                            static_cast<int64_t>(options.cu_seqlens.size()), static_cast<int64_t>(cu_hash)});
-  constexpr size_t kFields = 9;
+  // every rank must pass the same mechanism, sharding and cu_seqlens: their fingerprints travel along
+  const std::vector<int64_t> all = detail::allgather(
+      c, {q.batch(), q.heads(), k.heads(), q.tokens(), q.dim(), v.dim(), static_cast<int64_t>(q.dtype),
+          static_cast<int64_t>(options.cu_seqlens.size()), detail::fingerprint(options.cu_seqlens),
+          detail::fingerprint(to_string(mechanism) + (options.zigzag_auto ? "" : " contiguous"))});
+  constexpr size_t kFields = 10;
   auto at = [&](int r, size_t f) { return all[static_cast<size_t>(r) * kFields + f]; };
   int64_t n = 0;
   for (int r = 0; r < c.size; ++r) n += at(r, 3);
@@ -180,6 +180,10 @@ AttendResult ring_attention(const TensorView& q, const TensorView& k, const Tens
         if (at(r, f) != at(0, f))
           fail(kWhere, std::string(names[f]) + " must agree on every rank: rank 0 has " + value(0, f) + ", rank " +
                            std::to_string(r) + " has " + value(r, f));
+    for (int r = 1; r < c.size; ++r)
+      if (at(r, 9) != at(0, 9))
+        fail(kWhere, "the mechanism (and zigzag_auto) must be the same on every rank: rank " + std::to_string(r) +
+                         "'s differs from rank 0's");
     for (int r = 1; r < c.size; ++r)
       if (at(r, 7) != at(0, 7) || at(r, 8) != at(0, 8))
         fail(kWhere, "cu_seqlens must be the same on every rank: rank " + std::to_string(r) + "'s (" +
@@ -206,7 +210,7 @@ AttendResult ring_attention(const TensorView& q, const TensorView& k, const Tens
     (void)detail::mpi_count(at(0, 0) * at(0, 2) * (at(0, 4) + at(0, 5)) * longest * static_cast<int64_t>(dtype_size(q.dtype)),
                             kWhere);
   });
-  detail::agree(c, kWhere, shape_error);  // the same verdict everywhere (same data), without hanging
+  detail::agree(c, kWhere, shape_error, /*global=*/true);  // the same verdict everywhere (same data), without hanging
 
   const bool zig = options.zigzag_auto && s.causal;
   const int64_t B = q.batch(), H = q.heads(), Hkv = k.heads(), D = q.dim(), Dv = v.dim(), nl = q.tokens();

@@ -239,6 +239,17 @@ TEST(Ring, WrongShardLengthIsAnErrorOnEveryRank) {
                "a zig-zag shard of");
 }
 
+TEST(Ring, DisagreeingMechanismIsAnErrorOnEveryRank) {
+  // The last rank asks for a window: the same error everywhere, before any shard moves.
+  if (ranks() == 1) GTEST_SKIP() << "needs two ranks";
+  std::mt19937 rng(21);
+  auto q = random_tensor(rng, DType::f32, 1, 1, dist::shard_length(8, ranks(), rank_of(), false), 4);
+  const Mechanism m = parse_mechanism(rank_of() == ranks() - 1 ? "softmax:window=2:2" : "softmax");
+  expect_error([&] { (void)dist::ring_attention(q.view, q.view, q.view, MPI_COMM_WORLD, m); },
+               "distributed::ring_attention: the mechanism (and zigzag_auto) must be the same on every rank: rank " +
+                   std::to_string(ranks() - 1) + "'s differs from rank 0's");
+}
+
 TEST(Ring, LocalErrorReachesEveryRank) {
   // Rank 0's k has 3 heads for q's 2: its message, on every rank.
   std::mt19937 rng(4);
@@ -292,6 +303,17 @@ TEST(Decode, DisagreeingQueriesIsAnError) {
   auto k = random_tensor(rng, DType::f32, 1, 2, 3, 4);
   expect_error([&] { (void)dist::decode(q.view, k.view, k.view, MPI_COMM_WORLD); },
                "q tokens must agree on every rank");
+}
+
+TEST(Decode, DisagreeingMechanismIsAnError) {
+  if (ranks() == 1) GTEST_SKIP() << "needs two ranks";
+  std::mt19937 rng(22);
+  auto q = random_tensor(rng, DType::f32, 1, 2, 1, 4);
+  auto k = random_tensor(rng, DType::f32, 1, 2, 3, 4);
+  Softmax m;
+  if (rank_of() == 1) m.softcap = 20;
+  expect_error([&] { (void)dist::decode(q.view, k.view, k.view, MPI_COMM_WORLD, m); },
+               "the mechanism (fingerprint) must agree on every rank");
 }
 
 // ---- linear ------------------------------------------------------------------------------------
