@@ -2,6 +2,7 @@
 // attends its queries to the shard it holds; partials merge by core::merge_partials.
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -138,149 +139,187 @@ void merge_rows(int64_t rows, int64_t dv, float* acc_out, float* acc_lse, const 
   }
 }
 
+// What every ring call agrees on first: sizes, mechanism, sharding, the sequences.
+struct Plan {
+  Comm c;
+  std::vector<int64_t> all;  // kFields per rank
+  static constexpr size_t kFields = 10;
+  int64_t n = 0, B = 0, H = 0, Hkv = 0, D = 0, Dv = 0, nl = 0, es = 0, most = 0;
+  Split s;
+  bool zig = false;
+  std::vector<Piece> mine;
+  std::unique_ptr<Sequences> seqs;
+
+  int64_t tokens_of(int r) const { return all[static_cast<size_t>(r) * kFields + 3]; }
+  int64_t bytes_of(int64_t tokens) const { return B * Hkv * tokens * (D + Dv) * es; }
+
+  // extra: checks of the caller's other local arguments (backward: dout, out, lse).
+  Plan(const TensorView& q, const TensorView& k, const TensorView& v, MPI_Comm comm, const Mechanism& mechanism,
+       const RingOptions& options, const char* where, const std::function<void()>& extra = {})
+      : c(comm) {
+    // 1. Local checks, agreed (a rank's own error reaches every rank).
+    const std::string local = detail::error_of([&] {
+      for (const auto* x : {&q, &k, &v})
+        if (x->data == nullptr && x->numel() != 0) fail(where, "a view has no data");
+      if (q.dim() != k.dim()) fail(where, "k must have q's head dim " + std::to_string(q.dim()) + ", got " + detail::dims(k));
+      if (q.batch() != k.batch() || q.batch() != v.batch() || k.heads() != v.heads())
+        fail(where, "q " + detail::dims(q) + ", k " + detail::dims(k) + ", v " + detail::dims(v) +
+                        " disagree on batch or k/v heads");
+      if (k.heads() == 0 || q.heads() % k.heads() != 0)
+        fail(where, "k has " + std::to_string(k.heads()) + " heads, which does not divide q's " + std::to_string(q.heads()));
+      if (q.tokens() != k.tokens() || k.tokens() != v.tokens())
+        fail(where, "q, k and v shards must hold the same tokens, got " + std::to_string(q.tokens()) + ", " +
+                        std::to_string(k.tokens()) + " and " + std::to_string(v.tokens()));
+      if (q.tokens() > 0) (void)explain(q, k, v, Softmax{}, {});  // dtype, strides, finite sizes
+      if (extra) extra();
+    });
+    detail::agree(c, where, local);
+    // 2. Every rank's sizes, and fingerprints of the mechanism, sharding and cu_seqlens.
+    all = detail::allgather(c, {q.batch(), q.heads(), k.heads(), q.tokens(), q.dim(), v.dim(),
+                                static_cast<int64_t>(q.dtype), static_cast<int64_t>(options.cu_seqlens.size()),
+                                detail::fingerprint(options.cu_seqlens),
+                                detail::fingerprint(to_string(mechanism) + (options.zigzag_auto ? "" : " contiguous"))});
+    auto at = [&](int r, size_t f) { return all[static_cast<size_t>(r) * kFields + f]; };
+    for (int r = 0; r < c.size; ++r) n += at(r, 3), most = std::max(most, at(r, 3));
+    const std::string shape_error = detail::error_of([&] {
+      const char* names[] = {"batch", "q heads", "k/v heads", "", "head dim", "v head dim", "dtype"};
+      auto value = [&](int r, size_t f) {
+        return f == 6 ? dtype_name(static_cast<DType>(at(r, f))) : std::to_string(at(r, f));
+      };
+      for (int r = 1; r < c.size; ++r)
+        for (size_t f : {0, 1, 2, 4, 5, 6})
+          if (at(r, f) != at(0, f))
+            fail(where, std::string(names[f]) + " must agree on every rank: rank 0 has " + value(0, f) + ", rank " +
+                            std::to_string(r) + " has " + value(r, f));
+      for (int r = 1; r < c.size; ++r)
+        if (at(r, 9) != at(0, 9))
+          fail(where, "the mechanism (and zigzag_auto) must be the same on every rank: rank " + std::to_string(r) +
+                          "'s differs from rank 0's");
+      for (int r = 1; r < c.size; ++r)
+        if (at(r, 7) != at(0, 7) || at(r, 8) != at(0, 8))
+          fail(where, "cu_seqlens must be the same on every rank: rank " + std::to_string(r) + "'s (" +
+                          std::to_string(at(r, 7)) + " offsets) differs from rank 0's (" + std::to_string(at(0, 7)) + ")");
+      s = split(mechanism);
+      if (!options.cu_seqlens.empty()) {
+        const auto& cu = options.cu_seqlens;
+        if (at(0, 0) != 1) fail(where, "cu_seqlens (packed sequences) needs batch 1, got " + std::to_string(at(0, 0)));
+        if (cu.size() < 2 || cu.front() != 0 || cu.back() != n)
+          fail(where, "cu_seqlens must run from 0 to the total tokens " + std::to_string(n) + " over the ranks, got " +
+                          std::to_string(cu.size()) + " offsets ending at " + std::to_string(cu.empty() ? 0 : cu.back()));
+        for (size_t t = 1; t < cu.size(); ++t)
+          if (cu[t] < cu[t - 1])
+            fail(where, "cu_seqlens must be non-decreasing, got " + std::to_string(cu[t - 1]) + " then " +
+                            std::to_string(cu[t]));
+      }
+      const bool z = options.zigzag_auto && s.causal;
+      for (int r = 0; r < c.size; ++r)
+        if (at(r, 3) != shard_length(n, c.size, r, z))
+          fail(where, "rank " + std::to_string(r) + " holds " + std::to_string(at(r, 3)) + " tokens; a " +
+                          (z ? "zig-zag" : "contiguous") + " shard of " + std::to_string(n) + " tokens over " +
+                          std::to_string(c.size) + " ranks has " + std::to_string(shard_length(n, c.size, r, z)));
+      // the backward's float32 dK/dV accumulators are the largest message
+      (void)detail::mpi_count(at(0, 0) * at(0, 2) * (at(0, 4) + at(0, 5)) * most * 4, where);
+    });
+    detail::agree(c, where, shape_error, /*global=*/true);  // the same verdict everywhere (same data)
+    zig = options.zigzag_auto && s.causal;
+    B = q.batch(), H = q.heads(), Hkv = k.heads(), D = q.dim(), Dv = v.dim(), nl = q.tokens();
+    es = static_cast<int64_t>(dtype_size(q.dtype));  // K/V travel in the inputs' dtype
+    mine = shard_pieces(n, c.size, c.rank, zig);
+    seqs = std::make_unique<Sequences>(s, options.cu_seqlens, n);
+  }
+
+  // The call for queries qp against keys kp: false when the pattern hides the pair entirely;
+  // else sets run (the mechanism's scores, or the mechanism itself on an aligned diagonal pair)
+  // and, for a partly visible pair, o.mask_mod in global positions.
+  bool pair(const Piece& qp, const Piece& kp, Mechanism& run, AttendOptions& o) const {
+    int64_t only = -1;
+    const mask::Coverage cov = seqs->classify(qp.start, qp.length, kp.start, kp.length, only);
+    if (cov == mask::Coverage::hidden) return false;
+    run = s.scores;
+    if (cov == mask::Coverage::partial) {
+      // A diagonal pair inside one sequence: positions relative to the pair differ as the global
+      // ones do, so the mechanism runs as it is (sinks and chunks need the pair to start where
+      // they count from).
+      const int64_t from = only >= 0 ? kp.start - seqs->start[static_cast<size_t>(only)] : -1;
+      const bool aligned = only >= 0 && qp.start == kp.start && qp.length == kp.length && s.native &&
+                           (s.native->sinks == 0 || from == 0) && (s.native->chunk == 0 || from % s.native->chunk == 0);
+      if (aligned) {
+        run = *s.native;
+      } else {
+        const Sequences* all_seqs = seqs.get();
+        const int64_t q0 = qp.start, k0 = kp.start;
+        o.mask_mod = [all_seqs, q0, k0](int64_t, int64_t, int64_t i, int64_t j) {
+          return all_seqs->visible(q0 + i, k0 + j);
+        };
+      }
+    }
+    return true;
+  }
+
+  // The ring: R steps; in step s this rank holds the K/V shard of rank (rank - s) mod R (packed
+  // from k and v in step 0) and sends it on while `work(src, ks, vs)` runs on it.
+  template <class Work>
+  void run_ring(const TensorView& k, const TensorView& v, RingStats& st, Work&& work) const {
+    std::vector<char> buf[2] = {std::vector<char>(static_cast<size_t>(bytes_of(most))),
+                                std::vector<char>(static_cast<size_t>(bytes_of(most)))};
+    detail::pack(v, detail::pack(k, buf[0].data()));
+    const DType dt = k.dtype;
+    st.steps = c.size;
+    int cur = 0;
+    for (int step = 0; step < c.size; ++step) {
+      const int src = (c.rank - step + c.size) % c.size;
+      MPI_Request req[2];
+      int nreq = 0;
+      if (step + 1 < c.size) {  // pass the current shard on while working on it
+        const int from = (c.rank - 1 + c.size) % c.size, to = (c.rank + 1) % c.size;
+        const int next_src = (c.rank - step - 1 + c.size) % c.size;
+        MPI_Irecv(buf[1 - cur].data(), detail::mpi_count(bytes_of(tokens_of(next_src)), kWhere), MPI_BYTE, from, step,
+                  c.comm, &req[nreq++]);
+        MPI_Isend(buf[cur].data(), detail::mpi_count(bytes_of(tokens_of(src)), kWhere), MPI_BYTE, to, step, c.comm,
+                  &req[nreq++]);
+        st.bytes_sent += bytes_of(tokens_of(src));
+      }
+      const auto t_compute = Clock::now();
+      const int64_t ns = tokens_of(src);
+      const TensorView ks = make_view(buf[cur].data(), dt, B, Hkv, ns, D);
+      const TensorView vs = make_view(buf[cur].data() + B * Hkv * ns * D * es, dt, B, Hkv, ns, Dv);
+      work(step, src, ks, vs);
+      st.compute_seconds += seconds_since(t_compute);
+      if (nreq) {
+        const auto t_wait = Clock::now();
+        MPI_Waitall(nreq, req, MPI_STATUSES_IGNORE);
+        st.wait_seconds += seconds_since(t_wait);
+        cur = 1 - cur;
+      }
+    }
+  }
+};
+
 }  // namespace
 
 AttendResult ring_attention(const TensorView& q, const TensorView& k, const TensorView& v, MPI_Comm comm,
                             const Mechanism& mechanism, const RingOptions& options) {
-  const Comm c(comm);
   const auto t_start = Clock::now();
-  // 1. Sizes: every rank's (B, H, Hkv, n_q, n_k, n_v, D, Dv, local check), then the same checks everywhere.
-  const std::string local = detail::error_of([&] {
-    for (const auto* x : {&q, &k, &v})
-      if (x->data == nullptr && x->numel() != 0) fail(kWhere, "a view has no data");
-    if (q.dim() != k.dim()) fail(kWhere, "k must have q's head dim " + std::to_string(q.dim()) + ", got " + detail::dims(k));
-    if (q.batch() != k.batch() || q.batch() != v.batch() || k.heads() != v.heads())
-      fail(kWhere, "q " + detail::dims(q) + ", k " + detail::dims(k) + ", v " + detail::dims(v) +
-                       " disagree on batch or k/v heads");
-    if (k.heads() == 0 || q.heads() % k.heads() != 0)
-      fail(kWhere, "k has " + std::to_string(k.heads()) + " heads, which does not divide q's " + std::to_string(q.heads()));
-    if (q.tokens() != k.tokens() || k.tokens() != v.tokens())
-      fail(kWhere, "q, k and v shards must hold the same tokens, got " + std::to_string(q.tokens()) + ", " +
-                       std::to_string(k.tokens()) + " and " + std::to_string(v.tokens()));
-    if (q.tokens() > 0) (void)explain(q, k, v, Softmax{}, {});  // dtype, strides, finite sizes
-  });
-  detail::agree(c, kWhere, local);
-  // every rank must pass the same mechanism, sharding and cu_seqlens: their fingerprints travel along
-  const std::vector<int64_t> all = detail::allgather(
-      c, {q.batch(), q.heads(), k.heads(), q.tokens(), q.dim(), v.dim(), static_cast<int64_t>(q.dtype),
-          static_cast<int64_t>(options.cu_seqlens.size()), detail::fingerprint(options.cu_seqlens),
-          detail::fingerprint(to_string(mechanism) + (options.zigzag_auto ? "" : " contiguous"))});
-  constexpr size_t kFields = 10;
-  auto at = [&](int r, size_t f) { return all[static_cast<size_t>(r) * kFields + f]; };
-  int64_t n = 0;
-  for (int r = 0; r < c.size; ++r) n += at(r, 3);
-  Split s;
-  const std::string shape_error = detail::error_of([&] {
-    const char* names[] = {"batch", "q heads", "k/v heads", "", "head dim", "v head dim", "dtype"};
-    auto value = [&](int r, size_t f) {
-      return f == 6 ? dtype_name(static_cast<DType>(at(r, f))) : std::to_string(at(r, f));
-    };
-    for (int r = 1; r < c.size; ++r)
-      for (size_t f : {0, 1, 2, 4, 5, 6})
-        if (at(r, f) != at(0, f))
-          fail(kWhere, std::string(names[f]) + " must agree on every rank: rank 0 has " + value(0, f) + ", rank " +
-                           std::to_string(r) + " has " + value(r, f));
-    for (int r = 1; r < c.size; ++r)
-      if (at(r, 9) != at(0, 9))
-        fail(kWhere, "the mechanism (and zigzag_auto) must be the same on every rank: rank " + std::to_string(r) +
-                         "'s differs from rank 0's");
-    for (int r = 1; r < c.size; ++r)
-      if (at(r, 7) != at(0, 7) || at(r, 8) != at(0, 8))
-        fail(kWhere, "cu_seqlens must be the same on every rank: rank " + std::to_string(r) + "'s (" +
-                         std::to_string(at(r, 7)) + " offsets) differs from rank 0's (" + std::to_string(at(0, 7)) + ")");
-    s = split(mechanism);
-    if (!options.cu_seqlens.empty()) {
-      const auto& cu = options.cu_seqlens;
-      if (at(0, 0) != 1) fail(kWhere, "cu_seqlens (packed sequences) needs batch 1, got " + std::to_string(at(0, 0)));
-      if (cu.size() < 2 || cu.front() != 0 || cu.back() != n)
-        fail(kWhere, "cu_seqlens must run from 0 to the total tokens " + std::to_string(n) + " over the ranks, got " +
-                         std::to_string(cu.size()) + " offsets ending at " + std::to_string(cu.empty() ? 0 : cu.back()));
-      for (size_t t = 1; t < cu.size(); ++t)
-        if (cu[t] < cu[t - 1])
-          fail(kWhere, "cu_seqlens must be non-decreasing, got " + std::to_string(cu[t - 1]) + " then " + std::to_string(cu[t]));
-    }
-    const bool zig = options.zigzag_auto && s.causal;
-    for (int r = 0; r < c.size; ++r)
-      if (at(r, 3) != shard_length(n, c.size, r, zig))
-        fail(kWhere, "rank " + std::to_string(r) + " holds " + std::to_string(at(r, 3)) + " tokens; a " +
-                         (zig ? "zig-zag" : "contiguous") + " shard of " + std::to_string(n) + " tokens over " +
-                         std::to_string(c.size) + " ranks has " + std::to_string(shard_length(n, c.size, r, zig)));
-    int64_t longest = 0;
-    for (int r = 0; r < c.size; ++r) longest = std::max(longest, at(r, 3));
-    (void)detail::mpi_count(at(0, 0) * at(0, 2) * (at(0, 4) + at(0, 5)) * longest * static_cast<int64_t>(dtype_size(q.dtype)),
-                            kWhere);
-  });
-  detail::agree(c, kWhere, shape_error, /*global=*/true);  // the same verdict everywhere (same data), without hanging
-
-  const bool zig = options.zigzag_auto && s.causal;
-  const int64_t B = q.batch(), H = q.heads(), Hkv = k.heads(), D = q.dim(), Dv = v.dim(), nl = q.tokens();
-  // K/V travel in the inputs' dtype (attend() takes q, k, v of one dtype): bytes of a shard
-  const int64_t es = static_cast<int64_t>(dtype_size(q.dtype));
-  auto bytes_of = [&](int64_t tokens) { return B * Hkv * tokens * (D + Dv) * es; };
-  int64_t most = 0;
-  for (int r = 0; r < c.size; ++r) most = std::max(most, at(r, 3));
-  std::vector<char> buf[2] = {std::vector<char>(static_cast<size_t>(bytes_of(most))),
-                              std::vector<char>(static_cast<size_t>(bytes_of(most)))};
-  detail::pack(v, detail::pack(k, buf[0].data()));
-
+  const Plan plan(q, k, v, comm, mechanism, options, kWhere);
+  const int64_t B = plan.B, H = plan.H, Dv = plan.Dv, nl = plan.nl;
   // Accumulators: out (B, H, nl, Dv) and lse (B, H, nl), float32.
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   std::vector<float> acc_out(static_cast<size_t>(B * H * nl * Dv), 0.0f), acc_lse(static_cast<size_t>(B * H * nl), kNegInf);
   std::vector<float> part_out, part_lse, tmp;
-  const std::vector<Piece> mine = shard_pieces(n, c.size, c.rank, zig);
-  const Sequences seqs(s, options.cu_seqlens, n);
   RingStats st;
-  st.steps = c.size;
-
-  int cur = 0;
-  for (int step = 0; step < c.size; ++step) {
-    const int src = (c.rank - step + c.size) % c.size;
-    MPI_Request req[2];
-    int nreq = 0;
-    if (step + 1 < c.size) {  // pass the current shard on while working on it
-      const int from = (c.rank - 1 + c.size) % c.size, to = (c.rank + 1) % c.size;
-      const int next_src = (c.rank - step - 1 + c.size) % c.size;
-      MPI_Irecv(buf[1 - cur].data(), detail::mpi_count(bytes_of(at(next_src, 3)), kWhere), MPI_BYTE, from, step,
-                c.comm, &req[nreq++]);
-      MPI_Isend(buf[cur].data(), detail::mpi_count(bytes_of(at(src, 3)), kWhere), MPI_BYTE, to, step, c.comm,
-                &req[nreq++]);
-      st.bytes_sent += bytes_of(at(src, 3));
-    }
-    const auto t_compute = Clock::now();
-    const int64_t ns = at(src, 3);
-    const TensorView ks = make_view(buf[cur].data(), q.dtype, B, Hkv, ns, D);
-    const TensorView vs = make_view(buf[cur].data() + B * Hkv * ns * D * es, q.dtype, B, Hkv, ns, Dv);
-    for (const Piece& qp : mine) {
+  plan.run_ring(k, v, st, [&](int, int src, const TensorView& ks, const TensorView& vs) {
+    for (const Piece& qp : plan.mine) {
       if (qp.length == 0) continue;
-      for (const Piece& kp : shard_pieces(n, c.size, src, zig)) {
+      for (const Piece& kp : shard_pieces(plan.n, plan.c.size, src, plan.zig)) {
         if (kp.length == 0) continue;
-        int64_t only = -1;
-        const mask::Coverage cov = seqs.classify(qp.start, qp.length, kp.start, kp.length, only);
-        if (cov == mask::Coverage::hidden) {
+        AttendOptions o;
+        o.threads = options.threads;
+        Mechanism run;
+        if (!plan.pair(qp, kp, run, o)) {
           ++st.blocks_skipped;
           continue;
         }
         ++st.blocks_computed;
-        AttendOptions o;
-        o.threads = options.threads;
-        Mechanism run = s.scores;
-        if (cov == mask::Coverage::partial) {
-          // A diagonal pair inside one sequence: positions relative to the pair differ as the
-          // global ones do, so the mechanism runs as it is (sinks and chunks need the pair to
-          // start where they count from).
-          const int64_t from = only >= 0 ? kp.start - seqs.start[static_cast<size_t>(only)] : -1;
-          const bool aligned = only >= 0 && qp.start == kp.start && qp.length == kp.length && s.native &&
-                               (s.native->sinks == 0 || from == 0) && (s.native->chunk == 0 || from % s.native->chunk == 0);
-          if (aligned) {
-            run = *s.native;
-          } else {
-            const Sequences* all_seqs = &seqs;
-            const int64_t q0 = qp.start, k0 = kp.start;
-            o.mask_mod = [all_seqs, q0, k0](int64_t, int64_t, int64_t i, int64_t j) {
-              return all_seqs->visible(q0 + i, k0 + j);
-            };
-          }
-        }
         part_out.resize(static_cast<size_t>(B * H * qp.length * Dv));
         part_lse.resize(static_cast<size_t>(B * H * qp.length));
         const TensorView po = detail::f32_view(part_out.data(), B, H, qp.length, Dv);
@@ -292,14 +331,7 @@ AttendResult ring_attention(const TensorView& q, const TensorView& k, const Tens
                      part_out.data() + bh * qp.length * Dv, part_lse.data() + bh * qp.length, tmp);
       }
     }
-    st.compute_seconds += seconds_since(t_compute);
-    if (nreq) {
-      const auto t_wait = Clock::now();
-      MPI_Waitall(nreq, req, MPI_STATUSES_IGNORE);
-      st.wait_seconds += seconds_since(t_wait);
-      cur = 1 - cur;
-    }
-  }
+  });
 
   AttendResult res;
   res.out = Tensor(q.dtype, {B, H, nl, Dv}, detail::layout_of(q));
