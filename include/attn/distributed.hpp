@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "attn/attend.hpp"
+#include "attn/backward.hpp"
 #include "attn/mechanism.hpp"
 #include "attn/tensor.hpp"
 
@@ -67,6 +68,17 @@ struct RingOptions {
 // sequences of different lengths sharded as one stream (equals attend_varlen on the whole).
 AttendResult ring_attention(const TensorView& q, const TensorView& k, const TensorView& v, MPI_Comm comm,
                             const Mechanism& mechanism = Softmax{}, const RingOptions& options = {});
+
+// Backward through the ring: the gradients of ring_attention's output for this rank's shards.
+// dout, out and lse (B, H, n_local, 1 float32) are this rank's rows (out and lse as ring_attention
+// returned them, with the same mechanism and options). The K/V shards travel around the ring as in
+// the forward, each with float32 dK/dV accumulators that collect every rank's share (the pair's
+// attend_backward with the whole row's out and lse) and come back to their owner after R moves.
+// Returns dq (B, H, n_local, D), dk, dv (B, Hkv, n_local, D|Dv) in the inputs' dtypes, bhnd.
+// Mechanisms as the forward, score=dot.
+AttendGradients ring_attention_backward(const TensorView& dout, const TensorView& q, const TensorView& k,
+                                        const TensorView& v, const TensorView& out, const TensorView& lse, MPI_Comm comm,
+                                        const Mechanism& mechanism = Softmax{}, const RingOptions& options = {});
 
 // Decode against a KV cache sharded by tokens: every rank passes the same q (B, H, Nq, D) and its
 // shard of keys/values (B, Hkv, m_r, D|Dv), m_r >= 0; every query sees every cached key (softmax

@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <variant>
 
+#include "attn/backward.hpp"
 #include "attn/distributed.hpp"
 #include "attn/error.hpp"
 #include "core/partial_merge.hpp"
@@ -345,6 +346,94 @@ AttendResult ring_attention(const TensorView& q, const TensorView& k, const Tens
     res.lse = Tensor(DType::f32, {B, H, nl, 1});
     std::copy(acc_lse.begin(), acc_lse.end(), static_cast<float*>(res.lse.view().data));
   }
+  st.total_seconds = seconds_since(t_start);
+  if (options.stats) *options.stats = st;
+  return res;
+}
+
+AttendGradients ring_attention_backward(const TensorView& dout, const TensorView& q, const TensorView& k,
+                                        const TensorView& v, const TensorView& out, const TensorView& lse, MPI_Comm comm,
+                                        const Mechanism& mechanism, const RingOptions& options) {
+  constexpr const char* kBack = "distributed::ring_attention_backward";
+  const auto t_start = Clock::now();
+  const Plan plan(q, k, v, comm, mechanism, options, kBack, [&] {
+    const std::array<int64_t, 4> want_out{q.batch(), q.heads(), q.tokens(), v.dim()};
+    if (dout.shape != want_out) fail(kBack, "dout must have shape " + detail::dims(want_out) + ", got " + detail::dims(dout));
+    if (out.shape != want_out) fail(kBack, "out must have shape " + detail::dims(want_out) + ", got " + detail::dims(out));
+    const std::array<int64_t, 4> want_lse{q.batch(), q.heads(), q.tokens(), 1};
+    if (lse.shape != want_lse || lse.dtype != DType::f32)
+      fail(kBack, "lse must be float32 of shape " + detail::dims(want_lse) + ", got " + dtype_name(lse.dtype) + " " +
+                      detail::dims(lse));
+    if (dout.dtype != q.dtype || out.dtype != q.dtype)
+      fail(kBack, "dout and out must have q's dtype " + dtype_name(q.dtype) + ", got " + dtype_name(dout.dtype) + " and " +
+                      dtype_name(out.dtype));
+    if (const auto* sm = std::get_if<Softmax>(&mechanism); sm && sm->score != ScoreKind::dot)
+      fail(kBack, "the backward needs score=dot, got " + to_string(sm->score));
+  });
+  const int64_t B = plan.B, H = plan.H, Hkv = plan.Hkv, D = plan.D, Dv = plan.Dv, nl = plan.nl;
+  // dQ of this rank's queries; dK/dV of the shard being visited, float32, travelling with it.
+  std::vector<float> dq(static_cast<size_t>(B * H * nl * D), 0.0f);
+  const size_t dkv_floats = static_cast<size_t>(B * Hkv * plan.most * (D + Dv));
+  std::vector<float> dkv(dkv_floats, 0.0f), dkv_next(dkv_floats, 0.0f);
+  RingStats st;
+  plan.run_ring(k, v, st, [&](int step, int src, const TensorView& ks, const TensorView& vs) {
+    const int64_t ns = plan.tokens_of(src);
+    float* const dks = dkv.data();
+    float* const dvs = dkv.data() + B * Hkv * ns * D;
+    for (const Piece& qp : plan.mine) {
+      if (qp.length == 0) continue;
+      for (const Piece& kp : shard_pieces(plan.n, plan.c.size, src, plan.zig)) {
+        if (kp.length == 0) continue;
+        AttendOptions o;
+        o.threads = options.threads;
+        Mechanism run;
+        if (!plan.pair(qp, kp, run, o)) {
+          ++st.blocks_skipped;
+          continue;
+        }
+        ++st.blocks_computed;
+        // The pair's share of the gradients, from the whole row's out and lse (P_ij = exp(t_ij -
+        // lse_i), D_i = dO_i . O_i): exact per pair, so the shares add up.
+        const AttendGradients g =
+            attend_backward(detail::rows(dout, qp.local, qp.length), detail::rows(q, qp.local, qp.length),
+                            detail::rows(ks, kp.local, kp.length), detail::rows(vs, kp.local, kp.length),
+                            detail::rows(out, qp.local, qp.length), detail::rows(lse, qp.local, qp.length), run, o);
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t h = 0; h < H; ++h)
+            for (int64_t i = 0; i < qp.length; ++i)
+              for (int64_t ch = 0; ch < D; ++ch)
+                dq[static_cast<size_t>(((b * H + h) * nl + qp.local + i) * D + ch)] += g.dq.at(b, h, i, ch);
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t h = 0; h < Hkv; ++h)
+            for (int64_t j = 0; j < kp.length; ++j) {
+              for (int64_t ch = 0; ch < D; ++ch)
+                dks[((b * Hkv + h) * ns + kp.local + j) * D + ch] += g.dk.at(b, h, j, ch);
+              for (int64_t ch = 0; ch < Dv; ++ch)
+                dvs[((b * Hkv + h) * ns + kp.local + j) * Dv + ch] += g.dv.at(b, h, j, ch);
+            }
+      }
+    }
+    // The shard's dK/dV go on with it (after R such moves they are back with their owner).
+    if (plan.c.size > 1) {
+      const int to = (plan.c.rank + 1) % plan.c.size, from = (plan.c.rank - 1 + plan.c.size) % plan.c.size;
+      const int next_src = (src - 1 + plan.c.size) % plan.c.size;
+      const int64_t send = B * Hkv * ns * (D + Dv), recv = B * Hkv * plan.tokens_of(next_src) * (D + Dv);
+      MPI_Sendrecv(dkv.data(), detail::mpi_count(send, kBack), MPI_FLOAT, to, 1000 + step, dkv_next.data(),
+                   detail::mpi_count(recv, kBack), MPI_FLOAT, from, 1000 + step, plan.c.comm, MPI_STATUS_IGNORE);
+      st.bytes_sent += send * static_cast<int64_t>(sizeof(float));
+      dkv.swap(dkv_next);
+    }
+  });
+  // dkv now holds this rank's own shard's dK/dV (the last receive came from rank - 1 with shard rank).
+  AttendGradients res;
+  res.dq = Tensor(q.dtype, {B, H, nl, D});
+  res.dk = Tensor(k.dtype, {B, Hkv, nl, D});
+  res.dv = Tensor(v.dtype, {B, Hkv, nl, Dv});
+  for (size_t i = 0; i < dq.size(); ++i) store_from_float(res.dq.view().data, q.dtype, static_cast<int64_t>(i), dq[i]);
+  const int64_t nk = B * Hkv * nl * D;
+  for (int64_t i = 0; i < nk; ++i) store_from_float(res.dk.view().data, k.dtype, i, dkv[static_cast<size_t>(i)]);
+  for (int64_t i = 0; i < B * Hkv * nl * Dv; ++i)
+    store_from_float(res.dv.view().data, v.dtype, i, dkv[static_cast<size_t>(nk + i)]);
   st.total_seconds = seconds_since(t_start);
   if (options.stats) *options.stats = st;
   return res;
