@@ -73,6 +73,23 @@ void bind_distributed(nb::module_& m) {
       "q"_a, "k"_a, "v"_a, "comm"_a, "mechanism"_a, "return_lse"_a, "cu_seqlens"_a = std::vector<int64_t>{},
       "Ring attention over the ranks of comm (a Fortran handle); (B, H, n_local, D) float32 shards.");
   m.def(
+      "distributed_attention_backward",
+      [](const In& dout, const In& q, const In& k, const In& v, const In& out, const In& lse, int64_t comm,
+         const std::string& mechanism, const std::vector<int64_t>& cu_seqlens) {
+        const attn::Mechanism mech = attn::parse_mechanism(mechanism);
+        attn::distributed::RingOptions o;
+        o.cu_seqlens = cu_seqlens;
+        attn::AttendGradients g;
+        {
+          nb::gil_scoped_release release;
+          g = attn::distributed::ring_attention_backward(view_of(dout), view_of(q), view_of(k), view_of(v), view_of(out),
+                                                         view_of(lse), comm_of(comm), mech, o);
+        }
+        return nb::make_tuple(numpy_of(std::move(g.dq)), numpy_of(std::move(g.dk)), numpy_of(std::move(g.dv)));
+      },
+      "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "comm"_a, "mechanism"_a, "cu_seqlens"_a = std::vector<int64_t>{},
+      "The ring's backward: (dq, dk, dv) of this rank's shards, float32 (B, H, n_local, D) arrays.");
+  m.def(
       "distributed_decode",
       [](const In& q, const In& k, const In& v, int64_t comm, bool return_lse) {
         attn::AttendResult r;

@@ -9,6 +9,8 @@ here is collective (every rank of ``comm`` calls it, in the same order). ``comm=
 * :func:`attention` -- exact softmax attention on shards (ring attention: K/V shards travel
   around the ring, partials merge by the log-sum-exp rule); equals :func:`attn.attention` on
   the whole sequence, rows of this rank.
+* :func:`attention_backward` -- its gradients (dq of this rank's queries, dk/dv of its shard;
+  the dK/dV accumulators travel around the ring with their shard).
 * :func:`linear_attention` -- linear attention across ranks (LASP-2: one all-gather of the
   per-rank states); returns ``(o, final_state)``, the final state of the whole sequence.
 * :func:`decode` -- the same queries on every rank against a KV cache sharded by tokens.
@@ -27,7 +29,7 @@ import numpy as np
 
 from . import _attn
 
-__all__ = ["shard", "unshard", "attention", "linear_attention", "decode", "shard_pieces"]
+__all__ = ["shard", "unshard", "attention", "attention_backward", "linear_attention", "decode", "shard_pieces"]
 
 
 def _mpi():
@@ -174,15 +176,41 @@ def attention(q: Any, k: Any, v: Any, comm=None, causal: bool = False,
     _native()
     comm = _comm(comm)
     _token_axis(layout)
-    opts = (["causal"] if causal else []) + _window_text(window_size)
-    if softmax_scale is not None:
-        opts.append(f"scale={float(softmax_scale)!r}")
-    text = "softmax" + (":" + ",".join(opts) if opts else "")
+    text = _softmax_text(causal, window_size, softmax_scale)
     cu = [int(x) for x in (cu_seqlens if cu_seqlens is not None else [])]
     out, lse, _ = _attn.distributed_attention(_bhnd(q, layout, "q"), _bhnd(k, layout, "k"), _bhnd(v, layout, "v"),
                                               comm.py2f(), text, return_lse, cu)
     out = _back(out, layout, q)
     return (out, _like(lse, q)) if return_lse else out
+
+
+def _softmax_text(causal: bool, window_size: Sequence[int], softmax_scale: Optional[float]) -> str:
+    opts = (["causal"] if causal else []) + _window_text(window_size)
+    if softmax_scale is not None:
+        opts.append(f"scale={float(softmax_scale)!r}")
+    return "softmax" + (":" + ",".join(opts) if opts else "")
+
+
+def attention_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, comm=None, causal: bool = False,
+                       window_size: Tuple[int, int] = (-1, -1), layout: str = "bnhd", *,
+                       softmax_scale: Optional[float] = None,
+                       cu_seqlens: Optional[Sequence[int]] = None) -> Tuple[Any, Any, Any]:
+    """Gradients of :func:`attention` for this rank's shards: (dq, dk, dv) in ``layout``.
+
+    dout: the loss's gradient with respect to this rank's rows of the output; out and lse
+    ((B, H, n_local)): what :func:`attention` returned (``return_lse=True``) with the same
+    arguments. Equals :func:`attn.attend_backward` on the whole sequence, this rank's rows, up to
+    float32 rounding."""
+    _native()
+    comm = _comm(comm)
+    _token_axis(layout)
+    text = _softmax_text(causal, window_size, softmax_scale)
+    lse4 = np.ascontiguousarray(_numpy(lse), dtype=np.float32)[..., None]
+    cu = [int(x) for x in (cu_seqlens if cu_seqlens is not None else [])]
+    dq, dk, dv = _attn.distributed_attention_backward(
+        _bhnd(dout, layout, "dout"), _bhnd(q, layout, "q"), _bhnd(k, layout, "k"), _bhnd(v, layout, "v"),
+        _bhnd(out, layout, "out"), lse4, comm.py2f(), text, cu)
+    return _back(dq, layout, q), _back(dk, layout, k), _back(dv, layout, v)
 
 
 def linear_attention(q: Any, k: Any, v: Any, comm=None, feature_map: str = "elu", causal: bool = True, *,

@@ -30,6 +30,15 @@ for name, (n, causal, window) in cases.items():
     out[name] = dist.unshard(y, comm, causal=causal)
     out[name + "_lse"] = dist.unshard(lse[..., None], comm, causal=causal, layout="bhnd")[..., 0]
 
+# the ring's backward (causal, GQA, a window): gradients unsharded
+q, k, v = inputs(15)
+dout = rng.standard_normal((2, 15, 4, 6), dtype=np.float32)
+sh = [dist.shard(x, comm, causal=True) for x in (q, k, v, dout)]
+y, lse = dist.attention(*sh[:3], comm, causal=True, window_size=(6, 0), return_lse=True)
+dq, dk, dv = dist.attention_backward(sh[3], *sh[:3], y, lse, comm, causal=True, window_size=(6, 0))
+out["bwd_q"], out["bwd_k"], out["bwd_v"], out["bwd_dout"] = q, k, v, dout
+out["bwd_dq"], out["bwd_dk"], out["bwd_dv"] = (dist.unshard(g, comm, causal=True) for g in (dq, dk, dv))
+
 # packed sequences (varlen), causal with a window inside each sequence
 cu = [0, 4, 4, 13, 21]
 q, k, v = inputs(21, b=1)
