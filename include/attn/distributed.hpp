@@ -97,4 +97,14 @@ AttendResult decode(const TensorView& q, const TensorView& k_shard, const Tensor
 AttendResult linear_attention(const TensorView& q, const TensorView& k, const TensorView& v, MPI_Comm comm,
                               const Linear& mechanism, bool return_final_state = false, int threads = 0);
 
+// Its backward: dq, dk, dv of this rank's shard (bhnd, the inputs' dtypes) for dout (this rank's
+// rows of the output's gradient) and, when given, dfinal_state (the gradient of the whole
+// sequence's final state, float32, the same on every rank). The prefix states are rebuilt as in
+// the forward; each rank's outputs' gradient with respect to its initial state is all-gathered
+// once, and every rank folds them (backwards, with the decay, when causal) into the gradient that
+// flows into its own final state, which its local backward then takes as dfinal_state.
+AttendGradients linear_attention_backward(const TensorView& dout, const TensorView& q, const TensorView& k,
+                                          const TensorView& v, MPI_Comm comm, const Linear& mechanism,
+                                          const TensorView* dfinal_state = nullptr, int threads = 0);
+
 }  // namespace attn::distributed
