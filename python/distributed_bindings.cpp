@@ -5,6 +5,7 @@
 #include <mpi.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -89,6 +90,24 @@ void bind_distributed(nb::module_& m) {
       },
       "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "comm"_a, "mechanism"_a, "cu_seqlens"_a = std::vector<int64_t>{},
       "The ring's backward: (dq, dk, dv) of this rank's shards, float32 (B, H, n_local, D) arrays.");
+  m.def(
+      "distributed_linear_attention_backward",
+      [](const In& dout, const In& q, const In& k, const In& v, int64_t comm, const std::string& mechanism,
+         std::optional<In> dfinal_state) {
+        const attn::Mechanism mech = attn::parse_mechanism(mechanism);
+        const auto* lin = std::get_if<attn::Linear>(&mech);
+        if (!lin) throw attn::Error("attn.distributed.linear_attention_backward: mechanism must be linear, got '" + mechanism + "'");
+        attn::AttendGradients g;
+        {
+          nb::gil_scoped_release release;
+          const attn::TensorView df = dfinal_state ? view_of(*dfinal_state) : attn::TensorView{};
+          g = attn::distributed::linear_attention_backward(view_of(dout), view_of(q), view_of(k), view_of(v),
+                                                           comm_of(comm), *lin, dfinal_state ? &df : nullptr);
+        }
+        return nb::make_tuple(numpy_of(std::move(g.dq)), numpy_of(std::move(g.dk)), numpy_of(std::move(g.dv)));
+      },
+      "dout"_a, "q"_a, "k"_a, "v"_a, "comm"_a, "mechanism"_a, "dfinal_state"_a.none() = nb::none(),
+      "LASP-2's backward: (dq, dk, dv) of this rank's shards, float32 (B, H, n_local, D) arrays.");
   m.def(
       "distributed_decode",
       [](const In& q, const In& k, const In& v, int64_t comm, bool return_lse) {

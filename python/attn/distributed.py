@@ -13,6 +13,7 @@ here is collective (every rank of ``comm`` calls it, in the same order). ``comm=
   the dK/dV accumulators travel around the ring with their shard).
 * :func:`linear_attention` -- linear attention across ranks (LASP-2: one all-gather of the
   per-rank states); returns ``(o, final_state)``, the final state of the whole sequence.
+* :func:`linear_attention_backward` -- its gradients (one all-gather of state gradients).
 * :func:`decode` -- the same queries on every rank against a KV cache sharded by tokens.
 
 Any sequence length works (pieces differ by at most one token; a rank may hold none). The C++
@@ -29,7 +30,8 @@ import numpy as np
 
 from . import _attn
 
-__all__ = ["shard", "unshard", "attention", "attention_backward", "linear_attention", "decode", "shard_pieces"]
+__all__ = ["shard", "unshard", "attention", "attention_backward", "linear_attention", "linear_attention_backward",
+           "decode", "shard_pieces"]
 
 
 def _mpi():
@@ -222,14 +224,38 @@ def linear_attention(q: Any, k: Any, v: Any, comm=None, feature_map: str = "elu"
     _native()
     comm = _comm(comm)
     _token_axis(layout)
+    text = _linear_text(feature_map, causal, decay, normalize)
+    out, state = _attn.distributed_linear_attention(_bhnd(q, layout, "q"), _bhnd(k, layout, "k"),
+                                                     _bhnd(v, layout, "v"), comm.py2f(), text)
+    return _back(out, layout, q), _like(state, q)
+
+
+def _linear_text(feature_map: str, causal: bool, decay: Optional[float], normalize: bool) -> str:
     if "," in feature_map or ":" in feature_map:
         raise ValueError(f"feature_map must be one name such as 'elu', got {feature_map!r}")
     text = f"linear:map={feature_map}" + (",causal" if causal else "") + ("" if normalize else ",normalize=0")
     if decay is not None:
         text += f",decay={float(decay)!r}"
-    out, state = _attn.distributed_linear_attention(_bhnd(q, layout, "q"), _bhnd(k, layout, "k"),
-                                                     _bhnd(v, layout, "v"), comm.py2f(), text)
-    return _back(out, layout, q), _like(state, q)
+    return text
+
+
+def linear_attention_backward(dout: Any, q: Any, k: Any, v: Any, comm=None, feature_map: str = "elu",
+                              causal: bool = True, *, dfinal_state: Any = None, decay: Optional[float] = None,
+                              normalize: bool = True, layout: str = "bnhd") -> Tuple[Any, Any, Any]:
+    """Gradients of :func:`linear_attention` for this rank's shards: (dq, dk, dv) in ``layout``.
+
+    dout: the loss's gradient with respect to this rank's rows of o; dfinal_state: with respect
+    to the whole sequence's final state (the same on every rank), or None. One all-gather of the
+    ranks' initial-state gradients. Equals :func:`attn.attend_backward` on the whole sequence."""
+    _native()
+    comm = _comm(comm)
+    _token_axis(layout)
+    text = _linear_text(feature_map, causal, decay, normalize)
+    df = None if dfinal_state is None else np.ascontiguousarray(_numpy(dfinal_state), dtype=np.float32)
+    dq, dk, dv = _attn.distributed_linear_attention_backward(
+        _bhnd(dout, layout, "dout"), _bhnd(q, layout, "q"), _bhnd(k, layout, "k"), _bhnd(v, layout, "v"), comm.py2f(),
+        text, df)
+    return _back(dq, layout, q), _back(dk, layout, k), _back(dv, layout, v)
 
 
 def decode(q: Any, k_shard: Any, v_shard: Any, comm=None, *, layout: str = "bnhd", return_lse: bool = False) -> Any:

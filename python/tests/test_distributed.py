@@ -123,6 +123,15 @@ def test_linear_attention_equals_single_process(results, name, kw):
     assert r[name + "_state_same"], "every rank returns the same final state"
 
 
+def test_linear_attention_backward_equals_single_process(results):
+    ranks, r = results
+    q, k, v, dout = r["lbwd_q"], r["lbwd_k"], r["lbwd_v"], r["lbwd_dout"]
+    o, state = attn.linear_attention(q, k, v, decay=0.95, output_final_state=True)
+    want = attn.attend_backward(dout, q, k, v, o, None, "linear:map=elu,causal,decay=0.95", dfinal_state=r["lbwd_dfinal"])
+    for name, w in zip(("dq", "dk", "dv"), want[:3]):
+        np.testing.assert_allclose(r["lbwd_" + name], w, rtol=0, atol=5e-5, err_msg=f"{name} on {ranks} ranks")
+
+
 @pytest.mark.parametrize("m", [9, 2])
 def test_decode_equals_single_process(results, m):
     ranks, r = results

@@ -67,6 +67,15 @@ for name, (n, kw) in {"linear_elu": (14, {}), "linear_decay": (7, {"decay": 0.9}
     out[name + "_state"] = state
     out[name + "_state_same"] = np.array(all(np.array_equal(s, state) for s in states))
 
+# linear attention's backward (causal, decay, a final-state gradient)
+q, k, v = inputs(12, h=2, hkv=2)
+dout = rng.standard_normal((2, 12, 2, 6), dtype=np.float32)
+dfinal = rng.standard_normal((2, 2, 8, 7), dtype=np.float32)
+g = dist.linear_attention_backward(*(dist.shard(x, comm) for x in (dout, q, k, v)), comm, decay=0.95,
+                                   dfinal_state=dfinal)
+out["lbwd_q"], out["lbwd_k"], out["lbwd_v"], out["lbwd_dout"], out["lbwd_dfinal"] = q, k, v, dout, dfinal
+out["lbwd_dq"], out["lbwd_dk"], out["lbwd_dv"] = (dist.unshard(x, comm) for x in g)
+
 # decode: the same q everywhere, the cache sharded (some ranks hold none when M < ranks)
 for m in (9, 2):
     q, k, v = inputs(1)
