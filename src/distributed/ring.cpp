@@ -257,6 +257,14 @@ struct Plan {
     return true;
   }
 
+  // The transfers of the current step, tested between pairs (progress()): Open MPI moves a
+  // large message only inside MPI calls, so without them it would all happen in MPI_Waitall.
+  mutable MPI_Request pending[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  void progress() const {
+    int done = 0;
+    MPI_Testall(2, pending, &done, MPI_STATUSES_IGNORE);
+  }
+
   // The ring: R steps; in step s this rank holds the K/V shard of rank (rank - s) mod R (packed
   // from k and v in step 0) and sends it on while `work(src, ks, vs)` runs on it.
   template <class Work>
@@ -269,7 +277,7 @@ struct Plan {
     int cur = 0;
     for (int step = 0; step < c.size; ++step) {
       const int src = (c.rank - step + c.size) % c.size;
-      MPI_Request req[2];
+      MPI_Request* req = pending;
       int nreq = 0;
       if (step + 1 < c.size) {  // pass the current shard on while working on it
         const int from = (c.rank - 1 + c.size) % c.size, to = (c.rank + 1) % c.size;
@@ -288,7 +296,7 @@ struct Plan {
       st.compute_seconds += seconds_since(t_compute);
       if (nreq) {
         const auto t_wait = Clock::now();
-        MPI_Waitall(nreq, req, MPI_STATUSES_IGNORE);
+        MPI_Waitall(nreq, req, MPI_STATUSES_IGNORE);  // completed requests are MPI_REQUEST_NULL already
         st.wait_seconds += seconds_since(t_wait);
         cur = 1 - cur;
       }
@@ -330,6 +338,7 @@ AttendResult ring_attention(const TensorView& q, const TensorView& k, const Tens
         for (int64_t bh = 0; bh < B * H; ++bh)
           merge_rows(qp.length, Dv, acc_out.data() + (bh * nl + qp.local) * Dv, acc_lse.data() + bh * nl + qp.local,
                      part_out.data() + bh * qp.length * Dv, part_lse.data() + bh * qp.length, tmp);
+        plan.progress();
       }
     }
   });
@@ -411,6 +420,7 @@ AttendGradients ring_attention_backward(const TensorView& dout, const TensorView
               for (int64_t ch = 0; ch < Dv; ++ch)
                 dvs[((b * Hkv + h) * ns + kp.local + j) * Dv + ch] += g.dv.at(b, h, j, ch);
             }
+        plan.progress();
       }
     }
     // The shard's dK/dV go on with it (after R such moves they are back with their owner).
