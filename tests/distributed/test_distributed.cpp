@@ -191,6 +191,24 @@ TEST(Ring, VarlenBadOffsetsIsAnError) {
                "cu_seqlens must run from 0 to the total tokens 8 over the ranks, got 3 offsets ending at 7");
 }
 
+TEST(Ring, NaNKeyPoisonsTheRowsThatSeeIt) {
+  // Key 5 is NaN: under causal attention exactly the queries i >= 5 become NaN, as attend() says.
+  std::mt19937 rng(17);
+  const int64_t n = 12;
+  auto q = random_tensor(rng, DType::f32, 1, 2, n, 4);
+  auto k = random_tensor(rng, DType::f32, 1, 2, n, 4);
+  for (int64_t h = 0; h < 2; ++h) fill_token(k.view, 0, h, 5, nan_f());
+  const Mechanism m = parse_mechanism("softmax:causal");
+  const AttendResult whole = attend(q.view, k.view, q.view, m);
+  const auto pieces = dist::shard_pieces(n, ranks(), rank_of(), true);
+  const Tensor qs = take(q.view, pieces), ks = take(k.view, pieces);
+  const AttendResult got = dist::ring_attention(qs.view(), ks.view(), qs.view(), MPI_COMM_WORLD, m);
+  for (const auto& p : pieces)
+    for (int64_t i = 0; i < p.length; ++i)
+      EXPECT_EQ(std::isnan(got.out.at(0, 1, p.local + i, 2)), p.start + i >= 5) << "query " << p.start + i;
+  expect_rows_near(got.out.view(), whole.out.view(), pieces, 1e-5, "out with a NaN key");
+}
+
 TEST(Ring, WindowSkipsHiddenPairs) {
   // Non-causal window 1:1 over 4 ranks x 8 tokens: a rank sees only its neighbours' shards.
   std::mt19937 rng(5);
