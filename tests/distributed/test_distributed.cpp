@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "attn/attn.hpp"
@@ -207,6 +208,23 @@ TEST(Ring, NaNKeyPoisonsTheRowsThatSeeIt) {
     for (int64_t i = 0; i < p.length; ++i)
       EXPECT_EQ(std::isnan(got.out.at(0, 1, p.local + i, 2)), p.start + i >= 5) << "query " << p.start + i;
   expect_rows_near(got.out.view(), whole.out.view(), pieces, 1e-5, "out with a NaN key");
+}
+
+TEST(Ring, BitwiseAcrossThreadCounts) {
+  std::mt19937 rng(18);
+  const int64_t n = 40;
+  auto q = random_tensor(rng, DType::f32, 1, 4, n, 16);
+  const Mechanism m = parse_mechanism("softmax:causal,window=9:0");
+  const auto pieces = dist::shard_pieces(n, ranks(), rank_of(), true);
+  const Tensor qs = take(q.view, pieces);
+  dist::RingOptions one, two;
+  one.threads = 1, two.threads = 2;
+  one.return_lse = two.return_lse = true;
+  const AttendResult a = dist::ring_attention(qs.view(), qs.view(), qs.view(), MPI_COMM_WORLD, m, one);
+  const AttendResult b = dist::ring_attention(qs.view(), qs.view(), qs.view(), MPI_COMM_WORLD, m, two);
+  const auto& av = a.out.view();
+  EXPECT_EQ(std::memcmp(av.data, b.out.view().data, static_cast<size_t>(av.numel()) * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(a.lse.view().data, b.lse.view().data, static_cast<size_t>(a.lse.view().numel()) * sizeof(float)), 0);
 }
 
 TEST(Ring, WindowSkipsHiddenPairs) {
