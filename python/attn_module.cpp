@@ -29,6 +29,9 @@ void bind_titans(nb::module_& m);          // python/titans_bindings.cpp
 void bind_refinement(nb::module_& m);      // python/refinement_bindings.cpp
 void bind_sana(nb::module_& m);            // python/sana_bindings.cpp
 void bind_moe(nb::module_& m);  // python/moe_bindings.cpp
+#ifdef ATTN_PY_MPI
+void bind_distributed(nb::module_& m);  // python/distributed_bindings.cpp (built when CMake finds MPI)
+#endif
 
 namespace {
 
@@ -776,4 +779,9 @@ NB_MODULE(_attn, m) {
   bind_refinement(m);
   bind_sana(m);
   bind_moe(m);
+#ifdef ATTN_PY_MPI
+  bind_distributed(m);
+#else
+  m.attr("has_mpi") = false;  // attn.distributed says what to install
+#endif
 }

@@ -7,6 +7,7 @@ packages=(cmake ninja-build g++ clang libclang-rt-14-dev libomp-dev libgtest-dev
 if [ "${1:-}" = --test ]; then
   packages+=(chromium)  # headless, to render attn report's page in python/tests/test_report.py
   packages+=(pkg-config)  # builds examples/cpp_consumer against the installed attn.pc
+  packages+=(openmpi-bin libopenmpi-dev)  # attn_distributed and its tests under mpirun (optional to build)
 fi
 missing=()
 for p in "${packages[@]}"; do

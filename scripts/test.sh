@@ -62,6 +62,8 @@ if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
 .venv/bin/pip install -q tokenizers==0.23.3 jinja2==3.1.6
 # the concentration experiments draw with matplotlib (test_experiments.py)
 .venv/bin/pip install -q matplotlib==3.11.2
+# attn.distributed's communicator (python/tests/test_distributed.py runs scripts under mpirun)
+.venv/bin/pip install -q mpi4py==4.1.2
 .venv/bin/pip install -q "$root"
 # (not -q: the header states the hypothesis profile and the ISA paths)
 ATTN_CLI="$root/build/release/attn" .venv/bin/python -m pytest python/tests

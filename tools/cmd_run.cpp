@@ -8,6 +8,11 @@
 #include <map>
 
 #include "attn/attn.hpp"
+#ifdef ATTN_CLI_MPI
+#include <mpi.h>
+
+#include "attn/distributed.hpp"
+#endif
 #include "commands.hpp"
 #include "usage.hpp"
 #include "output_files.hpp"
@@ -31,7 +36,7 @@ struct RunArgs {
   std::vector<int64_t> cu_seqlens_q, cu_seqlens_k;
   int threads = 0;
   int64_t stats_topk = 8;
-  bool reference = false, explain = false;
+  bool reference = false, explain = false, distributed = false;
 };
 
 // q/k/v arrays: 4-D in the chosen layout, or 3-D (one batch).
@@ -141,6 +146,116 @@ int run_cache_or_varlen(const RunArgs& r, const Mechanism& mech, Layout layout, 
   return 0;
 }
 
+// --distributed: under mpirun every rank has read the whole q, k, v; it attends its shard (ring
+// attention for the softmax family, zig-zag when causal; LASP-2 for linear attention) and rank 0
+// gathers the rows and writes the whole output.
+int run_distributed(const RunArgs& r, const Mechanism& mech, Layout layout, const TensorView& q, const TensorView& k,
+                    const TensorView& v, bool three_d, OutputFiles& files) {
+#ifdef ATTN_CLI_MPI
+  int ready = 0;
+  MPI_Initialized(&ready);
+  if (!ready) MPI_Init(nullptr, nullptr);
+  struct Finalize {
+    ~Finalize() {
+      int done = 0;
+      MPI_Finalized(&done);
+      if (!done) MPI_Finalize();
+    }
+  } finalize;
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  namespace dist = attn::distributed;
+  if (k.tokens() != q.tokens() || v.tokens() != q.tokens())
+    fail("--distributed", "q, k and v must have the same tokens (one sequence split across ranks), got " +
+                              std::to_string(q.tokens()) + ", " + std::to_string(k.tokens()) + " and " + std::to_string(v.tokens()));
+  const Linear* lin = std::get_if<Linear>(&mech);
+  const bool causal = !lin && std::visit([](const auto& m) {
+    if constexpr (requires { m.causal; }) return static_cast<bool>(m.causal);
+    else return false;
+  }, mech);
+  const int64_t B = q.batch(), H = q.heads(), N = q.tokens(), Dv = v.dim();
+  const std::vector<dist::Piece> pieces = dist::shard_pieces(N, size, rank, causal);
+  auto take = [&](const TensorView& x) {
+    Tensor t(x.dtype, {x.batch(), x.heads(), dist::shard_length(N, size, rank, causal), x.dim()});
+    for (const dist::Piece& p : pieces)
+      for (int64_t b = 0; b < x.batch(); ++b)
+        for (int64_t h = 0; h < x.heads(); ++h)
+          for (int64_t i = 0; i < p.length; ++i)
+            for (int64_t c = 0; c < x.dim(); ++c)
+              store_from_float(t.view().data, t.view().dtype, t.view().offset(b, h, p.local + i, c), x.at(b, h, p.start + i, c));
+    return t;
+  };
+  const Tensor qs = take(q), ks = take(k), vs = take(v);
+  AttendResult res;
+  dist::RingStats st;
+  if (lin) {
+    res = dist::linear_attention(qs.view(), ks.view(), vs.view(), MPI_COMM_WORLD, *lin, !r.final_state.empty(), r.threads);
+  } else {
+    dist::RingOptions o;
+    o.return_lse = !r.lse.empty();
+    o.threads = r.threads;
+    o.stats = &st;
+    res = dist::ring_attention(qs.view(), ks.view(), vs.view(), MPI_COMM_WORLD, mech, o);
+  }
+  // Rank 0 gathers every rank's rows, (B, H, n_r, Dv) floats then (B, H, n_r) lse, in rank order.
+  const int64_t nl = qs.view().tokens(), width = Dv + 1;
+  std::vector<float> mine(static_cast<size_t>(B * H * nl * width));
+  for (int64_t b = 0, at = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < nl; ++i) {
+        for (int64_t c = 0; c < Dv; ++c) mine[static_cast<size_t>(at++)] = res.out.at(b, h, i, c);
+        mine[static_cast<size_t>(at++)] = res.lse.defined() ? res.lse.at(b, h, i, 0) : 0.0f;
+      }
+  std::vector<int> counts(static_cast<size_t>(size)), displs(static_cast<size_t>(size));
+  int64_t total = 0;
+  for (int p = 0; p < size; ++p) {
+    const int64_t n = B * H * dist::shard_length(N, size, p, causal) * width;
+    if (total + n > INT_MAX) fail("--distributed", "the output exceeds MPI's int count");
+    counts[static_cast<size_t>(p)] = static_cast<int>(n), displs[static_cast<size_t>(p)] = static_cast<int>(total);
+    total += n;
+  }
+  std::vector<float> all(rank == 0 ? static_cast<size_t>(total) : 0);
+  MPI_Gatherv(mine.data(), counts[static_cast<size_t>(rank)], MPI_FLOAT, all.data(), counts.data(), displs.data(),
+              MPI_FLOAT, 0, MPI_COMM_WORLD);
+  if (rank != 0) return 0;
+  Tensor whole(q.dtype, {B, H, N, Dv}, layout);
+  std::vector<float> lse(static_cast<size_t>(B * H * N));
+  for (int p = 0; p < size; ++p) {
+    const float* src = all.data() + displs[static_cast<size_t>(p)];
+    const int64_t n = dist::shard_length(N, size, p, causal);
+    for (const dist::Piece& piece : dist::shard_pieces(N, size, p, causal))
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t i = 0; i < piece.length; ++i) {
+            const float* row = src + ((b * H + h) * n + piece.local + i) * width;
+            for (int64_t c = 0; c < Dv; ++c)
+              store_from_float(whole.view().data, whole.view().dtype, whole.view().offset(b, h, piece.start + i, c), row[c]);
+            lse[static_cast<size_t>((b * H + h) * N + piece.start + i)] = row[Dv];
+          }
+  }
+  const TensorView& o = whole.view();
+  files.write(r.out, o.dtype, file_shape(o, layout, three_d), packed(o, layout).data());
+  if (!r.lse.empty()) files.write(r.lse, DType::f32, {B, H, N}, lse.data());
+  if (!r.final_state.empty()) {
+    const auto& f = res.final_state.view().shape;
+    files.write(r.final_state, DType::f32, {f[0], f[1], f[2], f[3]}, res.final_state.view().data);
+  }
+  files.commit();
+  if (lin)
+    fmt::print("{}: q {} -> {} (distributed over {} rank{}, states all-gathered)\n", to_string(mech), describe(q), r.out,
+               size, size == 1 ? "" : "s");
+  else
+    fmt::print("{}: q {} -> {} (distributed over {} rank{}; rank 0 sent {} bytes of K/V, attended {} piece pairs, skipped {})\n",
+               to_string(mech), describe(q), r.out, size, size == 1 ? "" : "s", st.bytes_sent, st.blocks_computed,
+               st.blocks_skipped);
+  return 0;
+#else
+  (void)r, (void)mech, (void)layout, (void)q, (void)k, (void)v, (void)three_d, (void)files;
+  fail("--distributed", "this attn was built without MPI: install Open MPI (Debian: openmpi-bin libopenmpi-dev) and rebuild");
+#endif
+}
+
 int run(const RunArgs& r) {
   const Layout layout = r.layout == "bnhd" ? Layout::bnhd : Layout::bhnd;
   const Mechanism mech = parse_mechanism(r.mechanism);
@@ -151,6 +266,11 @@ int run(const RunArgs& r) {
   OutputFiles files(inputs, {{"--out", r.out}, {"--lse", r.lse}, {"--probs", r.probs}, {"--final-state", r.final_state},
                                    {"--stats", r.stats}});
   const bool cache_call = !r.k_cache.empty() || !r.v_cache.empty() || !r.cu_seqlens_q.empty() || !r.cu_seqlens_k.empty();
+  if (r.distributed && (cache_call || !r.probs.empty() || !r.stats.empty() || r.explain || !r.mask.empty() ||
+                        !r.bias.empty() || !r.block_mask.empty() || !r.kv_lengths.empty() || !r.alibi.empty() ||
+                        !r.params.empty() || !r.wq.empty() || !r.wk.empty() || !r.w.empty() || !r.form.empty() || r.reference))
+    fail("--distributed", "takes --out, --lse, --final-state (linear), --layout and --threads only; no caches, "
+                          "packed batches, masks, biases, ALiBi, params, --probs, --stats, --explain or --form");
   if (!cache_call && (r.k.empty() || r.v.empty())) fail(r.k.empty() ? "--k" : "--v", "is required (or --k-cache/--v-cache)");
   if (cache_call && (!r.probs.empty() || !r.final_state.empty() || !r.stats.empty() || r.explain || !r.mask.empty() ||
                      !r.kv_lengths.empty()))
@@ -204,6 +324,7 @@ int run(const RunArgs& r) {
     return 0;
   }
   if (r.out.empty()) fail("--out", "is required (except with --explain)");
+  if (r.distributed) return run_distributed(r, mech, layout, q, k, v, qa.shape.size() == 3, files);
   const AttendResult res = attend(q, k, v, mech, opt);
   const auto& o = res.out.view();
   std::vector<int64_t> oshape = layout == Layout::bhnd ? std::vector<int64_t>{o.shape[0], o.shape[1], o.shape[2], o.shape[3]}
@@ -318,6 +439,9 @@ Runner add_run(CLI::App& app) {
   c->add_option("--form", args->form,
                 "Force an implementation (softmax: rows, tiled, reference); default: the first that supports the call");
   c->add_flag("--reference", args->reference, "Same as --form reference: the float64 reference (slow, exact)");
+  c->add_flag("--distributed", args->distributed,
+              "Under mpirun: every rank reads the whole inputs and attends its shard (ring attention, zig-zag\n"
+              "when causal; LASP-2 for linear); rank 0 writes the whole output (docs/distributed.md)");
   c->add_flag("--explain", args->explain,
               "Print which form would run and why the others would not (validates the inputs; writes nothing)");
   return [args] { return run(*args); };

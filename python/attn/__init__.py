@@ -39,6 +39,7 @@ from .decoder import Decoder
 from .model import Model, load_model, smollm2_path
 from .tokenizer import Tokenizer
 from . import theory
+from . import distributed  # mpi4py is imported only when a call runs
 from .concentration import effective_keys, entropy, max_weight, sparsity, summarize, topk_mass
 from .output_softmax import AdaptiveLogSoftmaxWithLoss, HierarchicalSoftmax, log_softmax
 from .svf import CEM, SVFAdapter, svf_compose, svf_decompose, svf_mix
@@ -47,7 +48,7 @@ from .refinement import refine_attention, refined_weights
 from .sana import lite_la, mix_ffn, sana_block
 from .moe import moe_feed_forward
 
-__all__ = ["quantize_rows", "Decoder", "Model", "Tokenizer", "Stats", "theory", "sparsity", "entropy", "max_weight", "topk_mass", "effective_keys", "summarize", "load_model", "smollm2_path", "attention", "attend", "attend_backward", "linear_attention", "flash_attn_with_kvcache", "flash_attn_varlen_func", "explain", "rope", "mask_of", "info", "families", "lsh_buckets", "active_isa", "supported_isas", "set_isa",
+__all__ = ["quantize_rows", "Decoder", "Model", "Tokenizer", "Stats", "theory", "distributed", "sparsity", "entropy", "max_weight", "topk_mass", "effective_keys", "summarize", "load_model", "smollm2_path", "attention", "attend", "attend_backward", "linear_attention", "flash_attn_with_kvcache", "flash_attn_varlen_func", "explain", "rope", "mask_of", "info", "families", "lsh_buckets", "active_isa", "supported_isas", "set_isa",
            "canonical_mechanism", "log_softmax", "HierarchicalSoftmax", "AdaptiveLogSoftmaxWithLoss",
            "titans_memory", "titans_init", "titans_read", "titans_mag", "titans_mal",
            "titans_mac", "refine_attention", "refined_weights", "lite_la", "mix_ffn", "sana_block",

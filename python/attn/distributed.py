@@ -1,0 +1,271 @@
+"""Sequence-parallel attention over MPI (mpi4py): one sequence split by tokens across ranks.
+
+Launch one Python process per rank, e.g. ``mpirun -np 4 python script.py``; every function
+here is collective (every rank of ``comm`` calls it, in the same order). ``comm=None`` means
+``mpi4py.MPI.COMM_WORLD``.
+
+* :func:`shard` / :func:`unshard` -- this rank's rows of a whole array (zig-zag pieces when
+  ``causal``: rank r holds pieces r and 2R-1-r of 2R, which balances causal work) and back.
+* :func:`attention` -- exact softmax attention on shards (ring attention: K/V shards travel
+  around the ring, partials merge by the log-sum-exp rule); equals :func:`attn.attention` on
+  the whole sequence, rows of this rank.
+* :func:`attention_backward` -- its gradients (dq of this rank's queries, dk/dv of its shard;
+  the dK/dV accumulators travel around the ring with their shard).
+* :func:`linear_attention` -- linear attention across ranks (LASP-2: one all-gather of the
+  per-rank states); returns ``(o, final_state)``, the final state of the whole sequence.
+* :func:`linear_attention_backward` -- its gradients (one all-gather of state gradients).
+* :func:`decode` -- the same queries on every rank against a KV cache sharded by tokens.
+
+Any sequence length works (pieces differ by at most one token; a rank may hold none). The C++
+library does the work (attn/distributed.hpp); mpi4py only provides the communicator. Layouts as
+in :func:`attn.attention`: ``"bnhd"`` (B, N, H, D) by default or ``"bhnd"``. Arrays are NumPy
+or torch CPU tensors; results are float32 NumPy arrays (torch tensors for torch inputs).
+See docs/distributed.md.
+"""
+from __future__ import annotations
+
+from typing import Any, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import _attn
+
+__all__ = ["shard", "unshard", "attention", "attention_backward", "linear_attention", "linear_attention_backward",
+           "decode", "shard_pieces"]
+
+
+def _mpi():
+    try:
+        from mpi4py import MPI
+    except ImportError as e:  # pragma: no cover - mpi4py is installed by scripts/test.sh
+        raise ImportError("attn.distributed needs mpi4py: pip install mpi4py==4.1.2 (and Open MPI: "
+                          "apt-get install openmpi-bin libopenmpi-dev)") from e
+    return MPI
+
+
+def _comm(comm):
+    return _mpi().COMM_WORLD if comm is None else comm
+
+
+def _native() -> None:
+    if not getattr(_attn, "has_mpi", False):
+        raise RuntimeError("attn was built without MPI, so attn.distributed cannot run: install Open MPI "
+                           "(Debian: apt-get install openmpi-bin libopenmpi-dev) and rebuild attn (pip install .)")
+
+
+def _token_axis(layout: str) -> int:
+    if layout not in ("bnhd", "bhnd"):
+        raise ValueError(f"layout must be 'bnhd' or 'bhnd', got {layout!r}")
+    return 1 if layout == "bnhd" else 2
+
+
+def shard_pieces(n: int, ranks: int, rank: int, causal: bool = False) -> List[Tuple[int, int]]:
+    """(start, length) of the pieces of n tokens rank `rank` of `ranks` holds, in shard order.
+
+    Contiguous (R pieces) or zig-zag when causal (2R pieces, rank r holds r and 2R-1-r); the
+    first n mod P pieces are one token longer. The same rule as attn::distributed::shard_pieces.
+    """
+    if ranks < 1 or not 0 <= rank < ranks:
+        raise ValueError(f"rank must be in [0, {ranks}), got {rank}")
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    parts = 2 * ranks if causal else ranks
+
+    def start(c: int) -> int:
+        return c * (n // parts) + min(c, n % parts)
+
+    chunks = [rank, parts - 1 - rank] if causal else [rank]
+    return [(start(c), start(c + 1) - start(c)) for c in chunks]
+
+
+def _is_torch(x: Any) -> bool:
+    return type(x).__module__.startswith("torch")
+
+
+def _numpy(x: Any) -> np.ndarray:
+    if _is_torch(x):
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def _like(y: np.ndarray, x: Any) -> Any:
+    if _is_torch(x):
+        import torch
+        return torch.from_numpy(np.ascontiguousarray(y))
+    return y
+
+
+def shard(x: Any, comm=None, causal: bool = False, layout: str = "bnhd") -> Any:
+    """This rank's part of the whole array x (every rank passes the same x): its pieces along the
+    token axis (axis 1 for "bnhd", 2 for "bhnd"), zig-zag when causal."""
+    comm = _comm(comm)
+    axis = _token_axis(layout)
+    a = _numpy(x)
+    if a.ndim != 4:
+        raise ValueError(f"x must have 4 dimensions ({layout}), got {a.ndim}")
+    pieces = shard_pieces(a.shape[axis], comm.Get_size(), comm.Get_rank(), causal)
+    parts = [np.take(a, np.arange(s, s + n), axis=axis) for s, n in pieces]
+    return _like(np.ascontiguousarray(np.concatenate(parts, axis=axis)), x)
+
+
+def unshard(y: Any, comm=None, causal: bool = False, layout: str = "bnhd") -> Any:
+    """The whole array on every rank from every rank's shard y (the inverse of :func:`shard`)."""
+    comm = _comm(comm)
+    axis = _token_axis(layout)
+    a = _numpy(y)
+    if a.ndim != 4:
+        raise ValueError(f"y must have 4 dimensions ({layout}), got {a.ndim}")
+    shards = comm.allgather(np.ascontiguousarray(a))
+    others = [s.shape[:axis] + s.shape[axis + 1:] for s in shards]
+    if any(o != others[0] for o in others):
+        raise ValueError(f"unshard: every rank's shard must agree outside the token axis, got {[s.shape for s in shards]}")
+    n = sum(s.shape[axis] for s in shards)
+    shape = list(a.shape)
+    shape[axis] = n
+    out = np.empty(shape, dtype=a.dtype)
+    for r, s in enumerate(shards):
+        pieces = shard_pieces(n, comm.Get_size(), r, causal)
+        if sum(p[1] for p in pieces) != s.shape[axis]:
+            raise ValueError(f"unshard: rank {r} holds {s.shape[axis]} tokens; its shard of {n} tokens has "
+                             f"{sum(p[1] for p in pieces)}")
+        local = 0
+        for start, length in pieces:
+            index = [slice(None)] * 4
+            index[axis] = slice(start, start + length)
+            src = [slice(None)] * 4
+            src[axis] = slice(local, local + length)
+            out[tuple(index)] = s[tuple(src)]
+            local += length
+    return _like(out, y)
+
+
+def _bhnd(x: Any, layout: str, name: str) -> np.ndarray:
+    a = _numpy(x)
+    if a.ndim != 4:
+        raise ValueError(f"{name} must have 4 dimensions ({layout}), got {a.ndim}")
+    if layout == "bnhd":
+        a = a.transpose(0, 2, 1, 3)
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def _back(y: np.ndarray, layout: str, like: Any) -> Any:
+    if layout == "bnhd":
+        y = y.transpose(0, 2, 1, 3)
+    return _like(y, like)
+
+
+def _window_text(window_size: Sequence[int]) -> List[str]:
+    left, right = (int(w) for w in window_size)
+    if left == -1 and right == -1:
+        return []
+    if left < -1 or right < -1:
+        raise ValueError(f"window_size must be (left, right) with -1 = unbounded, got {tuple(window_size)}")
+    return [f"window={left}:{right}"]
+
+
+def attention(q: Any, k: Any, v: Any, comm=None, causal: bool = False,
+              window_size: Tuple[int, int] = (-1, -1), layout: str = "bnhd", *,
+              softmax_scale: Optional[float] = None, return_lse: bool = False,
+              cu_seqlens: Optional[Sequence[int]] = None) -> Any:
+    """Exact softmax attention on this rank's shards of q, k, v (as :func:`shard` cuts them:
+    zig-zag when causal); returns this rank's rows of the output (and (B, H, n_local) lse when
+    asked). Equals :func:`attn.attention` on the whole sequence up to float32 rounding (the
+    partials merge in ring order).
+
+    cu_seqlens: packed sequences (batch 1): sequence t is tokens cu_seqlens[t] .. cu_seqlens[t+1]-1
+    of the whole stream (the same offsets on every rank); causal and windows apply within each
+    sequence, as :func:`attn.flash_attn_varlen_func` on the whole stream."""
+    _native()
+    comm = _comm(comm)
+    _token_axis(layout)
+    text = _softmax_text(causal, window_size, softmax_scale)
+    cu = [int(x) for x in (cu_seqlens if cu_seqlens is not None else [])]
+    out, lse, _ = _attn.distributed_attention(_bhnd(q, layout, "q"), _bhnd(k, layout, "k"), _bhnd(v, layout, "v"),
+                                              comm.py2f(), text, return_lse, cu)
+    out = _back(out, layout, q)
+    return (out, _like(lse, q)) if return_lse else out
+
+
+def _softmax_text(causal: bool, window_size: Sequence[int], softmax_scale: Optional[float]) -> str:
+    opts = (["causal"] if causal else []) + _window_text(window_size)
+    if softmax_scale is not None:
+        opts.append(f"scale={float(softmax_scale)!r}")
+    return "softmax" + (":" + ",".join(opts) if opts else "")
+
+
+def attention_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, comm=None, causal: bool = False,
+                       window_size: Tuple[int, int] = (-1, -1), layout: str = "bnhd", *,
+                       softmax_scale: Optional[float] = None,
+                       cu_seqlens: Optional[Sequence[int]] = None) -> Tuple[Any, Any, Any]:
+    """Gradients of :func:`attention` for this rank's shards: (dq, dk, dv) in ``layout``.
+
+    dout: the loss's gradient with respect to this rank's rows of the output; out and lse
+    ((B, H, n_local)): what :func:`attention` returned (``return_lse=True``) with the same
+    arguments. Equals :func:`attn.attend_backward` on the whole sequence, this rank's rows, up to
+    float32 rounding."""
+    _native()
+    comm = _comm(comm)
+    _token_axis(layout)
+    text = _softmax_text(causal, window_size, softmax_scale)
+    lse4 = np.ascontiguousarray(_numpy(lse), dtype=np.float32)[..., None]
+    cu = [int(x) for x in (cu_seqlens if cu_seqlens is not None else [])]
+    dq, dk, dv = _attn.distributed_attention_backward(
+        _bhnd(dout, layout, "dout"), _bhnd(q, layout, "q"), _bhnd(k, layout, "k"), _bhnd(v, layout, "v"),
+        _bhnd(out, layout, "out"), lse4, comm.py2f(), text, cu)
+    return _back(dq, layout, q), _back(dk, layout, k), _back(dv, layout, v)
+
+
+def linear_attention(q: Any, k: Any, v: Any, comm=None, feature_map: str = "elu", causal: bool = True, *,
+                     decay: Optional[float] = None, normalize: bool = True, layout: str = "bnhd") -> Tuple[Any, Any]:
+    """Linear attention on this rank's contiguous shards (LASP-2: one all-gather of the ranks'
+    states); returns (o, final_state): this rank's rows of o and the whole sequence's final
+    state (B, H, D, Dv [+ 1]), the same on every rank. Equals :func:`attn.linear_attention` on
+    the whole sequence up to float32 rounding."""
+    _native()
+    comm = _comm(comm)
+    _token_axis(layout)
+    text = _linear_text(feature_map, causal, decay, normalize)
+    out, state = _attn.distributed_linear_attention(_bhnd(q, layout, "q"), _bhnd(k, layout, "k"),
+                                                     _bhnd(v, layout, "v"), comm.py2f(), text)
+    return _back(out, layout, q), _like(state, q)
+
+
+def _linear_text(feature_map: str, causal: bool, decay: Optional[float], normalize: bool) -> str:
+    if "," in feature_map or ":" in feature_map:
+        raise ValueError(f"feature_map must be one name such as 'elu', got {feature_map!r}")
+    text = f"linear:map={feature_map}" + (",causal" if causal else "") + ("" if normalize else ",normalize=0")
+    if decay is not None:
+        text += f",decay={float(decay)!r}"
+    return text
+
+
+def linear_attention_backward(dout: Any, q: Any, k: Any, v: Any, comm=None, feature_map: str = "elu",
+                              causal: bool = True, *, dfinal_state: Any = None, decay: Optional[float] = None,
+                              normalize: bool = True, layout: str = "bnhd") -> Tuple[Any, Any, Any]:
+    """Gradients of :func:`linear_attention` for this rank's shards: (dq, dk, dv) in ``layout``.
+
+    dout: the loss's gradient with respect to this rank's rows of o; dfinal_state: with respect
+    to the whole sequence's final state (the same on every rank), or None. One all-gather of the
+    ranks' initial-state gradients. Equals :func:`attn.attend_backward` on the whole sequence."""
+    _native()
+    comm = _comm(comm)
+    _token_axis(layout)
+    text = _linear_text(feature_map, causal, decay, normalize)
+    df = None if dfinal_state is None else np.ascontiguousarray(_numpy(dfinal_state), dtype=np.float32)
+    dq, dk, dv = _attn.distributed_linear_attention_backward(
+        _bhnd(dout, layout, "dout"), _bhnd(q, layout, "q"), _bhnd(k, layout, "k"), _bhnd(v, layout, "v"), comm.py2f(),
+        text, df)
+    return _back(dq, layout, q), _back(dk, layout, k), _back(dv, layout, v)
+
+
+def decode(q: Any, k_shard: Any, v_shard: Any, comm=None, *, layout: str = "bnhd", return_lse: bool = False) -> Any:
+    """Attention of the same queries q (every rank) to a KV cache sharded by tokens (this rank's
+    k_shard, v_shard; a rank may hold none). One all-gather of (out, lse) and a merge in rank order:
+    every rank gets the same result, bitwise."""
+    _native()
+    comm = _comm(comm)
+    _token_axis(layout)
+    out, lse = _attn.distributed_decode(_bhnd(q, layout, "q"), _bhnd(k_shard, layout, "k_shard"),
+                                        _bhnd(v_shard, layout, "v_shard"), comm.py2f(), return_lse)
+    out = _back(out, layout, q)
+    return (out, _like(lse, q)) if return_lse else out
