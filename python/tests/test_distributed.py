@@ -18,9 +18,8 @@ SCRIPT = os.path.join(os.path.dirname(__file__), "distributed_scripts", "check_d
 MPIRUN = shutil.which("mpirun")
 
 
-def test_without_mpi_the_error_names_what_to_install():
-    if _attn.has_mpi:
-        pytest.skip("attn was built with MPI (the error path is for builds without it)")
+def test_without_mpi_the_error_names_what_to_install(monkeypatch):
+    monkeypatch.setattr(_attn, "has_mpi", False)  # as a build without MPI says it
     with pytest.raises(RuntimeError, match="openmpi-bin libopenmpi-dev"):
         attn.distributed.attention(np.zeros((1, 2, 1, 4), np.float32), np.zeros((1, 2, 1, 4), np.float32),
                                    np.zeros((1, 2, 1, 4), np.float32))
@@ -39,8 +38,8 @@ def test_shard_pieces():
                 assert tokens == list(range(n))
 
 
-@pytest.fixture(scope="module", params=[1, 2, 3, 4])
-def results(request, tmp_path_factory):
+def run_script(ranks, tmp_path_factory, *extra):
+    """The check script under mpirun on `ranks` ranks: (ranks, its arrays)."""
     if MPIRUN is None:
         pytest.skip("mpirun is not installed (Debian: apt-get install openmpi-bin libopenmpi-dev)")
     if not _attn.has_mpi:
@@ -49,12 +48,21 @@ def results(request, tmp_path_factory):
     env = dict(os.environ, OMP_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(attn.__file__)),
                                            os.environ.get("PYTHONPATH", "")]))
-    cmd = [MPIRUN, "-np", str(request.param), "--oversubscribe", "--allow-run-as-root", sys.executable, SCRIPT, str(path)]
-    if request.param == 2:
-        cmd.append("--torch")
+    cmd = [MPIRUN, "-np", str(ranks), "--oversubscribe", "--allow-run-as-root", sys.executable, SCRIPT, str(path), *extra]
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
-    return request.param, dict(np.load(path))
+    return ranks, dict(np.load(path))
+
+
+@pytest.fixture(scope="module", params=[1, 2, 3, 4])
+def results(request, tmp_path_factory):
+    return run_script(request.param, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def torch_results(tmp_path_factory):
+    """Torch inputs on 2 ranks only: importing torch costs seconds per rank."""
+    return run_script(2, tmp_path_factory, "--torch")
 
 
 CASES = {"noncausal_n13": (False, (-1, -1)), "causal_n11": (True, (-1, -1)), "causal_n1": (True, (-1, -1)),
@@ -104,10 +112,8 @@ def test_attention_varlen_equals_flash_attn_varlen_func(results):
     np.testing.assert_allclose(r["varlen"][0], want, rtol=0, atol=1e-5, err_msg=f"varlen on {ranks} ranks")
 
 
-def test_attention_torch_bhnd(results):
-    ranks, r = results
-    if "torch_bhnd" not in r:
-        pytest.skip("torch inputs are checked on 2 ranks only (importing torch costs seconds per rank)")
+def test_attention_torch_bhnd(torch_results):
+    ranks, r = torch_results
     q, k, v = r["torch_bhnd_q"], r["torch_bhnd_k"], r["torch_bhnd_v"]
     want = attn.attention(q, k, v, causal=True)
     np.testing.assert_allclose(r["torch_bhnd"].transpose(0, 2, 1, 3), want, rtol=0, atol=1e-5)
