@@ -265,6 +265,27 @@ struct Plan {
     MPI_Testall(2, pending, &done, MPI_STATUSES_IGNORE);
   }
 
+  // Calls fn(qp, kp, run, o) for every pair of this rank's query pieces and rank src's key pieces
+  // the pattern does not hide (o: the pair's options, `threads` set), counting the pairs in st.
+  template <class Fn>
+  void for_each_pair(int src, int threads, RingStats& st, Fn&& fn) const {
+    for (const Piece& qp : mine) {
+      if (qp.length == 0) continue;
+      for (const Piece& kp : shard_pieces(n, c.size, src, zig)) {
+        if (kp.length == 0) continue;
+        AttendOptions o;
+        o.threads = threads;
+        Mechanism run;
+        if (!pair(qp, kp, run, o)) {
+          ++st.blocks_skipped;
+          continue;
+        }
+        ++st.blocks_computed;
+        fn(qp, kp, run, o);
+      }
+    }
+  }
+
   // The ring: R steps; in step s this rank holds the K/V shard of rank (rank - s) mod R (packed
   // from k and v in step 0) and sends it on while `work(src, ks, vs)` runs on it.
   template <class Work>
@@ -317,30 +338,19 @@ AttendResult ring_attention(const TensorView& q, const TensorView& k, const Tens
   std::vector<float> part_out, part_lse, tmp;
   RingStats st;
   plan.run_ring(k, v, st, [&](int, int src, const TensorView& ks, const TensorView& vs) {
-    for (const Piece& qp : plan.mine) {
-      if (qp.length == 0) continue;
-      for (const Piece& kp : shard_pieces(plan.n, plan.c.size, src, plan.zig)) {
-        if (kp.length == 0) continue;
-        AttendOptions o;
-        o.threads = options.threads;
-        Mechanism run;
-        if (!plan.pair(qp, kp, run, o)) {
-          ++st.blocks_skipped;
-          continue;
-        }
-        ++st.blocks_computed;
-        part_out.resize(static_cast<size_t>(B * H * qp.length * Dv));
-        part_lse.resize(static_cast<size_t>(B * H * qp.length));
-        const TensorView po = detail::f32_view(part_out.data(), B, H, qp.length, Dv);
-        const TensorView pl = detail::f32_view(part_lse.data(), B, H, qp.length, 1);
-        attend_into(detail::rows(q, qp.local, qp.length), detail::rows(ks, kp.local, kp.length),
-                    detail::rows(vs, kp.local, kp.length), run, o, po, &pl, nullptr);
-        for (int64_t bh = 0; bh < B * H; ++bh)
-          merge_rows(qp.length, Dv, acc_out.data() + (bh * nl + qp.local) * Dv, acc_lse.data() + bh * nl + qp.local,
-                     part_out.data() + bh * qp.length * Dv, part_lse.data() + bh * qp.length, tmp);
-        plan.progress();
-      }
-    }
+    plan.for_each_pair(src, options.threads, st, [&](const Piece& qp, const Piece& kp, const Mechanism& run,
+                                                    const AttendOptions& o) {
+      part_out.resize(static_cast<size_t>(B * H * qp.length * Dv));
+      part_lse.resize(static_cast<size_t>(B * H * qp.length));
+      const TensorView po = detail::f32_view(part_out.data(), B, H, qp.length, Dv);
+      const TensorView pl = detail::f32_view(part_lse.data(), B, H, qp.length, 1);
+      attend_into(detail::rows(q, qp.local, qp.length), detail::rows(ks, kp.local, kp.length),
+                  detail::rows(vs, kp.local, kp.length), run, o, po, &pl, nullptr);
+      for (int64_t bh = 0; bh < B * H; ++bh)
+        merge_rows(qp.length, Dv, acc_out.data() + (bh * nl + qp.local) * Dv, acc_lse.data() + bh * nl + qp.local,
+                   part_out.data() + bh * qp.length * Dv, part_lse.data() + bh * qp.length, tmp);
+      plan.progress();
+    });
   });
 
   AttendResult res;
@@ -389,40 +399,29 @@ AttendGradients ring_attention_backward(const TensorView& dout, const TensorView
     const int64_t ns = plan.tokens_of(src);
     float* const dks = dkv.data();
     float* const dvs = dkv.data() + B * Hkv * ns * D;
-    for (const Piece& qp : plan.mine) {
-      if (qp.length == 0) continue;
-      for (const Piece& kp : shard_pieces(plan.n, plan.c.size, src, plan.zig)) {
-        if (kp.length == 0) continue;
-        AttendOptions o;
-        o.threads = options.threads;
-        Mechanism run;
-        if (!plan.pair(qp, kp, run, o)) {
-          ++st.blocks_skipped;
-          continue;
-        }
-        ++st.blocks_computed;
-        // The pair's share of the gradients, from the whole row's out and lse (P_ij = exp(t_ij -
-        // lse_i), D_i = dO_i . O_i): exact per pair, so the shares add up.
-        const AttendGradients g =
-            attend_backward(detail::rows(dout, qp.local, qp.length), detail::rows(q, qp.local, qp.length),
-                            detail::rows(ks, kp.local, kp.length), detail::rows(vs, kp.local, kp.length),
-                            detail::rows(out, qp.local, qp.length), detail::rows(lse, qp.local, qp.length), run, o);
-        for (int64_t b = 0; b < B; ++b)
-          for (int64_t h = 0; h < H; ++h)
-            for (int64_t i = 0; i < qp.length; ++i)
-              for (int64_t ch = 0; ch < D; ++ch)
-                dq[static_cast<size_t>(((b * H + h) * nl + qp.local + i) * D + ch)] += g.dq.at(b, h, i, ch);
-        for (int64_t b = 0; b < B; ++b)
-          for (int64_t h = 0; h < Hkv; ++h)
-            for (int64_t j = 0; j < kp.length; ++j) {
-              for (int64_t ch = 0; ch < D; ++ch)
-                dks[((b * Hkv + h) * ns + kp.local + j) * D + ch] += g.dk.at(b, h, j, ch);
-              for (int64_t ch = 0; ch < Dv; ++ch)
-                dvs[((b * Hkv + h) * ns + kp.local + j) * Dv + ch] += g.dv.at(b, h, j, ch);
-            }
-        plan.progress();
-      }
-    }
+    plan.for_each_pair(src, options.threads, st, [&](const Piece& qp, const Piece& kp, const Mechanism& run,
+                                                    const AttendOptions& o) {
+      // The pair's share of the gradients, from the whole row's out and lse (P_ij = exp(t_ij -
+      // lse_i), D_i = dO_i . O_i): exact per pair, so the shares add up.
+      const AttendGradients g =
+          attend_backward(detail::rows(dout, qp.local, qp.length), detail::rows(q, qp.local, qp.length),
+                          detail::rows(ks, kp.local, kp.length), detail::rows(vs, kp.local, kp.length),
+                          detail::rows(out, qp.local, qp.length), detail::rows(lse, qp.local, qp.length), run, o);
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t i = 0; i < qp.length; ++i)
+            for (int64_t ch = 0; ch < D; ++ch)
+              dq[static_cast<size_t>(((b * H + h) * nl + qp.local + i) * D + ch)] += g.dq.at(b, h, i, ch);
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < Hkv; ++h)
+          for (int64_t j = 0; j < kp.length; ++j) {
+            for (int64_t ch = 0; ch < D; ++ch)
+              dks[((b * Hkv + h) * ns + kp.local + j) * D + ch] += g.dk.at(b, h, j, ch);
+            for (int64_t ch = 0; ch < Dv; ++ch)
+              dvs[((b * Hkv + h) * ns + kp.local + j) * Dv + ch] += g.dv.at(b, h, j, ch);
+          }
+      plan.progress();
+    });
     // The shard's dK/dV go on with it (after R such moves they are back with their owner).
     if (plan.c.size > 1) {
       const int to = (plan.c.rank + 1) % plan.c.size, from = (plan.c.rank - 1 + plan.c.size) % plan.c.size;
