@@ -41,10 +41,10 @@ TensorView token_rows(TensorView t, int64_t i0, int64_t m) {
 }
 
 // Per layer: a recurrent state, or a KV cache (1, Hkv, capacity, hd) in the decoder's cache dtype
-// (float32, float16, bfloat16, or int8 rows with a float32 scale each: set_cache_dtype). The cache holds every position (capacity
-// max_seq_len) unless the mechanism says its queries see a bounded past (attn::info: window +
-// sinks, chunk): then the first `sinks` rows are pinned and the rows after
-// them hold positions first.. in order, moved down when the run reaches the end. Rows are
+// (float32, float16, bfloat16, or int8 rows with a float32 scale each: set_cache_dtype). The
+// cache holds every position (capacity max_seq_len) unless the mechanism says its queries see a
+// bounded past (attn::info: window + sinks, chunk): then the first `sinks` rows are pinned and the
+// rows after them hold positions first.. in order, moved down when the run reaches the end. Rows are
 // compacted in steps that keep (position - sinks) mod align, so the positions the kernels see
 // (sinks, then the recent run, the queries bottom-right) give every query the keys, distances and
 // chunks it has in the full cache: the same result with the cache of a window.
