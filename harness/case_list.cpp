@@ -151,6 +151,12 @@ std::vector<Case> demo_cases(int64_t n, int64_t d, int64_t heads) {
     c.seed = 42;
     out.push_back(c);
   }
+  {
+    Case c;  // an 8-bit KV cache: int8 K/V rows with a scale each (AttendOptions::kv_scales)
+    c.label = "decode: 1 query, GQA, int8 K/V rows", c.mechanism = "softmax:causal", c.extras.int8_kv = true;
+    c.B = 1, c.H = heads, c.Hkv = gqa, c.N = 1, c.M = n, c.D = c.Dv = d, c.suites = kDemo, c.seed = 42;
+    out.push_back(c);
+  }
   for (const auto& [label, mechanism] : family_cases().demo) {
     Case c;
     c.label = label, c.mechanism = mechanism, c.suites = kDemo, c.seed = 42;
