@@ -1,6 +1,6 @@
 // The one case list's vocabulary. A case is a mechanism (text form) on one problem: shape,
 // dtype, layout and the extra inputs it needs; it declares its tolerance rule, its FLOP and
-// byte count, and which modes use it. One list (case_list.cpp) drives
+// byte count, and which modes use it. One list (case_list.cpp, gathering cases/<family>.cpp) drives
 //   check  - ctest (tests/harness/test_case_list.cpp) and `attn check`: every form that supports
 //            the case, on every ISA, against the float64 reference;
 //   backward - ctest (tests/harness/test_backward_cases.cpp) and `attn check --backward`: the check
@@ -10,7 +10,7 @@
 //            --backward, each case's backward too;
 //   demo   - `attn demo`: error against the reference, time, speed;
 //   list   - `attn list`: what would run, with filters --op, --form, --isa, --case.
-// A new mechanism adds cases to case_list.cpp, not a new test program.
+// A new mechanism adds cases/<family>.cpp, not a new test program.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -93,8 +93,8 @@ struct BadCase {
 };
 const std::vector<BadCase>& bad_case_list();
 
-// A family's own cases, kept in its folder (src/<family>/<family>_cases.cpp, compiled into the
-// harness; CMake finds every such file and the list calls its function <family>_cases):
+// A family's cases, in cases/<family>.cpp (compiled into the harness, above the library; CMake
+// finds every such file and the list calls its function <family>_cases):
 //   void <family>_cases(FamilyCases& out);
 struct FamilyCases {
   std::vector<Case> cases;
@@ -102,6 +102,12 @@ struct FamilyCases {
   // (label, mechanism): its rows of `attn demo`, run at the demo's size
   std::vector<std::pair<std::string, std::string>> demo;
 };
+
+// Helpers for the case files: a small valid call for bad-input cases (2 heads, 5 queries, 6 keys,
+// d = 8), and `base` with mechanism text `mech`, which attend() and explain() must refuse with
+// `message`.
+Case small_case();
+void add_bad_text(std::vector<BadCase>& out, Case base, const char* name, const char* mech, const char* message);
 
 // The bench suite's grid for the given values (the list holds it for the defaults).
 std::vector<Case> bench_grid(const std::vector<int64_t>& sizes, const std::vector<int64_t>& dims,

@@ -14,6 +14,8 @@
 #include <limits>
 
 #include "attn/attn.hpp"
+#include "attn/blocks.hpp"
+#include "attn/llm.hpp"
 #include "base/parallel.hpp"
 #include "attn/info.hpp"
 #include "attn/pattern.hpp"
@@ -596,7 +598,16 @@ NB_MODULE(_attn, m) {
       },
       "q"_a, "k"_a, "mechanism"_a, "options"_a,
       "Reformer's buckets for q and k (attn::lsh_buckets): ((B, H, rounds, N), (B, Hk, rounds, M)) int32.");
-  nb::class_<attn::Decoder>(m, "Decoder", "attn::Decoder: a llama-style decoder over attn's mechanisms.")
+  m.def("architectures", [] {
+    std::vector<nb::dict> out;
+    for (const attn::ArchitectureInfo& a : attn::architectures()) {
+      nb::dict d;
+      d["name"] = a.name, d["summary"] = a.summary, d["baseline"] = a.baseline, d["gguf"] = a.gguf;
+      out.push_back(d);
+    }
+    return out;
+  }, "The architectures the decoder knows: name, summary, baseline, gguf (its GGUF files load).");
+  nb::class_<attn::Decoder>(m, "Decoder", "attn::Decoder: a decoder (of an architecture the registry knows) over attn's mechanisms.")
       .def_static("load", &load_decoder, "path"_a, "threads"_a, "mechanisms"_a.none(),
                   "Maps a safetensors file written by Decoder.save (config in its metadata).")
       .def_static(

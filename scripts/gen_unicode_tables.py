@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes src/tokenizer/unicode_tables.inc: the code point ranges of the three character classes the
+"""Writes src/llm/tokenizer/unicode_tables.inc: the code point ranges of the three character classes the
 GPT-2 pre-tokenizer regex distinguishes, from Python's unicodedata (its Unicode version is written
 into the file):
 
@@ -57,7 +57,7 @@ def ranges():
 
 
 def main() -> None:
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "src/tokenizer/unicode_tables.inc"
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "src/llm/tokenizer/unicode_tables.inc"
     rs = ranges()
     counts = {k: sum(1 for r in rs if r[2] == k) for k in ("letter", "number", "space")}
     lines = [

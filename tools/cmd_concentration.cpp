@@ -1,5 +1,5 @@
 // attn concentration: the concentration experiments (docs/concentration.md). They draw with
-// matplotlib, so they live in the Python package (attn.experiments); this command runs them with
+// matplotlib, so they live in the Python package (attn.lab.experiments); this command runs them with
 // the Python that has attn installed (ATTN_PYTHON, else .venv/bin/python beside the working
 // directory, else python3), passing its arguments through.
 #include <string>
@@ -15,7 +15,7 @@ struct ConcentrationArgs {
 };
 
 int run(const ConcentrationArgs& a) {
-  return exec_python_module("attn concentration", "attn.experiments", {a.experiment, "--out", a.out});
+  return exec_python_module("attn concentration", "attn.lab.experiments", {a.experiment, "--out", a.out});
 }
 
 }  // namespace
@@ -31,7 +31,7 @@ Runner add_concentration(CLI::App& app) {
       "  model   MiniLM and SmolLM2 (4096 tokens) per layer and head: S, entropy, attention-sink mass\n"
       "  train   a two-layer model trained on associative recall per mechanism (softmax, elu-linear,\n"
       "          retention, window+sinks, hybrid) through attn's backward: loss, accuracy, weight on the answer\n"
-      "Runs python -m attn.experiments (ATTN_PYTHON, .venv/bin/python or python3, with attn installed).");
+      "Runs python -m attn.lab.experiments (ATTN_PYTHON, .venv/bin/python or python3, with attn installed).");
   c->add_option("experiment", a->experiment, "curves, needle, scale, model or train")
       ->required()->check(CLI::IsMember({"curves", "needle", "scale", "model", "train"}));
   c->add_option("--out", a->out, "Directory for the table and the plot")->capture_default_str();

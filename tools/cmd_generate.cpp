@@ -80,19 +80,21 @@ Decoder make_decoder(const GenerateArgs& a) {
   DecoderConfig c;
   c.vocab_size = a.vocab, c.dim = a.dim, c.hidden_dim = a.hidden, c.heads = a.heads, c.kv_heads = a.kv_heads;
   c.head_dim = a.head_dim, c.max_seq_len = max_seq;
-  const Mechanism softmax = parse_mechanism(a.mechanism);
-  if (a.arch == "minimax") {
-    if (!a.hybrid.empty()) throw Error("generate: --arch minimax has its own layout (7:1): leave out --hybrid");
-    c.make_minimax(a.layers, softmax, a.experts, a.top_k);
-    c.hidden_dim = a.expert_hidden > 0 ? a.expert_hidden : (3 * a.dim + 1) / 2;
-  } else if (a.hybrid.empty()) {
-    c.layers = DecoderConfig::softmax_layers(a.layers, softmax);
-  } else {
+  LayerLayout layout;
+  layout.layers = a.layers, layout.softmax = parse_mechanism(a.mechanism);
+  layout.experts = a.experts, layout.top_k = a.top_k, layout.expert_hidden = a.expert_hidden;
+  if (!a.hybrid.empty()) {
     int64_t lin = -1, soft = -1;
     char colon = 0, extra = 0;
     if (std::sscanf(a.hybrid.c_str(), "%ld%c%ld%c", &lin, &colon, &soft, &extra) != 3 || colon != ':')
       throw Error("generate: --hybrid expects L:S (lightning:softmax layers per group, e.g. 7:1), got '" + a.hybrid + "'");
-    c.layers = DecoderConfig::hybrid_layers(a.layers, lin, soft, softmax);
+    layout.hybrid_linear = lin, layout.hybrid_softmax = soft;
+  }
+  c.architecture = a.arch;
+  try {
+    c.lay_out(layout);
+  } catch (const Error& e) {
+    throw Error("generate: --arch " + a.arch + ": " + e.what());
   }
   const DType dt = a.weights_dtype == "bf16" ? DType::bf16 : DType::f32;
   return Decoder::random(c, a.seed, dt, a.threads);
@@ -160,17 +162,17 @@ std::string feed_forward_text(const DecoderConfig& c) {
   return fmt::format("SwiGLU {}", c.hidden_dim);
 }
 
-// --arch minimax: the llama-style model of the same width, heads and layers (every layer softmax,
-// one dense SwiGLU of --hidden, the standard residual) on the same prompt, and the two side by side.
-void compare_with_llama(const Decoder& minimax, const Timing& mm, const GenerateArgs& a) {
-  GenerateArgs la = a;
-  la.arch = "llama", la.hybrid.clear();
-  Decoder llama = make_decoder(la);
-  fmt::print("compare  the llama-style model of this width ({} layers softmax, {}): running it on the same prompt\n",
-             llama.config().layers.size(), feed_forward_text(llama.config()));
-  const Timing lt = measure(llama, la);
+// An architecture with a baseline (minimax: llama): the baseline model of the same width, heads and
+// layers (its own layout, one dense SwiGLU of --hidden) on the same prompt, and the two side by side.
+void compare_with_baseline(const Decoder& model, const Timing& mt, const std::string& baseline, const GenerateArgs& a) {
+  GenerateArgs ba = a;
+  ba.arch = baseline, ba.hybrid.clear();
+  Decoder base = make_decoder(ba);
+  fmt::print("compare  the {} model of this width ({} layers softmax, {}): running it on the same prompt\n", baseline,
+             base.config().layers.size(), feed_forward_text(base.config()));
+  const Timing bt = measure(base, ba);
   const int64_t ctx = a.prompt_tokens + a.new_tokens;
-  auto row = [&](const char* name, const Decoder& d, const Timing& t) {
+  auto row = [&](const std::string& name, const Decoder& d, const Timing& t) {
     const double decode = a.new_tokens > 0 ? static_cast<double>(a.new_tokens) / t.decode_s : 0.0;
     fmt::print("  {:<8} {:>8.1f}M {:>12.1f} {:>12.1f} {:>14} {:>12} {:>16}\n", name,
                static_cast<double>(d.parameter_count()) / 1e6, static_cast<double>(a.prompt_tokens) / t.prefill_s, decode,
@@ -180,8 +182,14 @@ void compare_with_llama(const Decoder& minimax, const Timing& mm, const Generate
   };
   fmt::print("  {:<8} {:>9} {:>12} {:>12} {:>14} {:>12} {:>16}\n", "arch", "params", "prefill t/s", "decode t/s",
              "KV per token", "fixed state", fmt::format("per token @{}", ctx));
-  row("minimax", minimax, mm);
-  row("llama", llama, lt);
+  row(a.arch, model, mt);
+  row(baseline, base, bt);
+}
+
+std::string baseline_of(const std::string& arch) {
+  for (const ArchitectureInfo& i : architectures())
+    if (i.name == arch) return i.baseline;
+  return "";
 }
 
 int run(const GenerateArgs& a) {
@@ -192,9 +200,9 @@ int run(const GenerateArgs& a) {
   for (const DecoderLayerSpec& l : c.layers) lightning += l.lightning;
   const int64_t cached_layers = static_cast<int64_t>(c.layers.size()) - lightning;
   fmt::print("attn generate: {} layers ({} with a KV cache, {} lightning), dim {}, heads {}/{} x {}, {}, vocab {},\n"
-             "  {} residual, {:.1f}M parameters; isa {}, {} threads\n",
+             "  {} architecture, {:.1f}M parameters; isa {}, {} threads\n",
              c.layers.size(), cached_layers, lightning, c.dim, c.heads, c.kv_heads, c.head_dim, feed_forward_text(c),
-             c.vocab_size, c.residual, static_cast<double>(d.parameter_count()) / 1e6, isa_name(active_isa()),
+             c.vocab_size, c.architecture, static_cast<double>(d.parameter_count()) / 1e6, isa_name(active_isa()),
              resolve_threads(a.threads, int64_t{1} << 30));
   if (!a.save_weights.empty()) {
     d.save(a.save_weights);
@@ -220,7 +228,8 @@ int run(const GenerateArgs& a) {
     for (size_t i = 0; i < std::min<size_t>(generated.size(), 16); ++i) fmt::print("{} ", generated[i]);
     fmt::print("{}\n", generated.size() > 16 ? "..." : "");
   }
-  if (a.arch == "minimax" && !a.no_compare) compare_with_llama(d, run, a);
+  if (const std::string baseline = baseline_of(a.arch); !baseline.empty() && !a.no_compare)
+    compare_with_baseline(d, run, baseline, a);
   return 0;
 }
 
@@ -230,14 +239,14 @@ Runner add_generate(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
   CLI::App* c = app.add_subcommand(
       "generate",
-      "A llama-style decoder prefills a prompt and decodes greedily: tokens/s and cache memory per token.\n"
+      "A decoder prefills a prompt and decodes greedily: tokens/s and cache memory per token.\n"
       "  attn generate --random-weights --layers 8 --hybrid 7:1 --prompt-tokens 512 --new-tokens 128\n"
       "  attn generate --random-weights --arch minimax --layers 8   (MiniMax-01's block; also runs the llama-style model)\n"
       "  attn generate --weights model.safetensors --prompt-tokens 64   (a file Decoder.save() wrote)\n"
       "  attn generate --model SmolLM2-135M-Instruct.Q4_1.gguf --prompt \"What is attention?\" --chat\n"
       "  attn generate --model M.gguf --prompt \"Once upon a time\" --temperature 0.8 --top-p 0.95 --seed 3\n"
       "  attn generate --model M.gguf --prompt \"...\" -m softmax:causal,window=255:0,sinks=4   (every layer windowed)");
-  c->add_option("--model", a->model, "A llama-architecture GGUF file: continue --prompt as text (streamed)")
+  c->add_option("--model", a->model, "A GGUF file (an architecture attn reads: llama today): continue --prompt as text (streamed)")
       ->check(CLI::ExistingFile);
   c->add_option("--prompt", a->prompt, "Text to continue (--model)");
   c->add_flag("--chat", a->chat, "Wrap --prompt in the model's chat template as one user turn (--model)");
@@ -264,18 +273,22 @@ Runner add_generate(CLI::App& app) {
   c->add_option("--weights", a->weights, "A safetensors file with the decoder config in its metadata")->check(CLI::ExistingFile);
   c->add_option("--save-weights", a->save_weights, "Write the model to this safetensors file");
   c->add_option("--layers", a->layers, "Layers")->capture_default_str()->check(in_range(1, 1024));
-  c->add_option("--arch", a->arch,
-                "Random models: llama (RMSNorm pre-norm blocks, x + f(x), one SwiGLU; layers as --hybrid says) or "
-                "minimax (MiniMax-01: 7 lightning + 1 softmax layers per 8, residual x = (2L)^(1/4) RMSNorm(x) + f, "
-                "a mixture of --experts SwiGLU experts of --expert-hidden, --top-k per token). minimax then runs the "
-                "llama-style model of the same width, heads and layers (SwiGLU --hidden) on the same prompt and prints "
-                "both: tokens/s, KV bytes per token, fixed state, bytes per token of context (--no-compare: skip)")
-      ->capture_default_str()->check(CLI::IsMember({"llama", "minimax"}));
-  c->add_option("--experts", a->experts, "Experts of each MoE feed-forward (--arch minimax)")->capture_default_str()->check(in_range(1, 4096));
-  c->add_option("--top-k", a->top_k, "Experts per token (--arch minimax)")->capture_default_str()->check(in_range(1, 4096));
-  c->add_option("--expert-hidden", a->expert_hidden, "Each expert's SwiGLU width (--arch minimax); 0: 1.5 x --dim, "
+  std::string arch_help = "Random models' architecture:";
+  std::vector<std::string> arch_names;
+  for (const ArchitectureInfo& i : architectures()) {
+    arch_help += " " + i.name + " (" + i.summary + ")" +
+                 (i.baseline.empty() ? "" : ", then runs the " + i.baseline + " model of the same width beside it");
+    arch_help += ";";
+    arch_names.push_back(i.name);
+  }
+  arch_help.back() = '.';
+  c->add_option("--arch", a->arch, arch_help + " Layers as --hybrid says where the architecture takes a hybrid.")
+      ->capture_default_str()->check(CLI::IsMember(arch_names));
+  c->add_option("--experts", a->experts, "Experts of each MoE feed-forward (architectures with one)")->capture_default_str()->check(in_range(1, 4096));
+  c->add_option("--top-k", a->top_k, "Experts per token (architectures with a MoE feed-forward)")->capture_default_str()->check(in_range(1, 4096));
+  c->add_option("--expert-hidden", a->expert_hidden, "Each expert's SwiGLU width (architectures with a MoE feed-forward); 0: 1.5 x --dim, "
                 "MiniMax-01's ratio (9216 / 6144)")->capture_default_str()->check(in_range(0, 1 << 18));
-  c->add_flag("--no-compare", a->no_compare, "--arch minimax: do not run the llama-style model beside it");
+  c->add_flag("--no-compare", a->no_compare, "Do not run the architecture's baseline model beside it");
   c->add_option("--hybrid", a->hybrid,
                 "L:S: groups of L lightning (linear, recurrent state) then S softmax layers; 7:1 is MiniMax-01's layout");
   c->add_option("-m,--mechanism", a->mechanism, "Attention of the KV-cache layers (causal), e.g. softmax:causal,window=4095:0")

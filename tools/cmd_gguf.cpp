@@ -8,7 +8,7 @@
 #include "attn/error.hpp"
 #include "attn/gguf.hpp"
 #include "commands.hpp"
-#include "model/ggml_blocks.hpp"
+#include "quant/ggml_blocks.hpp"
 #include "output_files.hpp"
 
 namespace attn::cli {

@@ -1,6 +1,6 @@
 // attn report: the concentration experiments on one self-contained HTML page (figures inline,
 // tables, a short write-up whose numbers are read from the experiments' tables). The page is
-// built by the Python package (attn.report, beside attn.experiments, which draws the figures);
+// built by the Python package (attn.lab.report, beside attn.lab.experiments, which draws the figures);
 // this command runs it the way attn concentration does (ATTN_PYTHON, .venv/bin/python, python3).
 #include <string>
 #include <vector>
@@ -28,7 +28,7 @@ int run(const ReportArgs& a) {
     args.push_back(a.run);
   }
   if (a.quick) args.push_back("--quick");
-  return exec_python_module("attn report", "attn.report", args);
+  return exec_python_module("attn report", "attn.lab.report", args);
 }
 
 }  // namespace
@@ -43,9 +43,9 @@ Runner add_report(CLI::App& app) {
       "  attn report --out report.html                       from docs/figures (the checked-in results)\n"
       "  attn report --from out/ --run needle,scale --quick  run those into out/ first (progress on stderr)\n"
       "Inputs: curves/needle/scale/model/train.json (attn concentration), titans_needle.json (python -m\n"
-      "attn.experiments titans-needle) and eval_ppl*.json (attn eval-ppl --out)\n"
+      "attn.lab.experiments titans-needle) and eval_ppl*.json (attn eval-ppl --out)\n"
       "in the --from directories; a missing one gets a section naming the command that makes it.\n"
-      "Runs python -m attn.report (ATTN_PYTHON, .venv/bin/python or python3, with attn installed).");
+      "Runs python -m attn.lab.report (ATTN_PYTHON, .venv/bin/python or python3, with attn installed).");
   c->add_option("--out", a->out, "The HTML page to write (replaced only once complete)")->capture_default_str();
   c->add_option("--from", a->from,
                 "A directory (or a .json file) holding experiment outputs; repeatable, the first that has an\n"

@@ -29,6 +29,15 @@ esac
 cmake --build "$work/cmake" >"$work/build.log" 2>&1 || { cat "$work/build.log" >&2; fail "cmake build failed"; }
 echo "find_package(attn): $attn_dir"
 "$work/cmake/attn_consumer" || fail "the find_package build's check failed"
+"$work/cmake/attn_llm_consumer" || fail "the find_package build's attn::llm check failed"
+# the attention library alone holds none of the other wings (the pkg-config build below links -lattn alone)
+lib=$(find "$prefix" -name libattn.a -path '*/lib*' | head -n 1)
+[ -n "$lib" ] || fail "no libattn.a under $prefix"
+# demangled names of the symbols libattn.a defines, not those it only references (U)
+leaks=$(nm -C --defined-only "$lib" 2>/dev/null | grep -E ' [TtWwBbDdRrVv] ' |
+        grep -E 'attn::(model|Model|Tokenizer|tokenizer|Gguf|gguf|read_gguf|moe|Moe|safetensors|Safetensors|Sampler|sample|titans|Titans|sana|refinement|hierarchical|adaptive)' | head -n 5 || true)
+[ -z "$leaks" ] || fail "libattn.a defines symbols of another wing: $leaks"
+echo "libattn.a: no tokenizer, GGUF, safetensors, model, MoE, sampler or block symbols"
 
 # 2. pkg-config: only the flags attn.pc gives (plus -std=c++20, which the headers need).
 pc=$(find "$prefix" -name attn.pc -path '*/pkgconfig/*' | head -n 1)
@@ -41,3 +50,9 @@ echo "pkg-config --cflags --libs attn: $flags"
 "${CXX:-c++}" -std=c++20 -O2 "$here/main.cpp" -o "$work/attn_consumer_pc" $flags \
   || fail "compiling with pkg-config's flags failed"
 "$work/attn_consumer_pc" || fail "the pkg-config build's check failed"
+llm_flags=$(pkg-config --cflags --libs attn-llm) || fail "pkg-config --cflags --libs attn-llm failed"
+echo "pkg-config --cflags --libs attn-llm: $llm_flags"
+# shellcheck disable=SC2086
+"${CXX:-c++}" -std=c++20 -O2 "$here/llm_main.cpp" -o "$work/attn_llm_consumer_pc" $llm_flags \
+  || fail "compiling with pkg-config attn-llm's flags failed"
+"$work/attn_llm_consumer_pc" || fail "the pkg-config attn-llm build's check failed"

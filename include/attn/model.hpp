@@ -1,4 +1,6 @@
-// A llama-style decoder whose every attention layer is a mechanism of this library.
+// A decoder whose every attention layer is a mechanism of this library. Its architecture (a name
+// the registry knows: architectures(); one file each under src/llm/arch/) says how a layer strings
+// together the shared blocks; llama's, for example:
 //
 //   x = embed(token)
 //   per layer:  h = RMSNorm(x) · w_attn_norm
@@ -17,7 +19,7 @@
 // RMS-normalised over all its channels (weighted) and gated by sigmoid(h Wg^T). The MiniMax
 // hybrid (every 8th layer softmax, the others lightning) is then a list of layer specs.
 //
-// MiniMax-01's block (DecoderConfig::residual = "minimax") keeps the normed input as the residual,
+// MiniMax-01's block (architecture "minimax") keeps the normed input as the residual,
 // scaled: h = RMSNorm(x); x = a·h + Attn(h); h = RMSNorm(x); x = a·h + FFN(h), a = (2L)^(1/4) for
 // L layers. Its feed-forward is a mixture of experts (moe_experts > 0: a router picks moe_top_k
 // of moe_experts SwiGLU experts of width hidden_dim per token, attn/moe.hpp).
@@ -44,7 +46,21 @@ struct DecoderLayerSpec {
   bool lightning = false;  // MiniMax's lightning block (see above); needs a linear mechanism
 };
 
+// A random model's layout (attn generate --random-weights): its layer count, the softmax layers'
+// mechanism, an optional hybrid of lightning and softmax layers, and the mixture of experts of
+// architectures whose feed-forward is one. DecoderConfig::lay_out applies it as the config's
+// architecture does.
+struct LayerLayout {
+  int64_t layers = 0;
+  Mechanism softmax;
+  int64_t hybrid_linear = 0, hybrid_softmax = 0;  // L:S lightning:softmax layers per group; 0:0: none
+  int64_t experts = 8, top_k = 2;
+  int64_t expert_hidden = 0;  // each expert's SwiGLU width; 0: 1.5 x dim
+};
+
 struct DecoderConfig {
+  // The architecture (architectures()): how each layer strings the shared blocks together.
+  std::string architecture = "llama";
   int64_t vocab_size = 0;
   int64_t dim = 0;          // model width
   int64_t hidden_dim = 0;   // SwiGLU width
@@ -57,10 +73,8 @@ struct DecoderConfig {
   double norm_eps = 1e-5;
   bool tied_embeddings = false;  // logits use the embedding matrix
   std::vector<DecoderLayerSpec> layers;
-  // "standard" (x = x + f(RMSNorm(x))) or "minimax" (x = a·RMSNorm(x) + f(RMSNorm(x)), a = (2L)^(1/4)).
-  std::string residual = "standard";
-  // 0: every layer's feed-forward is one SwiGLU; > 0: a mixture of this many SwiGLU experts
-  // (each hidden_dim wide), moe_top_k of them per token.
+  // For architectures whose feed-forward is a mixture of experts: 0, one SwiGLU; > 0, a mixture of
+  // this many SwiGLU experts (each hidden_dim wide), moe_top_k of them per token.
   int64_t moe_experts = 0;
   int64_t moe_top_k = 2;
   static constexpr int64_t kMaxExperts = 4096;
@@ -77,10 +91,13 @@ struct DecoderConfig {
                                                      const Mechanism& softmax_mechanism);
   // The mechanism of lightning layers: linear:map=identity,causal,normalize=0,chunk=256.
   static Mechanism lightning_mechanism();
-  // MiniMax-01's model: hybrid_layers(count, 7, 1, softmax), the "minimax" residual and a
-  // mixture of `experts` experts, top_k per token.
+  // MiniMax-01's model: architecture "minimax", hybrid_layers(count, 7, 1, softmax) and a mixture
+  // of `experts` experts, top_k per token.
   void make_minimax(int64_t count, const Mechanism& softmax, int64_t experts, int64_t top_k);
-  // The residual scale a: (2L)^(1/4) for "minimax", 1 for "standard".
+  // Sets the layers (and feed-forward) of a random model as `architecture` lays them out.
+  void lay_out(const LayerLayout& layout);
+  // The scale a of the architecture's residual x = a·RMSNorm(x) + f: 1 for the standard
+  // x = x + f (llama), (2L)^(1/4) for MiniMax-01's.
   double residual_scale() const;
 
   // Throws Error naming the first inconsistent field. Sizes are checked for consistency here;
@@ -94,9 +111,16 @@ struct DecoderConfig {
 // Per-head decays of lightning layer `layer` of `layers` (MiniMax-01's formula, heads h = 1..H).
 std::vector<float> lightning_decays(int64_t heads, int64_t layer, int64_t layers);
 
-struct DecoderWeights;  // src/model/weights.hpp
+// An architecture the decoder knows (one file each under src/llm/arch/).
+struct ArchitectureInfo {
+  std::string name;      // DecoderConfig::architecture, a GGUF file's general.architecture
+  std::string summary;   // one line
+  std::string baseline;  // the architecture `attn generate` compares a random model of it with ("": none)
+  bool gguf = false;     // GGUF files of it can be loaded
+};
+std::vector<ArchitectureInfo> architectures();
 
-// Loading a GGUF file (llama.cpp's format; llama architecture).
+// Loading a GGUF file (llama.cpp's format) of an architecture that reads them (ArchitectureInfo::gguf).
 struct GgufLoadOptions {
   int threads = 0;
   // false: matrices used as stored (Q4_0/Q4_1/Q8_0 blocks read in place, F16/BF16/F32);
@@ -135,8 +159,9 @@ class Decoder {
   // (same count; lightning layers stay lightning: their weights differ).
   static Decoder from_safetensors(const std::string& path, int threads = 0,
                                   const std::vector<DecoderLayerSpec>* layers = nullptr);
-  // Loads a llama-architecture GGUF file (mapped): config from its metadata, every layer
-  // softmax:causal, tensors by llama.cpp's names (output tied to the embedding when absent).
+  // Loads a GGUF file (mapped) of an architecture that reads them (general.architecture): config
+  // from its metadata, every layer softmax:causal, tensors by llama.cpp's names (output tied to
+  // the embedding when absent).
   static Decoder from_gguf(const std::string& path, const GgufLoadOptions& options = {});
   // Random weights (counter-based from `seed`: the same on every machine and thread count),
   // float32 or bfloat16 matrices.

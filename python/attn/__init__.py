@@ -35,18 +35,18 @@ from typing import Any, Mapping, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 
 from . import _args, _attn
-from .decoder import Decoder
-from .model import Model, load_model, smollm2_path
-from .tokenizer import Tokenizer
+from ._args import is_torch as _is_torch
 from . import theory
 from . import distributed  # mpi4py is imported only when a call runs
 from .concentration import effective_keys, entropy, max_weight, sparsity, summarize, topk_mass
-from .output_softmax import AdaptiveLogSoftmaxWithLoss, HierarchicalSoftmax, log_softmax
-from .svf import CEM, SVFAdapter, svf_compose, svf_decompose, svf_mix
-from .titans import titans_init, titans_mac, titans_mag, titans_mal, titans_memory, titans_read
-from .refinement import refine_attention, refined_weights
-from .sana import lite_la, mix_ffn, sana_block
-from .moe import moe_feed_forward
+# The other wings, re-exported so that every name stays importable from attn:
+# attn.llm (the LLM runtime), attn.blocks (model-level blocks), attn.lab (experiments, SVF).
+from . import blocks, lab, llm
+from .llm import Decoder, Model, Tokenizer, load_model, moe_feed_forward, smollm2_path
+from .blocks import (AdaptiveLogSoftmaxWithLoss, HierarchicalSoftmax, lite_la, log_softmax, mix_ffn,
+                     refine_attention, refined_weights, sana_block, titans_init, titans_mac, titans_mag, titans_mal,
+                     titans_memory, titans_read)
+from .lab import CEM, SVFAdapter, svf_compose, svf_decompose, svf_mix
 
 __all__ = ["quantize_rows", "Decoder", "Model", "Tokenizer", "Stats", "theory", "distributed", "sparsity", "entropy", "max_weight", "topk_mass", "effective_keys", "summarize", "load_model", "smollm2_path", "attention", "attend", "attend_backward", "linear_attention", "flash_attn_with_kvcache", "flash_attn_varlen_func", "explain", "rope", "mask_of", "info", "families", "lsh_buckets", "active_isa", "supported_isas", "set_isa",
            "canonical_mechanism", "log_softmax", "HierarchicalSoftmax", "AdaptiveLogSoftmaxWithLoss",
@@ -68,10 +68,6 @@ def set_isa(name: str) -> None:
 def canonical_mechanism(text: str) -> str:
     """Parses a mechanism text form and returns its canonical spelling."""
     return _attn.canonical_mechanism(_args.text(text, "text"))
-
-
-def _is_torch(x: Any) -> bool:
-    return type(x).__module__.startswith("torch")
 
 
 def _dims(x: Any, layout: str, name: str) -> Tuple[int, int, int, int]:
@@ -944,9 +940,10 @@ def rope(x: Any, *, offset: int = 0, theta: float = 10000.0, style: str = "half"
 
 
 def __getattr__(name: str):
-    # attn.experiments loads matplotlib, attn.report builds the HTML page of its results:
-    # imported on first use (and `python -m attn.experiments` runs it without a second copy)
-    if name in ("experiments", "report"):
+    # attn.lab.experiments loads matplotlib, attn.lab.report builds the HTML page of its results:
+    # imported on first use (and `python -m attn.lab.experiments` runs it without a second copy);
+    # attn.experiments, attn.report and attn.recall name them as before
+    if name in ("experiments", "report", "recall"):
         import importlib
-        return importlib.import_module("." + name, __name__)
+        return importlib.import_module(".lab." + name, __name__)
     raise AttributeError(f"module 'attn' has no attribute {name!r}")

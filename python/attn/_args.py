@@ -5,11 +5,17 @@ model are C++'s to check; these only make sure C++ receives the value the user m
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any, List, Optional
 
 import numpy as np
 
 UINT64_MAX = 2**64 - 1
+
+
+def is_torch(x: Any) -> bool:
+    """Whether x is a torch object (checked by its type's module: torch is never imported here)."""
+    return type(x).__module__.startswith("torch")
 
 
 def integer(x: Any, name: str, lo: int = -2**63, hi: int = 2**63 - 1) -> int:
@@ -96,3 +102,34 @@ def token_ids(x: Any, name: str, vocab: int, empty: bool = False) -> List[int]:
             raise ValueError(f"{name}[{i}] = {int(t)} is not a token id in [0, {vocab}) (the vocabulary's size)")
         out.append(int(t))
     return out
+
+
+def floats(x: Any, name: str, dtype: Optional[np.dtype] = None, input: bool = False,
+           what: str = "the output-layer softmaxes") -> np.ndarray:
+    """A C-contiguous float32/float64 NumPy copy or view of x (torch: detached, on the CPU).
+    With `dtype`, x is converted to it (a model computes in its weights' dtype). An `input`
+    (not a weight, which is copied) that requires grad gets a warning: no gradient flows back."""
+    if is_torch(x):
+        if input and x.requires_grad:
+            import torch
+
+            if torch.is_grad_enabled():
+                warnings.warn(f"attn: {name} requires grad, but {what} have no backward pass yet: "
+                              "the result is detached (run under torch.no_grad() to silence this)", RuntimeWarning,
+                              stacklevel=4)
+        x = x.detach().cpu().numpy() if x.dtype.is_floating_point and x.dtype.itemsize >= 4 else x
+    if is_torch(x) or not isinstance(x, np.ndarray):
+        kind = str(x.dtype) if is_torch(x) else type(x).__name__
+        raise TypeError(f"{name} must be a float32 or float64 numpy.ndarray or torch.Tensor, got {kind}")
+    if x.dtype not in (np.float32, np.float64):
+        raise TypeError(f"{name} must be float32 or float64, got {x.dtype}")
+    return np.ascontiguousarray(x, dtype=dtype if dtype is not None else x.dtype)
+
+
+def torch_if(a: np.ndarray, torch_out: bool) -> Any:
+    """a as a torch tensor (sharing its memory) when torch_out, else a itself."""
+    if torch_out:
+        import torch
+
+        return torch.from_numpy(a)
+    return a

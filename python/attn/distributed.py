@@ -29,6 +29,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import _attn
+from ._args import is_torch as _is_torch
 
 __all__ = ["shard", "unshard", "attention", "attention_backward", "linear_attention", "linear_attention_backward",
            "decode", "shard_pieces"]
@@ -76,10 +77,6 @@ def shard_pieces(n: int, ranks: int, rank: int, causal: bool = False) -> List[Tu
 
     chunks = [rank, parts - 1 - rank] if causal else [rank]
     return [(start(c), start(c + 1) - start(c)) for c in chunks]
-
-
-def _is_torch(x: Any) -> bool:
-    return type(x).__module__.startswith("torch")
 
 
 def _numpy(x: Any) -> np.ndarray:

@@ -30,7 +30,7 @@ def test_curves_table_and_plots(tmp_path):
 
 
 def test_experiments_command(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "attn.experiments", "curves", "--out", str(tmp_path / "c")],
+    p = subprocess.run([sys.executable, "-m", "attn.lab.experiments", "curves", "--out", str(tmp_path / "c")],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "RuntimeWarning" not in p.stderr and (tmp_path / "c" / "curves.png").exists()
@@ -38,7 +38,7 @@ def test_experiments_command(tmp_path):
     for out, fragment in (("/dev/full", "'/dev/full' exists and is not a directory"),
                           (tmp_path / "c" / "curves.png", "exists and is not a directory"),
                           (tmp_path / "c" / "curves.png" / "sub", "cannot create the directory")):
-        p = subprocess.run([sys.executable, "-m", "attn.experiments", "curves", "--out", str(out)],
+        p = subprocess.run([sys.executable, "-m", "attn.lab.experiments", "curves", "--out", str(out)],
                            capture_output=True, text=True, timeout=120)
         assert p.returncode == 2 and p.stderr.startswith("error: attn concentration: --out: ") and fragment in p.stderr, p.stderr
 
@@ -99,14 +99,14 @@ def _run_without_matplotlib(module, *args):
 
 
 def test_experiments_without_matplotlib_say_which_extra_in_one_line(tmp_path):
-    p = _run_without_matplotlib("attn.experiments", "curves", "--out", str(tmp_path / "c"))
+    p = _run_without_matplotlib("attn.lab.experiments", "curves", "--out", str(tmp_path / "c"))
     assert p.returncode == 1 and p.stdout == ""
     assert p.stderr.count("\n") == 1 and 'pip install "attn[plots]"' in p.stderr, p.stderr
     assert "Traceback" not in p.stderr and not (tmp_path / "c").exists()
 
 
 def test_report_run_without_matplotlib_says_which_extra_in_one_line(tmp_path):
-    p = _run_without_matplotlib("attn.report", "--out", str(tmp_path / "r.html"), "--from", str(tmp_path),
+    p = _run_without_matplotlib("attn.lab.report", "--out", str(tmp_path / "r.html"), "--from", str(tmp_path),
                                 "--run", "curves")
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.count("\n") == 1 and 'pip install "attn[plots]"' in p.stderr, p.stderr
@@ -162,7 +162,7 @@ def test_train_window_cannot_see_every_pair(quick_training):
 
 
 def test_train_same_seed_same_curves(tmp_path):
-    from attn.recall import QUICK, train_mechanism
+    from attn.lab.recall import QUICK, train_mechanism
     from dataclasses import replace
     cfg = replace(QUICK, steps=4, eval_every=2)
     a, b = (train_mechanism("softmax", cfg, log=open(os.devnull, "w")) for _ in range(2))
@@ -170,7 +170,7 @@ def test_train_same_seed_same_curves(tmp_path):
 
 
 def test_recall_batch_asks_each_key_once_for_the_value_that_followed_it():
-    from attn.recall import IGNORE, QUICK, recall_batch
+    from attn.lab.recall import IGNORE, QUICK, recall_batch
     tokens, targets, value_at = recall_batch(np.random.default_rng(3), QUICK, 8)
     P, half = QUICK.pairs, QUICK.vocab // 2
     for t, y, at in zip(tokens, targets, value_at):
@@ -195,12 +195,12 @@ def test_linear_mechanisms_are_never_replaced_by_another_attention(monkeypatch):
 
 
 def test_train_command_options(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "attn.experiments", "--help"], capture_output=True, text=True, timeout=60)
+    p = subprocess.run([sys.executable, "-m", "attn.lab.experiments", "--help"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and "--steps" in p.stdout and "--quick" in p.stdout and "train" in p.stdout
-    p = subprocess.run([sys.executable, "-m", "attn.experiments", "curves", "--steps", "3", "--out", str(tmp_path)],
+    p = subprocess.run([sys.executable, "-m", "attn.lab.experiments", "curves", "--steps", "3", "--out", str(tmp_path)],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "belong to the train experiment" in p.stderr
-    p = subprocess.run([sys.executable, "-m", "attn.experiments", "train", "--quick", "--steps", "2", "--out",
+    p = subprocess.run([sys.executable, "-m", "attn.lab.experiments", "train", "--quick", "--steps", "2", "--out",
                         str(tmp_path / "t")], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert "train: softmax      step     2/2" in p.stderr and (tmp_path / "t" / "train.png").exists()

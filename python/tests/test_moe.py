@@ -94,9 +94,9 @@ def test_bad_input():
 def test_minimax_decoder_config_prefill_and_decode():
     config = {"vocab_size": 50, "dim": 32, "hidden_dim": 24, "heads": 2, "kv_heads": 1, "head_dim": 16,
               "max_seq_len": 32, "layers": attn.Decoder.hybrid_layers(8, "7:1"),
-              "residual": "minimax", "moe_experts": 4, "moe_top_k": 2}
+              "architecture": "minimax", "moe_experts": 4, "moe_top_k": 2}
     model = attn.Decoder.random(config, seed=2)
-    assert model.config["residual"] == "minimax" and model.config["moe_experts"] == 4
+    assert model.config["architecture"] == "minimax" and model.config["moe_experts"] == 4
     tokens = [3, 14, 15, 9, 26, 5]
     full = model.forward(tokens, 0)
     model.reset()

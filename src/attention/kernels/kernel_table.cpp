@@ -1,0 +1,24 @@
+// The one place a kernel set is picked for an ISA.
+#include "kernels/kernel_table.hpp"
+
+#include "attn/error.hpp"
+
+namespace attn::kernels {
+
+// Defined in tile_kernels_isa.cpp, compiled once per ISA.
+namespace portable { const TileKernels& kernel_table(); }
+namespace avx2 { const TileKernels& kernel_table(); }
+namespace avx512 { const TileKernels& kernel_table(); }
+
+const TileKernels& kernels_for(Isa isa) {
+  if (isa > best_supported_isa())
+    fail("kernels", "this CPU cannot run " + isa_name(isa) + " kernels (best is " + isa_name(best_supported_isa()) + ")");
+  switch (isa) {
+    case Isa::avx512: return avx512::kernel_table();
+    case Isa::avx2: return avx2::kernel_table();
+    case Isa::portable: return portable::kernel_table();
+  }
+  fail("kernels", "unknown isa");
+}
+
+}  // namespace attn::kernels

@@ -1,0 +1,43 @@
+// The forms of exact softmax attention, in the order attend() tries them.
+#include "softmax/reference.hpp"
+#include "softmax/softmax_family.hpp"
+#include "softmax/softmax_rows.hpp"
+#include "softmax/softmax_tiled.hpp"
+
+namespace attn::exact {
+namespace {
+
+// The tiled form keeps 64 query lanes per thread whatever N is: (2 D + 2 Dv) x 64 floats of
+// scratch. Refuse when that is large and far beyond the inputs (e.g. D = 2^20 with N = M = 1),
+// so memory stays in proportion to the inputs; the reference form runs such calls.
+void refuse_tiled(const Problem& p, const core::Outputs&, core::Reasons& why) {
+  const double scratch = 64.0 * 2 * static_cast<double>(p.D + p.Dv) * sizeof(float);
+  const double inputs = static_cast<double>(p.q.numel() + p.k.numel() + p.v.numel()) * dtype_size(p.q.dtype);
+  if (scratch > 64.0 * (1 << 20) && scratch > 4 * inputs)
+    why.push_back("head dims D = " + std::to_string(p.D) + ", Dv = " + std::to_string(p.Dv) + " need " +
+                  std::to_string(static_cast<int64_t>(scratch / (1 << 20))) +
+                  " MiB of scratch per thread, more than 4x the inputs");
+}
+
+}  // namespace
+
+const std::vector<core::Form<Problem>>& SoftmaxFamily::forms() {
+  static const std::vector<core::Form<Problem>> list = {
+      {"rows", "split-K over key chunks for few query rows per kv head (decode-shaped calls)", refuse_rows,
+       softmax_rows},
+      {"tiled", "tiled online softmax, 64 queries x 64 keys per tile, no N x M buffer", refuse_tiled,
+       softmax_tiled},
+      {"reference", "float64 full score rows (slow, exact)", core::refuse_nothing<Problem>, softmax_reference_form},
+  };
+  return list;
+}
+
+double SoftmaxFamily::flops(const Problem& p) {
+  return 2.0 * p.structural_pairs() * static_cast<double>(p.D + p.Dv);
+}
+
+core::ReferenceResult SoftmaxFamily::reference(const Problem& p, core::RefPrecision precision) {
+  return reference_softmax(p, precision);
+}
+
+}  // namespace attn::exact

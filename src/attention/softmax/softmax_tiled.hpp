@@ -1,0 +1,13 @@
+// The tiled form of exact attention: online softmax over blocks of 64 queries and kKeyTile
+// keys, never storing an N x M matrix. ISA-independent: it calls the tile primitives of the
+// kernel table in the context.
+#pragma once
+#include "core/form.hpp"
+#include "softmax/problem.hpp"
+#include "softmax/score_tile.hpp"  // kKeyTile
+
+namespace attn::exact {
+
+void softmax_tiled(const Problem& p, const core::Outputs& o, const core::Context& ctx);
+
+}  // namespace attn::exact

@@ -1,0 +1,151 @@
+#include "model/ops.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "base/aligned_buffer.hpp"
+#include "base/parallel.hpp"
+#include "kernels/kernel_table.hpp"
+#include "quant/q8_dot.hpp"
+
+namespace attn::model {
+
+namespace {
+
+// Rows j0 .. j0+nj-1 of quantized w by address: its own rows, or a packed w's rows rebuilt as
+// ggml rows in buf (nj * w.quant_row_bytes() bytes), addresses in ptrs (nj of them).
+const void* const* ggml_rows(const Matrix& w, int64_t j0, int64_t nj, uint8_t* buf, const void** ptrs) {
+  if (!w.packed) return w.row_ptrs.data() + j0;
+  const int64_t row_bytes = w.quant_row_bytes();
+  w.packed->ggml_rows(j0, nj, buf, row_bytes);
+  for (int64_t j = 0; j < nj; ++j) ptrs[j] = buf + j * row_bytes;
+  return ptrs;
+}
+
+constexpr int64_t kRowsOfW = 64;  // a thread's item: 64 weight rows (64 x cols stays in L2)
+constexpr int64_t kTokens = kernels::kQueryTile;
+
+// Prefill-sized inputs: the attention engine's QK^T micro-kernel is a GEMM. Input rows are packed
+// once, 64 at a time, as transposed tiles (the "queries"); each thread turns its 64 weight rows
+// into a float panel (the "keys": dequantized or converted once) and multiplies it with every
+// tile, then writes the 64 x 64 result back transposed.
+void matmul_tiles(const float* x, int64_t n, const Matrix& w, float* y, int t, const kernels::TileKernels& k,
+                  const kernels::QuantKernels& qk) {
+  const int64_t cols = w.cols, tiles = (n + kTokens - 1) / kTokens;
+  AlignedFloats packed(static_cast<size_t>(tiles * cols * kTokens));
+  alignas(64) float ones[kTokens];
+  std::fill(ones, ones + kTokens, 1.0f);
+  parallel_for(tiles, t, [&](int64_t b, int) {
+    k.pack_qt(x + b * kTokens * cols, cols, static_cast<int>(std::min(kTokens, n - b * kTokens)), cols, ones,
+              packed.data() + b * cols * kTokens);
+  });
+  std::vector<AlignedFloats> panels(static_cast<size_t>(t)), tiles_out(static_cast<size_t>(t));
+  std::vector<std::vector<uint8_t>> rebuilt(w.packed ? static_cast<size_t>(t) : 0);
+  for (int i = 0; i < t; ++i)  // before the region, which must not allocate
+    panels[static_cast<size_t>(i)].resize(static_cast<size_t>(kRowsOfW * cols)),
+        tiles_out[static_cast<size_t>(i)].resize(static_cast<size_t>(kRowsOfW * kTokens));
+  for (std::vector<uint8_t>& b : rebuilt) b.resize(static_cast<size_t>(kRowsOfW * w.quant_row_bytes()));
+  const int64_t blocks = (w.rows + kRowsOfW - 1) / kRowsOfW;
+  parallel_for(blocks, t, [&](int64_t b, int thread) {
+    const int64_t j0 = b * kRowsOfW, nj = std::min(kRowsOfW, w.rows - j0);
+    AlignedFloats& panel = panels[static_cast<size_t>(thread)];
+    AlignedFloats& st = tiles_out[static_cast<size_t>(thread)];
+    const void* ptrs[kRowsOfW];
+    if (w.quant)
+      qk.dequantize_rows(ggml_rows(w, j0, nj, w.packed ? rebuilt[static_cast<size_t>(thread)].data() : nullptr, ptrs),
+                         *w.quant, nj, cols, panel.data(), cols);
+    else
+      for (int64_t j = 0; j < nj; ++j) k.to_float(w.row(j0 + j), w.dtype, 1, cols, panel.data() + j * cols);
+    for (int64_t tb = 0; tb < tiles; ++tb) {
+      const int64_t lanes = std::min(kTokens, n - tb * kTokens);
+      const int hi = static_cast<int>((lanes + kernels::kLaneGroup - 1) / kernels::kLaneGroup * kernels::kLaneGroup);
+      k.qk(packed.data() + tb * cols * kTokens, cols, panel.data(), cols, nj, st.data(), 0, hi);
+      for (int64_t i = 0; i < lanes; ++i)
+        for (int64_t j = 0; j < nj; ++j) y[(tb * kTokens + i) * w.rows + j0 + j] = st.data()[j * kTokens + i];
+    }
+  });
+}
+
+}  // namespace
+
+// Few input rows (decode): blocks of 64 weight rows against blocks of 16 input rows, four input
+// rows sharing each weight-row load; quantized rows are dequantized in registers (or multiplied
+// as integers with 8-bit inputs). From 16 input rows on, matmul_tiles.
+void matmul(const float* x, int64_t n, const Matrix& w, float* y, int threads, Isa isa, Activations activations) {
+  matmul_many(x, n, {{&w, y}}, threads, isa, activations);
+}
+
+void matmul_many(const float* x, int64_t n, const std::vector<Product>& products, int threads, Isa isa,
+                 Activations activations) {
+  constexpr int64_t kRowsOfX = 16;
+  const kernels::TileKernels& k = kernels::kernels_for(isa);
+  const kernels::QuantKernels& qk = kernels::quant_kernels_for(isa);
+  if (n >= kRowsOfX) {
+    for (const Product& p : products) {
+      const int64_t blocks = (p.w->rows + kRowsOfW - 1) / kRowsOfW;
+      matmul_tiles(x, n, *p.w, p.y, resolve_threads(threads, blocks), k, qk);
+    }
+    return;
+  }
+  // Work items: the blocks of 64 rows of every product, in order.
+  thread_local std::vector<int64_t> first_block;
+  first_block.assign(1, 0);
+  bool any_q8 = false;
+  int64_t rebuilt_bytes = 0;  // float activations with a packed matrix: its rows rebuilt per item
+  for (const Product& p : products) {
+    first_block.push_back(first_block.back() + (p.w->rows + kRowsOfW - 1) / kRowsOfW);
+    any_q8 |= p.w->quant && activations == Activations::q8;
+    if (p.w->packed && activations == Activations::f32)
+      rebuilt_bytes = std::max(rebuilt_bytes, kRowsOfW * p.w->quant_row_bytes());
+  }
+  const int64_t cols = products.front().w->cols;
+  thread_local std::vector<kernels::Q8Block> xq;  // x as 8-bit blocks, once for every product
+  if (any_q8) {
+    xq.resize(static_cast<size_t>(n * cols / 32));
+    qk.quantize_q8_rows(x, n, cols, cols, xq.data());
+  }
+  const kernels::Q8Block* xb = xq.data();
+  const int64_t* starts = first_block.data();
+  const int64_t items = first_block.back();
+  const int t = resolve_threads(threads, items);
+  thread_local std::vector<std::vector<uint8_t>> rebuilt;  // before the region, which must not allocate
+  if (rebuilt.size() < static_cast<size_t>(t)) rebuilt.resize(static_cast<size_t>(t));
+  for (int i = 0; i < t && rebuilt_bytes; ++i) rebuilt[static_cast<size_t>(i)].resize(static_cast<size_t>(rebuilt_bytes));
+  std::vector<uint8_t>* buffers = rebuilt.data();
+  parallel_for(items, t, [&](int64_t item, int thread) {
+    const size_t pi = static_cast<size_t>(std::upper_bound(starts, starts + products.size() + 1, item) - starts - 1);
+    const Matrix& w = *products[pi].w;
+    float* y = products[pi].y;
+    const int64_t j0 = (item - starts[pi]) * kRowsOfW, nj = std::min(kRowsOfW, w.rows - j0);
+    if (!w.quant) return k.qk_rows(x, n, w.cols, w.row_ptrs.data() + j0, w.dtype, nj, y + j0, w.rows, nullptr, 0);
+    if (activations == Activations::q8) {
+      if (w.packed) return qk.q8_packed_rows(xb, n, w.packed->view(), j0 / kernels::kPackedRows, nj, y + j0, w.rows);
+      return qk.q8_dot_rows(xb, n, w.cols / 32, w.row_ptrs.data() + j0, *w.quant, nj, y + j0, w.rows);
+    }
+    const void* ptrs[kRowsOfW];
+    qk.qdot_rows(x, n, w.cols, ggml_rows(w, j0, nj, buffers[thread].data(), ptrs), *w.quant, nj, y + j0, w.rows);
+  });
+}
+
+// dst[c] = W[r][c] for c < W.cols.
+void matrix_row(const Matrix& w, int64_t r, float* dst, Isa isa) {
+  if (!w.quant) return kernels::kernels_for(isa).to_float(w.row(r), w.dtype, 1, w.cols, dst);
+  std::vector<uint8_t> buf(w.packed ? static_cast<size_t>(w.quant_row_bytes()) : 0);
+  const void* ptr;
+  kernels::quant_kernels_for(isa).dequantize_rows(ggml_rows(w, r, 1, buf.data(), &ptr), *w.quant, 1, w.cols, dst, w.cols);
+}
+
+void rms_norm(const float* x, int64_t n, int64_t cols, int64_t ld, const std::vector<float>& weight, double eps,
+              float* y) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xi = x + i * ld;
+    double ss = 0;
+    for (int64_t c = 0; c < cols; ++c) ss += static_cast<double>(xi[c]) * xi[c];
+    const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(cols) + eps));
+    float* yi = y + i * ld;
+    for (int64_t c = 0; c < cols; ++c) yi[c] = xi[c] * inv * weight[static_cast<size_t>(c)];
+  }
+}
+
+}  // namespace attn::model

@@ -1,0 +1,42 @@
+// The decoder's dense steps on float32 rows: products with weight matrices (through the kernel
+// table, so every ISA path serves the model), RMSNorm and the activations.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "attn/isa.hpp"
+#include "model/weights.hpp"
+
+namespace attn::model {
+
+// How a decode-sized product (fewer than 16 input rows) with block-quantized weights multiplies:
+// f32: the weights dequantized in registers against float inputs; q8: the inputs rounded to
+// 8-bit blocks of 32 and integer dot products (quant/q8_dot.hpp), as llama.cpp does.
+enum class Activations { f32, q8 };
+
+// y[i][j] = sum_c x[i][c] * W[j][c] for i < n, j < W.rows; x (n, W.cols) and y (n, W.rows) packed.
+// Work is split by blocks of W's rows, each summed in one fixed order: bitwise the same for any
+// thread count. `activations` applies to quantized W and n < 16 (else the float path).
+void matmul(const float* x, int64_t n, const Matrix& w, float* y, int threads, Isa isa,
+            Activations activations = Activations::f32);
+// y_p = x W_p^T for every product p (each W_p with x's cols): matmul for each, but decode-sized
+// products (n < 16) share one parallel region and, for q8 activations, one rounding of x. Each
+// output row is summed as matmul sums it: the same bits.
+struct Product {
+  const Matrix* w;
+  float* y;
+};
+void matmul_many(const float* x, int64_t n, const std::vector<Product>& products, int threads, Isa isa,
+                 Activations activations = Activations::f32);
+// dst[c] = W[r][c] for c < W.cols (an embedding lookup).
+void matrix_row(const Matrix& w, int64_t r, float* dst, Isa isa);
+
+// y[i] = x[i] / sqrt(mean(x^2) + eps) * weight, per row of `cols` values (n rows, stride ld).
+void rms_norm(const float* x, int64_t n, int64_t cols, int64_t ld, const std::vector<float>& weight, double eps,
+              float* y);
+
+inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
+inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+}  // namespace attn::model
