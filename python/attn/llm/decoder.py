@@ -1,4 +1,5 @@
-"""A llama-style decoder whose attention layers are attn mechanisms (C++: attn::Decoder).
+"""A decoder whose attention layers are attn mechanisms (C++: attn::Decoder), of any architecture
+the registry knows (:func:`attn.llm.architectures`).
 
     >>> import attn
     >>> cfg = dict(vocab_size=256, dim=64, hidden_dim=128, heads=4, kv_heads=2, head_dim=16,
@@ -8,8 +9,8 @@
     >>> nxt = m.forward([int(logits[-1].argmax())])  # (1, 256): one more token, from the cache
     >>> m.save("tiny.safetensors"); m2 = attn.Decoder.load("tiny.safetensors")
 
-Blocks: RMSNorm -> attention (RoPE, GQA, a KV cache, or a recurrent state for linear mechanisms)
--> residual -> RMSNorm -> SwiGLU -> residual. Lightning layers (MiniMax-01) apply silu to q, k, v,
+Blocks of the default architecture (llama): RMSNorm -> attention (RoPE, GQA, a KV cache, or a
+recurrent state for linear mechanisms) -> residual -> RMSNorm -> SwiGLU -> residual. Lightning layers (MiniMax-01) apply silu to q, k, v,
 decay per head, RMS-normalise and gate their output. Weights are safetensors files with Hugging
 Face llama tensor names and the config in the metadata entry "attn.decoder".
 """
@@ -68,8 +69,9 @@ class Decoder:
     def random(config: Mapping[str, Any], seed: int = 0, *, dtype: str = "float32", threads: int = 0) -> "Decoder":
         """Random weights for ``config`` (keys: vocab_size, dim, hidden_dim, heads, kv_heads,
         head_dim, max_seq_len, rope_theta, rope_style, norm_eps, tied_embeddings, layers: a list of
-        {"mechanism": text, "rope": bool, "lightning": bool}; MiniMax-01's block: residual
-        "minimax" and moe_experts, moe_top_k, docs/minimax.md), the same for a seed everywhere."""
+        {"mechanism": text, "rope": bool, "lightning": bool}; architecture: "llama" (the default) or
+        another of :func:`attn.llm.architectures`, e.g. "minimax" with moe_experts, moe_top_k,
+        docs/minimax.md), the same for a seed everywhere."""
         if not isinstance(config, Mapping):
             raise TypeError(f"config must be a dict, got {type(config).__name__}")
         try:

