@@ -16,6 +16,7 @@
 #include "attn/attn.hpp"
 #include "attn/blocks.hpp"
 #include "attn/llm.hpp"
+#include "attn/shards.hpp"
 #include "base/parallel.hpp"
 #include "attn/info.hpp"
 #include "attn/pattern.hpp"
@@ -598,6 +599,12 @@ NB_MODULE(_attn, m) {
       },
       "q"_a, "k"_a, "mechanism"_a, "options"_a,
       "Reformer's buckets for q and k (attn::lsh_buckets): ((B, H, rounds, N), (B, Hk, rounds, M)) int32.");
+  m.def("shard_pieces", [](int64_t n, int ranks, int rank, bool zigzag) {
+    std::vector<std::pair<int64_t, int64_t>> out;
+    for (const attn::distributed::Piece& p : attn::distributed::shard_pieces(n, ranks, rank, zigzag))
+      out.emplace_back(p.start, p.length);
+    return out;
+  }, "n"_a, "ranks"_a, "rank"_a, "zigzag"_a, "(start, length) of the pieces of n tokens rank `rank` of `ranks` holds (attn/shards.hpp).");
   m.def("architectures", [] {
     std::vector<nb::dict> out;
     for (const attn::ArchitectureInfo& a : attn::architectures()) {

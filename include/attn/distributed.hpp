@@ -1,12 +1,7 @@
 // Sequence-parallel attention over MPI: one sequence split by tokens across the ranks of a
 // communicator (library attn_distributed, built when CMake finds MPI; see docs/distributed.md).
 //
-// Sharding. A sequence of N tokens is cut into pieces of nearly equal length (the first N mod P
-// pieces one token longer, so any N works, also N < ranks and N = 1):
-//   contiguous  P = R pieces, rank r holds piece r;
-//   zig-zag     P = 2R pieces, rank r holds pieces r and 2R-1-r, in that order (balances causal
-//               work: every rank gets one early and one late piece).
-// Every shard is laid out like attend()'s inputs, (B, H, n_local, D) views of any strides and
+// Sharding: attn/shards.hpp (the one rule, also the CLI's and Python's). Every shard is laid out like attend()'s inputs, (B, H, n_local, D) views of any strides and
 // dtype; the functions below find each token's global position from the shard lengths (one small
 // all-gather that also checks that every rank agrees on B, heads and dims: a disagreement is an
 // attn::Error with the same message on every rank, never a hang).
@@ -19,20 +14,10 @@
 #include "attn/attend.hpp"
 #include "attn/backward.hpp"
 #include "attn/mechanism.hpp"
+#include "attn/shards.hpp"
 #include "attn/tensor.hpp"
 
 namespace attn::distributed {
-
-// A run of consecutive tokens: global position `start`, `length` tokens, at row `local` of the
-// rank's shard.
-struct Piece {
-  int64_t start = 0, length = 0, local = 0;
-};
-
-// The pieces rank `rank` of `ranks` holds of a sequence of n tokens (zig-zag: two pieces).
-std::vector<Piece> shard_pieces(int64_t n, int ranks, int rank, bool zigzag);
-// Their total length.
-int64_t shard_length(int64_t n, int ranks, int rank, bool zigzag);
 
 // What a ring call did, for benchmarks and the communication model (docs/distributed.md).
 struct RingStats {

@@ -28,7 +28,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _attn
+from . import _args, _attn
 from ._args import is_torch as _is_torch
 
 __all__ = ["shard", "unshard", "attention", "attention_backward", "linear_attention", "linear_attention_backward",
@@ -64,19 +64,11 @@ def shard_pieces(n: int, ranks: int, rank: int, causal: bool = False) -> List[Tu
     """(start, length) of the pieces of n tokens rank `rank` of `ranks` holds, in shard order.
 
     Contiguous (R pieces) or zig-zag when causal (2R pieces, rank r holds r and 2R-1-r); the
-    first n mod P pieces are one token longer. The same rule as attn::distributed::shard_pieces.
+    first n mod P pieces are one token longer (attn::distributed::shard_pieces, attn/shards.hpp).
     """
-    if ranks < 1 or not 0 <= rank < ranks:
-        raise ValueError(f"rank must be in [0, {ranks}), got {rank}")
-    if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
-    parts = 2 * ranks if causal else ranks
-
-    def start(c: int) -> int:
-        return c * (n // parts) + min(c, n % parts)
-
-    chunks = [rank, parts - 1 - rank] if causal else [rank]
-    return [(start(c), start(c + 1) - start(c)) for c in chunks]
+    n, ranks = _args.integer(n, "n"), _args.integer(ranks, "ranks", -2**31, 2**31 - 1)
+    rank, causal = _args.integer(rank, "rank", -2**31, 2**31 - 1), _args.flag(causal, "causal")
+    return [tuple(p) for p in _attn.shard_pieces(n, ranks, rank, causal)]
 
 
 def _numpy(x: Any) -> np.ndarray:

@@ -36,6 +36,13 @@ def test_shard_pieces():
                 covered = sorted(p for r in range(ranks) for p in attn.distributed.shard_pieces(n, ranks, r, causal))
                 tokens = [t for s, length in covered for t in range(s, s + length)]
                 assert tokens == list(range(n))
+    # the one rule is C++'s (attn/shards.hpp): its checks, named
+    with pytest.raises(ValueError, match=r"rank must be in \[0, 3\), got 3"):
+        attn.distributed.shard_pieces(10, 3, 3)
+    with pytest.raises(ValueError, match="n must be >= 0, got -1"):
+        attn.distributed.shard_pieces(-1, 3, 0)
+    with pytest.raises(TypeError, match="causal must be True or False"):
+        attn.distributed.shard_pieces(10, 3, 0, causal=1)
 
 
 def run_script(ranks, tmp_path_factory, *extra):
