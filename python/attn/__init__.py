@@ -42,7 +42,7 @@ from .concentration import effective_keys, entropy, max_weight, sparsity, summar
 # The other wings, re-exported so that every name stays importable from attn:
 # attn.llm (the LLM runtime), attn.blocks (model-level blocks), attn.lab (experiments, SVF).
 from . import blocks, lab, llm
-from .llm import Decoder, Model, Tokenizer, load_model, moe_feed_forward, smollm2_path
+from .llm import Decoder, Model, Tokenizer, architectures, load_model, moe_feed_forward, smollm2_path
 from .blocks import (AdaptiveLogSoftmaxWithLoss, HierarchicalSoftmax, lite_la, log_softmax, mix_ffn,
                      refine_attention, refined_weights, sana_block, titans_init, titans_mac, titans_mag, titans_mal,
                      titans_memory, titans_read)
@@ -52,7 +52,7 @@ __all__ = ["quantize_rows", "Decoder", "Model", "Tokenizer", "Stats", "theory", 
            "canonical_mechanism", "log_softmax", "HierarchicalSoftmax", "AdaptiveLogSoftmaxWithLoss",
            "titans_memory", "titans_init", "titans_read", "titans_mag", "titans_mal",
            "titans_mac", "refine_attention", "refined_weights", "lite_la", "mix_ffn", "sana_block",
-           "moe_feed_forward", "svf_decompose", "svf_compose", "svf_mix", "CEM", "SVFAdapter"]
+           "moe_feed_forward", "architectures", "svf_decompose", "svf_compose", "svf_mix", "CEM", "SVFAdapter"]
 __version__ = "0.1.0"
 
 active_isa = _attn.active_isa

@@ -3,6 +3,8 @@ import inspect
 import os
 from pathlib import Path
 
+import pytest
+
 import attn
 
 
@@ -32,3 +34,26 @@ def test_every_isa_required_by_the_environment_runs():
     for name in filter(None, os.environ.get("ATTN_REQUIRE_ISAS", "").split(",")):
         assert name in attn.supported_isas(), (
             f"ATTN_REQUIRE_ISAS names {name}, which this CPU cannot run (it runs {attn.supported_isas()})")
+
+
+def test_the_wings_and_every_name_of_attn():
+    # attn.llm, attn.blocks and attn.lab hold the other wings; every name they export is still attn's
+    for wing in (attn.llm, attn.blocks, attn.lab):
+        for name in wing.__all__:
+            assert getattr(attn, name) is getattr(wing, name), f"attn.{name} is not {wing.__name__}.{name}"
+    for name in attn.__all__:
+        assert hasattr(attn, name), name
+    assert attn.experiments is attn.lab.experiments and attn.report is attn.lab.report
+    assert attn.recall is attn.lab.recall
+
+
+def test_architectures_come_from_the_registry():
+    archs = attn.llm.architectures()
+    assert [a["name"] for a in archs][:2] == ["llama", "minimax"]
+    llama = archs[0]
+    assert llama["gguf"] is True and llama["baseline"] == "" and "SwiGLU" in llama["summary"]
+    assert archs[1]["baseline"] == "llama" and archs[1]["gguf"] is False
+    cfg = dict(vocab_size=32, dim=16, hidden_dim=24, heads=2, kv_heads=1, head_dim=8, max_seq_len=16,
+               layers=attn.Decoder.softmax_layers(1), architecture="gemma-next")
+    with pytest.raises(ValueError, match=r"unknown architecture 'gemma-next' \(known: llama, minimax"):
+        attn.Decoder.random(cfg)
