@@ -16,6 +16,12 @@ from hypothesis import settings
 
 import attn
 
+
+# Seconds after which a child process (the CLI, python -m ...) counts as hung. Not a speed limit:
+# far above what any call takes under ASan on a 2-core machine that other work shares (tests do
+# not depend on wall time; this only turns a hang into a failure).
+HANG_SECONDS = 1800
+
 torch.set_num_threads(2)
 
 # Hypothesis: the test command runs the derandomized profile (the same examples on every run, drawn

@@ -4,7 +4,7 @@ import subprocess
 import numpy as np
 
 import attn
-from conftest import cli_path
+from conftest import HANG_SECONDS, cli_path
 
 
 def test_cli_run_round_trip(tmp_path):
@@ -109,7 +109,7 @@ def test_cli_bounded_reads_and_explain(tmp_path):
     _qkv_files(tmp_path)
     p = subprocess.run([str(cli_path()), "run", "--q", "/dev/zero", "--k", str(tmp_path / "k.npy"), "--v",
                         str(tmp_path / "v.npy"), "--out", str(tmp_path / "o.npy")], capture_output=True, text=True,
-                       timeout=30)
+                       timeout=HANG_SECONDS)
     assert p.returncode == 2 and "/dev/zero: is a character device, not a regular file" in p.stderr
     p = _run(tmp_path, "--explain", "--form", "tiled")
     assert p.returncode == 0 and "runs form 'tiled'" in p.stdout and not (tmp_path / "o.npy").exists()
@@ -122,7 +122,7 @@ def test_cli_resource_arguments_are_bounded():
                            (["bench", "--layout", "bnhd"], "--decode"), (["bench", "--page", "16"], "--decode"),
                            (["bench", "--decode", "1000", "--page", "16"], "multiple of 16"),
                            (["demo", "--threads", "100000"], "--threads")):
-        p = subprocess.run([str(cli_path())] + args, capture_output=True, text=True, timeout=60)
+        p = subprocess.run([str(cli_path())] + args, capture_output=True, text=True, timeout=HANG_SECONDS)
         assert p.returncode != 0 and fragment in p.stderr, (args, p.stderr)
 
 
@@ -226,7 +226,7 @@ _OPTION_LINE = re.compile(r"^  (?:-\w,)?(--[\w-]+)(?: (TEXT|INT|UINT|FLOAT)\b(.*
 
 
 def _attn(*args):
-    return subprocess.run([str(cli_path())] + [str(a) for a in args], capture_output=True, text=True, timeout=60,
+    return subprocess.run([str(cli_path())] + [str(a) for a in args], capture_output=True, text=True, timeout=HANG_SECONDS,
                           stdin=subprocess.DEVNULL)
 
 

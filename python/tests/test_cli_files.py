@@ -16,11 +16,11 @@ import time
 import numpy as np
 import pytest
 
-from conftest import cli_path
+from conftest import HANG_SECONDS, cli_path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY_TOK = os.path.join(ROOT, "tests", "data", "tiny_tokenizer.gguf")
-TIMEOUT = 60  # seconds; every call here finishes in well under one
+TIMEOUT = HANG_SECONDS  # turns a hang into a failure; every call here finishes in well under a second
 
 
 def _cli(*args, **kw):

@@ -12,7 +12,7 @@ import torch
 
 import attn
 from attn import _attn
-from conftest import cli_path
+from conftest import HANG_SECONDS, cli_path
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "distributed_scripts", "check_distributed.py")
 MPIRUN = shutil.which("mpirun")
@@ -56,7 +56,7 @@ def run_script(ranks, tmp_path_factory, *extra):
                PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(attn.__file__)),
                                            os.environ.get("PYTHONPATH", "")]))
     cmd = [MPIRUN, "-np", str(ranks), "--oversubscribe", "--allow-run-as-root", sys.executable, SCRIPT, str(path), *extra]
-    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=HANG_SECONDS)
     assert run.returncode == 0, run.stdout + run.stderr
     return ranks, dict(np.load(path))
 
@@ -177,7 +177,7 @@ def test_cli_run_distributed_writes_the_whole_output(tmp_path, mechanism, causal
            "-m", mechanism, "--layout", "bnhd", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy",
            "--lse", "l.npy"]
     run = subprocess.run(cmd, cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True,
-                         timeout=60)
+                         timeout=HANG_SECONDS)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "distributed over 3 ranks" in run.stdout
     want, lse = attn.attention(q, k, v, causal=causal, window_size=window, return_lse=True)

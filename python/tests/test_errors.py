@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import attn
+from conftest import HANG_SECONDS
 
 
 def qkv(B=2, N=5, M=6, H=4, Hkv=2, D=8):
@@ -122,7 +123,7 @@ def test_works_in_a_forked_child():
     q = np.random.default_rng(1).standard_normal((1, 300, 4, 32)).astype(np.float32)
     want = attn.attention(q, q, q, causal=True, threads=2)  # the parent's pool exists
     with multiprocessing.get_context("fork").Pool(1) as pool:
-        got = pool.apply_async(_child_attention, (q,)).get(timeout=120)
+        got = pool.apply_async(_child_attention, (q,)).get(timeout=HANG_SECONDS)
     assert np.array_equal(got, want)
 
 

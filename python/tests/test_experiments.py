@@ -11,6 +11,7 @@ import pytest
 import attn
 
 import matplotlib  # noqa: E402,F401  (installed by scripts/test.sh: a missing plotter fails loudly)
+from conftest import HANG_SECONDS
 
 
 def test_curves_table_and_plots(tmp_path):
@@ -31,7 +32,7 @@ def test_curves_table_and_plots(tmp_path):
 
 def test_experiments_command(tmp_path):
     p = subprocess.run([sys.executable, "-m", "attn.lab.experiments", "curves", "--out", str(tmp_path / "c")],
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=HANG_SECONDS)
     assert p.returncode == 0, p.stderr
     assert "RuntimeWarning" not in p.stderr and (tmp_path / "c" / "curves.png").exists()
     # hardening (issue 37): an --out that is not a directory is a usage error, not a traceback
@@ -39,7 +40,7 @@ def test_experiments_command(tmp_path):
                           (tmp_path / "c" / "curves.png", "exists and is not a directory"),
                           (tmp_path / "c" / "curves.png" / "sub", "cannot create the directory")):
         p = subprocess.run([sys.executable, "-m", "attn.lab.experiments", "curves", "--out", str(out)],
-                           capture_output=True, text=True, timeout=120)
+                           capture_output=True, text=True, timeout=HANG_SECONDS)
         assert p.returncode == 2 and p.stderr.startswith("error: attn concentration: --out: ") and fragment in p.stderr, p.stderr
 
 
@@ -83,10 +84,10 @@ def test_attn_concentration_command_runs_the_experiment(tmp_path):
     from test_cli import cli_path
     env = dict(os.environ, ATTN_PYTHON=sys.executable)
     p = subprocess.run([str(cli_path()), "concentration", "curves", "--out", str(tmp_path / "c")], capture_output=True,
-                       text=True, timeout=120, env=env)
+                       text=True, timeout=HANG_SECONDS, env=env)
     assert p.returncode == 0, p.stderr
     assert (tmp_path / "c" / "curves.svg").exists() and "222 rows" in p.stdout
-    p = subprocess.run([str(cli_path()), "concentration", "curves"], capture_output=True, text=True, timeout=60,
+    p = subprocess.run([str(cli_path()), "concentration", "curves"], capture_output=True, text=True, timeout=HANG_SECONDS,
                        env=dict(os.environ, ATTN_PYTHON=str(tmp_path / "no-python")))
     assert p.returncode == 2 and "set ATTN_PYTHON" in p.stderr
 
@@ -95,7 +96,7 @@ def _run_without_matplotlib(module, *args):
     """`python -m module args` in a process where `import matplotlib` raises ImportError."""
     code = ("import runpy, sys; sys.modules['matplotlib'] = None; "
             f"sys.argv = [{module!r}] + {list(args)!r}; runpy.run_module({module!r}, run_name='__main__', alter_sys=True)")
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_SECONDS)
 
 
 def test_experiments_without_matplotlib_say_which_extra_in_one_line(tmp_path):
@@ -195,13 +196,13 @@ def test_linear_mechanisms_are_never_replaced_by_another_attention(monkeypatch):
 
 
 def test_train_command_options(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "attn.lab.experiments", "--help"], capture_output=True, text=True, timeout=60)
+    p = subprocess.run([sys.executable, "-m", "attn.lab.experiments", "--help"], capture_output=True, text=True, timeout=HANG_SECONDS)
     assert p.returncode == 0 and "--steps" in p.stdout and "--quick" in p.stdout and "train" in p.stdout
     p = subprocess.run([sys.executable, "-m", "attn.lab.experiments", "curves", "--steps", "3", "--out", str(tmp_path)],
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=HANG_SECONDS)
     assert p.returncode == 2 and "belong to the train experiment" in p.stderr
     p = subprocess.run([sys.executable, "-m", "attn.lab.experiments", "train", "--quick", "--steps", "2", "--out",
-                        str(tmp_path / "t")], capture_output=True, text=True, timeout=300)
+                        str(tmp_path / "t")], capture_output=True, text=True, timeout=HANG_SECONDS)
     assert p.returncode == 0, p.stderr
     assert "train: softmax      step     2/2" in p.stderr and (tmp_path / "t" / "train.png").exists()
 

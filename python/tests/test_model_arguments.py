@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import attn
-from conftest import cli_path
+from conftest import HANG_SECONDS, cli_path
 from tiny_text_model import write_tiny_text_model
 
 gguf = pytest.importorskip("gguf")
@@ -50,7 +50,7 @@ def test_nan_weights_are_an_error_naming_the_step(tmp_path, poison, said):
         raises(ValueError, r"^sampling: the logits at step 0 \(new token 1\) are not finite: " + said,
                lambda: m.generate([10, 11, 12], max_tokens=4, **kw))
     p = subprocess.run([str(cli_path()), "generate", "--model", str(path), "--dtype", "f32", "--prompt", "hello",
-                        "--max-tokens", "4", "-q"], capture_output=True, text=True, timeout=60)
+                        "--max-tokens", "4", "-q"], capture_output=True, text=True, timeout=HANG_SECONDS)
     assert p.returncode == 2 and "error: sampling: the logits at step 0 (new token 1) are not finite" in p.stderr, p.stderr
 
 
@@ -69,7 +69,7 @@ def test_cli_benchmark_generate_refuses_nan_weights(tmp_path):
     raw[8 + n + begin:8 + n + end] = np.full((end - begin) // 4, np.nan, np.float32).tobytes()
     path.write_bytes(bytes(raw))
     p = subprocess.run([str(cli_path()), "generate", "--weights", str(path), "--prompt-tokens", "4", "--new-tokens", "2",
-                        "-q"], capture_output=True, text=True, timeout=60)
+                        "-q"], capture_output=True, text=True, timeout=HANG_SECONDS)
     assert p.returncode == 2 and "error: sampling: the logits at step 0 (new token 1) are not finite: 32 NaN" in p.stderr, \
         p.stderr
 
@@ -97,7 +97,7 @@ def test_cli_seeds_outside_the_unsigned_64_bit_range_are_refused(tiny):
     for command in (["generate", "--random-weights"], ["chat", "--model", str(tiny[0])]):
         for bad in ("-1", "18446744073709551616", "99999999999999999999", "0x10", "010", "1.5", "", " 1", "1e3"):
             p = subprocess.run([str(cli_path())] + command + ["--seed", bad], capture_output=True, text=True,
-                               input="", timeout=60)
+                               input="", timeout=HANG_SECONDS)
             assert p.returncode != 0 and "--seed" in p.stderr and \
                 "expected an integer in [0, 2^64 - 1] (decimal digits), got '" + bad + "'" in p.stderr, \
                 (command, bad, p.stderr)
@@ -105,7 +105,7 @@ def test_cli_seeds_outside_the_unsigned_64_bit_range_are_refused(tiny):
                   "--vocab", "32", "--prompt-tokens", "4", "--new-tokens", "2", "-q"]
     for good in ("0", "18446744073709551615"):
         p = subprocess.run([str(cli_path()), "generate", "--random-weights", "--seed", good] + tiny_model,
-                           capture_output=True, text=True, timeout=60)
+                           capture_output=True, text=True, timeout=HANG_SECONDS)
         assert p.returncode == 0, p.stderr
 
 
@@ -114,10 +114,10 @@ def test_cli_chat_bounds_a_turn_read_from_stdin(tiny):
     memory runs out; an ordinary line gets its reply."""
     with open("/dev/zero", "rb") as zero:
         p = subprocess.run([str(cli_path()), "chat", "--model", str(tiny[0]), "--max-tokens", "2", "-q"],
-                           stdin=zero, capture_output=True, text=True, timeout=60)
+                           stdin=zero, capture_output=True, text=True, timeout=HANG_SECONDS)
     assert p.returncode != 0 and "a line of stdin holds more than 1048576 bytes (1 MiB)" in p.stderr, p.stderr
     p = subprocess.run([str(cli_path()), "chat", "--model", str(tiny[0]), "--max-tokens", "2", "-q"],
-                       input="hello\n", capture_output=True, text=True, timeout=60)
+                       input="hello\n", capture_output=True, text=True, timeout=HANG_SECONDS)
     assert p.returncode == 0, p.stderr
 
 
@@ -201,7 +201,7 @@ def test_cli_max_tokens_goes_through_the_same_check(tiny):
     for command in (["generate", "--prompt", "hello world"], ["chat"]):
         p = subprocess.run([str(cli_path())] + command + ["--model", str(tiny[0]), "--max-context", "16",
                                                           "--max-tokens", "1000", "-q"],
-                           capture_output=True, text=True, input="hello\n", timeout=60)
+                           capture_output=True, text=True, input="hello\n", timeout=HANG_SECONDS)
         assert p.returncode == 2 and "error: --max-tokens: 1000 new tokens after a prompt of" in p.stderr \
             and "exceed the context of 16 tokens" in p.stderr, (command, p.stderr)
 

@@ -16,6 +16,7 @@ import pytest
 import attn
 from attn import _attn
 from test_decoder import torch_logits
+from conftest import HANG_SECONDS
 
 torch = pytest.importorskip("torch")
 gguf = pytest.importorskip("gguf")
@@ -325,7 +326,7 @@ def _cli(*args, stdin=None):
     import subprocess
     from test_cli import cli_path
     return subprocess.run([str(cli_path())] + [str(a) for a in args], input=stdin, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=HANG_SECONDS)
 
 
 def test_cli_generate_and_chat_with_the_real_model(smollm2, model):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import attn
-from conftest import cli_path
+from conftest import HANG_SECONDS, cli_path
 
 ROOT = Path(__file__).resolve().parents[2]
 FIGURES = ROOT / "docs" / "figures"
@@ -79,7 +79,7 @@ def _browser_verdict(page: Path, tmp_path: Path) -> dict:
     cmd = [_chromium(), "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
            "--no-first-run", "--disable-extensions", f"--user-data-dir={tmp_path / 'profile'}",
            "--virtual-time-budget=5000", "--dump-dom", probe.as_uri()]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_SECONDS)
     assert p.returncode == 0, f"chromium failed ({p.returncode}): {p.stderr[-2000:]}"
     m = re.search(r'<body[^>]*\sdata-check="([^"]*)"', p.stdout)
     assert m, f"the check script left no verdict in the DOM; chromium said: {p.stderr[-2000:]}"
@@ -294,7 +294,7 @@ def test_run_runs_the_missing_experiments_with_progress(tmp_path):
     old.mkdir()
     (old / "needle.json").write_text(json.dumps(_needle_rows()))
     p = subprocess.run([sys.executable, "-m", "attn.lab.report", "--out", str(tmp_path / "r.html"), "--from", str(data),
-                        "--from", str(old), "--run", "curves", "--quick"], capture_output=True, text=True, timeout=300)
+                        "--from", str(old), "--run", "curves", "--quick"], capture_output=True, text=True, timeout=HANG_SECONDS)
     assert p.returncode == 0, p.stderr
     assert "[1/1] running curves (quick)" in p.stderr and "[1/1] curves: 222 rows in" in p.stderr
     assert (data / "curves.png").exists() and "wrote" in p.stdout and "without scale, titans_needle, model, ppl, train" in p.stdout
@@ -322,11 +322,11 @@ def test_attn_report_command(tmp_path):
     env = dict(os.environ, ATTN_PYTHON=sys.executable)
     out = tmp_path / "r.html"
     p = subprocess.run([str(cli_path()), "report", "--out", str(out), "--from", str(CONCENTRATION), "--from",
-                        str(FIGURES)], capture_output=True, text=True, timeout=120, env=env)
+                        str(FIGURES)], capture_output=True, text=True, timeout=HANG_SECONDS, env=env)
     assert p.returncode == 0, p.stderr
     assert out.stat().st_size > 100_000 and "wrote" in p.stdout
     p = subprocess.run([str(cli_path()), "report", "--out", str(tmp_path / "x.html")], capture_output=True,
-                       text=True, timeout=60, env=dict(os.environ, ATTN_PYTHON=str(tmp_path / "no-python")))
+                       text=True, timeout=HANG_SECONDS, env=dict(os.environ, ATTN_PYTHON=str(tmp_path / "no-python")))
     assert p.returncode == 2 and "attn report runs the Python package" in p.stderr and "set ATTN_PYTHON" in p.stderr
 
 
