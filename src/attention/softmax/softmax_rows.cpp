@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -30,6 +31,11 @@ struct Scratch {
   std::vector<float> scales;  // int8 rows: the block's row scales
   std::vector<uint8_t> vis;  // (keys, N) visibility of a partial block
   std::vector<const void*> kptr, vptr;  // addresses of the block's K and V rows
+  // values some rows weigh and others do not, with non-finite elements (Chunk::finite_copies):
+  // their copies (zeroed there), where they were, and their weights (key, row)
+  std::vector<uint8_t> finite;
+  std::vector<const void*> poisoned;
+  std::vector<float> poison_w;
   AlignedFloats s;  // (R, kKeyChunk) scores, 64-byte aligned for the softcap kernel
   // Sized by the problem: the float32 copies of K/V rows exist only for a non-unit inner stride,
   // and hold at most min(M, kKeyChunk) rows (memory in proportion to the inputs).
@@ -41,6 +47,9 @@ struct Scratch {
     vis.resize(static_cast<size_t>(rows * p.N));
     kptr.resize(static_cast<size_t>(rows));
     vptr.resize(static_cast<size_t>(rows));
+    finite.resize(static_cast<size_t>(rows * p.Dv) * sizeof(float));
+    poisoned.resize(static_cast<size_t>(rows));
+    poison_w.resize(static_cast<size_t>(rows * R));
     if (p.k_scale) scales.resize(static_cast<size_t>(rows));
     if (p.k.strides[3] != 1) kbuf.resize(static_cast<size_t>(rows * p.D));
     if (p.v.strides[3] != 1) vbuf.resize(static_cast<size_t>(rows * p.Dv));
@@ -169,7 +178,53 @@ class Chunk {
       m_[r] = mx;
     }
     if (vrows_.scaled()) scale_columns(s, a, n, vrows_, true);
+    const int64_t poisoned = vrows_.scaled() ? 0 : finite_copies(s, n, vt);
     kern_.pv_rows(s, n, R_, s_.vptr.data(), vt, weighted_keys(s, n), p_.Dv, acc_);
+    if (poisoned) poison_rows(poisoned, vt);
+  }
+
+  // Keys that some rows weigh and others do not (hidden from them, or a weight that underflowed
+  // to 0) and whose value is not finite: pv_rows would give the rows without weight 0 * NaN = NaN.
+  // Such a value enters the product as a copy with its non-finite elements zeroed (the finite
+  // channels sum exactly as without the poison), and poison_rows then gives each row that weighs
+  // it x * w in those channels, as the tiled form does. (int8 rows hold finite integers: a
+  // non-finite row has a NaN scale, which scale_columns keeps away from zero weights.) Returns
+  // how many keys were copied.
+  int64_t finite_copies(const float* s, int64_t n, DType vt) {
+    const size_t row_bytes = static_cast<size_t>(p_.Dv) * dtype_size(vt);
+    float* row = s_.row.data();
+    int64_t count = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      bool some_zero = false, some_weight = false;
+      for (int64_t r = 0; r < R_; ++r) (s[r * n + j] == 0.0f ? some_zero : some_weight) = true;
+      if (!some_zero || !some_weight) continue;
+      const void* v = s_.vptr[static_cast<size_t>(j)];
+      kern_.to_float(v, vt, 1, p_.Dv, row);
+      float probe = 0;  // x * 0 is NaN exactly when x is not finite
+      for (int64_t c = 0; c < p_.Dv; ++c) probe += row[c] * 0.0f;
+      if (!std::isnan(probe)) continue;
+      uint8_t* copy = s_.finite.data() + static_cast<size_t>(count) * row_bytes;
+      std::memcpy(copy, v, row_bytes);
+      for (int64_t c = 0; c < p_.Dv; ++c)  // a zero is all zero bits in every float dtype
+        if (!std::isfinite(row[c])) std::memset(copy + static_cast<size_t>(c) * dtype_size(vt), 0, dtype_size(vt));
+      s_.poisoned[static_cast<size_t>(count)] = v;
+      for (int64_t r = 0; r < R_; ++r) s_.poison_w[static_cast<size_t>(count * R_ + r)] = s[r * n + j];
+      s_.vptr[static_cast<size_t>(j)] = copy;
+      ++count;
+    }
+    return count;
+  }
+
+  void poison_rows(int64_t count, DType vt) {
+    float* row = s_.row.data();
+    for (int64_t k = 0; k < count; ++k) {
+      kern_.to_float(s_.poisoned[static_cast<size_t>(k)], vt, 1, p_.Dv, row);
+      for (int64_t c = 0; c < p_.Dv; ++c) {
+        if (std::isfinite(row[c])) continue;
+        for (int64_t r = 0; r < R_; ++r)
+          if (const float w = s_.poison_w[static_cast<size_t>(k * R_ + r)]; w != 0.0f) acc_[r * p_.Dv + c] = row[c] * w;
+      }
+    }
   }
 
   // int8 rows (the kernels read their integers): column j of the R x n block times the scale of
