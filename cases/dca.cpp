@@ -56,6 +56,9 @@ void dca_bad_cases(std::vector<BadCase>& out) {
   c.mechanism = "dca";
   out.push_back({"dca_alibi", c, [](Inputs& in) { in.options.alibi_slopes = {1, 1}; },
                  "dca does not take ALiBi slopes"});
+  Case int8 = c;  // its reference form once returned the rows' raw integers
+  int8.extras.int8_kv = true;
+  out.push_back({"dca_int8_rows", int8, [](Inputs&) {}, "dca takes float k and v"});
 }
 
 }  // namespace

@@ -115,3 +115,20 @@ def test_bad_input_names_the_argument():
         attn.lite_la(x, *(w[k] for k in LA), head_dim=5)
     with pytest.raises(ValueError, match=r"qkv weight must have shape \(3 C, C\) = \(96, 32\), got \(95, 32\)"):
         attn.sana_block(x, (3, 2), w["qkv_weight"][:95], *(w[k] for k in LA[1:] + FF))
+
+
+def test_a_depthwise_kernel_must_be_3x3():
+    # (2h, 1, 1, 9) and (2h, 1, 9, 1) hold 9 taps too, and were once run as if they were 3x3
+    C = 32
+    w = weights(C, 80, 7, np.float32)
+    x = np.zeros((1, 6, C), np.float32)
+    depth = np.asarray(w["depth_weight"]).reshape(160, 9)
+    args = lambda d: (w["inverted_weight"], w["inverted_bias"], d, w["depth_bias"], w["point_weight"])
+    want = attn.mix_ffn(x, (2, 3), *args(depth))
+    for ok in (depth.reshape(160, 3, 3), depth.reshape(160, 1, 3, 3)):
+        np.testing.assert_array_equal(attn.mix_ffn(x, (2, 3), *args(ok)), want)
+    for bad in (depth.reshape(160, 1, 1, 9), depth.reshape(160, 1, 9, 1), depth.reshape(160, 9, 1)):
+        with pytest.raises(ValueError, match=r"depth_weight must be a 3x3 depthwise kernel, .* got shape \(160, "):
+            attn.mix_ffn(x, (2, 3), *args(bad))
+    with pytest.raises(ValueError, match=r"point_weight must be \(out, in\) or a 1x1 conv weight .* got shape \(32, 80, 3, 3\)"):
+        attn.mix_ffn(x, (2, 3), *args(depth)[:-1], np.zeros((32, 80, 3, 3), np.float32))

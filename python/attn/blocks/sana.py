@@ -49,13 +49,22 @@ def _hw(hw: Any, n: int) -> Tuple[int, int]:
     return h, w
 
 
-def _matrix(w: Any, name: str, dt: np.dtype) -> np.ndarray:
-    """A 2-D weight; conv weights (out, in, kh, kw) become (out, in * kh * kw)."""
+def _matrix(w: Any, name: str, dt: np.dtype, depthwise: bool = False) -> np.ndarray:
+    """A 2-D weight (out, in); a 1x1 conv weight (out, in, 1, 1) becomes (out, in). A depthwise
+    weight is (out, 9), (out, 3, 3) or (out, 1, 3, 3): a 3x3 kernel per channel, nothing else."""
     m = _floats(w, name, dt)
-    if m.ndim == 4 or m.ndim == 3:
+    shape = tuple(m.shape)
+    if depthwise:
+        if not (m.ndim == 2 or (m.ndim == 3 and shape[1:] == (3, 3)) or (m.ndim == 4 and shape[1:] == (1, 3, 3))):
+            raise ValueError(f"{name} must be a 3x3 depthwise kernel, (2h, 3, 3) or (2h, 1, 3, 3), got shape {shape}")
+    elif m.ndim == 4 and shape[2:] != (1, 1):
+        raise ValueError(f"{name} must be (out, in) or a 1x1 conv weight (out, in, 1, 1), got shape {shape}")
+    elif m.ndim == 3:
+        raise ValueError(f"{name} must be (out, in) or a 1x1 conv weight (out, in, 1, 1), got shape {shape}")
+    if m.ndim in (3, 4):
         m = m.reshape(m.shape[0], -1)
     if m.ndim != 2:
-        raise ValueError(f"{name} must have 2 or 4 dimensions, got shape {tuple(m.shape)}")
+        raise ValueError(f"{name} must have 2 or 4 dimensions, got shape {shape}")
     return np.ascontiguousarray(m)
 
 
@@ -74,7 +83,7 @@ def _lite_args(dt, qkv_weight, proj_weight, proj_bias, head_dim, eps):
 
 def _ffn_args(dt, inverted_weight, inverted_bias, depth_weight, depth_bias, point_weight):
     return (_matrix(inverted_weight, "inverted_weight", dt), _vector(inverted_bias, "inverted_bias", dt),
-            _matrix(depth_weight, "depth_weight", dt), _vector(depth_bias, "depth_bias", dt),
+            _matrix(depth_weight, "depth_weight", dt, depthwise=True), _vector(depth_bias, "depth_bias", dt),
             _matrix(point_weight, "point_weight", dt))
 
 

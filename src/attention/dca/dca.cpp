@@ -41,6 +41,9 @@ DcaProblem DcaFamily::validate(const TensorView& q, const TensorView& k, const T
   if (!opt.params.empty()) fail(kWhere, "dca takes no named params, got " + std::to_string(opt.params.size()));
   if (!opt.alibi_slopes.empty())
     fail(kWhere, "dca does not take ALiBi slopes (its positions are RoPE's, remapped per chunk)");
+  if (opt.kv_scales)  // its forms rotate float copies of q and k
+    fail(kWhere, "int8 k and v rows (options.kv_scales) are read by the softmax family only (softmax, longformer, "
+                 "bigbird); dca takes float k and v");
   core::check_option_ranges(facts(m).ranges, "dca");
   DcaProblem p;
   p.dca = m;
