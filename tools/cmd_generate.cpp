@@ -84,11 +84,17 @@ Decoder make_decoder(const GenerateArgs& a) {
   layout.layers = a.layers, layout.softmax = parse_mechanism(a.mechanism);
   layout.experts = a.experts, layout.top_k = a.top_k, layout.expert_hidden = a.expert_hidden;
   if (!a.hybrid.empty()) {
-    int64_t lin = -1, soft = -1;
-    char colon = 0, extra = 0;
-    if (std::sscanf(a.hybrid.c_str(), "%ld%c%ld%c", &lin, &colon, &soft, &extra) != 3 || colon != ':')
-      throw Error("generate: --hybrid expects L:S (lightning:softmax layers per group, e.g. 7:1), got '" + a.hybrid + "'");
-    layout.hybrid_linear = lin, layout.hybrid_softmax = soft;
+    // L:S, each a count of layers: digits only, at most 4 (a layer count is at most 4096)
+    const size_t colon = a.hybrid.find(':');
+    auto count = [&](const std::string& digits) {
+      if (digits.empty() || digits.size() > 4 || digits.find_first_not_of("0123456789") != std::string::npos)
+        throw Error("generate: --hybrid expects L:S (lightning:softmax layers per group, counts of layers up to "
+                    "4096, e.g. 7:1), got '" + a.hybrid + "'");
+      return static_cast<int64_t>(std::stoi(digits));
+    };
+    if (colon == std::string::npos) count("");
+    layout.hybrid_linear = count(a.hybrid.substr(0, colon));
+    layout.hybrid_softmax = count(a.hybrid.substr(colon + 1));
   }
   c.architecture = a.arch;
   try {
