@@ -45,7 +45,14 @@ def _mpi():
 
 
 def _comm(comm):
-    return _mpi().COMM_WORLD if comm is None else comm
+    MPI = _mpi()
+    if comm is None:
+        return MPI.COMM_WORLD
+    if not isinstance(comm, MPI.Comm):
+        raise TypeError(f"comm must be an mpi4py communicator (MPI.Comm) or None, got {type(comm).__name__}")
+    if comm == MPI.COMM_NULL:
+        raise ValueError("comm must be a communicator of ranks, got MPI.COMM_NULL")
+    return comm
 
 
 def _native() -> None:
@@ -55,6 +62,7 @@ def _native() -> None:
 
 
 def _token_axis(layout: str) -> int:
+    _args.text(layout, "layout")
     if layout not in ("bnhd", "bhnd"):
         raise ValueError(f"layout must be 'bnhd' or 'bhnd', got {layout!r}")
     return 1 if layout == "bnhd" else 2
@@ -128,13 +136,38 @@ def unshard(y: Any, comm=None, causal: bool = False, layout: str = "bnhd") -> An
     return _like(out, y)
 
 
+def _array(x: Any, name: str) -> np.ndarray:
+    """x (a NumPy array or torch tensor of floats) as NumPy, as the rest of the API takes arrays."""
+    if not (_is_torch(x) or isinstance(x, np.ndarray)):
+        raise TypeError(f"{name} must be a numpy.ndarray or torch.Tensor, got {type(x).__name__}")
+    kind = str(x.dtype)
+    if _is_torch(x):
+        if not x.dtype.is_floating_point:
+            raise TypeError(f"{name} must hold floats, got {kind}")
+        x = x.detach().cpu()
+        x = x.float() if x.dtype.itemsize < 4 else x
+        return x.numpy()
+    if x.dtype.kind != "f":
+        raise TypeError(f"{name} must hold floats, got {kind}")
+    return x
+
+
 def _bhnd(x: Any, layout: str, name: str) -> np.ndarray:
-    a = _numpy(x)
+    a = _array(x, name)
     if a.ndim != 4:
         raise ValueError(f"{name} must have 4 dimensions ({layout}), got {a.ndim}")
     if layout == "bnhd":
         a = a.transpose(0, 2, 1, 3)
     return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def _offsets(cu_seqlens: Optional[Sequence[int]]) -> List[int]:
+    if cu_seqlens is None:
+        return []
+    if isinstance(cu_seqlens, (str, bytes)) or not hasattr(cu_seqlens, "__len__"):
+        raise TypeError(f"cu_seqlens must be a sequence of integers or None, got {type(cu_seqlens).__name__}")
+    return [_args.integer(int(x) if isinstance(x, np.integer) else x, f"cu_seqlens[{i}]")
+            for i, x in enumerate(_numpy(cu_seqlens).tolist() if _is_torch(cu_seqlens) else cu_seqlens)]
 
 
 def _back(y: np.ndarray, layout: str, like: Any) -> Any:
@@ -144,7 +177,9 @@ def _back(y: np.ndarray, layout: str, like: Any) -> Any:
 
 
 def _window_text(window_size: Sequence[int]) -> List[str]:
-    left, right = (int(w) for w in window_size)
+    if isinstance(window_size, (str, bytes)) or not hasattr(window_size, "__len__") or len(window_size) != 2:
+        raise TypeError(f"window_size must be a pair (left, right), got {window_size!r}")
+    left, right = (_args.integer(w, f"window_size[{i}]") for i, w in enumerate(window_size))
     if left == -1 and right == -1:
         return []
     if left < -1 or right < -1:
@@ -168,7 +203,8 @@ def attention(q: Any, k: Any, v: Any, comm=None, causal: bool = False,
     comm = _comm(comm)
     _token_axis(layout)
     text = _softmax_text(causal, window_size, softmax_scale)
-    cu = [int(x) for x in (cu_seqlens if cu_seqlens is not None else [])]
+    cu = _offsets(cu_seqlens)
+    return_lse = _args.flag(return_lse, "return_lse")
     out, lse, _ = _attn.distributed_attention(_bhnd(q, layout, "q"), _bhnd(k, layout, "k"), _bhnd(v, layout, "v"),
                                               comm.py2f(), text, return_lse, cu)
     out = _back(out, layout, q)
@@ -176,9 +212,9 @@ def attention(q: Any, k: Any, v: Any, comm=None, causal: bool = False,
 
 
 def _softmax_text(causal: bool, window_size: Sequence[int], softmax_scale: Optional[float]) -> str:
-    opts = (["causal"] if causal else []) + _window_text(window_size)
+    opts = (["causal"] if _args.flag(causal, "causal") else []) + _window_text(window_size)
     if softmax_scale is not None:
-        opts.append(f"scale={float(softmax_scale)!r}")
+        opts.append(f"scale={_args.real(softmax_scale, 'softmax_scale')!r}")
     return "softmax" + (":" + ",".join(opts) if opts else "")
 
 
@@ -196,8 +232,8 @@ def attention_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, co
     comm = _comm(comm)
     _token_axis(layout)
     text = _softmax_text(causal, window_size, softmax_scale)
-    lse4 = np.ascontiguousarray(_numpy(lse), dtype=np.float32)[..., None]
-    cu = [int(x) for x in (cu_seqlens if cu_seqlens is not None else [])]
+    lse4 = np.ascontiguousarray(_array(lse, "lse"), dtype=np.float32)[..., None]
+    cu = _offsets(cu_seqlens)
     dq, dk, dv = _attn.distributed_attention_backward(
         _bhnd(dout, layout, "dout"), _bhnd(q, layout, "q"), _bhnd(k, layout, "k"), _bhnd(v, layout, "v"),
         _bhnd(out, layout, "out"), lse4, comm.py2f(), text, cu)
@@ -220,11 +256,13 @@ def linear_attention(q: Any, k: Any, v: Any, comm=None, feature_map: str = "elu"
 
 
 def _linear_text(feature_map: str, causal: bool, decay: Optional[float], normalize: bool) -> str:
+    feature_map = _args.text(feature_map, "feature_map")
+    causal, normalize = _args.flag(causal, "causal"), _args.flag(normalize, "normalize")
     if "," in feature_map or ":" in feature_map:
         raise ValueError(f"feature_map must be one name such as 'elu', got {feature_map!r}")
     text = f"linear:map={feature_map}" + (",causal" if causal else "") + ("" if normalize else ",normalize=0")
     if decay is not None:
-        text += f",decay={float(decay)!r}"
+        text += f",decay={_args.real(decay, 'decay')!r}"
     return text
 
 
@@ -240,7 +278,7 @@ def linear_attention_backward(dout: Any, q: Any, k: Any, v: Any, comm=None, feat
     comm = _comm(comm)
     _token_axis(layout)
     text = _linear_text(feature_map, causal, decay, normalize)
-    df = None if dfinal_state is None else np.ascontiguousarray(_numpy(dfinal_state), dtype=np.float32)
+    df = None if dfinal_state is None else np.ascontiguousarray(_array(dfinal_state, "dfinal_state"), dtype=np.float32)
     dq, dk, dv = _attn.distributed_linear_attention_backward(
         _bhnd(dout, layout, "dout"), _bhnd(q, layout, "q"), _bhnd(k, layout, "k"), _bhnd(v, layout, "v"), comm.py2f(),
         text, df)
@@ -254,6 +292,7 @@ def decode(q: Any, k_shard: Any, v_shard: Any, comm=None, *, layout: str = "bnhd
     _native()
     comm = _comm(comm)
     _token_axis(layout)
+    return_lse = _args.flag(return_lse, "return_lse")
     out, lse = _attn.distributed_decode(_bhnd(q, layout, "q"), _bhnd(k_shard, layout, "k_shard"),
                                         _bhnd(v_shard, layout, "v_shard"), comm.py2f(), return_lse)
     out = _back(out, layout, q)

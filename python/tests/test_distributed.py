@@ -153,6 +153,20 @@ def test_decode_equals_single_process(results, m):
     assert r[f"decode{m}_same"], "every rank gets the same bits"
 
 
+def test_arguments_follow_the_rest_of_the_api(results):
+    # no float read as an int, no string as a flag, no silent cast of ints or lists, no crash on COMM_NULL
+    _, r = results
+    assert list(r["arg_errors"]) == [
+        "TypeError: window_size[0] must be an integer, got 1.7 (float)",
+        "TypeError: causal must be True or False, got 'no' (str)",
+        "TypeError: q must hold floats, got int32",
+        "TypeError: q must be a numpy.ndarray or torch.Tensor, got list",
+        "ValueError: comm must be a communicator of ranks, got MPI.COMM_NULL",
+        "TypeError: comm must be an mpi4py communicator (MPI.Comm) or None, got object",
+        "ValueError: comm must be a communicator of ranks, got MPI.COMM_NULL",
+        "TypeError: return_lse must be True or False, got 1 (int)"]
+
+
 def test_disagreeing_shard_is_the_same_error_everywhere(results):
     ranks, r = results
     errors = list(r["errors"])

@@ -85,6 +85,25 @@ for m in (9, 2):
     out[f"decode{m}"], out[f"decode{m}_q"], out[f"decode{m}_k"], out[f"decode{m}_v"] = y, q, kc, vc
     out[f"decode{m}_same"] = np.array(all(np.array_equal(x, y) for x in ys))
 
+# arguments the rest of the Python API refuses, refused here too (before any rank communicates)
+q, k, v = inputs(8)
+sq, sk, sv = (dist.shard(x, comm) for x in (q, k, v))
+arg_errors = []
+for call in (lambda: dist.attention(sq, sk, sv, comm, window_size=(1.7, 0)),
+             lambda: dist.attention(sq, sk, sv, comm, causal="no"),
+             lambda: dist.attention(sq.astype(np.int32), sk, sv, comm),
+             lambda: dist.attention(sq.tolist(), sk, sv, comm),
+             lambda: dist.attention(sq, sk, sv, MPI.COMM_NULL),
+             lambda: dist.decode(sq, sk, sv, object()),
+             lambda: dist.linear_attention(sq, sk, sv, MPI.COMM_NULL),
+             lambda: dist.attention(sq, sk, sv, comm, return_lse=1)):
+    try:
+        call()
+        arg_errors.append("no error")
+    except (TypeError, ValueError) as e:
+        arg_errors.append(f"{type(e).__name__}: {e}")
+out["arg_errors"] = np.array(arg_errors)
+
 # a shard that disagrees on one rank: the same ValueError on every rank
 q, k, v = inputs(8)
 sq, sk, sv = (dist.shard(x, comm) for x in (q, k, v))
