@@ -25,18 +25,21 @@ constexpr int64_t kChannels = 16;  // channels per gather / combine work item
 
 // The top_k largest of p[0..E) in descending order, ties to the lower id. A NaN logit makes the
 // whole softmax row NaN: it then chooses ids 0, 1, ... and its weights are NaN (propagated).
+// O(E log k) with a heap of the k best so far in `ids` itself (worst at the front; no allocation).
 template <class T>
 void top_k(const T* p, int64_t E, int64_t k, int32_t* ids) {
-  for (int64_t i = 0; i < k; ++i) {
-    int64_t best = -1;
-    for (int64_t e = 0; e < E; ++e) {
-      bool taken = false;
-      for (int64_t j = 0; j < i; ++j) taken |= ids[j] == e;
-      if (taken) continue;
-      if (best < 0 || p[e] > p[best]) best = e;
+  for (int64_t e = 0; e < k; ++e) ids[e] = static_cast<int32_t>(e);
+  for (int64_t e = 0; e < E; ++e)
+    if (std::isnan(p[e])) return;
+  auto before = [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); };  // a ranks first
+  std::make_heap(ids, ids + k, before);
+  for (int64_t e = k; e < E; ++e)
+    if (before(static_cast<int32_t>(e), ids[0])) {
+      std::pop_heap(ids, ids + k, before);
+      ids[k - 1] = static_cast<int32_t>(e);
+      std::push_heap(ids, ids + k, before);
     }
-    ids[i] = static_cast<int32_t>(best);
-  }
+  std::sort_heap(ids, ids + k, before);
 }
 
 // 0.001 · E · sum_e f_e P_e from the routing (f_e: share of tokens with e in their top-k; P_e:
