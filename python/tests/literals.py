@@ -1,5 +1,5 @@
 """Independent float64 literals of attn's mechanisms, written from SPEC.md's formulas and the rules
-documented in include/attn/mechanism.hpp, README.md ("Semantics worth knowing") and
+documented in include/attn/mechanism.hpp, docs/usage.md ("Semantics worth knowing") and
 docs/seeded-draws.md (the seeded draws). Nothing here calls attn: no mask_of, no lsh_buckets, no
 kernel. Arrays are NumPy, layout (B, N, H, D) as attend's default, GQA by explicit head mapping
 h -> h // (H // Hkv)."""
@@ -175,7 +175,7 @@ def rope(x, pos, theta, interleaved=False):
 
 
 def dca(q, k, v, chunk, local, theta, *, interleaved=False, kv_len=None):
-    """Dual Chunk Attention (README / mechanism.hpp): key j at j mod s; the query at p mod s for its
+    """Dual Chunk Attention (docs/usage.md / mechanism.hpp): key j at j mod s; the query at p mod s for its
     own chunk, min(s + p mod s, s + local - 1) for the chunk before, s + local - 1 for older ones;
     causal; one softmax. Returns (out, lse, weights)."""
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
