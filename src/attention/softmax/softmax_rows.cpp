@@ -191,6 +191,9 @@ class Chunk {
   // non-finite row has a NaN scale, which scale_columns keeps away from zero weights.) Returns
   // how many keys were copied.
   int64_t finite_copies(const float* s, int64_t n, DType vt) {
+    int64_t zeros = 0;  // usually none (every row weighs every key): one vectorised pass decides
+    for (int64_t i = 0; i < R_ * n; ++i) zeros += s[i] == 0.0f;
+    if (zeros == 0 || zeros == R_ * n) return 0;
     const size_t row_bytes = static_cast<size_t>(p_.Dv) * dtype_size(vt);
     float* row = s_.row.data();
     int64_t count = 0;
