@@ -138,3 +138,21 @@ def test_options_past_their_range_are_refused(mechanism, message):
     assert message in str(e.value), str(e.value)
     ranges = attn.info(mechanism.split(":")[0])["option_ranges"]  # performer has no float option
     assert (ranges or mechanism.startswith("performer")) and all(" in " in r for r in ranges)
+
+
+def test_python_options_are_the_bindings_fields():
+    # One declaration of each option: attn::AttendOptions, bound once as _attn.Options. Every name the
+    # package sets on it (_options(...) keywords, _check_scalars' flags, k_scale/v_scale) must be one
+    # of its fields, and every field must be set somewhere: a renamed or new field fails here.
+    import ast
+    import pathlib
+    fields = {n for n in dir(_attn.Options()) if not n.startswith("_")}
+    assert {"layout", "mask", "params", "return_lse", "torch"} <= fields
+    used = {"k_scale", "v_scale", "threads", "stats_topk"}  # set through **scales / _check_scalars
+    for path in (pathlib.Path(attn.__file__).parent).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("_options", "_check_scalars"):
+                used |= {kw.arg for kw in node.keywords if kw.arg is not None}
+    used.discard("use_reference")  # _check_scalars turns it into form="reference"
+    assert used - fields == set(), f"set by Python but not a field of _attn.Options: {sorted(used - fields)}"
+    assert fields - used == set(), f"fields of _attn.Options no Python function sets: {sorted(fields - used)}"
