@@ -356,3 +356,12 @@ def test_titans_section_states_what_retrieves_beyond_the_window():
     assert facts[0].startswith("Beyond the window (D > 32) the window alone finds nothing: cosine 0.01 at best")
     assert "memory retrieve it in most trials up to D = 64, 2× the window (100" in facts[1]
     assert facts[2].startswith("MAG: no better than the window")
+
+
+def test_out_in_a_missing_directory_is_refused_and_nothing_is_made(tmp_path):
+    # as every output of the CLI: a missing parent directory is an error, never created
+    out = tmp_path / "a" / "b" / "r.html"
+    p = subprocess.run([sys.executable, "-m", "attn.lab.report", "--out", str(out)], capture_output=True, text=True,
+                       timeout=HANG_SECONDS, cwd=ROOT)
+    assert p.returncode == 2 and f"--out {out}: no directory '{out.parent}' to write it in" in p.stderr, p.stderr
+    assert not (tmp_path / "a").exists()

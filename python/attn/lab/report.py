@@ -840,6 +840,9 @@ def build(inputs=None, out_path: Union[str, os.PathLike] = "report.html", run=No
     beside the page (never into the defaults, which hold the checked-in results); a progress
     line per experiment goes to `log` (stderr)."""
     log = sys.stderr if log is None else log
+    parent = Path(out_path).parent
+    if not parent.is_dir():  # as every output of the CLI: no missing directories made
+        raise FileNotFoundError(f"attn.report: --out {out_path}: no directory {str(parent)!r} to write it in")
     if inputs is None:
         sources = [s for s in DEFAULT_SOURCES if Path(s).is_dir()]
         dirs_given: List[str] = []
@@ -875,7 +878,6 @@ def build(inputs=None, out_path: Union[str, os.PathLike] = "report.html", run=No
         if str(out_dir) not in sources:
             sources = [str(out_dir)] + sources
     page, state = render(found, sources)
-    Path(out_path).parent.mkdir(parents=True, exist_ok=True)
     write_atomic(out_path, page)
     return {"path": str(out_path), "bytes": len(page.encode("utf-8")), "sections": state}
 
