@@ -239,6 +239,32 @@ int run(const GenerateArgs& a) {
   return 0;
 }
 
+// Options that do nothing in the mode the call is in are refused, naming the mode (a flag that is
+// accepted and ignored is a surprise).
+void refuse_options(const CLI::App& c, std::initializer_list<const char*> names, const char* mode) {
+  for (const char* name : names)
+    if (c.count(name) > 0) throw Error(std::string("generate: ") + name + " does not apply to " + mode);
+}
+
+void check_modes(const CLI::App& c, const GenerateArgs& a) {
+  if (!a.model.empty()) {
+    refuse_options(c, {"--random-weights", "--weights", "--save-weights", "--layers", "--arch", "--experts", "--top-k",
+                       "--expert-hidden", "--no-compare", "--hybrid", "--dim", "--heads", "--kv-heads", "--head-dim",
+                       "--hidden", "--vocab", "--weights-dtype", "--prompt-tokens", "--new-tokens"},
+                   "--model (a GGUF language model: its file holds the shape; --max-tokens for the length)");
+    return;
+  }
+  refuse_options(c, {"--prompt", "--chat", "--max-tokens", "--temperature", "--top-p", "--dtype", "--activations",
+                     "--cache-type", "--no-repack", "--max-context"},
+                 "--random-weights or --weights (random token prompts decoded greedily; text and its options need --model)");
+  if (!a.weights.empty())
+    refuse_options(c, {"--layers", "--arch", "--experts", "--top-k", "--expert-hidden", "--hybrid", "--dim", "--heads",
+                       "--kv-heads", "--head-dim", "--hidden", "--vocab", "--weights-dtype", "--mechanism"},
+                   "--weights (the file holds the model's shape and mechanisms)");
+  if (a.random_weights && baseline_of(a.arch).empty())
+    refuse_options(c, {"--no-compare"}, "this --arch (it has no baseline model to run beside it)");
+}
+
 }  // namespace
 
 Runner add_generate(CLI::App& app) {
@@ -312,7 +338,10 @@ Runner add_generate(CLI::App& app) {
   add_seed_option(c, a->seed, "Seed of weights and prompt (random weights), of the draws (--model)");
   c->add_option("--threads", a->threads, "Threads (0 = all cores)")->capture_default_str()->check(in_range(0, 256));
   c->add_flag("-q,--quiet", a->quiet, "No progress line");
-  return [a] { return run(*a); };
+  return [a, c] {
+    check_modes(*c, *a);
+    return run(*a);
+  };
 }
 
 }  // namespace attn::cli
