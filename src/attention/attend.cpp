@@ -26,10 +26,10 @@ using families::has_state;
 template <class Family>
 void check_outputs(const typename Family::Problem& p, const Mechanism& m, const AttendOptions& options,
                    const core::Outputs& outs) {
-  const std::string kind(kind_of(m));
   if constexpr (!has_lse<Family>())
     if (options.return_lse || outs.lse)
-      fail("attend", kind + " has no log-sum-exp (its weights are not a softmax); do not ask for lse");
+      fail("attend",
+           std::string(kind_of(m)) + " has no log-sum-exp (its weights are not a softmax); do not ask for lse");
   if constexpr (has_state<Family>()) {
     if (outs.final_state) {
       const TensorView& s = *outs.final_state;
@@ -43,7 +43,7 @@ void check_outputs(const typename Family::Problem& p, const Mechanism& m, const 
       core::check_view(s, "final_state");
     }
   } else if (options.return_final_state || outs.final_state) {
-    fail("attend", kind + " has no recurrent state; do not ask for final_state");
+    fail("attend", std::string(kind_of(m)) + " has no recurrent state; do not ask for final_state");
   }
 }
 
@@ -52,7 +52,7 @@ template <class Family>
 void run(const typename Family::Problem& p, const Mechanism& mechanism, const AttendOptions& options,
          const core::Outputs& outs) {
   check_outputs<Family>(p, mechanism, options, outs);
-  const auto& form = core::choose(Family::forms(), p, outs, options.form, to_string(mechanism));
+  const auto& form = core::choose(Family::forms(), p, outs, options.form, core::mechanism_text(mechanism));
   form.run(p, outs, core::context_of(options));
 }
 

@@ -84,7 +84,8 @@ const core::BackwardForm<typename Family::Problem>& choose_backward(const typena
                                                                      const Mechanism& mechanism,
                                                                      const AttendOptions& options) {
   if (const std::string why = Family::backward_refusal(p); !why.empty()) fail(kWhere, to_string(mechanism) + ": " + why);
-  return core::choose(Family::backward_forms(), p, core::Outputs{}, options.form, to_string(mechanism), kWhere);
+  return core::choose(Family::backward_forms(), p, core::Outputs{}, options.form, core::mechanism_text(mechanism),
+                      kWhere);
 }
 
 }  // namespace

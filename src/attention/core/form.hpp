@@ -10,6 +10,7 @@
 
 #include "attn/attend.hpp"
 #include "attn/error.hpp"
+#include "base/lazy_text.hpp"
 #include "core/backward_views.hpp"
 #include "kernels/kernel_table.hpp"
 
@@ -43,7 +44,23 @@ inline Context context_of(const AttendOptions& options) {
   return {&kernels::kernels_for(isa), options.threads, options.row_cache_bytes};
 }
 
-using Reasons = std::vector<std::string>;
+// Where a form's refuse() states why it cannot run a problem: push_back(reason) for each, a
+// literal or a callable making the text (base/lazy_text.hpp). Choosing a form only counts them
+// (Reasons{}): no text is made on the way to a form that runs. A listing sink (Reasons{&list})
+// renders each into `list`, for explain() and for the message of a call no form can run.
+class Reasons {
+ public:
+  explicit Reasons(std::vector<std::string>* list = nullptr) : list_(list) {}
+  void push_back(LazyText reason) {
+    ++count_;
+    if (list_) list_->push_back(reason.str());
+  }
+  bool empty() const { return count_ == 0; }
+
+ private:
+  std::vector<std::string>* list_;
+  size_t count_ = 0;
+};
 
 template <class Problem>
 struct Form {
@@ -74,13 +91,22 @@ void refuse_probs(const Problem&, const Outputs& o, Reasons& why) {
   if (o.wants_probs()) why.push_back("returns no probabilities (the reference form does)");
 }
 
-// Every form with its reasons, in priority order.
+// Whether the form can run the problem (its reasons counted, not rendered).
+template <class FormT, class Problem>
+bool supports(const FormT& f, const Problem& p, const Outputs& o) {
+  Reasons count;
+  f.refuse(p, o, count);
+  return count.empty();
+}
+
+// Every form with its reasons as text, in priority order (explain, and refusals' messages).
 template <class FormT, class Problem>
 std::vector<FormVerdict> verdicts(const std::vector<FormT>& forms, const Problem& p, const Outputs& o) {
   std::vector<FormVerdict> out;
   for (const auto& f : forms) {
     FormVerdict v{std::string(f.name), std::string(f.summary), {}};
-    f.refuse(p, o, v.reasons);
+    Reasons why(&v.reasons);
+    f.refuse(p, o, why);
     out.push_back(std::move(v));
   }
   return out;
@@ -89,26 +115,26 @@ std::vector<FormVerdict> verdicts(const std::vector<FormT>& forms, const Problem
 std::string describe_verdicts(const std::vector<FormVerdict>& v);
 
 // The form to run: the forced one (which must support the problem) or the first that does.
-// Throws Error (from `where`) listing every form and its reasons when none can run it.
+// Throws Error (from `where`) listing every form and its reasons when none can run it; the
+// reasons and the mechanism's text are made only then.
 template <class FormT, class Problem>
 const FormT& choose(const std::vector<FormT>& forms, const Problem& p, const Outputs& o, std::string_view forced,
-                    std::string_view mechanism, const char* where = "attend") {
-  const auto all = verdicts(forms, p, o);
+                    LazyText mechanism, const char* where = "attend") {
   if (!forced.empty()) {
-    for (size_t i = 0; i < forms.size(); ++i) {
-      if (forms[i].name != forced) continue;
-      if (all[i].reasons.empty()) return forms[i];
-      fail(where, "form '" + std::string(forced) + "' cannot run " + std::string(mechanism) +
-                         " for these inputs; forms: " + describe_verdicts(all));
+    for (const auto& f : forms) {
+      if (f.name != forced) continue;
+      if (supports(f, p, o)) return f;
+      fail(where, "form '" + std::string(forced) + "' cannot run " + mechanism.str() +
+                         " for these inputs; forms: " + describe_verdicts(verdicts(forms, p, o)));
     }
     std::string names;
     for (const auto& f : forms) names += (names.empty() ? "" : ", ") + std::string(f.name);
-    fail(where, "form must be one of " + names + " for " + std::string(mechanism) + ", got '" +
-                       std::string(forced) + "'");
+    fail(where, "form must be one of " + names + " for " + mechanism.str() + ", got '" + std::string(forced) + "'");
   }
-  for (size_t i = 0; i < forms.size(); ++i)
-    if (all[i].reasons.empty()) return forms[i];
-  fail(where, "no form can run " + std::string(mechanism) + " for these inputs; forms: " + describe_verdicts(all));
+  for (const auto& f : forms)
+    if (supports(f, p, o)) return f;
+  fail(where, "no form can run " + mechanism.str() + " for these inputs; forms: " +
+                  describe_verdicts(verdicts(forms, p, o)));
 }
 
 }  // namespace attn::core

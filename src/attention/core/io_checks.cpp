@@ -16,9 +16,9 @@ namespace {
 
 const char* kWhere = "attend";
 
-void check_shape(const TensorView& v, const std::string& name, std::array<int64_t, 4> want, const std::string& meaning) {
+void check_shape(const TensorView& v, const std::string& name, std::array<int64_t, 4> want, LazyText meaning) {
   if (v.shape != want)
-    fail(kWhere, name + " must have shape " + meaning + " = (" + std::to_string(want[0]) + ", " +
+    fail(kWhere, name + " must have shape " + meaning.str() + " = (" + std::to_string(want[0]) + ", " +
                      std::to_string(want[1]) + ", " + std::to_string(want[2]) + ", " + std::to_string(want[3]) +
                      "), got " + dims_text(v));
 }
@@ -59,15 +59,16 @@ std::shared_ptr<const PageTable> checked_block_table(const PagedKv& pg, const Di
 
 }  // namespace
 
-void check_causal_tokens(const Dims& p, const std::string& text) {
+void check_causal_tokens(const Dims& p, LazyText text) {
   if (p.N != p.M)
-    fail(kWhere, text + " is causal: each token brings its q, k and v, so N (queries) must equal M (keys), got N = " +
+    fail(kWhere, text.str() +
+                     " is causal: each token brings its q, k and v, so N (queries) must equal M (keys), got N = " +
                      std::to_string(p.N) + ", M = " + std::to_string(p.M) + " (pass earlier tokens as initial_state)");
 }
 
-void refuse_score_options(const AttendOptions& opt, const std::string& kind, const std::string& why) {
+void refuse_score_options(const AttendOptions& opt, LazyText kind, LazyText why) {
   auto refuse = [&](bool given, const char* what) {
-    if (given) fail(kWhere, kind + " does not take " + what + " (" + why + ")");
+    if (given) fail(kWhere, kind.str() + " does not take " + what + " (" + why.str() + ")");
   };
   refuse(opt.mask.has_value(), "a boolean mask");
   refuse(opt.block_mask.has_value() || static_cast<bool>(opt.mask_mod), "a block mask or mask_mod");

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attn/attend.hpp"
+#include "base/lazy_text.hpp"
 #include "core/form.hpp"
 #include "core/kv_rows.hpp"
 
@@ -46,11 +47,18 @@ void check_stats_views(const Dims& d, const RowStatsViews& s);
 
 // For families whose weights are no score matrix to mask: a boolean mask, a block mask or
 // mask_mod, an additive bias or ALiBi slopes is an Error "<kind> does not take <what> (<why>)".
-void refuse_score_options(const AttendOptions& options, const std::string& kind, const std::string& why);
+void refuse_score_options(const AttendOptions& options, LazyText kind, LazyText why);
 
 // Causal calls of a recurrent family take as many queries as keys (each token brings q, k, v);
 // else an Error naming N and M.
-void check_causal_tokens(const Dims& p, const std::string& text);
+void check_causal_tokens(const Dims& p, LazyText text);
+
+// A mechanism's canonical text for messages, made only when one is raised (base/lazy_text.hpp):
+//   core::check_params(opt.params, specs, core::mechanism_text(m), symbols);
+template <class M>
+auto mechanism_text(const M& m) {
+  return [&m] { return to_string(Mechanism{m}); };
+}
 
 // Shared helpers for family checks.
 std::string dims_text(const TensorView& v);

@@ -42,7 +42,7 @@ int64_t element_count(const ArrayView& a, const std::string& name) {
   int64_t n = 1;
   for (int64_t d : a.shape) {
     if (d < 0) fail(kWhere, "params['" + name + "'] has a negative dimension in shape " + shape_text(a.shape));
-    n = checked_mul(n, d, std::string(kWhere) + ": params['" + name + "'] element count");
+    n = checked_mul(n, d, [&] { return std::string(kWhere) + ": params['" + name + "'] element count"; });
   }
   return n;
 }
@@ -69,30 +69,31 @@ const float* contiguous_f32(const ArrayView& a) {
   return static_cast<const float*>(a.data);
 }
 
-void check_params(const Params& given, const std::vector<ParamSpec>& specs, const std::string& mechanism,
-                  Symbols& symbols) {
+void check_params(const Params& given, const std::vector<ParamSpec>& specs, LazyText mechanism, Symbols& symbols) {
   for (const auto& [name, view] : given) {
     bool declared = false;
     for (const auto& s : specs) declared |= s.name == name;
     if (!declared)
-      fail(kWhere, "params has '" + name + "', which " + mechanism + " does not take (it takes: " + names(specs) + ")");
+      fail(kWhere, "params has '" + name + "', which " + mechanism.str() + " does not take (it takes: " + names(specs) +
+                       ")");
   }
   for (const auto& spec : specs) {
     const auto it = given.find(spec.name);
     if (it == given.end() && spec.optional) continue;
     if (it == given.end())
-      fail(kWhere, mechanism + " needs params['" + spec.name + "'] of shape " + spec_text(spec) + ": " + spec.meaning);
+      fail(kWhere, mechanism.str() + " needs params['" + spec.name + "'] of shape " + spec_text(spec) + ": " +
+                       spec.meaning);
     const ArrayView& a = it->second;
-    const std::string label = "params['" + spec.name + "']";
+    auto label = [&] { return "params['" + spec.name + "']"; };  // for messages only
     if (a.dtype != DType::f32 && a.dtype != DType::bf16 && a.dtype != DType::f16)
-      fail(kWhere, label + " must be float32, bfloat16 or float16, got " + dtype_name(a.dtype));
+      fail(kWhere, label() + " must be float32, bfloat16 or float16, got " + dtype_name(a.dtype));
     if (a.strides.size() != a.shape.size())
-      fail(kWhere, label + " has " + std::to_string(a.shape.size()) + " dimensions but " +
+      fail(kWhere, label() + " has " + std::to_string(a.shape.size()) + " dimensions but " +
                        std::to_string(a.strides.size()) + " strides");
     if (a.shape.size() != spec.dims.size())
-      fail(kWhere, label + " must have shape " + spec_text(spec) + ", got " + shape_text(a.shape));
+      fail(kWhere, label() + " must have shape " + spec_text(spec) + ", got " + shape_text(a.shape));
     const int64_t n = element_count(a, spec.name);
-    if (n > 0 && a.data == nullptr) fail(kWhere, label + " has " + std::to_string(n) + " elements but no data");
+    if (n > 0 && a.data == nullptr) fail(kWhere, label() + " has " + std::to_string(n) + " elements but no data");
     for (size_t i = 0; i < spec.dims.size(); ++i) {
       const std::string& sym = spec.dims[i];
       int64_t want = -1;
@@ -102,13 +103,13 @@ void check_params(const Params& given, const std::vector<ParamSpec>& specs, cons
         want = s->second;
       } else {
         if (a.shape[i] < 1)
-          fail(kWhere, label + " dimension " + std::to_string(i) + " (" + sym + ") must be at least 1, got shape " +
+          fail(kWhere, label() + " dimension " + std::to_string(i) + " (" + sym + ") must be at least 1, got shape " +
                            shape_text(a.shape));
         symbols[sym] = a.shape[i];
         continue;
       }
       if (a.shape[i] != want)
-        fail(kWhere, label + " must have shape " + spec_text(spec) + " with " + sym + " = " + std::to_string(want) +
+        fail(kWhere, label() + " must have shape " + spec_text(spec) + " with " + sym + " = " + std::to_string(want) +
                          ", got " + shape_text(a.shape));
     }
     if (const float* f = contiguous_f32(a)) {  // one vectorisable pass: x * 0 is 0 unless x is inf or NaN
@@ -123,7 +124,7 @@ void check_params(const Params& given, const std::vector<ParamSpec>& specs, cons
     }
     for (int64_t e = 0; e < n; ++e)
       if (!std::isfinite(load_as_float(a.data, a.dtype, offset_of(a, e))))
-        fail(kWhere, label + " must be finite, element " + std::to_string(e) + " is not");
+        fail(kWhere, label() + " must be finite, element " + std::to_string(e) + " is not");
   }
 }
 

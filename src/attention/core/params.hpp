@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "attn/params.hpp"
+#include "base/lazy_text.hpp"
 
 namespace attn::core {
 
@@ -26,9 +27,8 @@ using Symbols = std::map<std::string, int64_t, std::less<>>;
 
 // Checks that `given` holds exactly the names of `specs` (none missing but optional ones, none
 // extra), each a float array of the declared shape with finite values. `mechanism` is the text
-// form, for messages. Binds new symbols into `symbols`.
-void check_params(const Params& given, const std::vector<ParamSpec>& specs, const std::string& mechanism,
-                  Symbols& symbols);
+// form, for messages (made only for one). Binds new symbols into `symbols`.
+void check_params(const Params& given, const std::vector<ParamSpec>& specs, LazyText mechanism, Symbols& symbols);
 
 // The data of a float32 parameter laid out in C order without gaps, or null.
 const float* contiguous_f32(const ArrayView& a);

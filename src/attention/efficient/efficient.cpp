@@ -210,7 +210,7 @@ EfficientProblem EfficientFamily::validate(const TensorView& q, const TensorView
   EfficientProblem p;
   static_cast<core::Dims&>(p) = core::check_io(q, k, v, outs, opt);
   p.mech = m;
-  const std::string text = to_string(Mechanism{m});
+  const auto text = core::mechanism_text(m);
   core::refuse_score_options(opt, "efficient", "its weights are softmax(q) . softmax_seq(k), not a score matrix");
   if (m.causal) core::check_causal_tokens(p, text);
   if (outs.wants_probs() || opt.return_probs)  // attend() validates before its outputs exist

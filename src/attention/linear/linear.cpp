@@ -18,17 +18,16 @@ constexpr int64_t kMaxOmega = int64_t{1} << 20;  // performer: features x head d
 // Everything the family's kinds share: inputs, the kernel `core`, decays, the state param.
 // `extra` are further named params the kind takes (performer's omega).
 LinearProblem validate_kernel(const TensorView& q, const TensorView& k, const TensorView& v, const Linear& core,
-                              const std::string& kind, const std::string& text, const AttendOptions& opt,
+                              LazyText kind, LazyText text, const AttendOptions& opt,
                               const core::Outputs& outs, int64_t F, const std::vector<core::ParamSpec>& specs,
                               bool polar = false) {
   LinearProblem p;
   static_cast<core::Dims&>(p) = core::check_io(q, k, v, outs, opt);
   p.mech = core;
-  p.text = text;
   core::refuse_score_options(opt, kind, "its weights are phi(q).phi(k), not a score matrix");
   if (core.causal) core::check_causal_tokens(p, text);
   if (core.chunk < 1 || core.chunk > 4096)
-    fail(kWhere, kind + " chunk must be in [1, 4096], got " + std::to_string(core.chunk));
+    fail(kWhere, kind.str() + " chunk must be in [1, 4096], got " + std::to_string(core.chunk));
   p.scale = core.scale ? *core.scale : 1.0;
   p.F = F;
   // core.scale and core.decay: in the ranges the kind's facts declare (checked by its validate)
@@ -38,7 +37,7 @@ LinearProblem validate_kernel(const TensorView& q, const TensorView& k, const Te
   core::check_params(opt.params, specs, text, symbols);
   p.decay.assign(static_cast<size_t>(p.H), core.decay.value_or(1.0));
   if (const auto it = opt.params.find("decay"); it != opt.params.end()) {
-    if (core.decay) fail(kWhere, text + " has a decay in its text and params['decay'] too: give one of them");
+    if (core.decay) fail(kWhere, text.str() + " has a decay in its text and params['decay'] too: give one of them");
     const std::vector<float> d = core::to_floats(it->second);
     for (int64_t h = 0; h < p.H; ++h) {
       if (!(d[static_cast<size_t>(h)] > 0 && d[static_cast<size_t>(h)] <= 1))
@@ -48,7 +47,7 @@ LinearProblem validate_kernel(const TensorView& q, const TensorView& k, const Te
     }
   }
   if (p.decays() && !core.causal)
-    fail(kWhere, text + ": a decay needs causal (it weighs keys by their distance back from the query)");
+    fail(kWhere, text.str() + ": a decay needs causal (it weighs keys by their distance back from the query)");
   if (const auto it = opt.params.find("initial_state"); it != opt.params.end()) p.initial = it->second;
   return p;
 }
@@ -106,7 +105,7 @@ float LinearProblem::initial_at(int64_t b, int64_t h, int64_t f, int64_t c) cons
 LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, const TensorView& v, const Linear& m,
                                      const AttendOptions& opt, const core::Outputs& outs) {
   core::check_option_ranges(facts(m).ranges, "linear");
-  return validate_kernel(q, k, v, m, "linear", to_string(Mechanism{m}), opt, outs, q.dim(), facts(m).params);
+  return validate_kernel(q, k, v, m, "linear", core::mechanism_text(m), opt, outs, q.dim(), facts(m).params);
 }
 
 LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, const TensorView& v, const NormAttn& m,
@@ -114,7 +113,7 @@ LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, c
   core::check_option_ranges(facts(m).ranges, "normattn");
   Linear core;
   core.map = m.map, core.causal = m.causal, core.normalize = false, core.decay = m.decay, core.chunk = m.chunk;
-  LinearProblem p = validate_kernel(q, k, v, core, "normattn", to_string(Mechanism{m}), opt, outs, q.dim(), facts(m).params);
+  LinearProblem p = validate_kernel(q, k, v, core, "normattn", core::mechanism_text(m), opt, outs, q.dim(), facts(m).params);
   p.norm = m.norm;
   return p;
 }
@@ -131,7 +130,7 @@ LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, c
                      std::to_string(kMaxOmega / std::max<int64_t>(q.dim(), 1)) + ")");
   Linear core;
   core.causal = m.causal, core.chunk = m.chunk;
-  LinearProblem p = validate_kernel(q, k, v, core, "performer", to_string(Mechanism{m}), opt, outs, m.features,
+  LinearProblem p = validate_kernel(q, k, v, core, "performer", core::mechanism_text(m), opt, outs, m.features,
                                     facts(m).params);
   const int64_t F = p.F, D = p.D;
   std::vector<double> omega;
@@ -153,7 +152,7 @@ LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, c
   core::check_option_ranges(facts(m).ranges, "sana");
   Linear core;
   core.map = FeatureMap::relu, core.causal = m.causal, core.chunk = m.chunk;
-  LinearProblem p = validate_kernel(q, k, v, core, "sana", to_string(Mechanism{m}), opt, outs, q.dim(), facts(m).params);
+  LinearProblem p = validate_kernel(q, k, v, core, "sana", core::mechanism_text(m), opt, outs, q.dim(), facts(m).params);
   p.eps = m.eps;
   return p;
 }
@@ -169,7 +168,7 @@ LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, c
                  "differently, each for half of the value channels)");
   Linear core;
   core.causal = m.causal, core.chunk = m.chunk;
-  LinearProblem p = validate_kernel(q, k, v, core, "polaformer", to_string(Mechanism{m}), opt, outs, 2 * q.dim(),
+  LinearProblem p = validate_kernel(q, k, v, core, "polaformer", core::mechanism_text(m), opt, outs, 2 * q.dim(),
                                     facts(m).params, true);
   p.power.assign(static_cast<size_t>(p.D), static_cast<float>(m.power));
   if (const auto it = opt.params.find("power"); it != opt.params.end()) {

@@ -23,7 +23,6 @@ namespace attn::linear {
 
 struct LinearProblem : core::Dims {
   Linear mech;                  // the kernel: map, causal, normalize, decay, chunk (any of the family's kinds)
-  std::string text;             // the mechanism as the caller wrote it (canonical), for messages
   double scale = 1.0;
   double eps = 0.0;             // added to every denominator (sana)
   OutputNorm norm = OutputNorm::none;  // of each output row (normattn)

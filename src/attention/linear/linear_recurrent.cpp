@@ -23,8 +23,10 @@ struct Scratch {
 void refuse_recurrent(const LinearProblem& p, const core::Outputs& o, core::Reasons& why) {
   if (!p.mech.causal) why.push_back("not causal (the right product sums all keys at once)");
   if (p.N > kMaxTokens)
-    why.push_back(std::to_string(p.N) + " tokens > " + std::to_string(kMaxTokens) +
-                  " (the chunked form runs them as matrix products)");
+    why.push_back([&] {
+      return std::to_string(p.N) + " tokens > " + std::to_string(kMaxTokens) +
+             " (the chunked form runs them as matrix products)";
+    });
   core::refuse_probs(p, o, why);  // row statistics: linear_row_stats after the form
 }
 

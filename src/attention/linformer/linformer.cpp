@@ -37,7 +37,7 @@ LinformerProblem LinformerFamily::validate(const TensorView& q, const TensorView
   p.K = p.M > 0 ? m.k : 1;  // no keys: every projected row is zero, one stands for them all
   p.scale = m.scale ? *m.scale : 1.0 / std::sqrt(static_cast<double>(p.D));
   // E and F: both given (named params, shape (k, M)) or both drawn from the seed.
-  const std::string text = to_string(Mechanism{m});
+  const auto text = core::mechanism_text(m);
   if (!opt.params.empty()) {
     core::Symbols symbols{{"k", m.k}, {"M", p.M}};
     std::vector<core::ParamSpec> both = LinformerFamily::facts(m).params;  // one given: both needed

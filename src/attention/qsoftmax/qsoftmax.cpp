@@ -162,7 +162,7 @@ QSoftmaxProblem QSoftmaxFamily::validate(const TensorView& q, const TensorView& 
   QSoftmaxProblem p;
   static_cast<core::Dims&>(p) = core::check_io(q, k, v, outs, opt);
   p.mech = m;
-  const std::string text = to_string(Mechanism{m});
+  const auto text = core::mechanism_text(m);
   core::refuse_score_options(opt, "qsoftmax", "its weights are softmax(q) . k, not a score matrix");
   if (m.causal) core::check_causal_tokens(p, text);
   core::check_option_ranges(facts(m).ranges, "qsoftmax");

@@ -14,9 +14,11 @@ void refuse_tiled(const Problem& p, const core::Outputs&, core::Reasons& why) {
   const double scratch = 64.0 * 2 * static_cast<double>(p.D + p.Dv) * sizeof(float);
   const double inputs = static_cast<double>(p.q.numel() + p.k.numel() + p.v.numel()) * dtype_size(p.q.dtype);
   if (scratch > 64.0 * (1 << 20) && scratch > 4 * inputs)
-    why.push_back("head dims D = " + std::to_string(p.D) + ", Dv = " + std::to_string(p.Dv) + " need " +
-                  std::to_string(static_cast<int64_t>(scratch / (1 << 20))) +
-                  " MiB of scratch per thread, more than 4x the inputs");
+    why.push_back([&] {
+      return "head dims D = " + std::to_string(p.D) + ", Dv = " + std::to_string(p.Dv) + " need " +
+             std::to_string(static_cast<int64_t>(scratch / (1 << 20))) +
+             " MiB of scratch per thread, more than 4x the inputs";
+    });
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <limits>
 #include <vector>
 
@@ -32,10 +33,11 @@ struct Scratch {
   std::vector<uint8_t> vis;  // (keys, N) visibility of a partial block
   std::vector<const void*> kptr, vptr;  // addresses of the block's K and V rows
   // values some rows weigh and others do not, with non-finite elements (Chunk::finite_copies):
-  // their copies (zeroed there), where they were, and their weights (key, row)
-  std::vector<uint8_t> finite;
-  std::vector<const void*> poisoned;
-  std::vector<float> poison_w;
+  // their copies (zeroed there), where they were, and their weights (key, row); rarely used, so
+  // allocated without being cleared (a memset per call cost ~10 % of a tiny call)
+  std::unique_ptr<uint8_t[]> finite;
+  std::unique_ptr<const void*[]> poisoned;
+  std::unique_ptr<float[]> poison_w;
   AlignedFloats s;  // (R, kKeyChunk) scores, 64-byte aligned for the softcap kernel
   // Sized by the problem: the float32 copies of K/V rows exist only for a non-unit inner stride,
   // and hold at most min(M, kKeyChunk) rows (memory in proportion to the inputs).
@@ -47,9 +49,9 @@ struct Scratch {
     vis.resize(static_cast<size_t>(rows * p.N));
     kptr.resize(static_cast<size_t>(rows));
     vptr.resize(static_cast<size_t>(rows));
-    finite.resize(static_cast<size_t>(rows * p.Dv) * sizeof(float));
-    poisoned.resize(static_cast<size_t>(rows));
-    poison_w.resize(static_cast<size_t>(rows * R));
+    finite.reset(new uint8_t[static_cast<size_t>(rows * p.Dv) * sizeof(float)]);
+    poisoned.reset(new const void*[static_cast<size_t>(rows)]);
+    poison_w.reset(new float[static_cast<size_t>(rows * R)]);
     if (p.k_scale) scales.resize(static_cast<size_t>(rows));
     if (p.k.strides[3] != 1) kbuf.resize(static_cast<size_t>(rows * p.D));
     if (p.v.strides[3] != 1) vbuf.resize(static_cast<size_t>(rows * p.Dv));
@@ -191,31 +193,36 @@ class Chunk {
   // non-finite row has a NaN scale, which scale_columns keeps away from zero weights.) Returns
   // how many keys were copied.
   int64_t finite_copies(const float* s, int64_t n, DType vt) {
-    int64_t zeros = 0;  // usually none (every row weighs every key): one vectorised pass decides
-    for (int64_t i = 0; i < R_ * n; ++i) zeros += s[i] == 0.0f;
-    if (zeros == 0 || zeros == R_ * n) return 0;
+    int32_t zeros[kKeyChunk] = {};  // per key, the rows that give it no weight (vectorised passes)
+    for (int64_t r = 0; r < R_; ++r)
+      for (int64_t j = 0; j < n; ++j) zeros[j] += s[r * n + j] == 0.0f;
     const size_t row_bytes = static_cast<size_t>(p_.Dv) * dtype_size(vt);
-    float* row = s_.row.data();
     int64_t count = 0;
     for (int64_t j = 0; j < n; ++j) {
-      bool some_zero = false, some_weight = false;
-      for (int64_t r = 0; r < R_; ++r) (s[r * n + j] == 0.0f ? some_zero : some_weight) = true;
-      if (!some_zero || !some_weight) continue;
+      if (zeros[j] == 0 || zeros[j] == R_) continue;  // weighed by every row, or by none
       const void* v = s_.vptr[static_cast<size_t>(j)];
-      kern_.to_float(v, vt, 1, p_.Dv, row);
-      float probe = 0;  // x * 0 is NaN exactly when x is not finite
-      for (int64_t c = 0; c < p_.Dv; ++c) probe += row[c] * 0.0f;
-      if (!std::isnan(probe)) continue;
-      uint8_t* copy = s_.finite.data() + static_cast<size_t>(count) * row_bytes;
+      if (all_finite(v, vt, p_.Dv)) continue;
+      uint8_t* copy = s_.finite.get() + static_cast<size_t>(count) * row_bytes;
       std::memcpy(copy, v, row_bytes);
       for (int64_t c = 0; c < p_.Dv; ++c)  // a zero is all zero bits in every float dtype
-        if (!std::isfinite(row[c])) std::memset(copy + static_cast<size_t>(c) * dtype_size(vt), 0, dtype_size(vt));
+        if (!std::isfinite(load_as_float(v, vt, c))) std::memset(copy + static_cast<size_t>(c) * dtype_size(vt), 0, dtype_size(vt));
       s_.poisoned[static_cast<size_t>(count)] = v;
       for (int64_t r = 0; r < R_; ++r) s_.poison_w[static_cast<size_t>(count * R_ + r)] = s[r * n + j];
       s_.vptr[static_cast<size_t>(j)] = copy;
       ++count;
     }
     return count;
+  }
+
+  // Whether n values of a float row are all finite: no element with every exponent bit set.
+  static bool all_finite(const void* row, DType t, int64_t n) {
+    auto none_at_max = [n](const auto* bits, auto exponent) {
+      bool any = false;
+      for (int64_t c = 0; c < n; ++c) any |= (bits[c] & exponent) == exponent;
+      return !any;
+    };
+    if (t == DType::f32) return none_at_max(static_cast<const uint32_t*>(row), uint32_t{0x7f800000});
+    return none_at_max(static_cast<const uint16_t*>(row), static_cast<uint16_t>(t == DType::f16 ? 0x7c00 : 0x7f80));
   }
 
   void poison_rows(int64_t count, DType vt) {
@@ -312,11 +319,13 @@ class Chunk {
 void refuse_rows(const Problem& p, const core::Outputs& o, core::Reasons& why) {
   if (p.N == 0) why.push_back("no queries (N = 0)");
   if (p.group * p.N > kMaxRowsPerKvHead)
-    why.push_back(std::to_string(p.group * p.N) + " query rows per kv head (group " + std::to_string(p.group) +
-                  " x N " + std::to_string(p.N) + ") > " + std::to_string(kMaxRowsPerKvHead));
+    why.push_back([&] {
+      return std::to_string(p.group * p.N) + " query rows per kv head (group " + std::to_string(p.group) + " x N " +
+             std::to_string(p.N) + ") > " + std::to_string(kMaxRowsPerKvHead);
+    });
   if (o.wants_probs()) why.push_back("probabilities requested");
   if (p.mech.dropout != 0) why.push_back("dropout");
-  if (p.mech.score != ScoreKind::dot) why.push_back("score=" + to_string(p.mech.score) + " (dot only)");
+  if (p.mech.score != ScoreKind::dot) why.push_back([&] { return "score=" + to_string(p.mech.score) + " (dot only)"; });
 }
 
 void softmax_rows(const Problem& p, const core::Outputs& o, const core::Context& ctx) {

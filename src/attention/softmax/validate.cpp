@@ -35,7 +35,7 @@ TensorView broadcast_mask(TensorView m, const std::string& name, int64_t B, int6
 
 // Everything but the pattern: inputs, scale and score options, mask, bias, ALiBi, params.
 Problem validate_scores(const TensorView& q, const TensorView& k, const TensorView& v, const Softmax& mech,
-                        const std::string& text, const AttendOptions& opt, const core::Outputs& outs) {
+                        LazyText text, const AttendOptions& opt, const core::Outputs& outs) {
   Problem p;
   static_cast<core::Dims&>(p) = core::check_io(q, k, v, outs, opt, core::KvStorage::rows);
   p.offset = p.M - p.N;
@@ -103,7 +103,7 @@ Problem validate_pattern(const TensorView& q, const TensorView& k, const TensorV
                          const AttendOptions& opt, const core::Outputs& outs) {
   Softmax scores;
   scores.scale = mech.scale;
-  Problem p = validate_scores(q, k, v, scores, to_string(Mechanism{mech}), opt, outs);
+  Problem p = validate_scores(q, k, v, scores, core::mechanism_text(mech), opt, outs);
   p.pattern = mask::pattern_of(mech, p.N, p.M);
   return p;
 }
@@ -112,7 +112,7 @@ Problem validate_pattern(const TensorView& q, const TensorView& k, const TensorV
 
 Problem validate_softmax(const TensorView& q, const TensorView& k, const TensorView& v, const Softmax& mech,
                          const AttendOptions& opt, const core::Outputs& outs) {
-  Problem p = validate_scores(q, k, v, mech, to_string(Mechanism{mech}), opt, outs);
+  Problem p = validate_scores(q, k, v, mech, core::mechanism_text(mech), opt, outs);
   p.pattern = mask::pattern_of(mech, p.N, p.M);
   return p;
 }
