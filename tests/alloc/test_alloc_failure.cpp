@@ -1,15 +1,14 @@
 // Parallel regions never allocate, and running out of memory is an attn::Error, not the end of
 // the process (issue 36). This program replaces the global operator new / delete (every usual
 // overload), so it is its own executable: nothing else sees the counting allocator. The allocator
-//   - counts the allocations made while omp_in_parallel() is true: every fast form of every
-//     family must make none (a std::bad_alloc inside an OpenMP region calls std::terminate);
+//   - counts the allocations made while a thread computes an item of a parallel region: every
+//     fast form of every family must make none (a std::bad_alloc there calls std::terminate);
 //   - can be armed to fail the k-th allocation from now (throwing new throws std::bad_alloc, the
 //     nothrow forms return null). Sweeping k = 1, 2, ... over a call, each failing call must throw
 //     attn::Error saying "out of memory", and the next call, unarmed, must give the same bits.
 // Works under the asan-ubsan preset too: the executable's operator new interposes on the
 // sanitizer runtime's, and allocates through malloc / posix_memalign, which ASan still checks.
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <atomic>
 #include <cctype>
@@ -29,6 +28,8 @@
 #include "attn/attn.hpp"
 #include "attn/info.hpp"
 #include "attn/moe.hpp"
+#include "base/parallel.hpp"
+#include "base/thread_team.hpp"
 #include "families/internal_api.hpp"
 #include "harness/check.hpp"
 #include "support/random_inputs.hpp"
@@ -37,7 +38,7 @@
 
 namespace {
 
-std::atomic<long> g_in_parallel{0};  // allocations made inside an OpenMP parallel region
+std::atomic<long> g_in_parallel{0};  // allocations made inside a parallel region
 std::atomic<long> g_outside{0};      // outside one, since the last arm()
 std::atomic<long> g_fail_at{0};      // > 0: allocation number g_fail_at outside a region fails
 std::atomic<bool> g_fired{false};    // the armed failure happened
@@ -45,7 +46,7 @@ std::atomic<bool> g_fired{false};    // the armed failure happened
 // Whether this allocation must fail. Inside a parallel region an allocation is only counted,
 // never failed: the test reports it instead of ending in std::terminate.
 bool must_fail() {
-  if (omp_in_parallel()) {
+  if (attn::in_team_region()) {
     g_in_parallel.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
@@ -269,13 +270,12 @@ std::vector<std::string> kinds(std::index_sequence<I...>) {
 
 TEST(AllocFailure, TheAllocatorCountsParallelAllocationsAndFailsWhenArmed) {
   const long before = g_in_parallel.load();
-#pragma omp parallel num_threads(2)
-  {
+  attn::parallel_for(4, 2, [](int64_t, int) {
     // volatile: the allocation must not be optimised away
     int* volatile p = new int(1);
     delete p;
-  }
-  EXPECT_GE(g_in_parallel.load() - before, 1);
+  });
+  EXPECT_EQ(g_in_parallel.load() - before, 4);
   g_in_parallel = before;
   arm(2);
   auto* first = new int(1);

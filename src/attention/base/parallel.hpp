@@ -11,16 +11,19 @@ namespace attn {
 // more is an Error. Oversubscribing the CPUs up to this is allowed (and still deterministic).
 constexpr int kMaxThreads = 256;
 
-// The one place a thread count is decided: `requested` (0 = OpenMP's default, capped at the
-// CPU count, so OMP_NUM_THREADS=100000 means "all CPUs"), never more than `items` (no idle
-// threads, no scratch for them), 1 in a child process after fork() (OpenMP's pool does not
-// survive fork; results are the same for any thread count).
+// The one place a thread count is decided: `requested`, or for 0 the CPUs this process may use
+// (its affinity mask, capped by its cgroup's CPU quota; OMP_NUM_THREADS lowers it, so
+// OMP_NUM_THREADS=100000 means "all usable CPUs"), never more than `items` (no idle threads, no
+// scratch for them), 1 in a child process after fork() (the thread team does not survive fork;
+// results are the same for any thread count).
 int resolve_threads(int requested, int64_t items);
 
-// Calls fn(item, thread_index) for item in [0, n) on exactly `threads` threads (a count from
-// resolve_threads); thread_index < threads. fn must not throw and must not allocate (no
-// std::vector, std::string or new inside it, nor in what it calls): an exception leaving an
-// OpenMP region, std::bad_alloc included, ends the process through std::terminate. Size scratch
+// Calls fn(item, thread_index) for item in [0, n) on at most `threads` threads (a count from
+// resolve_threads) of the process's thread team (base/thread_team.hpp): items are claimed one at
+// a time, so a thread that lost its core to another process holds back only the item it computes.
+// thread_index < threads, and no two items run at once with the same index. fn must not throw
+// and must not allocate (no std::vector, std::string or new inside it, nor in what it calls): an
+// exception leaving a worker ends the process through std::terminate. Size scratch
 // before the call, one slice per thread (indexed by thread_index), and re-initialise in fn what
 // an item needs fresh; allocation failure then happens on the calling thread, where the entry
 // points turn it into Error (core/out_of_memory.hpp). tests/core/test_alloc_failure.cpp checks
