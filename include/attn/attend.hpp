@@ -25,6 +25,7 @@
 #include <optional>
 #include <utility>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "attn/isa.hpp"
@@ -149,6 +150,13 @@ std::array<int64_t, 4> state_shape(const TensorView& q, const TensorView& k, con
 // evaluates, counted from the same key ranges the kernels use (causal, window, padding).
 double attention_flops(const TensorView& q, const TensorView& k, const TensorView& v, const Mechanism& mechanism,
                        const AttendOptions& options = {});
+
+// Checks a call as attend_into() would (the same Error for bad input) and returns the name of the
+// form it would run, without running it and without building any text: what a caller that must
+// not start a multi-call step it cannot finish (the decoder, before it touches its caches) asks
+// per call. Outputs are taken to be absent, as explain() takes them.
+std::string_view validate_call(const TensorView& q, const TensorView& k, const TensorView& v,
+                               const Mechanism& mechanism, const AttendOptions& options = {});
 
 // Which implementation ("form") attend() would run for this call, and why each other form
 // would or would not. Validates like attend() (bad input throws the same Error); outputs

@@ -115,6 +115,17 @@ double attention_flops(const TensorView& q, const TensorView& k, const TensorVie
   });
 }
 
+std::string_view validate_call(const TensorView& q, const TensorView& k, const TensorView& v,
+                               const Mechanism& mechanism, const AttendOptions& options) {
+  return families::visit_family(mechanism, [&](const auto& mech, auto family) {
+    using Family = decltype(family);
+    const core::Outputs none{};
+    const typename Family::Problem p = Family::validate(q, k, v, mech, options, none);
+    check_outputs<Family>(p, mechanism, options, none);
+    return std::string_view(core::choose(Family::forms(), p, none, options.form, core::mechanism_text(mechanism)).name);
+  });
+}
+
 Explanation explain(const TensorView& q, const TensorView& k, const TensorView& v, const Mechanism& mechanism,
                     const AttendOptions& options) try {
   // Outputs as attend() would allocate them; only their presence matters to the forms.

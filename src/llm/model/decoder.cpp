@@ -5,6 +5,7 @@
 // a step's queries see exactly the keys a full pass would show them), which bounds the
 // activation buffers and lets them be allocated once.
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <map>
 
@@ -186,6 +187,7 @@ struct Decoder::Impl final : model::LayerRun {
       }
     }
     memory[i] = std::move(m);
+    forget_checks();
   }
 
   // Whether layer i's memory would change shape under `mechanism`.
@@ -307,37 +309,51 @@ struct Decoder::Impl final : model::LayerRun {
     model::matmul(h.data(), n - first, w.output, logits_out, threads, isa, activations);
   }
 
-  // Every layer's attention call for a step of n tokens at position p, checked (explain()
-  // validates like attend()) before anything runs: a call that fails leaves caches and states
-  // as they were.
+  // Every layer's attention call for a step of n tokens at position p, checked (validate_call()
+  // validates like attend_into() and builds no text) before anything runs: a call that fails
+  // leaves caches and states as they were. A layer's plan (its mechanism, options and memory)
+  // is fixed between the setters, so a shape it has passed is not checked again: a recurrent
+  // layer or a bounded cache at its capacity is checked once per step size, a growing cache once
+  // per length.
   void check_step(int64_t n, int64_t p) {
     const DecoderConfig& c = w.config;
+    checked.resize(c.layers.size(), kUnchecked);
     for (size_t li = 0; li < c.layers.size(); ++li) {
       const model::LayerWeights& l = w.layers[li];
       const LayerMemory& mem = memory[li];
       const TensorView qv = token_major(q.data(), c.heads, n, c.head_dim);
+      const int64_t m = mem.state.defined() ? n : std::min(mem.sub_step, n);
+      const CheckedShape shape{n, m, mem.state.defined() ? 0 : mem.rows_after(p, m)};
+      if (checked[li] == shape) continue;
       AttendOptions o = layer_options(li);
       try {
         if (mem.state.defined()) {
           const TensorView kv = token_major(k.data(), l.kv_heads, n, c.head_dim);
-          explain(qv, kv, kv, c.layers[li].mechanism, o);
+          validate_call(qv, kv, kv, c.layers[li].mechanism, o);
         } else {  // the first run of queries, against the keys it will see
-          const int64_t m = std::min(mem.sub_step, n);
           TensorView kc = mem.k.view(), qc = qv;
-          kc.shape[2] = mem.rows_after(p, m);
+          kc.shape[2] = shape[2];
           if (mem.k_scale.defined()) {  // int8 rows: float32 queries, the rows' scales
             o.kv_scales = KvScales{mem.k_scale.view(), mem.v_scale.view()};
             o.kv_scales->k.shape[2] = o.kv_scales->v.shape[2] = kc.shape[2];
           } else {
             qc.dtype = kc.dtype;  // shapes and options are what is checked (nothing is read)
           }
-          explain(token_rows(qc, 0, m), kc, kc, c.layers[li].mechanism, o);
+          validate_call(token_rows(qc, 0, m), kc, kc, c.layers[li].mechanism, o);
         }
       } catch (const Error& e) {
         fail(kWhere, "layer " + std::to_string(li) + " (" + to_string(c.layers[li].mechanism) + "): " + e.what());
       }
+      checked[li] = shape;
     }
   }
+
+  // What check_step has passed per layer: (tokens, queries per call, key rows); forgotten by
+  // every setter that changes a layer's plan.
+  using CheckedShape = std::array<int64_t, 3>;
+  static constexpr CheckedShape kUnchecked{-1, -1, -1};
+  std::vector<CheckedShape> checked;
+  void forget_checks() { checked.clear(); }
 };
 
 Decoder::Decoder(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -424,6 +440,7 @@ void Decoder::set_mechanism(int64_t layer, const Mechanism& mechanism) {
       impl_->allocate_memory(static_cast<size_t>(i));
     }
   c.layers = std::move(next.layers);
+  impl_->forget_checks();
 }
 
 void Decoder::set_full_caches(bool full) {
@@ -454,7 +471,10 @@ std::vector<LayerCache> Decoder::layer_caches() const {
   return out;
 }
 
-void Decoder::set_attention_form(const std::string& form) { impl_->form = form; }
+void Decoder::set_attention_form(const std::string& form) {
+  impl_->form = form;
+  impl_->forget_checks();
+}
 
 void Decoder::set_activations(const std::string& activations) {
   if (activations == "f32") impl_->activations = model::Activations::f32;
