@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """MiniMax-01's MoE feed-forward (attn.moe_feed_forward) against dense SwiGLU and torch, same run,
-same thread count (SPEC §6.5; issue 39's target: MoE <= 1.3x the time of two dense SwiGLU
+same thread count (the target: MoE <= 1.3x the time of two dense SwiGLU
 feed-forwards of the same size over the same tokens, the FLOPs a top-2 MoE does).
 
     python bench/moe_peers.py                       # 32 experts, top-2, d 512, d_ff 1024, 2048 tokens, 2 threads

@@ -1,4 +1,4 @@
-// How concentrated a row of attention weights is (SPEC §5), measured on rows held in memory:
+// How concentrated a row of attention weights is (docs/concentration.md), on rows in memory:
 //   sparsity  S(a) = E|a| / sqrt(E[a^2]) = (||a||_1 / n) / (||a||_2 / sqrt(n)), in [1/sqrt(n), 1]:
 //             1 for equal magnitudes, 1/sqrt(n) for one key; defined for unnormalised and signed
 //             weights; NaN for an all-zero row

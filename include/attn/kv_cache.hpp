@@ -2,7 +2,7 @@
 // values are appended to in place, and attention over packed sequences of different lengths.
 // The semantics are flash-attn's flash_attn_with_kvcache and flash_attn_varlen_func.
 //
-// The caches are memory the caller owns (DESIGN.md rule 7): these calls write the new rows
+// The caches are memory the caller owns (the library holds none): these calls write the new rows
 // into it and read it, nothing more. Every check runs before the first write, so a call that
 // fails leaves the cache as it was.
 #pragma once

@@ -25,7 +25,7 @@
 //   polaformer:power=3              PolaFormer: same- and opposite-sign streams, sharpened by a power
 //   efficient                       efficient attention: softmax of q over features, of k over tokens
 //   gau:bias=0,causal               GAU's relu^2(q.k/sqrt(d) + b)/n weights (quadratic)
-//   qsoftmax:causal                 linear attention with softmax(q) over features, raw keys (the snippet)
+//   qsoftmax:causal                 linear attention with softmax(q) over features, raw keys
 //
 // A family is a struct with `static constexpr std::string_view kind`, an alternative of the
 // Mechanism variant, and a text parser/printer beside its kernels (src/exact/softmax_text.cpp
@@ -261,15 +261,15 @@ struct Gau {
   bool operator==(const Gau&) const = default;
 };
 
-// The sparse-vs-linear document's linear-attention snippet as written (efficient attention without
-// its key softmax): the query's features softmax-normalised, the keys raw, no denominator,
+// A linear-attention variant, softmax(Q) (K^T V): efficient attention (above) with its key
+// softmax left out. The query's features softmax-normalised, the keys raw, no denominator,
 //   o_i = scale * sum_f softmax_f(q_i)[f] * sum_j k_j[f] v_j
 // over the keys the query sees (all; causal: j <= i). Its state is S = sum_j k_j v_j^T, (B, H, D,
 // Dv); named param "initial_state" continues a sequence.
 struct QSoftmax {
   static constexpr std::string_view kind = "qsoftmax";
   bool causal = false;
-  std::optional<double> scale;    // none: 1 (the snippet has none)
+  std::optional<double> scale;    // none: 1 (the form has no scale)
 
   bool operator==(const QSoftmax&) const = default;
 };

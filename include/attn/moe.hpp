@@ -1,4 +1,4 @@
-// Mixture-of-experts feed-forward (SPEC.md §6.5, MiniMax-01's): a router picks top_k of E SwiGLU
+// Mixture-of-experts feed-forward (MiniMax-01's): a router picks top_k of E SwiGLU
 // experts per token.
 //   r = h W_r^T            (W_r: (E, dim), no bias)
 //   p = softmax(r)         in float32 (the float64 reference: in double)

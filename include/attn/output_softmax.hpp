@@ -1,4 +1,4 @@
-// Output-layer softmax variants (SPEC.md §6.1): what turns a hidden vector h (d) into log
+// Output-layer softmax variants (docs/output-softmax.md): what turns a hidden vector h (d) into log
 // probabilities over a vocabulary of V words.
 //   log_softmax                  stable, over the last axis; a row of all -inf stays all -inf
 //   HuffmanTree                  word2vec's tree (its tie and bit rules), codes root first
@@ -22,8 +22,8 @@ namespace attn {
 void log_softmax(const float* x, float* out, int64_t rows, int64_t n, int threads = 0);
 void log_softmax(const double* x, double* out, int64_t rows, int64_t n, int threads = 0);
 
-// word2vec's Huffman tree over V words (CreateBinaryTree in word2vec.c, read as SPEC §6.1 states
-// it): words sorted by count, descending (stable); V - 1 inner nodes numbered 0 .. V - 2 in
+// word2vec's Huffman tree over V words (CreateBinaryTree in word2vec.c, whose rules
+// follow): words sorted by count, descending (stable); V - 1 inner nodes numbered 0 .. V - 2 in
 // creation order, the root is V - 2. Each step joins the two smallest nodes of two queues (leaves
 // from the low-count end, inner nodes in creation order; on equal counts the inner node is taken);
 // the first taken gets bit 0, the second bit 1. Word ids are the indices of `counts`.
@@ -91,7 +91,7 @@ struct MatrixRef {
 // (c_1 + m, d) (+ an optional bias) gives the shortlist's logits, then one per cluster; cluster i
 // has a projection (h_i, d) and an output (c_{i+1} - c_i, h_i), no biases. With
 // H = log_softmax(head(x)): log p(y) = H[y] for y < c_1, else H[c_1 + i - 1] +
-// log_softmax(out_i(proj_i(x)))[y - c_i] for y in cluster i (1-based as in SPEC §6.1).
+// log_softmax(out_i(proj_i(x)))[y - c_i] for y in cluster i (clusters counted from 1).
 template <class T>
 class AdaptiveLogSoftmaxWithLoss {
  public:

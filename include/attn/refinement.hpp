@@ -1,6 +1,6 @@
 // Attention-weight refinement (AWRSR; Liu, Liu & Liu, "Pay Attention to Attention for Sequential
-// Recommendation", RecSys 2024), as SPEC.md §6.2 reads it. The paper's equations were not found:
-// these formulas are our reading [unverified] (docs/attention-refinement.md).
+// Recommendation", RecSys 2024). The paper's equations were not found: these formulas are our
+// reading of a prose description of its four forms [unverified] (docs/attention-refinement.md).
 //
 // Input: a causal weight matrix A (N, N) per batch entry (row i sums to 1, a_ij = 0 for j > i,
 // N the fixed maximum length as in SASRec), values V (N, dv) and two trained matrices

@@ -1,4 +1,4 @@
-// SANA's attention block pieces (Xie et al. 2024, NVlabs/Sana; SPEC.md §6.6), on tokens (B, N, C)
+// SANA's attention block pieces (Xie et al. 2024, NVlabs/Sana), on tokens (B, N, C)
 // that lay out an H x W image row-major (N = H W, token n = y W + x):
 //   lite_la     LiteLA: q, k, v = x W_qkv^T (no bias), heads of head_dim (32) channels, ReLU
 //               linear attention, non-causal: o_i = sum_j (relu(q_i).relu(k_j)) v_j /
@@ -8,7 +8,7 @@
 //   mix_ffn     Mix-FFN (GLUMBConv): u = silu(x W_in^T + b_in) (2h channels), u <- DWConv3x3(u) +
 //               b_dw (groups 2h, zero padding 1), u = [a | g] by channels, y = (a * silu(g)) W_out^T
 //               (no bias). h = floor(2.5 C) in SANA; any h here (the weights say).
-//   sana_block  the two composed with pre-norm residuals (SPEC §6.6 names none; our choice, as
+//   sana_block  the two composed with pre-norm residuals (the pieces fix none; our choice, as
 //               SANA's block without its timestep modulation and cross-attention):
 //               y = x + lite_la(LN(x)); out = y + mix_ffn(LN(y)), LN over C without affine,
 //               eps 1e-6 (SANA's norm1/norm2).

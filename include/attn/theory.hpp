@@ -1,4 +1,4 @@
-// How concentrated attention can be in the limit of many keys (SPEC §5): keys k ~ N(mu, sigma^2 I),
+// How concentrated attention can be in the limit of many keys: keys k ~ N(mu, sigma^2 I),
 // a query q, beta = q.mu, gamma = sigma ||q||, so a score is beta + gamma eps with eps ~ N(0, 1)
 // and a row of n -> infinity weights f(score) has sparsity
 //   S = E|f(beta + gamma eps)| / sqrt(E[f(beta + gamma eps)^2]).
@@ -14,7 +14,7 @@ double sparsity_exp(double beta, double gamma);
 // f = relu^2 (GAU), through its moments with Phi written by erfc, so no 1 + erf(u) cancels:
 // depends on t = beta / gamma alone (1/sqrt(6) at t = 0), -> 0 only for t -> -infinity.
 double sparsity_relu2(double beta, double gamma);
-// The same value typed as the source document's erf expression (1 + erf(u)): kept to show where
+// The same value typed with 1 + erf(u) in place of erfc(-u): kept to show where
 // it breaks (t below about -6 it loses every digit, near -8 it is NaN). Do not use.
 double sparsity_relu2_erf_form(double beta, double gamma);
 // f = identity (plain linear attention): (sqrt(2/pi) gamma e^(-beta^2/(2 gamma^2)) +

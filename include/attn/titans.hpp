@@ -1,6 +1,6 @@
-// Titans neural long-term memory (SPEC.md §6.3): a small network M whose weights are written at
-// test time by gradient steps on ||M(k_t) - v_t||^2, with momentum and forgetting, and read with
-// the queries.
+// Titans neural long-term memory (Behrouz et al. 2024): a small network M whose weights are
+// written at test time by gradient steps on ||M(k_t) - v_t||^2, with momentum and forgetting,
+// and read with the queries.
 //   memory   linear  M(k) = W k                      W (d, d)
 //            mlp     M(k) = W_2 gelu(W_1 k)          W_1 (4d, d), W_2 (d, 4d), no biases, exact gelu
 //   loss     l = ||M(k) - v||^2  (mean: divided by d)
@@ -80,7 +80,7 @@ void titans_memory_reference(const TitansShape& shape, const TitansConfig& confi
                              double* y, double* w_out, double* s_out = nullptr);
 
 // The loss l(M; k, v) and its gradient with respect to the weights (count values, the layout of
-// the weights), in float64: SPEC §6.3's closed forms (linear grad_W = 2 e k^T; mlp
+// the weights), in float64, by the closed forms (linear grad_W = 2 e k^T; mlp
 // grad_W2 = 2 e a^T, grad_W1 = 2 ((W_2^T e) . gelu'(z)) k^T, z = W_1 k, a = gelu(z)).
 double titans_loss_and_gradient(TitansMemory memory, TitansLoss loss, int64_t dim, const double* weights,
                                 const double* k, const double* v, double* grad);

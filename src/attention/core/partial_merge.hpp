@@ -1,5 +1,5 @@
 // Merging partial softmax results: the one routine for split-K decode, Dual Chunk Attention,
-// sharded decode and ring attention across processes (DESIGN.md rule 8).
+// sharded decode and ring attention across processes; none of them keeps a merge of its own.
 //
 // A partial is the online-softmax state of one query row over a subset of its keys:
 //   m = max_j s_j,   l = sum_j e^(s_j - m),   acc[c] = sum_j e^(s_j - m) v_j[c]

@@ -1,5 +1,5 @@
-// The sparse-vs-linear document's linear-attention snippet, as written (attn/mechanism.hpp,
-// QSoftmax): the query's features softmax-normalised, the keys used raw, no denominator,
+// Efficient attention without its key softmax, softmax(Q) (K^T V) (attn/mechanism.hpp, QSoftmax):
+// the query's features softmax-normalised, the keys used raw, no denominator,
 //   o_i = scale * softmax(q_i)^T S,   S = S0 + sum_j k_j v_j^T   (D x Dv; causal: j <= i).
 // One state S per head behind two fast forms, "right" (non-causal: S once, then every row) and
 // "recurrent" (causal, token by token: O(D Dv) per token), and a quadratic float64 reference with

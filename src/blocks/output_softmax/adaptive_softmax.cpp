@@ -1,5 +1,5 @@
-// Adaptive softmax with torch.nn.AdaptiveLogSoftmaxWithLoss's semantics (SPEC §6.1): a head over
-// the shortlist and one logit per cluster, each cluster a low-rank (projection, output) pair.
+// Adaptive softmax with torch.nn.AdaptiveLogSoftmaxWithLoss's semantics: a head over the
+// shortlist and one logit per cluster, each cluster a low-rank (projection, output) pair.
 #include <algorithm>
 #include <cmath>
 #include <limits>

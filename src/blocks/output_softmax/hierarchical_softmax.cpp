@@ -1,4 +1,4 @@
-// Hierarchical softmax over word2vec's Huffman tree (SPEC §6.1): log P of targets along their
+// Hierarchical softmax over word2vec's Huffman tree (word2vec -hs): log P of targets along their
 // paths (L dot products each) and every word's log P in one top-down pass.
 #include <algorithm>
 

@@ -1,4 +1,5 @@
-// word2vec's Huffman tree (SPEC §6.1): built with two queues, codes read root first.
+// word2vec's Huffman tree (CreateBinaryTree in word2vec.c): built with two queues, codes read
+// root first.
 #include <algorithm>
 #include <limits>
 #include <numeric>

@@ -1,4 +1,4 @@
-// attn::log_softmax over the rows of a (rows, n) array (SPEC §6.1).
+// attn::log_softmax over the rows of a (rows, n) array: x_i - m - log sum_j e^(x_j - m), m = max.
 #include "attn/error.hpp"
 #include "attn/output_softmax.hpp"
 #include "base/parallel.hpp"

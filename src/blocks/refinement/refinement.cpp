@@ -1,6 +1,6 @@
-// Attention-weight refinement (SPEC §6.2, our reading [unverified]): the checks both forms share,
-// the float form through the kernel table's gemm, and the public entry points (the double ones run
-// the reference of refinement_reference.cpp).
+// Attention-weight refinement (Liu et al. 2024, our reading [unverified]): the checks both forms
+// share, the float form through the kernel table's gemm, and the public entry points (the double
+// ones run the reference of refinement_reference.cpp).
 #include "attn/refinement.hpp"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Attention-weight refinement's float64 reference (SPEC §6.2, our reading [unverified]): the
+// Attention-weight refinement's float64 reference (Liu et al. 2024, our reading [unverified]): the
 // plain formulas, every N x N matrix written out, sums in double. The float form is tested
 // against it.
 #include <cmath>

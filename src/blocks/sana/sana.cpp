@@ -1,4 +1,4 @@
-// SANA's LiteLA, Mix-FFN (GLUMBConv) and their block (SPEC §6.6): the checks, the float forms (gemm
+// SANA's LiteLA, Mix-FFN (GLUMBConv) and their block: the checks, the float forms (gemm
 // from the kernel table, LiteLA's attention by the library's `sana` mechanism) and the entry points
 // (the double ones run the references of sana_reference.cpp).
 #include "core/shape_text.hpp"

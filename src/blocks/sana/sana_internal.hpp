@@ -12,7 +12,7 @@ T silu(T x) {
   return x / (T(1) + std::exp(-x));
 }
 
-// The plain formulas of SPEC §6.6, sums in double; x and out (batch, tokens, C), weights checked.
+// attn/sana.hpp's formulas, sums in double; x and out (batch, tokens, C), weights checked.
 void lite_la_reference(const double* x, int64_t batch, int64_t tokens, int64_t C, const LiteLaWeights<double>& w,
                        double* out);
 // h: the hidden width (w.inverted has 2h rows); tokens = H * W.

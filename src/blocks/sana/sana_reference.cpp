@@ -1,4 +1,4 @@
-// SANA's float64 references (SPEC §6.6): LiteLA with its N x N weights written out per head, and
+// SANA's float64 references: LiteLA with its N x N weights written out per head, and
 // Mix-FFN as loops over pixels, channels and taps. The float forms (sana.cpp) are tested against them.
 #include <algorithm>
 #include <vector>

@@ -1,4 +1,4 @@
-// Titans memory, fast form (float32, SPEC §6.3). Within a mini-batch of nb tokens every gradient
+// Titans memory, fast form (float32). Within a mini-batch of nb tokens every gradient
 // is taken at the same state M_0 (the state before the mini-batch), so each is a rank-1 matrix
 // per layer, G_i = u_i x_i^T (u: the output-side gradient, x: the layer's input). Unrolling the
 // two scans over the mini-batch (j, i counted within it, 1-based):

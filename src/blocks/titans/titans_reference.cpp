@@ -1,5 +1,6 @@
-// Titans memory, float64 reference (SPEC §6.3): the plain token loop. Each token takes its
-// gradient at the state saved at the start of its mini-batch, then updates S and M, then reads.
+// Titans memory (Behrouz et al. 2024), float64 reference: the plain token loop. Each token
+// takes its gradient at the state saved at the start of its mini-batch, then updates S and M,
+// then reads.
 #include <algorithm>
 #include <vector>
 

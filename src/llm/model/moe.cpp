@@ -1,4 +1,4 @@
-// Mixture-of-experts feed-forward (SPEC §6.5): the gathered float32 form (model/moe.hpp), the
+// Mixture-of-experts feed-forward (MiniMax-01): the gathered float32 form (model/moe.hpp), the
 // public entry points and the float64 per-token reference.
 #include "model/moe.hpp"
 

@@ -1,4 +1,4 @@
-// The closed forms of SPEC §5 against numerical quadrature of their defining expectations
+// The closed forms of attn/theory.hpp against numerical quadrature of their defining expectations
 // (<= 1e-6 relative over beta in [-2, 2], gamma in [0.25, 4]) and against Monte Carlo on
 // generated keys, with stated tolerances; and where plain Monte Carlo cannot see the limit.
 #include <gtest/gtest.h>

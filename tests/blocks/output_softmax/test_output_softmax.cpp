@@ -1,5 +1,5 @@
-// Output-layer softmax variants (SPEC §6.1): log_softmax, word2vec's hierarchical softmax and
-// PyTorch's adaptive softmax, on the worked cases of the spec and against float64 formulas.
+// Output-layer softmax variants: log_softmax, word2vec's hierarchical softmax and
+// PyTorch's adaptive softmax, on worked cases with known answers and against float64 formulas.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -226,7 +226,7 @@ struct AdaptiveWeights {
     }
     return AdaptiveLogSoftmaxWithLoss<T>(V, cutoffs, {head.data(), cutoffs[0] + m, d}, bias, tail);
   }
-  // float64 formula of SPEC §6.1 for one row
+  // the float64 formula (attn/output_softmax.hpp) for one row
   std::vector<double> reference(const T* x) const {
     const int64_t m = static_cast<int64_t>(cutoffs.size()), hs = cutoffs[0] + m;
     std::vector<double> H(hs), lp(V);

@@ -1,5 +1,5 @@
-// Attention-weight refinement (SPEC §6.2, our reading [unverified]): the float form against the
-// double reference, and the invariants of §6.2 (rows sum to 1, causal zeros kept, W = 0 gives
+// Attention-weight refinement (Liu et al. 2024, our reading [unverified]): the float form against
+// the double reference, and the forms' invariants (rows sum to 1, causal zeros kept, W = 0 gives
 // uniform weights, gamma = 0 gives A V, value-weighted with A^ = I gives A V).
 #include <gtest/gtest.h>
 

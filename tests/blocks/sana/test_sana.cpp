@@ -1,5 +1,5 @@
-// SANA's LiteLA, Mix-FFN and block (SPEC §6.6): float forms against the double references, the
-// spec's tests (token permutation, centre-only depthwise kernel = token-wise GLU MLP, an impulse
+// SANA's LiteLA, Mix-FFN and block: float forms against the double references, the
+// property tests (token permutation, centre-only depthwise kernel = token-wise GLU MLP, an impulse
 // moves outputs only in its 3 x 3 neighbourhood) and bad input.
 #include <gtest/gtest.h>
 
@@ -93,7 +93,7 @@ TEST(Sana, FloatFormsMatchDoubleReferences) {
   sana_block(xf.data(), B, N, C, H, W, wf.attention(C), wf.ffn(C, h), got.data(), 2);
   sana_block(xf.data(), B, N, C, H, W, wf.attention(C), wf.ffn(C, h), got1.data(), 1);
   compare(1e-5);
-  // the block is the documented composition of the two pieces
+  // the block is the composition of the two pieces attn/sana.hpp states
   std::vector<double> ln(x.size()), y(x.size()), f(x.size());
   const auto norm = [&](const double* src) {
     for (int64_t r = 0; r < B * N; ++r) {

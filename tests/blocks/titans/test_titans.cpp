@@ -1,4 +1,4 @@
-// Titans neural long-term memory (SPEC §6.3): the float64 token loop's worked cases, the closed-form
+// Titans neural long-term memory: the float64 token loop's worked cases, the closed-form
 // gradients against finite differences, and the mini-batch fast form against the token loop.
 #include <gtest/gtest.h>
 

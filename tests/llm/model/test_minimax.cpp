@@ -1,4 +1,4 @@
-// MiniMax-01's model (SPEC §6.5) in the decoder: the 7:1 layout, the scaled residual
+// MiniMax-01's model in the decoder: the 7:1 layout, the scaled residual
 // x = a·RMSNorm(x) + f(RMSNorm(x)) with a = (2L)^(1/4), and the MoE feed-forward. A float64
 // reference of the whole model (written here from the formulas, reading the decoder's weights
 // from the file it saves) agrees with the decoder's prefill and with token-by-token decoding.
@@ -91,7 +91,7 @@ Vec reference_logits(const DecoderConfig& c, const Tensors& t, const std::vector
     for (int64_t e = 0; e < d; ++e) x[static_cast<size_t>(i * d + e)] = embed[static_cast<size_t>(tokens[static_cast<size_t>(i)] * d + e)];
   for (int64_t l = 0; l < L; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    const bool lightning = (l + 1) % 8 != 0;  // SPEC §6.5's layout rule
+    const bool lightning = (l + 1) % 8 != 0;  // every 8th layer is softmax
     const int64_t kvh = lightning ? H : c.kv_heads;
     Vec h = rms_norm(x, t.get(p + "input_layernorm.weight"), c.norm_eps);
     Vec q = linear(h, t.get(p + "self_attn.q_proj.weight"), H * hd, d);

@@ -1,5 +1,5 @@
-// Mixture-of-experts feed-forward (SPEC §6.5): the gathered float32 form against the float64
-// per-token reference, and the spec's cases (weights sum to 1, identical experts, the
+// Mixture-of-experts feed-forward (MiniMax-01's): the gathered float32 form against the float64
+// per-token reference, and the worked cases (weights sum to 1, identical experts, the
 // auxiliary loss of uniform routing, ties to the lower id, bad input).
 #include <gtest/gtest.h>
 
