@@ -157,7 +157,7 @@ def test_decoder_token_ids_and_arguments(tmp_path):
                layers=attn.Decoder.softmax_layers(1))
     d = attn.Decoder.random(cfg, seed=1)
     raises(TypeError, r"^tokens\[0\] must be an integer token id, got 3\.7", lambda: d.forward([3.7]))
-    raises(ValueError, r"^tokens\[0\] = 16 is not a token id in \[0, 16\)", lambda: d.logits([16]))
+    raises(ValueError, r"^ids\[0\] = 16 is not a token id in \[0, 16\)", lambda: d.logits([16]))  # Model.logits(ids)
     raises(TypeError, r"^pos must be an integer, got 0\.0", lambda: d.forward([1], 0.0))
     raises(TypeError, r"^all_logits must be True or False", lambda: d.forward([1], all_logits=None))
     raises(TypeError, r"^config must be a dict", lambda: attn.Decoder.random(None))
@@ -250,3 +250,23 @@ def test_a_stream_callback_may_not_reenter_its_model(model):
     with pytest.raises(RuntimeError, match="Model is already running a call on this thread"):
         model.generate([10, 11], max_tokens=3, stop=[], stream=lambda piece: model.logits([1]))
     assert model.logits([10, 11]).shape == (2, 271)  # the lock was released
+
+
+def test_one_model_class_with_or_without_a_tokenizer():
+    """attn.Decoder is attn.Model: a random model (no tokenizer) generates from ids, refuses text."""
+    assert attn.Decoder is attn.Model and attn.llm.Decoder is attn.llm.Model
+    cfg = dict(vocab_size=16, dim=16, hidden_dim=16, heads=2, kv_heads=1, head_dim=8, max_seq_len=16,
+               layers=attn.Model.softmax_layers(2))
+    m = attn.Model.random(cfg, seed=3)
+    assert m.tokenizer is None and m.stop_ids() == [] and "random weights" in repr(m)
+    z = m.logits([1, 2, 3])
+    assert z.shape == (3, 16) and m.position == 3  # the context holds the ids: forward continues it
+    nxt = m.forward([4])
+    m.reset()
+    assert np.array_equal(m.logits([1, 2, 3, 4])[-1:], nxt)
+    out = m.generate([1, 2, 3], max_tokens=4)
+    assert len(out) == 4 and all(0 <= t < 16 for t in out) and out == m.generate([1, 2, 3], max_tokens=4)
+    assert out[0] == int(z[-1].argmax())
+    raises(TypeError, r"^ids: this model has no tokenizer", lambda: m.logits("text"))
+    raises(TypeError, r"^prompt: this model has no tokenizer", lambda: m.generate("text"))
+    raises(TypeError, r"^stream: this model has no tokenizer", lambda: m.generate([1], stream=print))

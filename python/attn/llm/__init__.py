@@ -9,8 +9,7 @@ feed-forward. Every name here is also importable from ``attn``.
     print(model.generate("The capital of France is", max_new_tokens=8))
 """
 from .. import _attn
-from .decoder import Decoder
-from .model import Model, load_model, smollm2_path
+from .model import Decoder, Model, load_model, smollm2_path
 from .moe import moe_feed_forward
 from .tokenizer import Tokenizer
 

