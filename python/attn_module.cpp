@@ -277,6 +277,12 @@ nb::tuple attend_backward(const Array& dout, const Array& q, const Array& k, con
                           std::optional<Array> lse, nb::handle mechanism, const Options& o, std::optional<Array> dlse,
                           std::optional<Array> dfinal_state) {
   const Call c = make_call(q, k, v, mechanism, o);
+  // None stands for "this family has no lse" (GAU, the linear family); for a softmax it is a
+  // missing argument, not an lse of shape (0, 0, 0, 0)
+  if (!lse && attn::info(c.mech).has_lse)
+    throw nb::value_error(("attend_backward: lse is required for '" + attn::to_string(c.mech) +
+                           "' (its weights are a softmax), got None: pass the lse that attend(..., return_lse=True) "
+                           "returned (None is for the families without one: GAU, the linear family)").c_str());
   const bool bnhd = bnhd_of(o.layout);
   const attn::TensorView d = view_of(dout, "dout", bnhd), ov = view_of(out, "out", bnhd);
   const attn::TensorView l = lse ? rows_view(*lse, "lse") : attn::TensorView{};

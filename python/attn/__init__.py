@@ -29,7 +29,6 @@ returns zeros and its log-sum-exp is -inf.
 """
 from __future__ import annotations
 
-import warnings
 from typing import Any, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
@@ -86,14 +85,8 @@ def _prepare(x: Any, name: str, int8: bool = False) -> Any:
     if _is_torch(x):
         if x.device.type != "cpu":
             raise ValueError(f"{name} must be on the CPU, got device {x.device}")
-        if x.requires_grad:
-            import torch
-
-            if torch.is_grad_enabled():
-                warnings.warn(f"attn: {name} requires grad, but this function has no backward pass yet (attn.attend "
-                              "and attn.attention have one for softmax attention): the result is detached (run "
-                              "under torch.no_grad() to silence this)", RuntimeWarning,
-                              stacklevel=4)
+        _args.detached(x, name, "attn's functions other than attend, attention and linear_attention",
+                       "those three have one")
         return x.detach()
     if isinstance(x, np.ndarray):
         if int8 and x.dtype == np.int8:
@@ -143,12 +136,17 @@ def _options(**fields: Any) -> Any:
     return o
 
 
+# why a float attn_mask or alibi_slopes that requires grad is refused (not detached in silence)
+_NO_MASK_GRADIENT = ("attn has no gradient for {} (the backward gives q, k, v and the named params theirs; "
+                     "a learned bias needs the N x M score gradient)")
+
+
 def _as_float32_1d(x: Any, name: str) -> Optional[np.ndarray]:
+    """Numbers (alibi_slopes) as a flat float32 array: strings, None items and bools are refused."""
     if x is None:
         return None
-    if _is_torch(x):
-        x = x.detach().cpu().numpy()
-    return np.ascontiguousarray(np.asarray(x, dtype=np.float32).reshape(-1))
+    _args.constant(x, name, _NO_MASK_GRADIENT.format(name))
+    return np.ascontiguousarray(_args.reals(x, name).astype(np.float32).reshape(-1))
 
 
 def _call_args(q: Any, k: Any, v: Any, layout: str, attn_mask: Any, key_padding_lengths: Any,
@@ -168,17 +166,23 @@ def _call_args(q: Any, k: Any, v: Any, layout: str, attn_mask: Any, key_padding_
         if not isinstance(kv_scales, (tuple, list)) or len(kv_scales) != 2:
             raise ValueError("kv_scales must be (k_scale, v_scale), the float32 scales of k's and v's rows "
                              "(attn.quantize_rows gives them)")
-        for name, x in zip(("k_scale", "v_scale"), kv_scales):
-            x = _prepare(x, f"kv_scales[{name == 'v_scale':d}]")
-            if x.ndim != 3:
-                raise ValueError(f"kv_scales[{name == 'v_scale':d}] must have 3 dimensions (k's without head_dim), "
-                                 f"got {x.ndim}")
+        for i, (name, rows, x) in enumerate(zip(("k_scale", "v_scale"), ("k", "v"), kv_scales)):
+            x = _prepare(x, f"kv_scales[{i}]")
+            # checked here, in the caller's layout: C++ sees (B, Hkv, M, 1) views and would name those
+            # (rows that are not int8 are C++'s to refuse first: "k must be int8 with options.kv_scales")
+            of = k if rows == "k" else v
+            want = tuple(int(s) for s in of.shape[:-1])
+            if str(of.dtype) in ("int8", "torch.int8") and tuple(int(s) for s in x.shape) != want:
+                raise ValueError(f"kv_scales[{i}] ({name}) must have {rows}'s shape without head_dim, "
+                                 f"{'(B, M, Hkv)' if layout == 'bnhd' else '(B, Hkv, M)'} = {want} for "
+                                 f"layout={layout!r}, got {tuple(int(s) for s in x.shape)}")
             scales[name] = x[..., None]
     b, h, n, _ = _dims(q, layout, "q")
     m = _dims(k, layout, "k")[2]
     _dims(v, layout, "v")
     mask = bias = None
     if attn_mask is not None:
+        _args.constant(attn_mask, "attn_mask", _NO_MASK_GRADIENT.format("a float attn_mask"))
         full = _expand_mask(attn_mask, b, h, n, m, "attn_mask")
         is_bool = (full.dtype == np.bool_) if not _is_torch(full) else (str(full.dtype) == "torch.bool")
         is_float = (full.dtype.kind == "f") if not _is_torch(full) else full.dtype.is_floating_point
@@ -290,6 +294,7 @@ def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any
             "retention:decay=0.97" (see :func:`linear_attention`).
         attn_mask: bool (True = may attend) or float (added to the scores) array broadcastable
             to (B, H, N, M), as in torch SDPA; always in (B, H, N, M) order whatever the layout.
+            A constant: a float mask (or alibi_slopes) that requires grad is a ValueError.
         key_padding_lengths: valid keys per batch entry; keys at or past it are hidden.
         alibi_slopes: H or (B, H) slopes; adds -slope * |i + M - N - j|.
         block_mask: your own block sparsity, as FlexAttention's BlockMask: bool, broadcastable
@@ -315,7 +320,7 @@ def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any
             normalised or not is the same); a pattern's visible keys only. NaN for a row with no
             key, all-zero weights or a NaN; entropy NaN where a weight is negative.
         stats_topk: k of ``topk_mass`` (1 to 1024).
-        threads: 0 = all cores (OMP_NUM_THREADS).
+        threads: 0 = the CPUs this process may use (OMP_NUM_THREADS lowers it).
         form: force an implementation ("rows", "tiled", "reference" for softmax); None = the
             first that supports the call. See :func:`explain`.
         isa: kernel set for this call ("portable", "avx2", "avx512"); None = the active one.
@@ -337,6 +342,9 @@ def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any
         >>> np.exp(st.entropy)         # effective number of keys per row
     """
     given_params = {**(params or {}), **named_params}
+    if kv_scales is not None and _wants_autograd(q, k, v, *given_params.values()):
+        raise ValueError("kv_scales (int8 k and v rows) have no backward pass, but q, k, v or params require grad: "
+                         "run under torch.no_grad() or pass q.detach() (int8 rows are for inference)")
     if _wants_autograd(q, k, v, *given_params.values()):  # torch tensors that require grad: the custom op
         return _attend_differentiable(q, k, v, mechanism, attn_mask, key_padding_lengths, alibi_slopes, layout,
                                       return_lse, given_params,
@@ -370,7 +378,8 @@ def attend_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, mecha
         dout: gradient of the loss with respect to out, out's shape and q's dtype.
         q, k, v: the forward's inputs.
         out, lse: what ``attend(q, k, v, mechanism, ..., return_lse=True)`` returned; lse None for
-            the families whose weights are no softmax (GAU, the linear family).
+            the families whose weights are no softmax (GAU, the linear family), required for the
+            others (None there is a ValueError saying so).
         mechanism: softmax (score=dot) with any option, or the patterns over it ("longformer:...",
             "bigbird:..."); GAU ("gau:..."); linformer ("linformer:...", with E and F's gradients);
             the linear family ("linear:...", "retention:...", "sana:...", "normattn:...",
@@ -440,6 +449,8 @@ def _attend_differentiable(q, k, v, mechanism, attn_mask, key_padding_lengths, a
         mechanism = str(mechanism)  # its canonical text: the op's schema takes a str
     if not isinstance(mechanism, str):
         raise TypeError(f"mechanism must be a str such as 'softmax:causal', got {type(mechanism).__name__}")
+    _args.constant(attn_mask, "attn_mask", _NO_MASK_GRADIENT.format("a float attn_mask"))
+    _args.constant(alibi_slopes, "alibi_slopes", _NO_MASK_GRADIENT.format("alibi_slopes"))
     from . import torch_ops
     if return_lse and not info(mechanism)["has_lse"]:  # the same error as without gradients
         attend(q.detach(), k.detach(), v.detach(), mechanism, layout=layout, return_lse=True)
@@ -494,7 +505,7 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v
         causal, window_size, softcap, alibi_slopes: as in :func:`attention`.
         rotary_interleaved: rotate channel pairs (2i, 2i+1) (True) or (i, i + rotary_dim/2).
         return_softmax_lse: also return the log-sum-exp (batch, nheads, seqlen) float32.
-        threads: 0 = all cores.
+        threads: 0 = the CPUs this process may use.
 
     Returns:
         out (batch, seqlen, nheads, headdim) like q; (out, lse) with return_softmax_lse.
@@ -782,7 +793,7 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_scale: Op
             (B, H, N, M), both float32 (weights before dropout).
         return_stats / stats_topk: also return each row's concentration, :class:`Stats`
             (see :func:`attend`), streamed without the weights.
-        threads: 0 = all cores.
+        threads: 0 = the CPUs this process may use.
 
     Returns:
         out with q's layout, dtype and kind; or (out[, lse][, probs][, stats]) when requested.
@@ -828,7 +839,10 @@ def info(text: str, context: Optional[int] = None) -> dict:
     (every float option's range, e.g. ``"scale in [1e-30, 1e+12]"``: values outside are refused,
     they would overflow float32)."""
     import json
-    d = json.loads(_attn.info_json(str(text), 0 if context is None else _integer(context, "context", 0, _INT64_MAX)))
+    if isinstance(text, _attn.Mechanism):  # what softmax_mechanism() and linear_mechanism() make
+        text = str(text)
+    text = _args.text(text, "text")  # None, b"softmax" or 123 are refused, not str()-ed into a name
+    d = json.loads(_attn.info_json(text, 0 if context is None else _integer(context, "context", 0, _INT64_MAX)))
     if context is None:
         d["context"] = None
         d["cache_rows"] = (d["cache_bound"] if d["cache_bound"] >= 0 else None) if d["cache"] == "kv" else 0

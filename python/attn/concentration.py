@@ -1,4 +1,5 @@
-"""How concentrated rows of attention weights are (SPEC §5), on arrays (C++: attn::concentration).
+"""How concentrated rows of attention weights are, on arrays (C++: attn::concentration;
+docs/concentration.md).
 
     >>> p = attn.attention(q, k, v, return_probs=True)[1]      # (B, H, N, M)
     >>> attn.sparsity(p)             # (B, H, N): E|a| / sqrt(E a^2), 1/sqrt(M) (one key) .. 1 (uniform)

@@ -19,7 +19,10 @@ here is collective (every rank of ``comm`` calls it, in the same order). ``comm=
 Any sequence length works (pieces differ by at most one token; a rank may hold none). The C++
 library does the work (attn/distributed.hpp); mpi4py only provides the communicator. Layouts as
 in :func:`attn.attention`: ``"bnhd"`` (B, N, H, D) by default or ``"bhnd"``. Arrays are NumPy
-or torch CPU tensors; results are float32 NumPy arrays (torch tensors for torch inputs).
+or torch CPU tensors; results are float32 NumPy arrays (torch tensors for torch inputs), without
+autograd (a tensor that requires grad gets a RuntimeWarning naming it; the backward functions give
+the gradients). Every call first agrees across ranks: a rank whose arguments are refused fails
+every rank, and a mechanism that differs between ranks is an error naming both texts.
 See docs/distributed.md.
 """
 from __future__ import annotations
@@ -79,10 +82,38 @@ def shard_pieces(n: int, ranks: int, rank: int, causal: bool = False) -> List[Tu
     return [tuple(p) for p in _attn.shard_pieces(n, ranks, rank, causal)]
 
 
-def _numpy(x: Any) -> np.ndarray:
-    if _is_torch(x):
-        return x.detach().cpu().numpy()
-    return np.asarray(x)
+_NO_AUTOGRAD = "attn.distributed's functions"
+_BY_HAND = "attention_backward and linear_attention_backward give the gradients when called"
+
+
+def _numpy(x: Any, name: str) -> np.ndarray:
+    _args.detached(x, name, _NO_AUTOGRAD, _BY_HAND)
+    return np.asarray(_args.host(x, name, "a tensor of a dtype NumPy holds (not bfloat16)"))
+
+
+def _agreed(comm, where: str, prepare):
+    """prepare() -> (mechanism text or None, the call's arguments), run on every rank, then one
+    all-gather of each rank's canonical mechanism and error. A rank whose arguments Python refuses
+    fails every rank (the others would wait forever in the collective call), and a mechanism that
+    differs between ranks is named by its text (C++ compares fingerprints only)."""
+    error, mine, args = None, (None, ""), None
+    try:
+        text, args = prepare()
+        mine = (None if text is None else _attn.canonical_mechanism(text), "")
+    except (TypeError, ValueError) as e:
+        error, mine = e, (None, f"{type(e).__name__}: {e}")
+    everyone = comm.allgather(mine)
+    if error is not None:
+        raise error
+    for r, (_, problem) in enumerate(everyone):
+        if problem:
+            raise ValueError(f"{where}: rank {r} refused its arguments ({problem}), so no rank runs the call")
+    texts = [t for t, _ in everyone]
+    for r, t in enumerate(texts):
+        if t != texts[0]:
+            raise ValueError(f"{where}: the mechanism differs between ranks: rank 0 has {texts[0]!r}, rank {r} has "
+                             f"{t!r} (every rank must pass the same mechanism arguments)")
+    return args
 
 
 def _like(y: np.ndarray, x: Any) -> Any:
@@ -97,7 +128,7 @@ def shard(x: Any, comm=None, causal: bool = False, layout: str = "bnhd") -> Any:
     token axis (axis 1 for "bnhd", 2 for "bhnd"), zig-zag when causal."""
     comm = _comm(comm)
     axis = _token_axis(layout)
-    a = _numpy(x)
+    a = _numpy(x, "x")
     if a.ndim != 4:
         raise ValueError(f"x must have 4 dimensions ({layout}), got {a.ndim}")
     pieces = shard_pieces(a.shape[axis], comm.Get_size(), comm.Get_rank(), causal)
@@ -109,7 +140,7 @@ def unshard(y: Any, comm=None, causal: bool = False, layout: str = "bnhd") -> An
     """The whole array on every rank from every rank's shard y (the inverse of :func:`shard`)."""
     comm = _comm(comm)
     axis = _token_axis(layout)
-    a = _numpy(y)
+    a = _numpy(y, "y")
     if a.ndim != 4:
         raise ValueError(f"y must have 4 dimensions ({layout}), got {a.ndim}")
     shards = comm.allgather(np.ascontiguousarray(a))
@@ -144,6 +175,7 @@ def _array(x: Any, name: str) -> np.ndarray:
     if _is_torch(x):
         if not x.dtype.is_floating_point:
             raise TypeError(f"{name} must hold floats, got {kind}")
+        _args.detached(x, name, _NO_AUTOGRAD, _BY_HAND)
         x = x.detach().cpu()
         x = x.float() if x.dtype.itemsize < 4 else x
         return x.numpy()
@@ -167,7 +199,7 @@ def _offsets(cu_seqlens: Optional[Sequence[int]]) -> List[int]:
     if isinstance(cu_seqlens, (str, bytes)) or not hasattr(cu_seqlens, "__len__"):
         raise TypeError(f"cu_seqlens must be a sequence of integers or None, got {type(cu_seqlens).__name__}")
     return [_args.integer(int(x) if isinstance(x, np.integer) else x, f"cu_seqlens[{i}]")
-            for i, x in enumerate(_numpy(cu_seqlens).tolist() if _is_torch(cu_seqlens) else cu_seqlens)]
+            for i, x in enumerate(_numpy(cu_seqlens, "cu_seqlens").tolist() if _is_torch(cu_seqlens) else cu_seqlens)]
 
 
 def _back(y: np.ndarray, layout: str, like: Any) -> Any:
@@ -201,12 +233,15 @@ def attention(q: Any, k: Any, v: Any, comm=None, causal: bool = False,
     sequence, as :func:`attn.flash_attn_varlen_func` on the whole stream."""
     _native()
     comm = _comm(comm)
-    _token_axis(layout)
-    text = _softmax_text(causal, window_size, softmax_scale)
-    cu = _offsets(cu_seqlens)
-    return_lse = _args.flag(return_lse, "return_lse")
-    out, lse, _ = _attn.distributed_attention(_bhnd(q, layout, "q"), _bhnd(k, layout, "k"), _bhnd(v, layout, "v"),
-                                              comm.py2f(), text, return_lse, cu)
+
+    def prepare():
+        _token_axis(layout)
+        text = _softmax_text(causal, window_size, softmax_scale)
+        return text, (_bhnd(q, layout, "q"), _bhnd(k, layout, "k"), _bhnd(v, layout, "v"), text,
+                      _args.flag(return_lse, "return_lse"), _offsets(cu_seqlens))
+
+    bq, bk, bv, text, return_lse, cu = _agreed(comm, "attn.distributed.attention", prepare)
+    out, lse, _ = _attn.distributed_attention(bq, bk, bv, comm.py2f(), text, return_lse, cu)
     out = _back(out, layout, q)
     return (out, _like(lse, q)) if return_lse else out
 
@@ -230,13 +265,16 @@ def attention_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, co
     float32 rounding."""
     _native()
     comm = _comm(comm)
-    _token_axis(layout)
-    text = _softmax_text(causal, window_size, softmax_scale)
-    lse4 = np.ascontiguousarray(_array(lse, "lse"), dtype=np.float32)[..., None]
-    cu = _offsets(cu_seqlens)
-    dq, dk, dv = _attn.distributed_attention_backward(
-        _bhnd(dout, layout, "dout"), _bhnd(q, layout, "q"), _bhnd(k, layout, "k"), _bhnd(v, layout, "v"),
-        _bhnd(out, layout, "out"), lse4, comm.py2f(), text, cu)
+
+    def prepare():
+        _token_axis(layout)
+        text = _softmax_text(causal, window_size, softmax_scale)
+        lse4 = np.ascontiguousarray(_array(lse, "lse"), dtype=np.float32)[..., None]
+        return text, (_bhnd(dout, layout, "dout"), _bhnd(q, layout, "q"), _bhnd(k, layout, "k"),
+                      _bhnd(v, layout, "v"), _bhnd(out, layout, "out"), lse4, text, _offsets(cu_seqlens))
+
+    bdout, bq, bk, bv, bout, lse4, text, cu = _agreed(comm, "attn.distributed.attention_backward", prepare)
+    dq, dk, dv = _attn.distributed_attention_backward(bdout, bq, bk, bv, bout, lse4, comm.py2f(), text, cu)
     return _back(dq, layout, q), _back(dk, layout, k), _back(dv, layout, v)
 
 
@@ -248,10 +286,14 @@ def linear_attention(q: Any, k: Any, v: Any, comm=None, feature_map: str = "elu"
     the whole sequence up to float32 rounding."""
     _native()
     comm = _comm(comm)
-    _token_axis(layout)
-    text = _linear_text(feature_map, causal, decay, normalize)
-    out, state = _attn.distributed_linear_attention(_bhnd(q, layout, "q"), _bhnd(k, layout, "k"),
-                                                     _bhnd(v, layout, "v"), comm.py2f(), text)
+
+    def prepare():
+        _token_axis(layout)
+        text = _linear_text(feature_map, causal, decay, normalize)
+        return text, (_bhnd(q, layout, "q"), _bhnd(k, layout, "k"), _bhnd(v, layout, "v"), text)
+
+    bq, bk, bv, text = _agreed(comm, "attn.distributed.linear_attention", prepare)
+    out, state = _attn.distributed_linear_attention(bq, bk, bv, comm.py2f(), text)
     return _back(out, layout, q), _like(state, q)
 
 
@@ -276,12 +318,17 @@ def linear_attention_backward(dout: Any, q: Any, k: Any, v: Any, comm=None, feat
     ranks' initial-state gradients. Equals :func:`attn.attend_backward` on the whole sequence."""
     _native()
     comm = _comm(comm)
-    _token_axis(layout)
-    text = _linear_text(feature_map, causal, decay, normalize)
-    df = None if dfinal_state is None else np.ascontiguousarray(_array(dfinal_state, "dfinal_state"), dtype=np.float32)
-    dq, dk, dv = _attn.distributed_linear_attention_backward(
-        _bhnd(dout, layout, "dout"), _bhnd(q, layout, "q"), _bhnd(k, layout, "k"), _bhnd(v, layout, "v"), comm.py2f(),
-        text, df)
+
+    def prepare():
+        _token_axis(layout)
+        text = _linear_text(feature_map, causal, decay, normalize)
+        df = (None if dfinal_state is None else
+              np.ascontiguousarray(_array(dfinal_state, "dfinal_state"), dtype=np.float32))
+        return text, (_bhnd(dout, layout, "dout"), _bhnd(q, layout, "q"), _bhnd(k, layout, "k"),
+                      _bhnd(v, layout, "v"), text, df)
+
+    bdout, bq, bk, bv, text, df = _agreed(comm, "attn.distributed.linear_attention_backward", prepare)
+    dq, dk, dv = _attn.distributed_linear_attention_backward(bdout, bq, bk, bv, comm.py2f(), text, df)
     return _back(dq, layout, q), _back(dk, layout, k), _back(dv, layout, v)
 
 
@@ -291,9 +338,13 @@ def decode(q: Any, k_shard: Any, v_shard: Any, comm=None, *, layout: str = "bnhd
     every rank gets the same result, bitwise."""
     _native()
     comm = _comm(comm)
-    _token_axis(layout)
-    return_lse = _args.flag(return_lse, "return_lse")
-    out, lse = _attn.distributed_decode(_bhnd(q, layout, "q"), _bhnd(k_shard, layout, "k_shard"),
-                                        _bhnd(v_shard, layout, "v_shard"), comm.py2f(), return_lse)
+
+    def prepare():
+        _token_axis(layout)
+        return None, (_bhnd(q, layout, "q"), _bhnd(k_shard, layout, "k_shard"), _bhnd(v_shard, layout, "v_shard"),
+                      _args.flag(return_lse, "return_lse"))
+
+    bq, bk, bv, return_lse = _agreed(comm, "attn.distributed.decode", prepare)
+    out, lse = _attn.distributed_decode(bq, bk, bv, comm.py2f(), return_lse)
     out = _back(out, layout, q)
     return (out, _like(lse, q)) if return_lse else out

@@ -5,7 +5,8 @@ param_names="", params=None)`` returns ``(out, lse)`` and has a registered backw
 (``torch.ops.attn.attend_backward``, which is :func:`attn.attend_backward`) and fake (meta) kernels,
 so ``torch.compile(fullgraph=True)`` traces it without a graph break and ``torch.library.opcheck``
 passes. :func:`attn.attend` and :func:`attn.attention` call it when given torch tensors that require
-grad; the gradient then flows to q, k and v (masks, padding and slopes are constants) and to the
+grad; the gradient then flows to q, k and v (masks, padding and slopes are constants: a float mask
+or slopes that require grad are a ValueError, never a silent None) and to the
 named params that have one: ``param_names`` is their names joined by commas (a schema takes no list
 of str), ``params`` the tensors in that order. Linformer's "E" and "F" get gradients
 (``attn.attend(q, k, v, "linformer:k=64", params={"E": E, "F": F})``), as do PolaFormer's "power"
@@ -22,6 +23,9 @@ key_padding_lengths)`` returns ``(o, final_state)`` of a linear mechanism (the t
 registered backward: gradients flow to q, k, v and initial_state, and in through the final state
 (``decay`` per head and the padding are constants). :func:`attn.linear_attention` calls it when
 given torch tensors that require grad.
+
+Both backward ops are first-order only: differentiating a gradient again (``create_graph=True``
+and a second backward) raises a RuntimeError naming the op.
 """
 from __future__ import annotations
 
@@ -135,6 +139,10 @@ def _backward(ctx, dout, dlse):
     q, k, v, out, lse, *params = ctx.saved_tensors
     mechanism, layout, attn_mask, key_padding_lengths, alibi_slopes, param_names = ctx.options
     count, params_given = ctx.shape_of_inputs
+    for i, name in ((5, "attn_mask"), (7, "alibi_slopes")):  # constants of the op: say so, not a silent None
+        if ctx.needs_input_grad[i]:
+            raise ValueError(f"attend_backward: {name} requires grad, but attn has no gradient for {name}: "
+                             f"pass {name}.detach()")
     dq, dk, dv, dparams = attend_backward_op(dout.contiguous(), q, k, v, out, lse, mechanism, layout, attn_mask,
                                              key_padding_lengths, alibi_slopes,
                                              None if dlse is None else dlse.contiguous(), param_names, params)
@@ -152,6 +160,24 @@ def _backward(ctx, dout, dlse):
 
 
 attend_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _no_double_backward(op: str):
+    """The autograd formula of a backward op: differentiating it again (create_graph=True, then a
+    gradient of the gradient) is refused by name, not with torch's "no autograd formula"."""
+    def backward(ctx, *grads):
+        raise RuntimeError(f"{op}: double backward is not supported (attn's backward has no gradient of its own; a "
+                           f"gradient penalty or Hessian-vector product through {op} needs a differentiable "
+                           f"implementation, e.g. torch's scaled_dot_product_attention)")
+    return backward
+
+
+def _nothing_to_save(ctx, inputs, output):
+    pass
+
+
+attend_backward_op.register_autograd(_no_double_backward("attn.attend (torch.ops.attn.attend)"),
+                                     setup_context=_nothing_to_save)
 
 
 def attend(q, k, v, mechanism: str, layout: str, attn_mask=None, key_padding_lengths=None,
@@ -240,6 +266,9 @@ def _linear_setup_context(ctx, inputs, output):
 def _linear_backward(ctx, dout, dfinal_state):
     q, k, v, out, initial_state, decay = ctx.saved_tensors
     mechanism, layout, key_padding_lengths = ctx.options
+    if ctx.needs_input_grad[6]:  # a constant of the op: say so, not a silent None
+        raise ValueError("linear_attention_backward: decay requires grad, but attn has no gradient for decay: "
+                         "pass decay.detach()")
     dq, dk, dv, ds0 = linear_attention_backward_op(
         dout.contiguous(), None if dfinal_state is None else dfinal_state.contiguous(), q, k, v, out, mechanism,
         layout, initial_state, decay, key_padding_lengths)
@@ -247,6 +276,8 @@ def _linear_backward(ctx, dout, dfinal_state):
 
 
 linear_attention_op.register_autograd(_linear_backward, setup_context=_linear_setup_context)
+linear_attention_backward_op.register_autograd(
+    _no_double_backward("attn.linear_attention (torch.ops.attn.linear_attention)"), setup_context=_nothing_to_save)
 
 
 def linear_attention(q, k, v, mechanism: str, layout: str, initial_state=None, decay=None,

@@ -1,4 +1,4 @@
-"""Independent float64 literals of attn's mechanisms, written from SPEC.md's formulas and the rules
+"""Independent float64 literals of attn's mechanisms, written from published formulas and the rules
 documented in include/attn/mechanism.hpp, docs/usage.md ("Semantics worth knowing") and
 docs/seeded-draws.md (the seeded draws). Nothing here calls attn: no mask_of, no lsh_buckets, no
 kernel. Arrays are NumPy, layout (B, N, H, D) as attend's default, GQA by explicit head mapping
@@ -293,7 +293,7 @@ def performer_omega(seed, features, d):
 
 
 def performer_features(x, omega):
-    """phi(x) = exp(omega x' - |x'|^2 / 2) / sqrt(m), x' = x d^(-1/4) (SPEC 3); x (..., D)."""
+    """phi(x) = exp(omega x' - |x'|^2 / 2) / sqrt(m), x' = x d^(-1/4) (FAVOR+); x (..., D)."""
     d = x.shape[-1]
     xs = np.asarray(x, np.float64) * d**-0.25
     return np.exp(xs @ omega.T - 0.5 * (xs * xs).sum(-1, keepdims=True)) / math.sqrt(omega.shape[0])
@@ -348,7 +348,7 @@ def norm_rows(x, kind, eps=1e-6):
     return c / np.sqrt((c * c).mean(-1, keepdims=True) + eps)
 
 
-# ---- the row statistics (SPEC 5, docs/concentration.md) ------------------------------------------
+# ---- the row statistics (docs/concentration.md) --------------------------------------------------
 
 def row_stats(w, vis, topk):
     """(sparsity, entropy, max_weight, topk_mass) of every row of w over its visible keys (zeros

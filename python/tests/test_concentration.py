@@ -66,7 +66,7 @@ def test_theory_closed_forms():
     # relu^2 depends on beta/gamma alone; identity is even in beta
     assert attn.theory.sparsity_relu2(-1.0, 0.5) == pytest.approx(attn.theory.sparsity_relu2(-4.0, 2.0), rel=1e-12)
     assert attn.theory.sparsity_identity(-1.5, 0.8) == pytest.approx(attn.theory.sparsity_identity(1.5, 0.8), rel=1e-15)
-    # the document's erf form: fine at t = -2, nothing at t = -8
+    # the literal 1 + erf(u) form: fine at t = -2, nothing at t = -8
     assert attn.theory.sparsity_relu2_erf_form(-2.0, 1.0) == pytest.approx(attn.theory.sparsity_relu2(-2.0, 1.0), rel=1e-9)
     stable, literal = attn.theory.sparsity_relu2(-8.0, 1.0), attn.theory.sparsity_relu2_erf_form(-8.0, 1.0)
     assert 0 < stable < 1e-6 and (math.isnan(literal) or abs(literal / stable - 1) > 0.5)

@@ -167,6 +167,50 @@ def test_arguments_follow_the_rest_of_the_api(results):
         "TypeError: return_lse must be True or False, got 1 (int)"]
 
 
+def test_comm_that_is_no_communicator_is_named_by_every_function(results):
+    _, r = results
+    assert list(r["comm_errors"]) == ["TypeError: comm must be an mpi4py communicator (MPI.Comm) or None, got object"] * 7
+
+
+@pytest.mark.parametrize("name,rank0,last", [
+    ("linear", "linear:map=elu,causal", "linear:map=relu,causal"),
+    ("linear_backward", "linear:map=elu,causal", "linear:map=elu,causal,decay=0.5"),
+    ("ring", "softmax", "softmax:scale=0.25")])
+def test_a_mechanism_that_differs_between_ranks_is_named_by_its_text(results, name, rank0, last):
+    # before (LASP): "the mechanism (fingerprint) must agree on every rank: rank 0 has 4840...,
+    # rank 1 has -7362...", two hashes; the ring said only "rank 1's differs from rank 0's"
+    ranks, r = results
+    errors = list(r[f"mismatch_{name}"])
+    if ranks == 1:
+        assert errors == [""]
+        return
+    assert len(set(errors)) == 1, errors
+    assert errors[0].startswith("ValueError: attn.distributed.") and "the mechanism differs between ranks: rank 0 has " \
+        f"'{attn.canonical_mechanism(rank0)}', rank {ranks - 1} has '{attn.canonical_mechanism(last)}'" in errors[0], errors
+
+
+def test_a_python_level_refusal_on_one_rank_fails_every_rank(results):
+    ranks, r = results
+    errors = list(r["mismatch_refused"])
+    refusal = "TypeError: causal must be True or False, got 'no' (str)"
+    if ranks == 1:
+        assert errors == [""]
+        return
+    assert errors[-1] == refusal, errors  # the rank that was given it raises it as ever
+    assert errors[:-1] == [f"ValueError: attn.distributed.attention: rank {ranks - 1} refused its arguments ({refusal}), "
+                           "so no rank runs the call"] * (ranks - 1), errors
+
+
+def test_tensors_that_require_grad_are_named_in_a_warning(torch_results):
+    # before: detached without a word
+    _, r = torch_results
+    warned = list(r["grad_warnings"])
+    assert [w.split(":")[1].strip() for w in warned] == ["attn"] * 3, warned
+    for name, w in zip("qkv", warned):
+        assert w.startswith(f"RuntimeWarning: attn: {name} requires grad, but attn.distributed's functions have no "
+                            f"backward pass yet") and w.endswith("check_distributed.py"), w
+
+
 def test_disagreeing_shard_is_the_same_error_everywhere(results):
     ranks, r = results
     errors = list(r["errors"])

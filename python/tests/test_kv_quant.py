@@ -68,7 +68,9 @@ def test_int8_rows_bad_calls_name_the_argument():
         attn.attend(q, k8, k8, "softmax")  # int8 rows without their scales
     with pytest.raises(ValueError, match=r"kv_scales must be \(k_scale, v_scale\)"):
         attn.attend(q, k8, k8, "softmax", kv_scales=ks)
-    with pytest.raises(ValueError, match=r"kv_scales.v must have shape \(B, Hkv, M, 1\) = \(1, 2, 5, 1\)"):
+    # in the caller's layout, (B, M, Hkv), not C++'s (B, Hkv, M, 1) view (test_hostile_inputs.py has both layouts)
+    with pytest.raises(ValueError, match=r"kv_scales\[1\] \(v_scale\) must have v's shape without head_dim, "
+                                         r"\(B, M, Hkv\) = \(1, 5, 2\) for layout='bnhd', got \(1, 4, 2\)"):
         attn.attend(q, k8, k8, "softmax", kv_scales=(ks, ks[:, :4]))
     with pytest.raises(ValueError, match="read by the softmax family only"):
         attn.attend(q, k8, k8, "linear:map=elu", kv_scales=(ks, ks))

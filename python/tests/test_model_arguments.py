@@ -270,3 +270,11 @@ def test_one_model_class_with_or_without_a_tokenizer():
     raises(TypeError, r"^ids: this model has no tokenizer", lambda: m.logits("text"))
     raises(TypeError, r"^prompt: this model has no tokenizer", lambda: m.generate("text"))
     raises(TypeError, r"^stream: this model has no tokenizer", lambda: m.generate([1], stream=print))
+
+
+def test_set_weight_names_a_bfloat16_tensor(model):
+    torch = pytest.importorskip("torch")
+    name = model.mlp_weight_names()[0]
+    w = torch.from_numpy(model.weight(name)).bfloat16()
+    raises(TypeError, r"^values must be a real dtype NumPy holds .*got torch\.bfloat16$",
+           lambda: model.set_weight(name, w))

@@ -1,5 +1,5 @@
 """attn.moe_feed_forward against a torch implementation written here (a loop over experts that
-gathers each expert's tokens), SPEC §6.5's cases and bad input."""
+gathers each expert's tokens), MiniMax-01's worked cases and bad input."""
 import numpy as np
 import pytest
 import torch

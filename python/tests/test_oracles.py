@@ -1,5 +1,5 @@
 """Independent oracles (issue 42, part 2): attn.attend against float64 NumPy literals written from
-SPEC.md's formulas and the documented rules (literals.py; docs/seeded-draws.md for the seeded
+the papers' formulas and attn's documented rules (literals.py; docs/seeded-draws.md for the seeded
 draws). The expected answers never come from attn (no mask_of, lsh_buckets or reference form):
 sparse patterns, BigBird's random blocks, LSH with N != M and half types, DCA with padding and
 interleaved RoPE, Linformer's seeded E/F with padding, NormAttn's LayerNorm, Performer (given and

@@ -1,5 +1,5 @@
-"""Output-layer softmax variants (SPEC §6.1): log_softmax, word2vec's hierarchical softmax and
-torch's AdaptiveLogSoftmaxWithLoss, on the spec's worked cases, against float64 formulas and
+"""Output-layer softmax variants: log_softmax, word2vec's hierarchical softmax and
+torch's AdaptiveLogSoftmaxWithLoss, on worked cases with known answers, against float64 formulas and
 against torch's module given the same weights."""
 import math
 

@@ -1,5 +1,6 @@
-"""Attention-weight refinement (SPEC §6.2, our reading [unverified]): attn.refine_attention against a
-NumPy float64 transcription of the formulas, the invariants of §6.2, torch in/out and bad input."""
+"""Attention-weight refinement (our reading of Liu et al. 2024 [unverified]): attn.refine_attention
+against a NumPy float64 transcription of the formulas, the forms' invariants, torch in/out and bad
+input."""
 import numpy as np
 import pytest
 import torch

@@ -1,5 +1,6 @@
-"""SANA (SPEC §6.6): LiteLA against relu(Q) relu(K)^T row-normalised times V, Mix-FFN against a torch
-GLUMBConv built from nn.Conv2d, the block as the documented composition, and bad input."""
+"""SANA (Xie et al. 2024): LiteLA against relu(Q) relu(K)^T row-normalised times V, Mix-FFN
+against a torch GLUMBConv built from nn.Conv2d, the block as the composition attn/sana.hpp states,
+and bad input."""
 import numpy as np
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""Transformer-squared's singular-value fine-tuning (SPEC section 6.4): the pieces against their
+"""Transformer-squared's singular-value fine-tuning (Sun et al. 2025): the pieces against their
 definitions in float64, CEM on a known optimum, and SVF applied to SmolLM2-135M's MLP matrices."""
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""attn.titans_memory (SPEC §6.3) against a torch token loop whose gradients come from autograd."""
+"""attn.titans_memory (Titans, Behrouz et al. 2024) against a torch token loop whose gradients
+come from autograd."""
 import numpy as np
 import pytest
 import torch

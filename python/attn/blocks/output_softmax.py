@@ -1,4 +1,4 @@
-"""Output-layer softmax variants (C++: attn/output_softmax.hpp; SPEC §6.1; docs/output-softmax.md).
+"""Output-layer softmax variants (C++: attn/output_softmax.hpp; docs/output-softmax.md).
 
 * :func:`log_softmax` -- stable log-softmax over one axis; a row of all -inf stays all -inf.
 * :class:`HierarchicalSoftmax` -- word2vec's ``-hs``: a Huffman tree over word counts and one

@@ -1,4 +1,4 @@
-"""Attention-weight refinement, AWRSR (C++: attn/refinement.hpp; SPEC §6.2; docs/attention-refinement.md).
+"""Attention-weight refinement, AWRSR (C++: attn/refinement.hpp; docs/attention-refinement.md).
 
 Liu, Liu & Liu, "Pay Attention to Attention for Sequential Recommendation" (RecSys 2024) refine
 a causal attention-weight matrix A by treating its rows as features: trained matrices W_1, W_2
@@ -14,7 +14,8 @@ a causal attention-weight matrix A by treating its rows as features: trained mat
 
 The paper's equations were not found; these formulas are our reading of its text [unverified].
 float32 runs the fast C++ form (products through the kernel table's gemm), float64 the plain
-reference. NumPy in, NumPy out; torch in, torch out (no gradient).
+reference. NumPy in, NumPy out; torch in, torch out (no gradient: a tensor that requires grad
+gets a RuntimeWarning naming it).
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def _prepare(a: Any, w1: Any, w2: Any, form: str) -> Tuple[np.ndarray, np.ndarra
     n1, n2 = ("w_mu", "w_sigma") if form == "stochastic" else ("w1", "w2")
     w = []
     for x, name in ((w1, n1), (w2, n2)):
-        m = _floats(x, name, aa.dtype)
+        m = _floats(x, name, aa.dtype, input=True, what="the refinement functions")
         if m.ndim != 2:
             raise ValueError(f"{name} must have 2 dimensions (N, r), got shape {tuple(m.shape)}")
         w.append(m)
@@ -52,7 +53,7 @@ def _prepare(a: Any, w1: Any, w2: Any, form: str) -> Tuple[np.ndarray, np.ndarra
 
 def refine_attention(a: Any, v: Any, w1: Any, w2: Any, form: str = "simple", gamma: float = 0.5,
                      row_sum_tolerance: float = 1e-4, threads: int = 0) -> Any:
-    """The refined attention output O = R V (SPEC §6.2, our reading [unverified]).
+    """The refined attention output O = R V (our reading of the paper [unverified]).
 
     a: (..., N, N) causal weights (zero above the diagonal, each row summing to 1 within
     ``row_sum_tolerance``; rows holding NaN/inf are not checked and propagate). v: (..., N, dv)
@@ -67,8 +68,8 @@ def refine_attention(a: Any, v: Any, w1: Any, w2: Any, form: str = "simple", gam
                          f"got {tuple(vv.shape)}")
     dv = vv.shape[-1]
     fn = getattr(_attn, "refine_attention_" + ("f32" if aa.dtype == np.float32 else "f64"))
-    out = fn(aa, np.ascontiguousarray(vv.reshape((-1, n, dv))), m1, m2, form, float(gamma),
-             float(row_sum_tolerance), _args.integer(threads, "threads"))
+    out = fn(aa, np.ascontiguousarray(vv.reshape((-1, n, dv))), m1, m2, form, _args.real(gamma, "gamma"),
+             _args.real(row_sum_tolerance, "row_sum_tolerance"), _args.integer(threads, "threads"))
     return _out(out.reshape(lead + (n, dv)), torch_in)
 
 
@@ -80,5 +81,5 @@ def refined_weights(a: Any, w1: Any, w2: Any, form: str = "simple", gamma: float
     aa, m1, m2, lead, torch_in = _prepare(a, w1, w2, form)
     n = aa.shape[-1]
     fn = getattr(_attn, "refined_weights_" + ("f32" if aa.dtype == np.float32 else "f64"))
-    out = fn(aa, m1, m2, form, float(gamma), float(row_sum_tolerance))
+    out = fn(aa, m1, m2, form, _args.real(gamma, "gamma"), _args.real(row_sum_tolerance, "row_sum_tolerance"))
     return _out(out.reshape(lead + (n, n)), torch_in)

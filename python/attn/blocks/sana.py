@@ -1,4 +1,4 @@
-"""SANA's attention block pieces (C++: attn/sana.hpp; SPEC §6.6; docs/sana.md).
+"""SANA's attention block pieces (C++: attn/sana.hpp; docs/sana.md).
 
 Tokens x are (B, N, C) and lay out an H x W image row-major (N = H W, token n = y W + x).
 
@@ -8,13 +8,14 @@ Tokens x are (B, N, C) and lay out an H x W image row-major (N = H W, token n = 
 * :func:`mix_ffn` -- Mix-FFN (GLUMBConv): 1x1 conv C -> 2h with bias and SiLU, 3x3 depthwise
   conv with bias (zero padding), split [a | g], a * silu(g), 1x1 conv h -> C without bias.
 * :func:`sana_block` -- ``y = x + lite_la(LN(x)); out = y + mix_ffn(LN(y))`` with LayerNorm over
-  C without affine (eps 1e-6): our composition (SPEC §6.6 names no norm or residual); SANA's own
+  C without affine (eps 1e-6): our composition (the pieces fix no norm or residual); SANA's own
   block adds timestep modulation (adaLN-single) and cross-attention, which are not here.
 
 Weights take torch's layouts: nn.Linear weights (out, in); conv weights (2h, C, 1, 1),
 (2h, 1, 3, 3), (C, h, 1, 1) or the same without the unit dimensions ((2h, C), (2h, 9) or
 (2h, 3, 3), (C, h)). float32 runs the fast C++ forms, float64 the plain references; the weights
-are converted to x's dtype. NumPy in, NumPy out; torch in, torch out (no gradient).
+are converted to x's dtype. NumPy in, NumPy out; torch in, torch out (no gradient: a tensor that
+requires grad gets a RuntimeWarning naming it).
 """
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def _hw(hw: Any, n: int) -> Tuple[int, int]:
 def _matrix(w: Any, name: str, dt: np.dtype, depthwise: bool = False) -> np.ndarray:
     """A 2-D weight (out, in); a 1x1 conv weight (out, in, 1, 1) becomes (out, in). A depthwise
     weight is (out, 9), (out, 3, 3) or (out, 1, 3, 3): a 3x3 kernel per channel, nothing else."""
-    m = _floats(w, name, dt)
+    m = _floats(w, name, dt, input=True, what="the SANA functions")
     shape = tuple(m.shape)
     if depthwise:
         if not (m.ndim == 2 or (m.ndim == 3 and shape[1:] == (3, 3)) or (m.ndim == 4 and shape[1:] == (1, 3, 3))):
@@ -69,7 +70,7 @@ def _matrix(w: Any, name: str, dt: np.dtype, depthwise: bool = False) -> np.ndar
 
 
 def _vector(b: Any, name: str, dt: np.dtype) -> np.ndarray:
-    v = _floats(b, name, dt)
+    v = _floats(b, name, dt, input=True, what="the SANA functions")
     if v.ndim != 1:
         raise ValueError(f"{name} must have 1 dimension, got shape {tuple(v.shape)}")
     return v
@@ -78,7 +79,7 @@ def _vector(b: Any, name: str, dt: np.dtype) -> np.ndarray:
 def _lite_args(dt, qkv_weight, proj_weight, proj_bias, head_dim, eps):
     return (_matrix(qkv_weight, "qkv_weight", dt), _matrix(proj_weight, "proj_weight", dt),
             None if proj_bias is None else _vector(proj_bias, "proj_bias", dt),
-            _args.integer(head_dim, "head_dim"), float(eps))
+            _args.integer(head_dim, "head_dim"), _args.real(eps, "eps"))
 
 
 def _ffn_args(dt, inverted_weight, inverted_bias, depth_weight, depth_bias, point_weight):
@@ -118,6 +119,6 @@ def sana_block(x: Any, hw: Sequence[int], qkv_weight: Any, proj_weight: Any, pro
     h, w = _hw(hw, a.shape[1])
     la = _lite_args(a.dtype, qkv_weight, proj_weight, proj_bias, head_dim, eps)
     ff = _ffn_args(a.dtype, inverted_weight, inverted_bias, depth_weight, depth_bias, point_weight)
-    out = getattr(_attn, "sana_block_" + _sfx(a))(a, h, w, *la[:3], *ff, la[3], la[4], float(norm_eps),
+    out = getattr(_attn, "sana_block_" + _sfx(a))(a, h, w, *la[:3], *ff, la[3], la[4], _args.real(norm_eps, "norm_eps"),
                                                   _args.integer(threads, "threads"))
     return _out(out, torch_in)

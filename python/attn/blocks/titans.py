@@ -1,10 +1,11 @@
-"""Titans neural long-term memory (C++: attn/titans.hpp; SPEC §6.3; docs/titans.md).
+"""Titans neural long-term memory (Behrouz et al. 2024; C++: attn/titans.hpp; docs/titans.md).
 
 :func:`titans_memory` writes each token's key-value pair into a small network M by a gradient
 step on ``||M(k_t) - v_t||^2`` (with momentum and forgetting) and reads ``y_t = M_t(q_t)``.
 float32 inputs run the fast mini-batch form (batched matrix products); float64 inputs run the
 float64 reference, the plain token loop. NumPy in gives NumPy out, torch in gives torch out (no
-gradient flows back through the call).
+gradient flows back through the call: a tensor that requires grad gets a RuntimeWarning naming it;
+bfloat16 and float16 are refused, float32 or float64 only).
 """
 from __future__ import annotations
 
@@ -20,16 +21,18 @@ __all__ = ["titans_memory", "titans_init", "titans_read", "titans_mag", "titans_
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-def _array(x: Any, name: str, dtype: Optional[np.dtype] = None) -> np.ndarray:
-    if _is_torch(x):
-        x = x.detach().cpu().numpy()
+def _array(x: Any, name: str) -> np.ndarray:
+    """A number (as float64), or a float32/float64 NumPy array or torch tensor as NumPy (detached, on
+    the CPU: a tensor that requires grad gets a warning, no gradient flows back)."""
     if isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_)):
-        x = np.asarray(x, dtype=dtype or np.float64)
-    if not isinstance(x, np.ndarray):
+        return np.asarray(x, dtype=np.float64)
+    if not (_is_torch(x) or isinstance(x, np.ndarray)):
         raise TypeError(f"{name} must be a numpy.ndarray, torch.Tensor or number, got {type(x).__name__}")
-    if dtype is None and x.dtype not in _FLOATS:
+    _args.detached(x, name, "the Titans functions")
+    x = _args.host(x, name, "float32 or float64")
+    if x.dtype not in _FLOATS:
         raise TypeError(f"{name} must be float32 or float64, got {x.dtype}")
-    return x if dtype is None else x.astype(dtype, copy=False)
+    return x
 
 
 def _names(memory: str) -> Tuple[str, ...]:
@@ -44,12 +47,24 @@ def titans_init(d: int, memory: str = "mlp", heads: Optional[int] = None, seed: 
                 dtype: Any = np.float32) -> Dict[str, np.ndarray]:
     """Initial weights M_0: linear ``{"W": zeros (d, d)}``; mlp ``{"W1", "W2"}`` drawn from
     N(0, 1/fan_in) with NumPy's default_rng(seed) (an MLP memory started at 0 never learns: its
-    gradients are 0). With ``heads``, each array gets a leading (heads,) axis (one per head)."""
+    gradients are 0). With ``heads``, each array gets a leading (heads,) axis (one per head).
+    Weights that would not fit in this machine's memory are a MemoryError naming d, before any
+    allocation."""
     d = _args.integer(d, "d", 1)
     memory = _args.text(memory, "memory")
     if memory not in ("linear", "mlp"):
         raise ValueError(f"memory must be 'linear' or 'mlp', got {memory!r}")
     lead = () if heads is None else (_args.integer(heads, "heads", 1),)
+    try:
+        itemsize = np.dtype(dtype).itemsize
+    except TypeError:
+        raise TypeError(f"dtype must be a NumPy dtype such as np.float32, got {dtype!r}") from None
+    count = int(np.prod(lead, dtype=object)) * d * d  # one d x d block per head
+    if memory == "linear":
+        _args.memory(count * itemsize, "d", d, "titans_init's W (d, d)" + (f" x {lead[0]} heads" if lead else ""))
+    else:  # W1 and W2 of 4 d^2 each, each drawn in float64 and then cast
+        _args.memory(4 * count * (8 + 2 * itemsize), "d", d, "titans_init's W1 (4d, d) and W2 (d, 4d), drawn in "
+                     "float64" + (f", x {lead[0]} heads" if lead else ""))
     if memory == "linear":
         return {"W": np.zeros(lead + (d, d), dtype=dtype)}
     rng = np.random.default_rng(_args.seed(seed))
@@ -163,7 +178,7 @@ def _out(a: np.ndarray, torch_out: bool) -> Any:
     return a
 
 
-# ---- memory with attention (SPEC §6.3: MAG, MAL, MAC) -------------------------------------------
+# ---- memory with attention (Titans' MAG, MAL, MAC) ----------------------------------------------
 # Per-head forms on given q, k, v (B, H, N, d), float32: the library's sliding-window softmax
 # attention (attn.attend, "softmax:causal,window=W:0[,sinks=Np]") combined with the memory above.
 # Persistent tokens P (pk, pv: (Np, d) or (H, Np, d)) are keys and values placed before the
@@ -242,7 +257,18 @@ def titans_mag(q: Any, k: Any, v: Any, theta: Any, eta: Any, alpha: Any, *, wind
     window = None if window is None else _args.integer(window, "window", 0)
     pk, pv = _persistent(persistent, B, H, d)
     y = _swa(qa, ka, va, window, pk, pv, scale, threads)
-    mq, mk, mv = (qa, ka, va) if memory_qkv is None else memory_qkv
+    if memory_qkv is None:
+        mq, mk, mv = qa, ka, va
+    else:
+        if not isinstance(memory_qkv, (tuple, list)) or len(memory_qkv) != 3:
+            got = f"a {type(memory_qkv).__name__} of {len(memory_qkv)}" if isinstance(memory_qkv, (tuple, list)) \
+                else type(memory_qkv).__name__
+            raise TypeError(f"memory_qkv must be None or a triple (mq, mk, mv) of (B, H, N, d) arrays, got {got}")
+        mq, mk, mv = (_array(x, f"memory_qkv[{i}]") for i, x in enumerate(memory_qkv))
+        for i, x in enumerate((mq, mk, mv)):
+            if x.shape != qa.shape:
+                raise ValueError(f"memory_qkv[{i}] must have q's shape (B, H, N, d) = {tuple(qa.shape)}, "
+                                 f"got {tuple(x.shape)}")
     m, w = titans_memory(mq, mk, mv, theta, eta, alpha, memory, w0, batch_size, loss, threads=threads)
     m = m.numpy() if _is_torch(m) else m
     return _out((y * _sigmoid(m)).astype(np.float32), torch_out), w

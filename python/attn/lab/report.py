@@ -749,12 +749,30 @@ def _version() -> str:
         return "?"
 
 
+def _failed(e: OSError, message: str) -> OSError:
+    """e's class (FileExistsError, PermissionError, ...) and errno with `message`, which names the
+    path the user gave and the reason: not "[Errno 28]" or the temporary file's name."""
+    reason = e.strerror or str(e)
+    if isinstance(e, FileExistsError):
+        reason += ": something that is not a directory (a file, a broken symlink) has that name"
+    err = type(e)(f"{message} ({reason})")
+    err.errno = e.errno
+    return err
+
+
 def write_atomic(path: Union[str, os.PathLike], text: str) -> None:
     """Writes `text` to a temporary file beside `path` and renames it over `path`: on any failure
     `path` is left as it was and the temporary file is removed. A FIFO or character device
     (/dev/null, /dev/stdout, a terminal) is written in place, never renamed over (as the CLI's
-    outputs, src/io/output_file.hpp); a directory, block device or socket is refused."""
-    path = Path(path)
+    outputs, src/io/output_file.hpp); a directory, block device or socket is refused. A failure
+    of the system (a full disk, no permission) is an OSError of its kind naming `path`."""
+    try:
+        _write_atomic(Path(path), text)
+    except OSError as e:
+        raise _failed(e, f"attn.report: --out {path}: cannot write the page") from None
+
+
+def _write_atomic(path: Path, text: str) -> None:
     data = text.encode("utf-8")
     try:
         st = os.stat(path)
@@ -851,7 +869,11 @@ def build(inputs=None, out_path: Union[str, os.PathLike] = "report.html", run=No
     else:
         sources = [str(s) for s in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)]
         if run and sources and not Path(sources[0]).exists() and Path(sources[0]).suffix != ".json":
-            Path(sources[0]).mkdir(parents=True)  # where the runs go
+            try:
+                Path(sources[0]).mkdir(parents=True)  # where the runs go
+            except OSError as e:
+                raise _failed(e, f"attn.report: --from {sources[0]}: cannot make the directory the runs write "
+                                 "into") from None
         for s in sources:
             if not Path(s).exists():
                 raise FileNotFoundError(f"attn.report: --from {s}: no such file or directory")
@@ -866,12 +888,19 @@ def build(inputs=None, out_path: Union[str, os.PathLike] = "report.html", run=No
         require_matplotlib()  # PlotsMissing before any experiment runs
         out_dir = Path(run_dir) if run_dir is not None else (
             Path(dirs_given[0]) if dirs_given else Path(out_path).with_name(Path(out_path).stem + "-data"))
-        out_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            why = "run_dir" if run_dir is not None else f"the directory the runs write into (for --out {out_path})"
+            raise _failed(e, f"attn.report: cannot make {out_dir}, {why}") from None
         for i, name in enumerate(todo, 1):
             print(f"attn report: [{i}/{len(todo)}] running {name}{' (quick)' if quick else ''} -> {out_dir} ...",
                   file=log, flush=True)
             t0 = time.monotonic()
-            rows = run_experiment(name, out_dir, quick)
+            try:
+                rows = run_experiment(name, out_dir, quick)
+            except OSError as e:
+                raise _failed(e, f"attn.report: --run {name}: cannot write its results into {out_dir}") from None
             print(f"attn report: [{i}/{len(todo)}] {name}: {len(rows)} rows in {time.monotonic() - t0:.1f} s",
                   file=log, flush=True)
             found[name] = out_dir / f"{name}.json"

@@ -1,4 +1,4 @@
-"""Transformer-squared's singular-value fine-tuning (SVF; SPEC section 6.4; docs/svf.md).
+"""Transformer-squared's singular-value fine-tuning (SVF; Sun et al. 2025; docs/svf.md).
 
 A weight matrix W (m, n) is decomposed once, W = U diag(s) V^T (thin: r = min(m, n)), and adapted
 by scaling its singular values with a vector z of r entries:
@@ -6,7 +6,7 @@ by scaling its singular values with a vector z of r entries:
     W' = U diag(s * z) V^T,   with preserve_scale:  W' <- W' * sum(s) / sum(s * z)
 
 * :func:`svf_decompose` -- the thin SVD, by LAPACK (NumPy's ``linalg.svd``, gesdd), float64 by
-  default (``dtype="float32"`` for the cheaper one SPEC also allows).
+  default (``dtype="float32"`` for a cheaper SVD; float32 or wider is enough).
 * :func:`svf_compose` -- W' from (U, s, V^T) and z.
 * :func:`svf_mix` -- sum_k alpha_k z_k: expert vectors mixed (arrays, or dicts of one z per matrix).
 * :class:`CEM` -- the cross-entropy method that chooses alpha from a fitness callback (the
@@ -159,7 +159,8 @@ class CEM:
     (ddof = 1), the elites being the best ``floor(elite_frac * population)`` samples.
 
     Starts at mean 1/K and std ``init_std`` (0.5). ``seed`` makes every draw reproducible: the same
-    seed and fitness give the same steps on every machine (NumPy's PCG64)."""
+    seed and fitness give the same steps on every machine (NumPy's PCG64). A population whose
+    samples would not fit in this machine's memory is a MemoryError when the CEM is made."""
 
     def __init__(self, n_experts: int, population: int = 32, elite_frac: float = 0.2, init_std: float = 0.5,
                  seed: int = 0):
@@ -175,6 +176,10 @@ class CEM:
         std = _args.real(init_std, "init_std")
         if not (std >= 0.0 and np.isfinite(std)):
             raise ValueError(f"init_std must be finite and >= 0, got {init_std}")
+        # a generation holds about 4 (population, n_experts) float64 arrays (draws, samples, temporaries)
+        _args.memory(4 * 8 * self.population * self.n_experts, "population", self.population,
+                     f"a generation's samples (population x n_experts = {self.population} x {self.n_experts} "
+                     "float64, 4 arrays at once)")
         self.seed = _args.seed(seed)
         self._rng = np.random.Generator(np.random.PCG64(self.seed))
         self.mean = np.full(self.n_experts, 1.0 / self.n_experts)

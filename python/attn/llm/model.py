@@ -319,8 +319,7 @@ class Model:
         A quantized matrix becomes a float32 one (its products take the float path). The context is
         forgotten. Non-finite values are refused (ValueError naming the first)."""
         name = _args.text(name, "name")
-        if type(values).__module__.startswith("torch"):
-            values = values.detach().cpu().numpy()
+        values = _args.host(values, "values", "a real dtype NumPy holds (float32, float64, integers; not bfloat16)")
         if not isinstance(values, np.ndarray) or values.dtype.kind not in "fiu":
             raise TypeError(f"values must be a real numpy.ndarray or torch.Tensor, got "
                             f"{getattr(values, 'dtype', type(values).__name__)}")

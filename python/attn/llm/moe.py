@@ -1,8 +1,9 @@
-"""Mixture-of-experts feed-forward (C++: attn/moe.hpp; SPEC §6.5; docs/minimax.md).
+"""Mixture-of-experts feed-forward (C++: attn/moe.hpp; docs/minimax.md).
 
 :func:`moe_feed_forward` -- MiniMax-01's MoE: a router picks ``top_k`` SwiGLU experts per
 token (softmax in float32 for float32 inputs, top-k with ties to the lower id, weights
-renormalised) and returns the output with the auxiliary load-balance loss.
+renormalised) and returns the output with the auxiliary load-balance loss. No gradient flows
+back (a torch tensor that requires grad gets a RuntimeWarning naming it).
 """
 from __future__ import annotations
 
@@ -31,10 +32,11 @@ def moe_feed_forward(x: Any, router: Any, w1: Any, w2: Any, w3: Any, top_k: int 
     float32 inputs run the gathered form (each expert one matrix product over its tokens);
     float64 inputs run the per-token float64 reference. Results do not depend on ``threads``."""
     torch_in = _is_torch(x)
-    a = _floats(x, "x", input=True)
+    what = "the MoE functions"  # no backward: a tensor that requires grad gets a warning, not a silent detach
+    a = _floats(x, "x", input=True, what=what)
     dtype = a.dtype
-    r = _floats(router, "router", dtype)
-    m1, m2, m3 = (_floats(w, name, dtype) for w, name in ((w1, "w1"), (w2, "w2"), (w3, "w3")))
+    r = _floats(router, "router", dtype, input=True, what=what)
+    m1, m2, m3 = (_floats(w, name, dtype, input=True, what=what) for w, name in ((w1, "w1"), (w2, "w2"), (w3, "w3")))
     k = _args.integer(top_k, "top_k")
     threads = _args.integer(threads, "threads", 0, 256)
     if a.ndim != 2:

@@ -104,6 +104,50 @@ for call in (lambda: dist.attention(sq, sk, sv, comm, window_size=(1.7, 0)),
         arg_errors.append(f"{type(e).__name__}: {e}")
 out["arg_errors"] = np.array(arg_errors)
 
+# comm that is no communicator, for every function: a TypeError naming comm (not "'object' has no attribute 'py2f'")
+comm_errors = []
+for call in (lambda c: dist.shard(q, c), lambda c: dist.unshard(sq, c), lambda c: dist.attention(sq, sk, sv, c),
+             lambda c: dist.attention_backward(sq, sq, sk, sv, sq, sq[..., 0], c),
+             lambda c: dist.linear_attention(sq, sk, sv, c), lambda c: dist.linear_attention_backward(sq, sq, sk, sv, c),
+             lambda c: dist.decode(sq, sk, sv, c)):
+    try:
+        call(object())
+        comm_errors.append("no error")
+    except TypeError as e:
+        comm_errors.append(f"{type(e).__name__}: {e}")
+out["comm_errors"] = np.array(comm_errors)
+
+# a mechanism that differs on the last rank: every rank names both texts (C++ compares fingerprints only)
+q, k, v = inputs(8, h=2, hkv=2)
+sq, sk, sv = (dist.shard(x, comm) for x in (q, k, v))
+last = comm.rank == comm.size - 1 and comm.size > 1
+gathered = {}
+for name, call in (("linear", lambda: dist.linear_attention(sq, sk, sv, comm, feature_map="relu" if last else "elu")),
+                   ("linear_backward", lambda: dist.linear_attention_backward(sv, sq, sk, sv, comm,
+                                                                              decay=0.5 if last else None)),
+                   ("ring", lambda: dist.attention(sq, sk, sv, comm, softmax_scale=0.25 if last else None)),
+                   # a Python-level refusal on one rank fails every rank (the others used to wait forever)
+                   ("refused", lambda: dist.attention(sq, sk, sv, comm, causal="no" if last else False))):
+    try:
+        call()
+        message = ""
+    except (TypeError, ValueError) as e:
+        message = f"{type(e).__name__}: {e}"
+    gathered[name] = comm.gather(message)
+if comm.rank == 0:
+    for name, messages in gathered.items():
+        out[f"mismatch_{name}"] = np.array(messages)
+
+if "--torch" in sys.argv:  # tensors that require grad get no gradient here: a warning names each
+    import warnings
+
+    import torch
+    q, k, v = (torch.from_numpy(dist.shard(x, comm)).requires_grad_() for x in inputs(8))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dist.attention(q, k, v, comm)
+    out["grad_warnings"] = np.array([f"{w.category.__name__}: {w.message} @ {w.filename}" for w in caught])
+
 # a shard that disagrees on one rank: the same ValueError on every rank
 q, k, v = inputs(8)
 sq, sk, sv = (dist.shard(x, comm) for x in (q, k, v))
