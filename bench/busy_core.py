@@ -64,8 +64,8 @@ def smollm2_cli(cli: str, prompt: int, new: int, reps: int) -> dict:
     words = " ".join(["attention"] * prompt)  # ~1 token a word: the prompt's length is what matters
     rows = []
     for _ in range(reps):
-        p = subprocess.run([cli, "generate", "--model", attn.smollm2_path(), "--prompt", words, "--max-tokens", str(new),
-                            "-q"], capture_output=True, text=True)
+        p = subprocess.run([cli, "generate", "--model", attn.smollm2_path(), "--prompt", words, "--max-tokens", str(new)],
+                           capture_output=True, text=True)
         if p.returncode != 0:
             raise RuntimeError(f"{cli}: {p.stderr.strip()[-300:]}")
         text = p.stdout + p.stderr

@@ -100,7 +100,7 @@ struct AttendOptions {
   // all-zero weights or a NaN gives NaN; entropy is NaN for a row with a negative weight.
   bool return_stats = false;
   int64_t stats_topk = 8;     // k of topk_mass, in [1, 1024]
-  int threads = 0;            // 0: OpenMP default
+  int threads = 0;            // 0: the CPUs this process may use (OMP_NUM_THREADS lowers it)
   std::optional<Isa> isa;     // kernel set; default active_isa()
   // Force one implementation ("reference", "tiled", "rows" for softmax); empty: the first in
   // priority order that supports the call. A forced form that cannot run it is an Error

@@ -33,7 +33,7 @@ struct RingStats {
 struct RingOptions {
   bool zigzag_auto = true;      // shards are zig-zag when the mechanism is causal, else contiguous
   bool return_lse = false;
-  int threads = 0;              // per-rank OpenMP threads (0: default)
+  int threads = 0;              // threads per rank (0: the CPUs the rank may use)
   // Packed sequences (as attend_varlen): sequence t is global tokens [cu_seqlens[t],
   // cu_seqlens[t + 1]) of the whole stream (batch 1; the same offsets on every rank, from 0 to
   // the total). Each sequence has its own pattern (causal, window, ... within it); tokens of
