@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The output-layer softmaxes against their peers in one run (issue 39's targets), fp32, same threads:
+"""The output-layer softmaxes against their peers in one run (with their targets), fp32, same threads:
 
   (a) attn.AdaptiveLogSoftmaxWithLoss.log_prob vs torch.nn.AdaptiveLogSoftmaxWithLoss.log_prob
       with the same weights (V = 50,000, d = 512, 1,024 rows, cutoffs [2000, 10000], div_value 4);

@@ -10,7 +10,7 @@ same thread count, in one run. Prints time per call and the speed ratio (torch t
     python bench/peers.py --kvcache --heads 32 --kv-heads 8 --dims 128 --threads 1 2  # KV-cache decode, paged too
     python bench/peers.py --backward --sizes 4096 --dims 128 --dtypes f32 --threads 2  # training: vs SDPA's backward,
                                                                     # and the linear chunk loop in torch autograd
-    python bench/peers.py --model-level            # issue 39's three ratios: adaptive/hierarchical softmax,
+    python bench/peers.py --model-level            # the three model-level ratios: adaptive/hierarchical softmax,
                                                    # Titans vs sgemm, MoE vs two dense feed-forwards
 """
 from __future__ import annotations
@@ -515,7 +515,7 @@ def backward(args, out) -> int:
 def model_level(args) -> int:
     """The model-level pieces' benchmarks (bench/output_softmax_peers.py, titans_peers.py,
     moe_peers.py), each in its own process on the first --threads count, their output shown, then
-    issue 39's ratios gathered in one table."""
+    the model-level ratios gathered in one table."""
     import re
     import subprocess
     here = os.path.dirname(os.path.abspath(__file__))
@@ -544,7 +544,7 @@ def model_level(args) -> int:
              ">= 0.4"),
             ("Titans MLP memory: of same-run sgemm", grab("titans", r"^\s*mlp\s+\d+\s+\S+\s+\S+\s+\S+\s+([\d.]+)"), ">= 0.4"),
             ("MoE / two dense SwiGLU feed-forwards (time)", grab("moe", r"attn dense = ([\d.]+)"), "<= 1.3")]
-    print(f"issue 39's ratios, {t} threads, attn isa {attn.active_isa()}:")
+    print(f"the model-level ratios, {t} threads, attn isa {attn.active_isa()}:")
     for what, value, target in rows:
         print(f"  {what:52} {value:8.2f}   target {target}")
         if out := getattr(args, "_out", None):
@@ -581,7 +581,7 @@ def main(argv=None) -> int:
                          "the forward's FLOPs; --window adds a causal band (torch: SDPA with the band mask)")
     ap.add_argument("--chunk", type=int, default=64, help="chunk size for --linear and --backward's linear rows")
     ap.add_argument("--model-level", action="store_true",
-                    help="issue 39's three ratios (output softmaxes, Titans, MoE), each benchmark in its own process")
+                    help="the three model-level ratios (output softmaxes, Titans, MoE), each benchmark in its own process")
     ap.add_argument("--json", help="write one JSON object per case to this file")
     args = ap.parse_args(argv)
     dtypes = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}

@@ -3,7 +3,7 @@
 // backward form explain_backward lists as able to run it (the "reference" form only when the filter
 // asks for it), on every ISA the check mode runs. The loss's gradient dout is seeded from the case.
 //
-// Rule (TESTING.md, gradients): for each of dq, dk, dv,
+// Rule for gradients: for each of dq, dk, dv,
 //   max |fast - ref64| <= 3 max |plain - ref64| + floor,
 // ref64 the family's float64 backward reference and plain the same algorithm with its
 // intermediates rounded to the storage dtype (both from q, k, v and dout alone);

@@ -6,7 +6,7 @@
 //   max_weight, topk_mass   the largest |a|, and the k largest, as a fraction of sum |a|
 //   effective_keys          exp(H): how many keys the row spreads over
 // Sums run in float64. Streaming versions for attention calls that never hold the N x M matrix
-// are options of attend() (issue 20, part 2).
+// are options of attend().
 #pragma once
 #include <cstdint>
 #include <string>

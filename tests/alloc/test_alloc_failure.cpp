@@ -1,5 +1,5 @@
 // Parallel regions never allocate, and running out of memory is an attn::Error, not the end of
-// the process (issue 36). This program replaces the global operator new / delete (every usual
+// the process. This program replaces the global operator new / delete (every usual
 // overload), so it is its own executable: nothing else sees the counting allocator. The allocator
 //   - counts the allocations made while a thread computes an item of a parallel region: every
 //     fast form of every family must make none (a std::bad_alloc there calls std::terminate);

@@ -109,7 +109,7 @@ void check_ring(const Case& c) {
   o.stats = &st;
   const AttendResult got = dist::ring_attention(qs.view(), ks.view(), vs.view(), MPI_COMM_WORLD, m, o);
   ASSERT_EQ(got.out.view().tokens(), qs.view().tokens());
-  // TESTING.md rule 3/4: 1e-5 absolute on outputs of magnitude <= 1 (softmax of unit values) and
+  // The float32 tolerance: 1e-5 absolute on outputs of magnitude <= 1 (softmax of unit values) and
   // on the log-sum-exp; the ring merges partials in a different order from attend()'s tiles.
   // Half inputs: the output is rounded to q's dtype, so allow 2 units in its last place at
   // magnitude <= 2 (bf16: 2^-7 per unit in [1, 2); f16: 2^-10).
@@ -451,7 +451,7 @@ void check_linear(const std::string& text, int64_t N) {
   const auto pieces = dist::shard_pieces(N, ranks(), rank_of(), false);
   const Tensor qs = take(q.view, pieces), ks = take(k.view, pieces), vs = take(v.view, pieces);
   const AttendResult got = dist::linear_attention(qs.view(), ks.view(), vs.view(), MPI_COMM_WORLD, m, true);
-  // TESTING.md rule 5 in absolute form: values and states of magnitude ~1-10
+  // The state tolerance in absolute form: values and states of magnitude ~1-10
   expect_rows_near(got.out.view(), ref.out.view(), pieces, 2e-5, "linear out");
   const TensorView& fs = got.final_state.view();
   const std::vector<dist::Piece> all_rows{{0, fs.tokens(), 0}};

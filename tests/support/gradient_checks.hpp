@@ -1,4 +1,4 @@
-// The checks every gradient test makes (TESTING.md, "Gradients"): a gradient against central finite
+// The checks every gradient test makes: a gradient against central finite
 // differences of a float64 loss, and a fast form against the float64 reference under the 3x rule.
 #pragma once
 #include <gtest/gtest.h>
@@ -76,7 +76,7 @@ inline void expect_matches_finite_differences(const std::function<double()>& los
   EXPECT_GT(largest, 1e-3) << name << ": a gradient that is all zeros checks nothing";
 }
 
-// The rule of TESTING.md for gradients: max |fast - ref64| <= 3 max |plain - ref64| + floor, plain
+// The rule for gradients: max |fast - ref64| <= 3 max |plain - ref64| + floor, plain
 // the reference algorithm in float with its intermediates rounded to the storage dtype, floor
 // 1e-5 max(1, max |ref64|) (float32 sums over a few hundred rows).
 inline void expect_within_rule(const Tensor& fast, const Tensor& ref, const Tensor& plain, const char* name) {

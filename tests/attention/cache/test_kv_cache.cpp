@@ -338,7 +338,7 @@ Buffer owned_copy(const TensorView& t) {
   return b;
 }
 
-// Regression (issue 37, class 2b): new k/v (and q) that were views of the cache rows being
+// Regression: new k/v (and q) that were views of the cache rows being
 // written were read after those rows had been overwritten (a forward copy smeared row 2 over rows
 // 3..5). Now each call equals the same call with the inputs copied out first: the caches and the
 // output bitwise.
@@ -399,7 +399,7 @@ TEST(KvCache, NewRowsAndQueriesThatAreViewsOfTheCacheAreReadAsTheyWereBeforeTheC
   }
 }
 
-// Regression (issue 37, class 2b): caches whose written rows share memory with other rows of
+// Regression: caches whose written rows share memory with other rows of
 // the call (k_cache and v_cache one buffer, one shifted by a row, a batch stride of 0 that makes
 // two sequences one, a row stride of 0) are refused before anything is written, naming the rows;
 // k and v interleaved in one buffer (a packed KV cache) share no element and work.
@@ -459,7 +459,7 @@ TEST(KvCache, CachesWhoseWrittenRowsShareMemoryAreRefusedAndPackedCachesWork) {
   }
 }
 
-// Regression (issue 37, class 2b): a block table listing one block twice for a sequence let the
+// Regression: a block table listing one block twice for a sequence let the
 // new keys of one entry overwrite the keys of the other. Refused before anything is written,
 // naming the sequence, the entries, their positions and the block; a block listed twice but only
 // read is left alone (nothing is overwritten).
@@ -493,7 +493,7 @@ TEST(KvCache, BlockListedTwiceForASequenceThatWritesItIsRefused) {
   EXPECT_NO_THROW(call({5, 5, 6, 1, 2, 3}, {8, 0})());
 }
 
-// Regression (issue 37, class 2b): out or lse in memory the call reads (q, the caches, the new
+// Regression: out or lse in memory the call reads (q, the caches, the new
 // rows), in each other, or with strides that make two elements one, are refused before the
 // caches are written.
 TEST(KvCache, OutputsThatShareMemoryWithWhatTheCallReadsAreRefused) {

@@ -1,4 +1,4 @@
-// Hardening, classes 2 and 3 (issue 37: 2a, 5 and 6 too): non-finite inputs, options that would
+// Hardening: non-finite inputs, options that would
 // overflow downstream arithmetic, and sizes options derive from the input. A non-finite input
 // that reaches a visible score makes that row NaN (output and LSE) on every form and ISA, as in
 // the reference; it never leaks into other rows; LSE -inf stays reserved for rows that see no key.
@@ -71,7 +71,7 @@ TEST(NonFinite, InfInAKeyPoisonsTheRowsThatSeeIt) {
               [](int64_t b, int64_t h, int64_t i) { return b == 0 && h >= 2 && i >= 1; });
 }
 
-// Regression (issue 37, class 2a): tanh saturates, so softcap turned a +inf score into +cap and
+// Regression: tanh saturates, so softcap turned a +inf score into +cap and
 // the row came out finite; a score of +-inf is now NaN before any transform, on every form and ISA.
 TEST(NonFinite, SoftcapDoesNotSwallowAnInfiniteKey) {
   Poisoned clean, bad;
@@ -80,7 +80,7 @@ TEST(NonFinite, SoftcapDoesNotSwallowAnInfiniteKey) {
               [](int64_t b, int64_t h, int64_t i) { return b == 0 && h >= 2 && i >= 1; });
 }
 
-// Regression (issue 37, class 2a): PolaFormer split a NaN channel into "neither sign" (0 in both
+// Regression: PolaFormer split a NaN channel into "neither sign" (0 in both
 // streams) and GAU's non-causal tiles took max(NaN, 0) = 0, so a NaN query gave a finite row.
 TEST(NonFinite, PolaFormerAndGauKeepANanQuery) {
   for (const char* mech : {"polaformer:power=3", "gau", "linear:map=relu", "sana"}) {
@@ -126,7 +126,7 @@ TEST(Overflow, ScaleAndSoftcapMustFitFloat32) {
   }
 }
 
-// Class 6 (issue 37): every float option of every family's text has a range in its facts (one
+// Hardening: every float option of every family's text has a range in its facts (one
 // place: attn::info's option_ranges, `attn run --help`, validation). A value just past either
 // end is refused naming the family, the option, the range and the value; the ends themselves
 // compute finite outputs from ordinary inputs (q, k, v ~ N(0, 1)).
@@ -226,7 +226,7 @@ TEST(Overflow, OptionsThatOverflowedAreRefused) {
   }
 }
 
-// Class 5 (issue 37): sizes an option derives are checked against the input before anything is
+// Hardening: sizes an option derives are checked against the input before anything is
 // allocated or drawn: Linformer's k beyond the keys, Performer's features x head dim, LSH buckets
 // beyond twice the keys (each call returns at once with the sizes in its message).
 TEST(Sizes, OptionsBeyondWhatTheInputCanUseAreRefused) {

@@ -334,7 +334,7 @@ TEST(OutputAdaptiveSoftmax, BadInputNamesTheArgument) {
                "target[1] = 10 is outside [0, n_classes) = [0, 10)");
 }
 
-// Rows are independent: any thread count gives the same bits (TESTING.md rule 20).
+// Rows are independent: any thread count gives the same bits.
 TEST(OutputSoftmaxDeterminism, SameBitsForAnyThreadCount) {
   const int64_t V = 257, d = 19, N = 61;
   std::vector<int64_t> counts(V);

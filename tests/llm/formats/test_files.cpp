@@ -1,4 +1,4 @@
-// Hardening (issue 37, classes 3 and 4): what attn reads must be a regular file, texts are
+// Hardening: what attn reads must be a regular file, texts are
 // bounded, and outputs replace a file only once the new content is whole, write devices in
 // place and never rename over them, and report every write error.
 #include <gtest/gtest.h>

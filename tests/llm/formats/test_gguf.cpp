@@ -106,7 +106,7 @@ TEST(Gguf, CorruptionsNameTheProblem) {
   bad(Writer().header(0, 1).str("k").put<uint32_t>(9).put<uint32_t>(4).put<uint64_t>(1000), "element count 1000 cannot fit");
   bad(Writer().header(0, 1).str("k").put<uint32_t>(9).put<uint32_t>(9).put<uint64_t>(1), "is an array of arrays");
   // Counts and lengths near 2^64 are weighed against the bytes left before anything is reserved
-  // (issue 37, class 5): an allocation of 2^63 doubles or 2^60 strings would end the process.
+  // (hardening): an allocation of 2^63 doubles or 2^60 strings would end the process.
   bad(Writer().header(0, 1).str("k").put<uint32_t>(9).put<uint32_t>(4).put<uint64_t>(uint64_t{1} << 63).put<uint32_t>(1),
       "element count 9223372036854775808 cannot fit in the 4 bytes left");
   bad(Writer().header(0, 1).str("k").put<uint32_t>(9).put<uint32_t>(8).put<uint64_t>(uint64_t{1} << 60).str("a"),

@@ -374,7 +374,7 @@ TEST(Decoder, FilesThatDoNotMatchTheConfigAreRefused) {
   for (const std::string& p : {path, path + "2", path + "3"}) std::remove(p.c_str());
 }
 
-// Regression (issue 37, class 5): sizes from a caller or a file were used to allocate before they
+// Regression: sizes from a caller or a file were used to allocate before they
 // were weighed (10^8 layers, a vocabulary times a width past the machine's memory, a context of
 // 10^15 positions ended in std::bad_alloc). Each is now refused naming the sizes, before the
 // allocation (the message is the size check's, not "out of memory").
@@ -454,7 +454,7 @@ void write_llama_gguf(const std::string& path, int64_t blocks, uint64_t block_co
   std::fclose(f);
 }
 
-// Regression (issue 37, class 5): a GGUF whose llama.block_count is 10^8 made a list of 10^8
+// Regression: a GGUF whose llama.block_count is 10^8 made a list of 10^8
 // layers before any tensor was looked at; a context_length of 10^15 sized the caches. Both are
 // checked against the file (its blk.N tensors) and the machine first.
 TEST(Decoder, GgufSizesMustAgreeWithTheFileAndFitTheMachine) {
