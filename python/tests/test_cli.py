@@ -201,7 +201,7 @@ def test_cli_packed_batches_and_bad_cache_calls(tmp_path):
 
 
 def test_cli_refuses_options_that_overflow_or_oversize(tmp_path):
-    """Hardening (issue 37, classes 5 and 6): float options past their range and sizes beyond what
+    """Hardening: float options past their range and sizes beyond what
     the input can use are errors naming the option, range or sizes, before anything is computed;
     `attn run --help` prints every family's float option ranges (from attn::info)."""
     _qkv_files(tmp_path)
@@ -219,7 +219,7 @@ def test_cli_refuses_options_that_overflow_or_oversize(tmp_path):
     assert "power in (1, 10]" in help_text and "scale in [1e-30, 1e+12]" in help_text
 
 
-# ---- usage errors (hardening, issue 37, class 7): every sub-command, one format -------------------
+# ---- usage errors (hardening): every sub-command, one format -------------------
 import re  # noqa: E402
 
 _OPTION_LINE = re.compile(r"^  (?:-\w,)?(--[\w-]+)(?: (TEXT|INT|UINT|FLOAT)\b(.*?))?(?: {2,}|$)")

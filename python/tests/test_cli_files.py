@@ -1,4 +1,4 @@
-"""Hardening (issue 37, classes 3 and 4): the files the CLI reads and writes.
+"""Hardening: the files the CLI reads and writes.
 
 Reads: every input (.npy, GGUF, safetensors, texts) must be a regular file; a FIFO or a device is
 refused at once, never waited on or read until memory runs out, and texts are bounded (64 MiB).

@@ -220,7 +220,7 @@ def test_bad_inputs_are_value_errors(tmp_path):
         attn.Decoder.load(tmp_path / "junk.safetensors")
 
 
-# Regression (issue 37, class 5): absurd sizes ended in std::bad_alloc (or a Python list of 10^8
+# Regression: absurd sizes ended in std::bad_alloc (or a Python list of 10^8
 # layers); each is now a ValueError naming the sizes, before anything is allocated.
 def test_absurd_sizes_are_refused_naming_them():
     cfg = dict(vocab_size=50, dim=16, hidden_dim=24, heads=2, kv_heads=1, head_dim=8, max_seq_len=8,

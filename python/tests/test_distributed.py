@@ -82,7 +82,7 @@ def test_attention_equals_single_process(results, name):
     causal, window = CASES[name]
     q, k, v = r[name + "_q"], r[name + "_k"], r[name + "_v"]
     want, lse = attn.attention(q, k, v, causal=causal, window_size=window, return_lse=True)
-    # TESTING.md rules 3 and 4: 1e-5 on outputs of magnitude <= ~3 and on the log-sum-exp
+    # The float32 tolerance: 1e-5 on outputs of magnitude <= ~3 and on the log-sum-exp
     np.testing.assert_allclose(r[name], want, rtol=0, atol=1e-5, err_msg=f"{name} on {ranks} ranks")
     np.testing.assert_allclose(r[name + "_lse"], lse, rtol=0, atol=1e-5)
     if window == (-1, -1):  # torch's SDPA on the whole sequence (N = M: causal alignments agree)

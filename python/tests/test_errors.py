@@ -157,7 +157,7 @@ def test_every_family_answers_every_output_request_or_refuses_it():
 @pytest.mark.parametrize("mechanism", ["polaformer:power=3", "gau", "softmax:softcap=20", "linear:map=relu",
                                        "efficient", "qsoftmax", "linformer:k=8"])
 def test_a_nan_query_or_inf_key_poisons_exactly_its_rows(mechanism):
-    """Hardening (issue 37, class 2a): a NaN query makes its row NaN and no other (PolaFormer and
+    """Hardening: a NaN query makes its row NaN and no other (PolaFormer and
     GAU's non-causal form used to drop it); +inf in a key reaches every row that sees it (softcap's
     tanh used to swallow it). All these mechanisms see every key: every row of the key's heads."""
     rng = np.random.default_rng(4)

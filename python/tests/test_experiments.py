@@ -35,7 +35,7 @@ def test_experiments_command(tmp_path):
                        capture_output=True, text=True, timeout=HANG_SECONDS)
     assert p.returncode == 0, p.stderr
     assert "RuntimeWarning" not in p.stderr and (tmp_path / "c" / "curves.png").exists()
-    # hardening (issue 37): an --out that is not a directory is a usage error, not a traceback
+    # hardening: an --out that is not a directory is a usage error, not a traceback
     for out, fragment in (("/dev/full", "'/dev/full' exists and is not a directory"),
                           (tmp_path / "c" / "curves.png", "exists and is not a directory"),
                           (tmp_path / "c" / "curves.png" / "sub", "cannot create the directory")):

@@ -181,7 +181,7 @@ def test_failed_calls_write_nothing():
     assert not kc.any() and not vc.any()
 
 
-# Regression (issue 37, class 2b): new k/v (and q) that are numpy views of the cache rows being
+# Regression: new k/v (and q) that are numpy views of the cache rows being
 # written were read after those rows were overwritten. Each call must equal the same call on
 # copies made before it (output and caches bitwise).
 @pytest.mark.parametrize("k_from,v_from,q_from,at", [

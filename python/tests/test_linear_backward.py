@@ -118,7 +118,7 @@ def test_gradients_equal_float64_autograd_of_the_literal(kw, with_state):
 
 
 def test_bfloat16_gradients_within_three_times_the_plain_error():
-    """TESTING.md's rule: max|ours - f64| <= 3 max|plain same dtype - f64| + floor."""
+    """The gradients' rule: max|ours - f64| <= 3 max|plain same dtype - f64| + floor."""
     q, k, v = tensors(4, dtype=torch.bfloat16)
     o, _ = attn.linear_attention(q, k, v, chunk_size=16)
     do = torch.randn(o.shape, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16)

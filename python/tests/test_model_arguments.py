@@ -1,4 +1,4 @@
-"""Hardening (issue 37, classes 2c and 7): the model, sampler and tokenizer refuse what they would
+"""Hardening: the model, sampler and tokenizer refuse what they would
 otherwise get silently wrong -- NaN weights, seeds outside [0, 2**64 - 1], token ids that are not
 integers or not in the vocabulary, max_tokens beyond the context, one Model from many threads --
 each with our own message naming the argument. The model is tiny_text_model.py's GGUF file."""

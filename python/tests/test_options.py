@@ -1,5 +1,5 @@
 """One options object crosses the binding; C++ validates, checks ranges and names, and allocates the
-outputs (issue 36): Python converts types only, and outputs keep the inputs' kind and dtype."""
+outputs: Python converts types only, and outputs keep the inputs' kind and dtype."""
 import numpy as np
 import pytest
 import torch
@@ -121,7 +121,7 @@ def test_cache_and_varlen_outputs_are_packed_like_flash_attn():
 
 
 @pytest.mark.parametrize("mechanism,message", [
-    # Hardening (issue 37, class 6): options whose computation overflows float32 are refused
+    # Hardening: options whose computation overflows float32 are refused
     ("polaformer:power=100", "attend: polaformer power must be in (1, 10], got 100"),
     ("linear:scale=3e38", "attend: linear scale must be in [1e-30, 1e+12], got 3e+38"),
     ("gau:bias=3e38", "attend: gau bias must be in [-1e+12, 1e+12], got 3e+38"),

@@ -1,4 +1,4 @@
-"""Independent oracles (issue 42, part 2): attn.attend against float64 NumPy literals written from
+"""Independent oracles: attn.attend against float64 NumPy literals written from
 the papers' formulas and attn's documented rules (literals.py; docs/seeded-draws.md for the seeded
 draws). The expected answers never come from attn (no mask_of, lsh_buckets or reference form):
 sparse patterns, BigBird's random blocks, LSH with N != M and half types, DCA with padding and

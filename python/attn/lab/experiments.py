@@ -1,4 +1,4 @@
-"""The concentration experiments of issue 20, one function (and one command) each; every one
+"""The concentration experiments, one function (and one command) each; every one
 writes a table (CSV and JSON) and a plot (PNG and SVG) into a directory.
 
     python -m attn.lab.experiments curves --out docs/figures/concentration

@@ -1,5 +1,5 @@
 """Multi-query associative recall, and a tiny transformer whose attention is attn's, trained on it:
-the training experiment of issue 38 (``python -m attn.lab.experiments train``).
+the training experiment (``python -m attn.lab.experiments train``).
 
 The task (multi-query associative recall, MQAR, after Zoology: Arora et al. 2023). A sequence of
 ``seq_len`` tokens opens with ``pairs`` key-value pairs ``k1 v1 k2 v2 ...`` (keys and values from
