@@ -47,7 +47,9 @@ from .blocks import (AdaptiveLogSoftmaxWithLoss, HierarchicalSoftmax, lite_la, l
                      titans_memory, titans_read)
 from .lab import CEM, SVFAdapter, svf_compose, svf_decompose, svf_mix
 
-__all__ = ["quantize_rows", "Decoder", "Model", "Tokenizer", "Stats", "theory", "distributed", "sparsity", "entropy", "max_weight", "topk_mass", "effective_keys", "summarize", "load_model", "smollm2_path", "attention", "attend", "attend_backward", "linear_attention", "flash_attn_with_kvcache", "flash_attn_varlen_func", "explain", "rope", "mask_of", "info", "families", "lsh_buckets", "active_isa", "supported_isas", "set_isa",
+from .sdpa import scaled_dot_product_attention  # noqa: E402  (torch's name and conventions)
+
+__all__ = ["scaled_dot_product_attention", "quantize_rows", "Decoder", "Model", "Tokenizer", "Stats", "theory", "distributed", "sparsity", "entropy", "max_weight", "topk_mass", "effective_keys", "summarize", "load_model", "smollm2_path", "attention", "attend", "attend_backward", "linear_attention", "flash_attn_with_kvcache", "flash_attn_varlen_func", "explain", "rope", "mask_of", "info", "families", "lsh_buckets", "active_isa", "supported_isas", "set_isa",
            "canonical_mechanism", "log_softmax", "HierarchicalSoftmax", "AdaptiveLogSoftmaxWithLoss",
            "titans_memory", "titans_init", "titans_read", "titans_mag", "titans_mal",
            "titans_mac", "refine_attention", "refined_weights", "lite_la", "mix_ffn", "sana_block",
