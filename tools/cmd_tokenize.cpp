@@ -68,8 +68,8 @@ int run(const TokenizeArgs& a) {
 
 Runner add_tokenize(CLI::App& app) {
   auto a = std::make_shared<TokenizeArgs>();
-  CLI::App* c = app.add_subcommand("tokenize", "A GGUF file's tokenizer (byte-level BPE): text -> ids, or ids -> text");
-  c->add_option("file", a->path, "A .gguf file with tokenizer.ggml.* metadata (model gpt2)")->required()->check(CLI::ExistingFile);
+  CLI::App* c = app.add_subcommand("tokenize", "A GGUF file's tokenizer (byte-level or SentencePiece BPE): text -> ids, or ids -> text");
+  c->add_option("file", a->path, "A .gguf file with tokenizer.ggml.* metadata (model gpt2 or llama)")->required()->check(CLI::ExistingFile);
   auto* text = c->add_option("--text", a->text, "The text to encode");
   auto* file = c->add_option("--file", a->file, "Encode this file's bytes (a regular file of at most 64 MiB)")->check(CLI::ExistingFile);
   auto* decode = c->add_option("--decode", a->decode, "Decode these ids (\"1,2,3\") and print the text");

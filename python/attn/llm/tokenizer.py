@@ -1,5 +1,6 @@
-"""A GGUF file's byte-level BPE tokenizer (C++: attn::Tokenizer), giving the same ids as Hugging
-Face's ``tokenizers`` built from the same vocabulary and merges.
+"""A GGUF file's tokenizer (C++: attn::Tokenizer), giving the same ids as Hugging Face's
+``tokenizers`` built from the same vocabulary: byte-level BPE (``tokenizer.ggml.model`` "gpt2":
+SmolLM2, Qwen) or SentencePiece BPE ("llama": Gemma, Llama 2, Mistral).
 
     >>> tok = attn.Tokenizer.from_gguf("SmolLM2-135M-Instruct.Q4_1.gguf")
     >>> ids = tok.encode(tok.chat_prompt([{"role": "user", "content": "Hi!"}]))
@@ -7,8 +8,10 @@ Face's ``tokenizers`` built from the same vocabulary and merges.
     '<|im_start|>assistant\\n'
 
 Special tokens (control tokens such as ``<|im_start|>``) are matched verbatim in the text unless
-``special=False``. The SmolLM2 pre-tokenizer puts every digit in a piece of its own, then cuts
-the text with GPT-2's regex; BPE then merges each piece's bytes by rank. ``encode`` adds no BOS.
+``special=False``. Byte-level BPE: the SmolLM2 pre-tokenizer puts every digit in a piece of its
+own, then cuts the text with GPT-2's regex; BPE merges each piece's bytes by rank. SentencePiece:
+the text's spaces become "▁", pieces merge by score, bytes without a token become ``<0xXX>``
+tokens. ``encode`` adds no BOS (``add_bos`` says whether the file asks for one).
 """
 from __future__ import annotations
 
@@ -27,8 +30,8 @@ class Tokenizer:
 
     @staticmethod
     def from_gguf(path: str) -> "Tokenizer":
-        """Reads ``tokenizer.ggml.*`` (model "gpt2", pre-tokenizer "smollm" or "gpt2") and
-        ``tokenizer.chat_template`` from a GGUF file."""
+        """Reads ``tokenizer.ggml.*`` (model "gpt2" with pre-tokenizer "smollm" or "gpt2", or model
+        "llama") and ``tokenizer.chat_template`` from a GGUF file."""
         return Tokenizer(_attn.Tokenizer.from_gguf(_args.path(path)))
 
     def encode(self, text: Union[str, bytes], special: bool = True) -> List[int]:
@@ -80,6 +83,12 @@ class Tokenizer:
     def eos_id(self) -> int:
         """The EOS token id (-1 when the file names none)."""
         return self._impl.eos_id
+
+    @property
+    def add_bos(self) -> bool:
+        """Whether a prompt should start with BOS (the file's ``tokenizer.ggml.add_bos_token``;
+        ``encode`` never adds it)."""
+        return self._impl.add_bos
 
     @property
     def vocab_size(self) -> int:
