@@ -11,7 +11,7 @@
 namespace attn {
 namespace {
 
-std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
+using mechanism::quoted;
 
 template <size_t I = 0>
 Mechanism parse_kind(std::string_view text, std::string_view kind, std::string_view opts) {

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <unordered_map>
 
@@ -11,8 +12,6 @@ namespace attn::mechanism {
 namespace {
 
 const char* kWhere = "mechanism";
-
-std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
 
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
@@ -61,6 +60,23 @@ T to_integer(std::string_view token, std::string_view value, bool allow_sign) {
 }
 
 }  // namespace
+
+std::string quoted(std::string_view s) {
+  std::string out = "'";
+  for (const char ch : s.substr(0, kQuotedChars)) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x20 && c != 0x7f) {
+      out += ch;
+      continue;
+    }
+    char escaped[8];
+    std::snprintf(escaped, sizeof escaped, "\\x%02x", c);
+    out += escaped;
+  }
+  out += "'";
+  if (s.size() > kQuotedChars) out.append("... (").append(std::to_string(s.size())).append(" characters)");
+  return out;
+}
 
 OptionReader::OptionReader(std::string_view kind, std::string_view options) : kind_(kind) {
   if (options.empty()) return;
@@ -127,7 +143,7 @@ std::optional<uint64_t> OptionReader::unsigned_integer(std::string_view name) {
 }
 
 std::optional<std::pair<int64_t, int64_t>> OptionReader::integer_pair(std::string_view name, std::string_view shape) {
-  const Option* o = take(name, true, "=" + std::string(shape));
+  const Option* o = take(name, true, std::string("=").append(shape));
   if (!o) return std::nullopt;
   const size_t colon = o->value.find(':');
   if (colon == std::string_view::npos)
@@ -137,7 +153,7 @@ std::optional<std::pair<int64_t, int64_t>> OptionReader::integer_pair(std::strin
 }
 
 std::optional<std::vector<int64_t>> OptionReader::integer_list(std::string_view name, std::string_view shape) {
-  const Option* o = take(name, true, "=" + std::string(shape));
+  const Option* o = take(name, true, std::string("=").append(shape));
   if (!o) return std::nullopt;
   std::vector<int64_t> xs;
   for (size_t pos = 0;;) {
@@ -153,10 +169,10 @@ std::optional<std::vector<int64_t>> OptionReader::integer_list(std::string_view 
 std::optional<std::string_view> OptionReader::word(std::string_view name, const std::vector<std::string_view>& allowed) {
   std::string bars, words;
   for (size_t i = 0; i < allowed.size(); ++i) {
-    bars += (i ? "|" : "") + std::string(allowed[i]);
-    words += (i == 0 ? "" : i + 1 == allowed.size() ? " or " : ", ") + std::string(allowed[i]);
+    bars.append(i ? "|" : "").append(allowed[i]);
+    words.append(i == 0 ? "" : i + 1 == allowed.size() ? " or " : ", ").append(allowed[i]);
   }
-  const Option* o = take(name, true, "=" + bars);
+  const Option* o = take(name, true, std::string("=").append(bars));
   if (!o) return std::nullopt;
   for (auto a : allowed)
     if (o->value == a) return a;

@@ -65,4 +65,9 @@ class OptionWriter {
   bool any_ = false;
 };
 
+// A piece of the caller's text in single quotes, for a message: control characters escaped (a NUL
+// would end the message where C reads it), at most kQuotedChars shown, then how long it was.
+inline constexpr size_t kQuotedChars = 80;
+std::string quoted(std::string_view s);
+
 }  // namespace attn::mechanism

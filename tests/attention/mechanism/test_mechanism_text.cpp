@@ -53,6 +53,25 @@ TEST(MechanismText, ManyOptionsAreCheckedInOnePass) {
   testing::expect_error([&] { parse_mechanism(text); }, "unknown softmax option 'o0=1'");
 }
 
+TEST(MechanismText, MessagesQuoteABoundedEscapedPieceOfTheText) {
+  // 1 MB of text gave a 1 MB message (2 MB when quoted twice); a NUL ended it where C reads it
+  const std::string huge = "softmax:" + std::string(1 << 20, 'a');
+  try {
+    parse_mechanism(huge);
+    ADD_FAILURE() << "1 MB option was accepted";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_LT(m.size(), 600u) << m.substr(0, 600);
+    EXPECT_NE(m.find("unknown softmax option '" + std::string(80, 'a') + "'... (1048576 characters)"), std::string::npos)
+        << m.substr(0, 600);
+  }
+  testing::expect_error([] { parse_mechanism(std::string("softmax:cau\0sal", 15)); },
+                        "unknown softmax option 'cau\\x00sal'");
+  testing::expect_error([] { parse_mechanism("soft\nmax"); }, "unknown mechanism 'soft\\x0amax' in 'soft\\x0amax'");
+  testing::expect_error([] { parse_mechanism("nosuch:" + std::string(5000, 'b')); },
+                        "'... (5007 characters) (known: softmax,");
+}
+
 TEST(MechanismText, RoundTrips) {
   for (const char* text : {"softmax", "softmax:causal", "softmax:causal,scale=0.125,window=-1:0,softcap=30",
                            "softmax:score=additive", "softmax:dropout=0.5,seed=3", "linformer",
