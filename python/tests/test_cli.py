@@ -2,6 +2,7 @@
 import subprocess
 
 import numpy as np
+import pytest
 
 import attn
 from conftest import HANG_SECONDS, cli_path
@@ -312,6 +313,43 @@ def test_cli_usage_errors_exit_2_in_the_projects_format():
     _usage_error(["run", "--alibi", "x"], "--alibi: expected a finite number, got 'x'")
     _usage_error(["list", "--suite", "nope"], "--suite: expected one of {check,bench,decode,demo}, got 'nope'")
     assert _attn("--help").returncode == 0
+
+
+# Filters that select nothing, grids that cannot run, options that mean nothing in the mode given:
+# each refused before any work (no roofline measured, no half table printed), naming the option.
+CLI_REFUSALS = [
+    (["check", "--isa", "bogus"], "attn check: --isa: expected portable (or scalar), avx2 or avx512, got 'bogus'"),
+    (["check", "--form", "bogus"], "attn check: --form: expected rows, tiled,", "got 'bogus'"),
+    (["check", "--op", "nosuch"], "attn check: --op: expected softmax,", "got 'nosuch'"),
+    (["check", "--backward", "--op", "lsh"], "attn check: --op: expected", "(the backward runs on this CPU), got 'lsh'"),
+    (["check", "--op", "softmax", "--form", "recurrent"], "--op softmax --form recurrent: select no check runs together"),
+    (["check", "--case", "no-such-case"], "--case: no case of the check runs has 'no-such-case'"),
+    (["list", "--op", "nosuch"], "attn list: --op: expected softmax,"),
+    (["bench", "--isa", "bogus"], "attn bench: --isa: expected portable (or scalar), avx2 or avx512, got 'bogus'"),
+    (["bench", "--mechanisms", "nosuch"], "attn bench: --mechanisms: ", "unknown mechanism 'nosuch'"),
+    (["bench", "--mechanisms", "linformer:k=100000"], "linformer k must be in [1, M]", "got k = 100000"),
+    (["bench", "--heads", "3", "--kv-heads", "2"], "attn bench: --heads 3 --kv-heads 2: ", "does not divide q's 3"),
+    (["bench", "--dtypes", "f64"], "attn bench: --dtypes: expected f32, bf16 or f16, got 'f64'"),
+    (["demo", "-d", "3"], "attn demo: -n 512 -d 3 --heads 8: ", "needs an even head dim", "got D = 3"),
+    (["demo", "--form", "recurrent", "--op", "softmax"], "attn demo: ", "form must be one of rows, tiled, reference for softmax, got 'recurrent'"),
+    (["generate", "--random-weights", "--arch", "minimax", "--experts", "4", "--top-k", "9"],
+     "attn generate: --top-k: expected an integer in [1, --experts = 4], got 9"),
+    (["generate", "--random-weights", "--experts", "4"],
+     "attn generate: --experts does not apply to --arch llama", "architectures with one: minimax"),
+    (["generate", "--random-weights", "--heads", "6", "--kv-heads", "4"], "--kv-heads: must divide --heads 6, got 4"),
+    (["generate", "--random-weights", "--head-dim", "7"], "--head-dim: must be even", "got 7"),
+    (["generate", "--random-weights", "--mechanism", "softmax"], "--mechanism: must be causal", "got 'softmax'"),
+    (["generate", "--random-weights", "--hybrid", "99999999999999999999:1"], "--hybrid expects L:S"),
+]
+
+
+@pytest.mark.parametrize("args", [c[0] for c in CLI_REFUSALS], ids=[" ".join(c[0]) for c in CLI_REFUSALS])
+def test_cli_refuses_before_any_work(args):
+    fragments = next(c[1:] for c in CLI_REFUSALS if c[0] == args)
+    said = _usage_error(args, *fragments)
+    assert said.count("error: attn") == 1 and "attn generate: generate:" not in said, said
+    p = _attn(*args)
+    assert "roofline" not in p.stdout and "error" not in p.stdout and len(p.stdout) < 200, (args, p.stdout)
 
 
 def test_cli_every_option_refuses_a_missing_value_a_wrong_type_and_numbers_out_of_range():

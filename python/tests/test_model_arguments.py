@@ -51,7 +51,7 @@ def test_nan_weights_are_an_error_naming_the_step(tmp_path, poison, said):
                lambda: m.generate([10, 11, 12], max_tokens=4, **kw))
     p = subprocess.run([str(cli_path()), "generate", "--model", str(path), "--dtype", "f32", "--prompt", "hello",
                         "--max-tokens", "4", "-q"], capture_output=True, text=True, timeout=HANG_SECONDS)
-    assert p.returncode == 2 and "error: sampling: the logits at step 0 (new token 1) are not finite" in p.stderr, p.stderr
+    assert p.returncode == 2 and "error: attn generate: sampling: the logits at step 0 (new token 1) are not finite" in p.stderr, p.stderr
 
 
 def test_cli_benchmark_generate_refuses_nan_weights(tmp_path):
@@ -70,7 +70,7 @@ def test_cli_benchmark_generate_refuses_nan_weights(tmp_path):
     path.write_bytes(bytes(raw))
     p = subprocess.run([str(cli_path()), "generate", "--weights", str(path), "--prompt-tokens", "4", "--new-tokens", "2",
                         "-q"], capture_output=True, text=True, timeout=HANG_SECONDS)
-    assert p.returncode == 2 and "error: sampling: the logits at step 0 (new token 1) are not finite: 32 NaN" in p.stderr, \
+    assert p.returncode == 2 and "error: attn generate: sampling: the logits at step 0 (new token 1) are not finite: 32 NaN" in p.stderr, \
         p.stderr
 
 
@@ -202,7 +202,7 @@ def test_cli_max_tokens_goes_through_the_same_check(tiny):
         p = subprocess.run([str(cli_path())] + command + ["--model", str(tiny[0]), "--max-context", "16",
                                                           "--max-tokens", "1000", "-q"],
                            capture_output=True, text=True, input="hello\n", timeout=HANG_SECONDS)
-        assert p.returncode == 2 and "error: --max-tokens: 1000 new tokens after a prompt of" in p.stderr \
+        assert p.returncode == 2 and f"error: attn {command[0]}: --max-tokens: 1000 new tokens after a prompt of" in p.stderr \
             and "exceed the context of 16 tokens" in p.stderr, (command, p.stderr)
 
 
