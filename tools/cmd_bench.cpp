@@ -382,10 +382,10 @@ Runner add_bench(CLI::App& app) {
       "\"direction\": \"backward\", forward rows \"forward\"): dq, dk, dv from the forward's out and lse and a\n"
       "random dout, the backward's own form walk; GFLOP/s and ratio on 2.5 x the forward's FLOPs (recompute\n"
       "q.k, dO.v, dV, dQ, dK: 10 d per pair against the forward's 4 d), against the same sgemm roofline.\n"
-      "The training issue's cases:\n"
+      "Training-sized cases:\n"
       "  attn bench --backward --sizes 4096 --dims 128 --dtypes f32 --threads 2 --mechanisms softmax softmax:causal\n"
       "  attn bench --backward --sizes 16384 --dims 128 --dtypes f32 --threads 2 --mechanisms softmax:causal,window=256:0,sinks=4\n"
-      "The issue-18 case:\n"
+      "A small forward, then decoding against a 32k-token cache (32 heads, bnhd):\n"
       "  attn bench --sizes 64 --mechanisms softmax --dims 128 --heads 32 --threads 2 --decode 32768 --layout bnhd\n"
       "Example: attn bench --sizes 4096 --dims 128 --dtypes f32 --threads 2 --json out.jsonl");
   c->add_option("--sizes", args->sizes, "N = M values")->capture_default_str()->check(in_range(int64_t{1}, int64_t{1} << 20));

@@ -88,6 +88,11 @@ int main(int argc, char** argv) {
   add(attn::cli::add_eval_ppl, "eval-ppl");
   add(attn::cli::add_concentration, "concentration");
   add(attn::cli::add_report, "report");
+  // --version on attn and on every command (attn generate --version answers, as llama.cpp's do)
+  std::vector<CLI::App*> apps{&app};
+  for (size_t i = 0; i < apps.size(); ++i)
+    for (CLI::App* sub : apps[i]->get_subcommands([](CLI::App*) { return true; })) apps.push_back(sub);
+  for (CLI::App* a : apps) a->set_version_flag("--version", "attn " ATTN_VERSION, "Print attn's version and exit");
   attn::cli::check_numbers(app);
   if (const int code = attn::cli::parse_command_line(app, argc, argv); code >= 0) return code;
   for (auto& [cmd, run] : commands)

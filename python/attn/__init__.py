@@ -29,9 +29,12 @@ returns zeros and its log-sum-exp is -inf.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING as _TYPE_CHECKING, NamedTuple as _NamedTuple
 
-import numpy as np
+if _TYPE_CHECKING:  # annotations only (they stay text at run time): not names of attn
+    from typing import Any, Mapping, Optional, Sequence, Tuple
+
+import numpy as _np
 
 from . import _args, _attn
 from ._args import is_torch as _is_torch
@@ -90,8 +93,8 @@ def _prepare(x: Any, name: str, int8: bool = False) -> Any:
         _args.detached(x, name, "attn's functions other than attend, attention and linear_attention",
                        "those three have one")
         return x.detach()
-    if isinstance(x, np.ndarray):
-        if int8 and x.dtype == np.int8:
+    if isinstance(x, _np.ndarray):
+        if int8 and x.dtype == _np.int8:
             return x
         if x.dtype.kind not in "fb":
             raise TypeError(f"{name} must be float32, float16 or bfloat16 (bool for masks), got {x.dtype}")
@@ -102,7 +105,7 @@ def _prepare(x: Any, name: str, int8: bool = False) -> Any:
                             f"use {name}.astype({name}.dtype.newbyteorder('='))")
         if any(st % x.itemsize for st in x.strides):
             raise ValueError(f"{name} has byte strides {x.strides} that are not multiples of its element size "
-                             f"{x.itemsize}; pass np.ascontiguousarray({name})")
+                             f"{x.itemsize}; pass _np.ascontiguousarray({name})")
         return x
     raise TypeError(f"{name} must be a numpy.ndarray or torch.Tensor, got {type(x).__name__}")
 
@@ -116,7 +119,7 @@ def _expand_mask(mask: Any, b: int, h: int, n: int, m: int, name: str, dims: str
     try:
         if _is_torch(mask):
             return mask.expand(b, h, n, m)
-        return np.broadcast_to(mask, (b, h, n, m))
+        return _np.broadcast_to(mask, (b, h, n, m))
     except (RuntimeError, ValueError):
         raise ValueError(f"{name} must be broadcastable to {dims} = ({b}, {h}, {n}, {m}), "
                          f"got shape {tuple(mask.shape)}") from None
@@ -143,12 +146,12 @@ _NO_MASK_GRADIENT = ("attn has no gradient for {} (the backward gives q, k, v an
                      "a learned bias needs the N x M score gradient)")
 
 
-def _as_float32_1d(x: Any, name: str) -> Optional[np.ndarray]:
+def _as_float32_1d(x: Any, name: str) -> Optional[_np.ndarray]:
     """Numbers (alibi_slopes) as a flat float32 array: strings, None items and bools are refused."""
     if x is None:
         return None
     _args.constant(x, name, _NO_MASK_GRADIENT.format(name))
-    return np.ascontiguousarray(_args.reals(x, name).astype(np.float32).reshape(-1))
+    return _np.ascontiguousarray(_args.reals(x, name).astype(_np.float32).reshape(-1))
 
 
 def _call_args(q: Any, k: Any, v: Any, layout: str, attn_mask: Any, key_padding_lengths: Any,
@@ -186,7 +189,7 @@ def _call_args(q: Any, k: Any, v: Any, layout: str, attn_mask: Any, key_padding_
     if attn_mask is not None:
         _args.constant(attn_mask, "attn_mask", _NO_MASK_GRADIENT.format("a float attn_mask"))
         full = _expand_mask(attn_mask, b, h, n, m, "attn_mask")
-        is_bool = (full.dtype == np.bool_) if not _is_torch(full) else (str(full.dtype) == "torch.bool")
+        is_bool = (full.dtype == _np.bool_) if not _is_torch(full) else (str(full.dtype) == "torch.bool")
         is_float = (full.dtype.kind == "f") if not _is_torch(full) else full.dtype.is_floating_point
         if not is_bool and not is_float:
             raise TypeError(f"attn_mask must be bool (True = may attend) or float (added to the scores), "
@@ -199,7 +202,7 @@ def _call_args(q: Any, k: Any, v: Any, layout: str, attn_mask: Any, key_padding_
     if block_mask is not None:
         blocks = _expand_mask(block_mask, b, h, -(-n // bq), -(-m // bk), "block_mask",
                               f"(B, H, ceil(N / {bq}), ceil(M / {bk}))")
-        if (blocks.dtype != np.bool_) if not _is_torch(blocks) else (str(blocks.dtype) != "torch.bool"):
+        if (blocks.dtype != _np.bool_) if not _is_torch(blocks) else (str(blocks.dtype) != "torch.bool"):
             raise TypeError(f"block_mask must be bool (True = the block may attend), got {blocks.dtype}")
     named = {}
     for name, x in (params or {}).items():
@@ -259,7 +262,7 @@ def quantize_rows(x: Any, layout: str = "bnhd") -> Tuple[Any, Any]:
     return rows, scales
 
 
-class Stats(NamedTuple):
+class Stats(_NamedTuple):
     """Row statistics of the weights one call applied, each (B, H, N) float32 (see :func:`attend`,
     ``return_stats``): the same quantities as :func:`sparsity`, :func:`entropy`,
     :func:`max_weight` and :func:`topk_mass` on each row, streamed without the N x M matrix."""
@@ -341,7 +344,7 @@ def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any
 
         >>> out, st = attn.attend(q, k, v, "softmax:causal", return_stats=True)
         >>> st.sparsity.shape          # (B, H, N); 1/sqrt(n) = one key, 1 = uniform
-        >>> np.exp(st.entropy)         # effective number of keys per row
+        >>> _np.exp(st.entropy)         # effective number of keys per row
     """
     given_params = {**(params or {}), **named_params}
     if kv_scales is not None and _wants_autograd(q, k, v, *given_params.values()):
@@ -464,11 +467,11 @@ def _int_list(x: Any, name: str, count: Optional[int] = None) -> list:
     """Integers from an int, a list, a NumPy array or a torch tensor (cache_seqlens, cu_seqlens)."""
     if _is_torch(x):
         x = x.detach().cpu().numpy()
-    if isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
+    if isinstance(x, (int, _np.integer)) and not isinstance(x, (bool, _np.bool_)):
         if count is None:
             raise TypeError(f"{name} must be a sequence of integers, got {x!r}")
         return [_integer(x, name)] * count
-    arr = np.asarray(x)
+    arr = _np.asarray(x)
     if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
         raise TypeError(f"{name} must be a 1-D sequence of integers, got {arr.dtype} with shape {arr.shape}")
     if count is not None and arr.size != count:
@@ -540,13 +543,13 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v
     if block_table is not None:
         if _is_torch(block_table):
             block_table = block_table.detach().cpu().numpy()
-        table = np.asarray(block_table)
+        table = _np.asarray(block_table)
         if table.ndim != 2 or table.dtype.kind not in "iu":
             raise TypeError(f"block_table must be a 2-D integer array (batch, blocks per sequence), got "
                             f"{table.dtype} with shape {table.shape}")
         if table.size and (table.min() < -2**31 or table.max() >= 2**31):
             raise ValueError("block_table entries must fit int32")
-        update.block_table = np.ascontiguousarray(table, dtype=np.int32)
+        update.block_table = _np.ascontiguousarray(table, dtype=_np.int32)
     opts = _options(alibi_slopes=_as_float32_1d(alibi_slopes, "alibi_slopes"), threads=_integer(threads, "threads"),
                     return_lse=bool(return_softmax_lse), torch=_is_torch(q))
     out, lse = _attn.attend_with_kvcache(q, k_cache, v_cache, update, mechanism, opts)  # C++ allocates out, lse
@@ -607,8 +610,8 @@ def _linear_differentiable(q, k, v, feature_map, causal, decay, chunk_size, init
     if unsupported:
         raise ValueError(f"linear_attention with tensors that require grad takes no {', '.join(unsupported)} "
                          f"(detach the inputs to choose them)")
-    # (isinstance only: torch.compile traces it, not np.ndim)
-    per_head_kinds = isinstance(decay, (torch.Tensor, list, tuple)) or (isinstance(decay, np.ndarray) and decay.ndim > 0)
+    # (isinstance only: torch.compile traces it, not _np.ndim)
+    per_head_kinds = isinstance(decay, (torch.Tensor, list, tuple)) or (isinstance(decay, _np.ndarray) and decay.ndim > 0)
     per_head = decay if per_head_kinds else None
     if isinstance(decay, torch.Tensor) and decay.requires_grad:  # a constant of the op: say so, not a silent zero
         raise ValueError("decay requires grad, but linear_attention has no gradient for decay yet (q, k, v and "
@@ -686,12 +689,12 @@ def linear_attention(q: Any, k: Any, v: Any, *, feature_map: str = "elu", causal
     params = {}
     scalar_decay = None
     if decay is not None:
-        if not _is_torch(decay) and np.ndim(decay) == 0:
+        if not _is_torch(decay) and _np.ndim(decay) == 0:
             scalar_decay = _real(decay, "decay")
         else:
             if isinstance(decay, (list, tuple)):
                 try:
-                    decay = np.asarray(decay, dtype=np.float32)
+                    decay = _np.asarray(decay, dtype=_np.float32)
                 except (TypeError, ValueError):
                     raise TypeError(f"decay must be a number or one number per query head, got {decay!r}") from None
             params["decay"] = _prepare(decay, "decay")  # checked under the name the caller used
@@ -803,7 +806,7 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_scale: Op
 
     Example:
         >>> import numpy as np, attn
-        >>> q = np.random.randn(1, 128, 8, 64).astype(np.float32)
+        >>> q = _np.random.randn(1, 128, 8, 64).astype(_np.float32)
         >>> out = attn.attention(q, q, q, causal=True)
         >>> out.shape
         (1, 128, 8, 64)
@@ -858,7 +861,7 @@ def families() -> list:
     return [json.loads(x) for x in _attn.family_infos_json()]
 
 
-def mask_of(mechanism: str, n: int, m: Optional[int] = None) -> np.ndarray:
+def mask_of(mechanism: str, n: int, m: Optional[int] = None) -> _np.ndarray:
     """The key pattern a mechanism implies, as a dense (n, m) bool array (True = query i sees key j).
 
     Positions are aligned bottom-right as in :func:`attend`: query i sits at position i + m - n.
@@ -886,7 +889,7 @@ def mask_of(mechanism: str, n: int, m: Optional[int] = None) -> np.ndarray:
 
 def lsh_buckets(q: Any, k: Any, mechanism: str = "lsh", *, layout: str = "bnhd",
                 key_padding_lengths: Optional[Sequence[int]] = None, params: Optional[Mapping[str, Any]] = None,
-                **named_params: Any) -> Tuple[np.ndarray, np.ndarray]:
+                **named_params: Any) -> Tuple[_np.ndarray, _np.ndarray]:
     """The buckets Reformer's LSH attention uses for these q and k (an "lsh:..." mechanism).
 
     Per round r, bucket(x) = argmax([x R_r, -x R_r]) with a random rotation R_r of shape
@@ -942,7 +945,7 @@ def rope(x: Any, *, offset: int = 0, theta: float = 10000.0, style: str = "half"
     x = _prepare(x, "x")
     _dims(x, layout, "x")
     if not _flag(inplace, "inplace"):
-        x = given = x.clone() if _is_torch(x) else np.array(x, copy=True)
+        x = given = x.clone() if _is_torch(x) else _np.array(x, copy=True)
     _args.writable(x, "x", "inplace=True rotates x itself")
     if not isinstance(layout, str):
         raise TypeError(f"layout must be 'bnhd' or 'bhnd', got {layout!r}")
@@ -963,3 +966,5 @@ def __getattr__(name: str):
         import importlib
         return importlib.import_module(".lab." + name, __name__)
     raise AttributeError(f"module 'attn' has no attribute {name!r}")
+
+del annotations  # bound by the __future__ import above; not a name of attn

@@ -377,3 +377,9 @@ def test_cli_every_option_refuses_a_missing_value_a_wrong_type_and_numbers_out_o
                     tried += 1
     print(f"{tried} hostile values tried")
     assert tried > 150, tried
+
+
+def test_cli_version_on_attn_and_every_command():
+    for command in [[]] + [[c] for c in _commands()]:
+        p = _attn(*command, "--version")
+        assert p.returncode == 0 and p.stdout == f"attn {attn.__version__}\n", (command, p.stdout, p.stderr)

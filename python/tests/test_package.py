@@ -47,6 +47,18 @@ def test_the_wings_and_every_name_of_attn():
     assert attn.recall is attn.lab.recall
 
 
+def test_import_attn_exports_only_its_api():
+    # numpy as np, typing's names and the __future__ flag were attributes of attn
+    import types
+    leaked = [n for n in dir(attn) if not n.startswith("_") and n not in attn.__all__
+              and not isinstance(getattr(attn, n), types.ModuleType)]
+    assert not leaked, leaked
+    for wing in (attn.llm, attn.blocks, attn.lab):
+        leaked = [n for n in dir(wing) if not n.startswith("_") and n not in wing.__all__
+                  and not isinstance(getattr(wing, n), types.ModuleType)]
+        assert not leaked, (wing.__name__, leaked)
+
+
 def test_architectures_come_from_the_registry():
     archs = attn.llm.architectures()
     assert [a["name"] for a in archs][:2] == ["llama", "minimax"]
