@@ -12,7 +12,7 @@ non-negative ones and normalises them. An all-zero row gives NaN. Sums run in fl
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Sequence, Tuple, Union
+from typing import Any, Dict, Mapping, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -68,7 +68,15 @@ def effective_keys(p: Any, axis: int = -1) -> np.ndarray:
 def summarize(values: Any, axis: Union[int, Sequence[int], None] = None,
               quantiles: Tuple[float, ...] = (0.1, 0.5, 0.9)) -> Dict[str, np.ndarray]:
     """Mean and quantiles of per-row values over ``axis`` (e.g. the batch and query axes, leaving
-    one figure per head), NaN rows left out: ``{"mean": ..., "q0.1": ..., "q0.5": ..., ...}``."""
+    one figure per head), NaN rows left out: ``{"mean": ..., "q0.1": ..., "q0.5": ..., ...}``.
+
+    Several statistics at once (an :class:`attn.Stats` from ``return_stats``, or a dict of arrays)
+    are summarized each apart, never averaged together: ``{"sparsity": {"mean": ...}, "entropy":
+    {...}, ...}`` (statistics that are None are left out)."""
+    if isinstance(values, tuple) and hasattr(values, "_fields"):  # attn.Stats and other named tuples
+        values = {name: getattr(values, name) for name in values._fields}
+    if isinstance(values, Mapping):
+        return {str(name): summarize(v, axis, quantiles) for name, v in values.items() if v is not None}
     x = np.asarray(values, dtype=np.float64)
     if axis is not None:
         axes = [axis] if not isinstance(axis, (tuple, list)) else list(axis)

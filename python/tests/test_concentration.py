@@ -44,6 +44,22 @@ def test_measures_of_real_attention_rows():
     assert summary["mean"].shape == (2,) and np.all(summary["q0.1"] <= summary["q0.5"]) and np.all(summary["q0.5"] <= summary["q0.9"])
 
 
+def test_summarize_keeps_each_statistic_apart():
+    # a Stats (four different statistics) used to be stacked into one array and averaged together
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 16, 2, 8)).astype(np.float32) for _ in range(3))
+    out, stats = attn.attend(q, k, v, "softmax:causal", return_stats=True)
+    summary = attn.summarize(stats, axis=(0, 2))
+    assert set(summary) == {"sparsity", "entropy", "max_weight", "topk_mass"}
+    for name in summary:
+        alone = attn.summarize(getattr(stats, name), axis=(0, 2))
+        assert set(summary[name]) == {"mean", "q0.1", "q0.5", "q0.9"}
+        for key in alone:
+            assert np.array_equal(summary[name][key], alone[key]), (name, key)
+    assert not np.allclose(summary["sparsity"]["mean"], summary["entropy"]["mean"])
+    assert set(attn.summarize({"a": [1.0, 2.0], "b": None})) == {"a"}
+
+
 def test_undefined_rows_and_bad_arguments():
     z = np.zeros((2, 5))
     assert np.isnan(attn.sparsity(z)).all() and np.isnan(attn.entropy(z)).all()
