@@ -55,7 +55,6 @@ const char* const kDefaultMechanisms[] = {
     "lsh:buckets=32,rounds=2,chunk=64,seed=1,causal",
     "dca:chunk=1024,local=256,theta=100000",
     "softmax:causal,window=255:0@exact-every=4",
-    "linformer:k=256",
 };
 
 Entry parse_entry(const std::string& text) {
@@ -185,7 +184,8 @@ Runner add_eval_ppl(CLI::App& app) {
   c->add_option("--text", a->text_file, "A text file (UTF-8, a regular file of at most 64 MiB) to score")->required()->check(CLI::ExistingFile);
   c->add_option("--tokens", a->tokens, "Tokens of the text to score (the context)")->capture_default_str()->check(in_range(2, 1 << 20));
   c->add_option("-m,--mechanism", a->mechanisms, "MECHANISM[@exact-every=K], repeatable (default: exact, windows 64/256/1024,\n"
-                "window + sinks, dilated, strided, BigBird, LSH, DCA, a window with every 4th layer exact, Linformer)");
+                "window + sinks, dilated, strided, BigBird, LSH, DCA, a window with every 4th layer exact: the\n"
+                "mechanisms that can run causally; a non-causal one given here shows as n/a)");
   c->add_option("--dtype", a->dtype, "q4_1: matrices as stored; f32: dequantized once")->capture_default_str()->check(CLI::IsMember({"q4_1", "f32"}));
   c->add_option("--threads", a->threads, "Threads (0 = all cores)")->capture_default_str()->check(in_range(0, 256));
   c->add_option("--out", a->out, "Write OUT.csv, OUT.json and OUT.svg (a chart: perplexity vs KV cache and vs time)");

@@ -278,3 +278,17 @@ def test_set_weight_names_a_bfloat16_tensor(model):
     w = torch.from_numpy(model.weight(name)).bfloat16()
     raises(TypeError, r"^values must be a real dtype NumPy holds .*got torch\.bfloat16$",
            lambda: model.set_weight(name, w))
+
+
+def test_cli_eval_ppl_default_set_runs_causally(tiny, tmp_path):
+    """The default mechanisms are the ones that can score a text left to right: every row has a
+    perplexity (Linformer, not causal, was in the set and could only answer n/a)."""
+    text = tmp_path / "t.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 40)
+    p = subprocess.run([str(cli_path()), "eval-ppl", "--model", str(tiny[0]), "--text", str(text), "--tokens", "200",
+                        "-q", "--out", str(tmp_path / "ppl")], capture_output=True, text=True, timeout=HANG_SECONDS)
+    assert p.returncode == 0, p.stderr
+    import json
+    rows = json.loads((tmp_path / "ppl.json").read_text())["rows"]
+    assert len(rows) == 11 and all(r["perplexity"] is not None and math.isfinite(r["perplexity"]) for r in rows), rows
+    assert all(attn.info(r["mechanism"].split("@")[0])["causal"] for r in rows), rows
