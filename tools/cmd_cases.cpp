@@ -1,5 +1,8 @@
-// attn list / attn check: the one case list (harness/case_list.cpp) from the command line.
-//   attn list  [--suite check|bench|decode|demo] [--backward] [filters]   what would run, with tolerance and FLOPs
+// attn list / attn check: the mechanisms, and the one case list (harness/case_list.cpp), from the
+// command line.
+//   attn list                                 every mechanism family: its text, forms, cache
+//   attn list --json [-m TEXT ...]            what attn::info says of each, as JSON
+//   attn list --runs [--suite check|bench|decode|demo] [--backward] [filters]   what would run
 //   attn check [--backward] [filters]        every check run (or backward run) against the float64 reference
 #include <fmt/core.h>
 
@@ -20,7 +23,7 @@ const std::map<std::string, harness::Suite> kSuites = {
 struct ListArgs {
   std::string suite = "check";
   harness::Filter filter;
-  bool json = false, backward = false;
+  bool json = false, backward = false, runs = false;
   std::vector<std::string> mechanisms;
   int64_t context = 0;
 };
@@ -50,9 +53,36 @@ int list_backward(const harness::Filter& f) {
   return 0;
 }
 
+std::string joined(const std::vector<std::string>& xs) {
+  std::string out;
+  for (const std::string& x : xs) out += (out.empty() ? "" : ", ") + x;
+  return out;
+}
+
+// The families a user writes as text: name, what the text may say, the forms and what a layer keeps.
+int list_families() {
+  const std::vector<MechanismInfo> infos = family_infos();
+  fmt::print("attn list: {} mechanism families, written as text (attn run -m TEXT, attn.attend(q, k, v, TEXT))\n\n",
+             infos.size());
+  fmt::print("{:<11} {:<6} {:<36} {}\n", "family", "cache", "forms (tried in this order)", "text");
+  for (const MechanismInfo& i : infos) {
+    const char* cache = i.cache == CacheKind::kv ? "kv" : i.cache == CacheKind::state ? "state" : "none";
+    fmt::print("{:<11} {:<6} {:<36} {}\n", i.family, cache, joined(i.forms), i.grammar);
+  }
+  fmt::print("\nalias: retention[:decay=X,chunk=N,scale=X] = linear:map=identity,causal,normalize=0 (RetNet)\n"
+             "cache: what a decoding layer keeps: kv = K/V rows (a window: a bounded number), state = a fixed-size\n"
+             "state, none = not causal (no decoding)\n"
+             "attn list --json: every fact of each family; attn list --runs: the test runs (case x form x ISA)\n");
+  return 0;
+}
+
 int list(const ListArgs& a) {
-  if (a.json) return list_json(a);
+  if (a.json) {
+    if (a.runs) fail("--json", "describes the mechanisms; --runs lists the test runs: give one of them");
+    return list_json(a);
+  }
   if (!a.mechanisms.empty() || a.context != 0) fail("--mechanism/--context", "only with --json");
+  if (!a.runs) return list_families();
   if (a.backward && a.suite != "check") fail("--backward", "lists the check suite's backward runs, not --suite " + a.suite);
   if (a.backward) return list_backward(a.filter);
   const auto runs = harness::expand(harness::case_list(), kSuites.at(a.suite), a.filter);
@@ -239,8 +269,12 @@ void check_runs_start(const std::vector<harness::Run>& runs, const std::string& 
 
 Runner add_list(CLI::App& app) {
   auto args = std::make_shared<ListArgs>();
-  CLI::App* c = app.add_subcommand("list", "List the runs of the case list (case x form x ISA) with tolerance and FLOPs");
-  c->add_option("--suite", args->suite, "Which suite")->check(CLI::IsMember({"check", "bench", "decode", "demo"}))
+  CLI::App* c = app.add_subcommand(
+      "list", "The mechanism families (their text, forms, cache); --runs: the test runs (case x form x ISA)");
+  c->add_flag("--runs", args->runs,
+              "The runs of the case list instead (case x form x ISA, with tolerance and FLOPs); --suite, --backward "
+              "and the filters imply it");
+  c->add_option("--suite", args->suite, "Which suite's runs")->check(CLI::IsMember({"check", "bench", "decode", "demo"}))
       ->capture_default_str();
   add_filter_options(c, args->filter);
   c->add_flag("--json", args->json,
@@ -254,9 +288,12 @@ Runner add_list(CLI::App& app) {
   c->add_flag("--backward", args->backward,
               "The backward mode's runs instead: case x backward form x ISA for the check cases whose mechanism has a "
               "backward (MFLOP: 2.5 x the forward's)");
-  c->footer("Examples:\n  attn list --form rows --isa avx2 --case causal\n  attn list --json\n"
+  c->footer("Examples:\n  attn list\n  attn list --runs --form rows --isa avx2 --case causal\n  attn list --json\n"
             "  attn list --json -m softmax:causal,window=255:0,sinks=4 --context 32768   # cache_rows 260");
-  return [args] { return list(*args); };
+  return [args, c] {
+    for (const char* o : {"--suite", "--backward", "--op", "--form", "--isa", "--case"}) args->runs |= c->count(o) > 0;
+    return list(*args);
+  };
 }
 
 Runner add_check(CLI::App& app) {

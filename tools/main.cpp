@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
       "  attn demo     built-in data, the mechanisms side by side (error vs reference, speed)\n"
       "  attn run      attention on .npy files\n"
       "  attn bench    throughput as a ratio to this machine's sgemm roofline\n"
-      "  attn list     the runs of the case list (mechanism x form x ISA), with filters\n"
+      "  attn list     the mechanism families (their text, forms, cache); --runs: the test runs\n"
       "  attn check    every form on every ISA against the float64 reference\n"
       "  attn mask     the key pattern a mechanism implies, as .npy and a picture\n"
       "  attn generate text from a GGUF model (--model), or a llama-style decoder (MiniMax hybrids): tokens/s, cache\n"
