@@ -10,6 +10,7 @@
 
 #include "attn/error.hpp"
 #include "commands.hpp"
+#include "model_option.hpp"
 #include "usage.hpp"
 #include "text_model.hpp"
 
@@ -79,7 +80,9 @@ Runner add_chat(CLI::App& app) {
       "Turns with a GGUF language model (its chat template); one user turn per line of stdin, an empty line ends.\n"
       "  attn chat --model SmolLM2-135M-Instruct.Q4_1.gguf\n"
       "  echo \"What is a transformer?\" | attn chat --model M.gguf -m softmax:causal,window=255:0");
-  c->add_option("--model", a->model.path, "A llama-architecture GGUF file with a ChatML template")->required()->check(CLI::ExistingFile);
+  c->add_option("--model", a->model.path, "A GGUF file with a chat template, or a model's name (attn models)")
+      ->required()
+      ->transform(model_file());
   c->add_option("--system", a->system, "A system message (default: the template's own, if any)");
   c->add_option("--max-tokens", a->max_tokens, "Most tokens per reply")->capture_default_str()->check(in_range(1, 1 << 20));
   c->add_option("--temperature", a->temperature, "0: greedy; > 0: sample")->capture_default_str()->check(in_range(0.0, 100.0));

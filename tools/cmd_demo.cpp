@@ -13,6 +13,7 @@
 #include "harness/backward_check.hpp"
 #include "base/parallel.hpp"
 #include "commands.hpp"
+#include "model_option.hpp"
 #include "usage.hpp"
 #include "text_model.hpp"
 #include "workload.hpp"
@@ -163,8 +164,9 @@ Runner add_demo(CLI::App& app) {
   c->add_option("-d,--head-dim", args->d, "Head dimension")->capture_default_str()->check(in_range(1, 1024));
   c->add_option("--heads", args->heads, "Query heads")->capture_default_str()->check(in_range(1, 256));
   c->add_option("--threads", args->threads, "Threads (0 = all cores)")->capture_default_str()->check(in_range(0, 256));
-  c->add_option("--model", args->model, "Also run a GGUF language model (e.g. SmolLM2-135M) with exact and windowed attention")
-      ->check(CLI::ExistingFile);
+  c->add_option("--model", args->model,
+                "Also run a GGUF language model with exact and windowed attention: a file, or a name (attn models)")
+      ->transform(model_file());
   add_filter_options(c, args->filter);
   return [args] { return run(*args); };
 }

@@ -18,6 +18,7 @@
 #include "attn/model.hpp"
 #include "attn/tokenizer.hpp"
 #include "commands.hpp"
+#include "model_option.hpp"
 #include "usage.hpp"
 #include "io/input_file.hpp"
 #include "output_files.hpp"
@@ -180,7 +181,7 @@ Runner add_eval_ppl(CLI::App& app) {
       "  attn eval-ppl --model SmolLM2-135M-Instruct.Q4_1.gguf --text book.txt --tokens 4096 --out ppl\n"
       "  attn eval-ppl --model M.gguf --text t.txt -m softmax:causal -m softmax:causal,window=255:0,sinks=4\n"
       "  -m 'softmax:causal,window=255:0@exact-every=4': windowed, but layers 0, 4, 8, ... stay exact");
-  c->add_option("--model", a->model, "A llama-architecture GGUF file")->required()->check(CLI::ExistingFile);
+  c->add_option("--model", a->model, "A GGUF file, or a model's name (attn models)")->required()->transform(model_file());
   c->add_option("--text", a->text_file, "A text file (UTF-8, a regular file of at most 64 MiB) to score")->required()->check(CLI::ExistingFile);
   c->add_option("--tokens", a->tokens, "Tokens of the text to score (the context)")->capture_default_str()->check(in_range(2, 1 << 20));
   c->add_option("-m,--mechanism", a->mechanisms, "MECHANISM[@exact-every=K], repeatable (default: exact, windows 64/256/1024,\n"

@@ -16,6 +16,7 @@
 #include "base/parallel.hpp"
 #include "cache_summary.hpp"
 #include "commands.hpp"
+#include "model_option.hpp"
 #include "usage.hpp"
 #include "text_model.hpp"
 
@@ -316,11 +317,13 @@ Runner add_generate(CLI::App& app) {
       "  attn generate --random-weights --layers 8 --hybrid 7:1 --prompt-tokens 512 --new-tokens 128\n"
       "  attn generate --random-weights --arch minimax --layers 8   (MiniMax-01's block; also runs the llama-style model)\n"
       "  attn generate --weights model.safetensors --prompt-tokens 64   (a file Decoder.save() wrote)\n"
-      "  attn generate --model SmolLM2-135M-Instruct.Q4_1.gguf --prompt \"What is attention?\" --chat\n"
+      "  attn generate --model smollm2 --prompt \"What is attention?\" --chat   (a model package by name)\n"
       "  attn generate --model M.gguf --prompt \"Once upon a time\" --temperature 0.8 --top-p 0.95 --seed 3\n"
       "  attn generate --model M.gguf --prompt \"...\" -m softmax:causal,window=255:0,sinks=4   (every layer windowed)");
-  c->add_option("--model", a->model, "A GGUF file (an architecture attn reads: llama today): continue --prompt as text (streamed)")
-      ->check(CLI::ExistingFile);
+  c->add_option("--model", a->model,
+                "A GGUF file (an architecture attn reads), or a model's name (attn models: smollm2, ...): continue "
+                "--prompt as text (streamed)")
+      ->transform(model_file());
   c->add_option("--prompt", a->prompt, "Text to continue (--model)");
   c->add_flag("--chat", a->chat, "Wrap --prompt in the model's chat template as one user turn (--model)");
   c->add_option("--max-tokens", a->max_tokens, "Most tokens to generate (--model)")->capture_default_str()->check(in_range(0, 1 << 20));

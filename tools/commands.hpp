@@ -25,6 +25,7 @@ Runner add_chat(CLI::App& app);
 Runner add_eval_ppl(CLI::App& app);
 Runner add_concentration(CLI::App& app);
 Runner add_report(CLI::App& app);
+Runner add_models(CLI::App& app);
 
 // --seed (generate, chat): an integer in [0, 2^64 - 1], refused otherwise rather than wrapped;
 // seed_error says why a text is not one ("" if it is).

@@ -67,6 +67,7 @@ int main(int argc, char** argv) {
       "  attn eval-ppl what each mechanism costs a real model: perplexity, time, KV cache (table + chart)\n"
       "  attn concentration curves|needle|scale|model|train   can attention concentrate? tables and plots\n"
       "  attn report   those experiments on one self-contained HTML page (figures, tables, findings)\n"
+      "  attn models   the models attn knows by name (--model smollm2): installed?, path, how to install\n"
       "Mechanisms are written as text, e.g. softmax:causal,window=128:0,softcap=30.\n"
       "ATTN_ISA=portable|avx2|avx512 forces a kernel set; OMP_NUM_THREADS sets the default threads."};
   app.require_subcommand(1);
@@ -88,6 +89,7 @@ int main(int argc, char** argv) {
   add(attn::cli::add_eval_ppl, "eval-ppl");
   add(attn::cli::add_concentration, "concentration");
   add(attn::cli::add_report, "report");
+  add(attn::cli::add_models, "models");
   // --version on attn and on every command (attn generate --version answers, as llama.cpp's do)
   std::vector<CLI::App*> apps{&app};
   for (size_t i = 0; i < apps.size(); ++i)

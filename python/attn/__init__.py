@@ -44,7 +44,8 @@ from .concentration import effective_keys, entropy, max_weight, sparsity, summar
 # The other wings, re-exported so that every name stays importable from attn:
 # attn.llm (the LLM runtime), attn.blocks (model-level blocks), attn.lab (experiments, SVF).
 from . import blocks, lab, llm
-from .llm import Decoder, Model, Tokenizer, architectures, load_model, moe_feed_forward, smollm2_path
+from .llm import (Decoder, Model, Tokenizer, architectures, load_model, model_path, models, moe_feed_forward,
+                  smollm2_path)
 from .blocks import (AdaptiveLogSoftmaxWithLoss, HierarchicalSoftmax, lite_la, log_softmax, mix_ffn,
                      refine_attention, refined_weights, sana_block, titans_init, titans_mac, titans_mag, titans_mal,
                      titans_memory, titans_read)
@@ -52,7 +53,7 @@ from .lab import CEM, SVFAdapter, svf_compose, svf_decompose, svf_mix
 
 from .sdpa import scaled_dot_product_attention  # noqa: E402  (torch's name and conventions)
 
-__all__ = ["scaled_dot_product_attention", "quantize_rows", "Decoder", "Model", "Tokenizer", "Stats", "theory", "distributed", "sparsity", "entropy", "max_weight", "topk_mass", "effective_keys", "summarize", "load_model", "smollm2_path", "attention", "attend", "attend_backward", "linear_attention", "flash_attn_with_kvcache", "flash_attn_varlen_func", "explain", "rope", "mask_of", "info", "families", "lsh_buckets", "active_isa", "supported_isas", "set_isa",
+__all__ = ["scaled_dot_product_attention", "quantize_rows", "Decoder", "Model", "Tokenizer", "Stats", "theory", "distributed", "sparsity", "entropy", "max_weight", "topk_mass", "effective_keys", "summarize", "load_model", "model_path", "models", "smollm2_path", "attention", "attend", "attend_backward", "linear_attention", "flash_attn_with_kvcache", "flash_attn_varlen_func", "explain", "rope", "mask_of", "info", "families", "lsh_buckets", "active_isa", "supported_isas", "set_isa",
            "canonical_mechanism", "log_softmax", "HierarchicalSoftmax", "AdaptiveLogSoftmaxWithLoss",
            "titans_memory", "titans_init", "titans_read", "titans_mag", "titans_mal",
            "titans_mac", "refine_attention", "refined_weights", "lite_la", "mix_ffn", "sana_block",

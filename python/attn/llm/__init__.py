@@ -10,6 +10,7 @@ feed-forward. Every name here is also importable from ``attn``.
 """
 from .. import _attn
 from .model import Decoder, Model, load_model, smollm2_path
+from .models import model_path, models
 from .moe import moe_feed_forward
 from .tokenizer import Tokenizer
 
@@ -22,4 +23,5 @@ def architectures() -> list:
     return [dict(a) for a in _attn.architectures()]
 
 
-__all__ = ["Decoder", "Model", "Tokenizer", "architectures", "load_model", "moe_feed_forward", "smollm2_path"]
+__all__ = ["Decoder", "Model", "Tokenizer", "architectures", "load_model", "model_path", "models", "moe_feed_forward",
+           "smollm2_path"]

