@@ -281,6 +281,7 @@ USAGE_TABLE = {
     "eval-ppl": (["--out"], ["--tokens", "many"], ["--tokens", "1"]),
     "concentration": (["--out"], ["nope"], None),
     "report": (["--run"], None, None),
+    "models": (["extra"], None, None),  # no options: an argument is unexpected
 }
 
 
