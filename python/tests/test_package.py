@@ -1,6 +1,7 @@
 """The installed package: docstrings explain every argument, type stubs ship with it."""
 import inspect
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,14 @@ def test_architectures_come_from_the_registry():
                layers=attn.Decoder.softmax_layers(1), architecture="gemma-next")
     with pytest.raises(ValueError, match=r"unknown architecture 'gemma-next' \(known: llama, minimax"):
         attn.Decoder.random(cfg)
+
+
+def test_pip_install_gives_the_attn_command():
+    # the wheel carries the CLI: bin/attn beside the environment's python (or in a --target's bin)
+    import pathlib
+    import subprocess
+    candidates = [pathlib.Path(sys.prefix) / "bin" / "attn", pathlib.Path(attn.__file__).parents[1] / "bin" / "attn"]
+    found = [c for c in candidates if c.is_file()]
+    assert found, f"no attn command in {[str(c) for c in candidates]}"
+    p = subprocess.run([str(found[0]), "--version"], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0 and p.stdout == f"attn {attn.__version__}\n", (p.stdout, p.stderr)
