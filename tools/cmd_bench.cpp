@@ -39,6 +39,7 @@ struct BenchArgs {
   std::string layout = "bhnd";  // of q, k, v in the --decode grid
   int64_t page = 0;              // > 0: the --decode caches are read as pools of pages of this many rows
   harness::Filter filter;
+  std::string case_options;  // the options that shape the cases, as typed (for messages)
 };
 
 DType dtype_of(const std::string& s) {
@@ -46,6 +47,31 @@ DType dtype_of(const std::string& s) {
   if (s == "bf16") return DType::bf16;
   if (s == "f16") return DType::f16;
   fail("--dtypes", "expected f32, bf16 or f16, got '" + s + "'");
+}
+
+// --mechanisms: each text must parse (before the grid is made of it).
+void check_mechanism_text(const std::string& text) {
+  try {
+    parse_mechanism(text);
+  } catch (const Error& e) {
+    fail("--mechanisms", e.what());
+  }
+}
+
+std::vector<harness::Run> joined(std::vector<harness::Run> a, const std::vector<harness::Run>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// The options among `names` given on the command line, as typed ("--heads 3 --kv-heads 2").
+std::string given_options(const CLI::App& c, std::initializer_list<const char*> names) {
+  std::string out;
+  for (const char* name : names) {
+    if (c.count(name) == 0) continue;
+    out += (out.empty() ? "" : " ") + std::string(name);
+    for (const std::string& v : c.get_option(name)->results()) out += " " + v;
+  }
+  return out.empty() ? "the bench suite" : out;
 }
 
 std::string short_name(DType t) { return t == DType::f32 ? "f32" : t == DType::bf16 ? "bf16" : "f16"; }
@@ -151,6 +177,29 @@ int run(const BenchArgs& a) {
     if (a.page > 0 && m % a.page != 0)
       fail("--page", "the cache lengths must be whole pages: " + std::to_string(m) + " is not a multiple of " +
                          std::to_string(a.page));
+  // The cases, every one checked before anything is measured: the list's bench suite, or the
+  // grid given on the command line; the decode cases with --decode.
+  std::vector<DType> dtypes;
+  for (const auto& d : a.dtypes) dtypes.push_back(dtype_of(d));
+  for (const std::string& m : a.mechanisms) check_mechanism_text(m);
+  const std::vector<harness::Case> grid =
+      a.grid_given ? harness::bench_grid(a.sizes, a.dims, a.mechanisms, dtypes, a.heads, a.kv_heads)
+                   : std::vector<harness::Case>{};
+  std::vector<harness::Case> dgrid =
+      a.decode.empty() ? std::vector<harness::Case>{} : harness::decode_grid(a.decode, a.dims, dtypes, a.heads);
+  for (harness::Case& c : dgrid) c.layout = a.layout == "bnhd" ? Layout::bnhd : Layout::bhnd;
+  const auto forward = [&](const harness::Filter& f) {
+    return harness::expand(a.grid_given ? grid : harness::case_list(), harness::kBench, f);
+  };
+  const auto decode = [&](const harness::Filter& f) {
+    return a.decode_given ? harness::expand(a.decode.empty() ? harness::case_list() : dgrid, harness::kDecode, f)
+                          : std::vector<harness::Run>{};
+  };
+  selected_runs([&](const harness::Filter& f) { return joined(forward(f), decode(f)); }, a.filter,
+                "bench runs on the active ISA (ATTN_ISA sets it)");
+  const auto runs = forward(a.filter), druns = decode(a.filter);
+  check_runs_start(joined(runs, druns), a.case_options);
+
   JsonLines json("--json", a.json);  // checked and opened now; replaced at its first line
   fmt::print("roofline (same run): ");
   std::map<int, double> roof;
@@ -166,14 +215,6 @@ int run(const BenchArgs& a) {
   const double bw = bws[a.threads.back()];
   fmt::print("\n");
   fmt::print("isa {}, OpenBLAS core {}\n\n", isa_name(active_isa()), openblas_get_corename());
-
-  // The cases: the list's bench suite, or the grid given on the command line.
-  std::vector<DType> dtypes;
-  for (const auto& d : a.dtypes) dtypes.push_back(dtype_of(d));
-  const std::vector<harness::Case> grid =
-      a.grid_given ? harness::bench_grid(a.sizes, a.dims, a.mechanisms, dtypes, a.heads, a.kv_heads)
-                   : std::vector<harness::Case>{};
-  const auto runs = harness::expand(a.grid_given ? grid : harness::case_list(), harness::kBench, a.filter);
 
   fmt::print("{:>7} {:>6} {:>5} {:<32} {:>5} {:<6} {:<3} {:>3} {:>10} {:>9} {:>8}\n", "case", "N=M", "d", "mechanism",
              "dtype", "form", "dir", "T", "ms", "GFLOP/s", "ratio");
@@ -224,10 +265,6 @@ int run(const BenchArgs& a) {
   }
 
   if (a.decode_given) {  // memory-bound: one query per head against a cache of M keys
-    std::vector<harness::Case> dgrid =
-        a.decode.empty() ? std::vector<harness::Case>{} : harness::decode_grid(a.decode, a.dims, dtypes, a.heads);
-    for (harness::Case& c : dgrid) c.layout = a.layout == "bnhd" ? Layout::bnhd : Layout::bhnd;
-    const auto druns = harness::expand(a.decode.empty() ? harness::case_list() : dgrid, harness::kDecode, a.filter);
     fmt::print("\ndecode (B=1, N=1, {}{}): GB/s of K+V read; ratio to the read bandwidth measured just before each "
                "row\n",
                a.decode.empty() ? "the list's layouts" : a.layout,
@@ -392,6 +429,8 @@ Runner add_bench(CLI::App& app) {
     args->page_given = c->count("--page") > 0;
     for (const char* o : {"--sizes", "--dims", "--dtypes", "--mechanisms", "--heads", "--kv-heads"})
       args->grid_given = args->grid_given || c->count(o) > 0;
+    args->case_options = given_options(*c, {"--mechanisms", "--sizes", "--dims", "--dtypes", "--heads", "--kv-heads",
+                                            "--decode", "--layout", "--form"});
     return run(*args);
   };
 }

@@ -3,6 +3,7 @@
 //   attn check [--backward] [filters]        every check run (or backward run) against the float64 reference
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <map>
 
 #include "attn/attn.hpp"
@@ -66,7 +67,8 @@ int list(const ListArgs& a) {
 }
 
 int check(const harness::Filter& f) {
-  const auto runs = harness::expand(harness::case_list(), harness::kCheck, f);
+  const auto runs = selected_runs(
+      [](const harness::Filter& g) { return harness::expand(harness::case_list(), harness::kCheck, g); }, f, "check runs");
   size_t failed = 0, i = 0;
   const harness::Case* last = nullptr;
   std::unique_ptr<harness::Inputs> in;
@@ -91,7 +93,8 @@ int check(const harness::Filter& f) {
 
 // The backward mode: each run's dq, dk, dv against the family's float64 backward reference.
 int check_backward(const harness::Filter& f) {
-  const auto runs = harness::expand_backward(harness::case_list(), f);
+  const auto runs = selected_runs([](const harness::Filter& g) { return harness::expand_backward(harness::case_list(), g); },
+                                  f, "backward runs");
   size_t failed = 0, i = 0;
   const harness::Case* last = nullptr;
   std::unique_ptr<harness::Inputs> in;
@@ -114,13 +117,124 @@ int check_backward(const harness::Filter& f) {
   return failed ? 1 : 0;
 }
 
+std::string one_of_text(const std::vector<std::string>& names) {
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) out += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return out;
+}
+
+// Every family's name (attn::info), and every form any family has: what --op and --form take.
+std::vector<std::string> family_names() {
+  std::vector<std::string> out;
+  for (const MechanismInfo& i : family_infos()) out.push_back(i.family);
+  return out;
+}
+std::vector<std::string> form_names() {
+  std::vector<std::string> out;
+  for (const MechanismInfo& i : family_infos())
+    for (const std::string& f : i.forms)
+      if (std::find(out.begin(), out.end(), f) == out.end()) out.push_back(f);
+  return out;
+}
+
+// A value that must be one of names() (asked when the option is given, not at start-up).
+CLI::Validator one_of(std::vector<std::string> (*names)()) {
+  return CLI::Validator(
+      [names](std::string& s) -> std::string {
+        const std::vector<std::string> known = names();
+        if (std::find(known.begin(), known.end(), s) != known.end()) return {};
+        return "expected " + one_of_text(known) + ", got '" + s + "'";
+      },
+      "");
+}
+
+// An ISA name as attn::parse_isa reads it (ATTN_ISA and Python agree).
+CLI::Validator isa_name_check() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        try {
+          parse_isa(s, "--isa");
+          return {};
+        } catch (const Error& e) {
+          const std::string m = e.what();
+          return m.rfind("--isa: ", 0) == 0 ? m.substr(7) : m;
+        }
+      },
+      "");
+}
+
+// The filters as typed ("--op lsh --isa avx2").
+std::string filter_text(const harness::Filter& f) {
+  std::string out;
+  for (const auto& [name, value] : {std::pair{"--op", &f.op}, {"--form", &f.form}, {"--isa", &f.isa}, {"--case", &f.case_substring}})
+    if (!value->empty()) out += (out.empty() ? "" : " ") + std::string(name) + " " + *value;
+  return out;
+}
+
+// The distinct values `value` takes over the runs, in their order ("softmax, linear").
+std::string values_of(const std::vector<harness::Run>& runs, std::string (*value)(const harness::Run&)) {
+  std::vector<std::string> seen;
+  for (const harness::Run& r : runs)
+    if (const std::string v = value(r); std::find(seen.begin(), seen.end(), v) == seen.end()) seen.push_back(v);
+  return one_of_text(seen);
+}
+
+// Why run `r` cannot start ("" if it can): its mechanism must parse and explain() accept its
+// shapes, extras and forced form, as attend() will (on inputs of its shapes, nothing computed).
+std::string refusal_of(const harness::Run& r) {
+  try {
+    harness::Inputs in;
+    harness::make_inputs(*r.c, in, /*shapes_only=*/true);
+    in.options.form = r.form;
+    for (const FormVerdict& v : explain(in.q.view, in.k.view, in.v.view, in.mechanism, in.options).forms)
+      if (v.form == r.form && !v.reasons.empty()) return "form '" + r.form + "' refuses it: " + v.reasons.front();
+    return {};
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
 }  // namespace
 
 void add_filter_options(CLI::App* c, harness::Filter& f) {
-  c->add_option("--op", f.op, "Only this mechanism family (e.g. softmax)");
-  c->add_option("--form", f.form, "Only this form (e.g. tiled, rows, reference)");
-  c->add_option("--isa", f.isa, "Only this ISA (portable, avx2, avx512)");
+  c->add_option("--op", f.op, "Only this mechanism family (e.g. softmax)")->check(one_of(family_names));
+  c->add_option("--form", f.form, "Only this form (e.g. tiled, rows, reference)")->check(one_of(form_names));
+  c->add_option("--isa", f.isa, "Only this ISA (portable, avx2, avx512)")->check(isa_name_check());
   c->add_option("--case", f.case_substring, "Only cases whose name, mechanism or label contains this text");
+}
+
+std::vector<harness::Run> selected_runs(const ExpandRuns& expand, const harness::Filter& f, const std::string& runs_of) {
+  if (std::vector<harness::Run> runs = expand(f); !runs.empty()) return runs;
+  const std::vector<harness::Run> all = expand(harness::Filter{});
+  struct Option {
+    const char* name;
+    std::string harness::Filter::*field;
+    std::string (*value)(const harness::Run&);
+  };
+  const Option options[] = {
+      {"--op", &harness::Filter::op, [](const harness::Run& r) { return r.c->op(); }},
+      {"--form", &harness::Filter::form, [](const harness::Run& r) { return r.form.empty() ? std::string("auto") : r.form; }},
+      {"--isa", &harness::Filter::isa, [](const harness::Run& r) { return isa_name(r.isa); }}};
+  for (const Option& o : options) {  // the first option that selects nothing on its own
+    harness::Filter alone;
+    alone.*o.field = f.*o.field;
+    if (!(f.*o.field).empty() && expand(alone).empty())
+      fail(o.name, "expected " + values_of(all, o.value) + " (the " + runs_of + " on this CPU), got '" + f.*o.field + "'");
+  }
+  harness::Filter alone;
+  alone.case_substring = f.case_substring;
+  if (!f.case_substring.empty() && expand(alone).empty())
+    fail("--case", "no case of the " + runs_of + " has '" + f.case_substring + "' in its name, mechanism or label");
+  fail(filter_text(f), "select no " + runs_of + " together (each alone selects some; attn list shows which)");
+}
+
+void check_runs_start(const std::vector<harness::Run>& runs, const std::string& options) {
+  for (const harness::Run& r : runs)
+    if (const std::string why = refusal_of(r); !why.empty()) {
+      const harness::Case& c = *r.c;
+      fail(options, fmt::format("{} at N {}, M {}, d {}, {}/{} heads, {} cannot run: {}", c.mechanism, c.N, c.M, c.D,
+                                c.H, c.Hkv, dtype_name(c.dtype), why));
+    }
 }
 
 Runner add_list(CLI::App& app) {

@@ -107,7 +107,10 @@ int gradients_section(const std::vector<harness::Case>& cases, const harness::Fi
 
 int run(const DemoArgs& a) {
   const std::vector<harness::Case> cases = harness::demo_cases(a.n, a.d, a.heads);
-  const auto runs = harness::expand(cases, harness::kDemo, a.filter);
+  const auto runs = selected_runs([&](const harness::Filter& f) { return harness::expand(cases, harness::kDemo, f); },
+                                  a.filter, "demo runs on the active ISA (ATTN_ISA sets it)");
+  check_runs_start(runs, fmt::format("-n {} -d {} --heads {}{}", a.n, a.d, a.heads,
+                                     a.filter.form.empty() ? "" : " --form " + a.filter.form));
   fmt::print("attn demo: B=1 H={} N=M={} d={}, isa {}, {} threads; error = max |attn - float64 reference|,\n"
              "tolerance = 2 x the error of a plain same-dtype implementation + a rounding floor\n\n",
              a.heads, a.n, a.d, isa_name(active_isa()), resolve_threads(a.threads, int64_t{1} << 30));

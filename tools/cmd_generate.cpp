@@ -68,12 +68,12 @@ class Progress {
 
 Decoder make_decoder(const GenerateArgs& a) {
   if (a.random_weights == !a.weights.empty())
-    throw Error("generate: give exactly one of --random-weights and --weights FILE");
+    throw Error("give exactly one of --random-weights and --weights FILE");
   const int64_t max_seq = a.prompt_tokens + a.new_tokens;
   if (!a.weights.empty()) {
     Decoder d = Decoder::from_safetensors(a.weights, a.threads);
     if (d.config().max_seq_len < max_seq)
-      throw Error("generate: --prompt-tokens + --new-tokens (" + std::to_string(max_seq) + ") exceed the file's max_seq_len " +
+      throw Error("--prompt-tokens + --new-tokens (" + std::to_string(max_seq) + ") exceed the file's max_seq_len " +
                   std::to_string(d.config().max_seq_len));
     return d;
   }
@@ -88,7 +88,7 @@ Decoder make_decoder(const GenerateArgs& a) {
     const size_t colon = a.hybrid.find(':');
     auto count = [&](const std::string& digits) {
       if (digits.empty() || digits.size() > 4 || digits.find_first_not_of("0123456789") != std::string::npos)
-        throw Error("generate: --hybrid expects L:S (lightning:softmax layers per group, counts of layers up to "
+        throw Error("--hybrid expects L:S (lightning:softmax layers per group, counts of layers up to "
                     "4096, e.g. 7:1), got '" + a.hybrid + "'");
       return static_cast<int64_t>(std::stoi(digits));
     };
@@ -100,15 +100,15 @@ Decoder make_decoder(const GenerateArgs& a) {
   try {
     c.lay_out(layout);
   } catch (const Error& e) {
-    throw Error("generate: --arch " + a.arch + ": " + e.what());
+    throw Error("--arch " + a.arch + ": " + e.what());
   }
   const DType dt = a.weights_dtype == "bf16" ? DType::bf16 : DType::f32;
   return Decoder::random(c, a.seed, dt, a.threads);
 }
 
 int run_text_model(const GenerateArgs& a) {
-  if (a.random_weights || !a.weights.empty()) throw Error("generate: --model cannot be combined with --random-weights or --weights");
-  if (a.prompt.empty()) throw Error("generate: --model needs --prompt TEXT");
+  if (a.random_weights || !a.weights.empty()) throw Error("--model cannot be combined with --random-weights or --weights");
+  if (a.prompt.empty()) throw Error("--model needs --prompt TEXT");
   TextModel m({a.model, a.dtype, a.mechanism, a.threads, a.max_context, a.activations, a.cache_type, !a.in_place});
   const Tokenizer& tok = m.tokenizer();
   const std::string text = a.chat ? tok.chat_prompt({{"user", a.prompt}}, true) : a.prompt;
@@ -241,9 +241,44 @@ int run(const GenerateArgs& a) {
 
 // Options that do nothing in the mode the call is in are refused, naming the mode (a flag that is
 // accepted and ignored is a surprise).
-void refuse_options(const CLI::App& c, std::initializer_list<const char*> names, const char* mode) {
+void refuse_options(const CLI::App& c, std::initializer_list<const char*> names, const std::string& mode) {
   for (const char* name : names)
-    if (c.count(name) > 0) throw Error(std::string("generate: ") + name + " does not apply to " + mode);
+    if (c.count(name) > 0) throw Error(std::string(name) + " does not apply to " + mode);
+}
+
+// Whether `arch` lays out a random model's feed-forward as a mixture of experts (the registry
+// answers by laying out a one-layer model): --experts, --top-k and --expert-hidden mean nothing
+// otherwise.
+bool has_experts(const std::string& arch) {
+  DecoderConfig c;
+  c.architecture = arch;
+  LayerLayout one;
+  one.layers = 1, one.softmax = parse_mechanism("softmax:causal");
+  c.lay_out(one);
+  return c.moe_experts > 0;
+}
+
+// The architectures with a mixture of experts, for messages ("minimax").
+std::string expert_architectures() {
+  std::string names;
+  for (const ArchitectureInfo& i : architectures())
+    if (has_experts(i.name)) names += (names.empty() ? "" : ", ") + i.name;
+  return names;
+}
+
+// What DecoderConfig::validate would refuse in a random model, said with the options the user
+// typed (its field names, moe_top_k or kv_heads, are not on the command line).
+void check_random_shape(const GenerateArgs& a) {
+  if (a.heads % a.kv_heads != 0)
+    fail("--kv-heads", "must divide --heads " + std::to_string(a.heads) + ", got " + std::to_string(a.kv_heads));
+  if (a.head_dim % 2 != 0)
+    fail("--head-dim", "must be even (RoPE rotates pairs of channels), got " + std::to_string(a.head_dim));
+  if (!info(parse_mechanism(a.mechanism)).causal)
+    fail("--mechanism", "must be causal (a decoder's token sees only the past: e.g. softmax:causal), got '" +
+                            a.mechanism + "'");
+  if (has_experts(a.arch) && a.top_k > a.experts)
+    fail("--top-k", "expected an integer in [1, --experts = " + std::to_string(a.experts) + "], got " +
+                        std::to_string(a.top_k));
 }
 
 void check_modes(const CLI::App& c, const GenerateArgs& a) {
@@ -261,8 +296,14 @@ void check_modes(const CLI::App& c, const GenerateArgs& a) {
     refuse_options(c, {"--layers", "--arch", "--experts", "--top-k", "--expert-hidden", "--hybrid", "--dim", "--heads",
                        "--kv-heads", "--head-dim", "--hidden", "--vocab", "--weights-dtype", "--mechanism"},
                    "--weights (the file holds the model's shape and mechanisms)");
-  if (a.random_weights && baseline_of(a.arch).empty())
+  if (!a.random_weights) return;
+  if (baseline_of(a.arch).empty())
     refuse_options(c, {"--no-compare"}, "this --arch (it has no baseline model to run beside it)");
+  if (!has_experts(a.arch))
+    refuse_options(c, {"--experts", "--top-k", "--expert-hidden"},
+                   "--arch " + a.arch + " (its layers have no mixture of experts; architectures with one: " +
+                       expert_architectures() + ")");
+  check_random_shape(a);
 }
 
 }  // namespace

@@ -42,7 +42,7 @@ int dequantize(const GgufFile& f, const GgufArgs& a) {
   const GgufTensor& t = f.tensor(a.dequantize);
   if (!model::can_dequantize(t.type))
     throw Error("--dequantize: tensor '" + t.name + "' is " + ggml_type_info(t.type)->name +
-                ", which attn does not decode yet (F32, F16, BF16, Q4_0, Q4_1, Q8_0)");
+                ", which attn does not decode yet (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)");
   std::vector<float> values(static_cast<size_t>(t.elements()));
   const int64_t row = t.dims[0], rows = t.elements() / std::max<int64_t>(row, 1);
   const int64_t row_bytes = row / ggml_type_info(t.type)->block_elements * ggml_type_info(t.type)->block_bytes;
@@ -83,7 +83,7 @@ Runner add_gguf(CLI::App& app) {
   CLI::App* c = app.add_subcommand("gguf", "What a GGUF model file holds: metadata and (--tensors) the tensor directory");
   c->add_option("file", a->path, "A .gguf file")->required()->check(CLI::ExistingFile);
   c->add_flag("--tensors", a->tensors, "Also list every tensor: type, dimensions (ggml order), bytes, offset");
-  c->add_option("--dequantize", a->dequantize, "Decode this tensor (F32/F16/BF16/Q4_0/Q4_1/Q8_0) to float32 ...");
+  c->add_option("--dequantize", a->dequantize, "Decode this tensor (F32/F16/BF16/Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K) to float32 ...");
   c->add_option("--out", a->out, "... into this .npy file (numpy order: the ggml dimensions reversed)");
   return [a] { return run(*a); };
 }

@@ -31,7 +31,21 @@ Runner add_report(CLI::App& app);
 CLI::Option* add_seed_option(CLI::App* c, uint64_t& seed, const std::string& description);
 std::string seed_error(const std::string& text);
 
-// --op, --form, --isa, --case: the filters every mode of the case list takes.
+// --op, --form, --isa, --case: the filters every mode of the case list takes. --op, --form and
+// --isa must name a family, a form and an ISA attn knows (usage errors otherwise).
 void add_filter_options(CLI::App* c, harness::Filter& f);
+
+// A mode's runs for a filter (check: harness::expand of the check suite, bench: of its grid, ...).
+using ExpandRuns = std::function<std::vector<harness::Run>(const harness::Filter&)>;
+
+// The runs `f` selects. Selecting none is an error (not an empty table, nor "0 of 0 runs
+// passed"): it names the first option that selects nothing alone, with the values the mode's
+// `runs_of` ("check runs") have on this CPU, or else the filters that exclude each other.
+std::vector<harness::Run> selected_runs(const ExpandRuns& expand, const harness::Filter& f, const std::string& runs_of);
+
+// Every run can start (its mechanism parses; explain() accepts its shapes, extras and forced
+// form): modes that measure or print tables check this before any work. An Error names
+// `options`, what gave the runs ("-n 8 -d 3 --heads 1"), the run, and why not.
+void check_runs_start(const std::vector<harness::Run>& runs, const std::string& options);
 
 }  // namespace attn::cli

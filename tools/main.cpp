@@ -28,6 +28,28 @@ static void strengthen_blas_roofline(int argc, char** argv) {
   execv("/proc/self/exe", argv);  // only returns on failure: then keep the default
 }
 
+// A command's error in the usage errors' format (usage.hpp): "error: attn CMD: <what>", the
+// command named once even when the message already starts with it.
+static void print_error(const std::string& command, std::string what) {
+  for (const std::string& prefix : {"attn " + command + ": ", command + ": "})
+    if (what.rfind(prefix, 0) == 0) what.erase(0, prefix.size());
+  fmt::print(stderr, "error: attn {}: {}\n", command, what);
+}
+
+// Runs a parsed command: exit status 2 for bad input (attn::Error, as usage errors), 1 for any
+// other failure.
+static int run_command(const std::string& command, const attn::cli::Runner& run) {
+  try {
+    return run();
+  } catch (const attn::Error& e) {
+    print_error(command, e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    print_error(command, e.what());
+    return 1;
+  }
+}
+
 int main(int argc, char** argv) {
   strengthen_blas_roofline(argc, argv);
   CLI::App app{
@@ -68,15 +90,7 @@ int main(int argc, char** argv) {
   add(attn::cli::add_report, "report");
   attn::cli::check_numbers(app);
   if (const int code = attn::cli::parse_command_line(app, argc, argv); code >= 0) return code;
-  try {
-    for (auto& [cmd, run] : commands)
-      if (cmd->parsed()) return run();
-  } catch (const attn::Error& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    return 1;
-  }
+  for (auto& [cmd, run] : commands)
+    if (cmd->parsed()) return run_command(cmd->get_name(), run);
   return 0;
 }

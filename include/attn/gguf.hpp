@@ -39,6 +39,7 @@ struct GgmlTypeInfo {
 // Layout of ggml type `type`, or nullptr when attn does not know it.
 const GgmlTypeInfo* ggml_type_info(uint32_t type);
 constexpr uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ4_0 = 2, kGgmlQ4_1 = 3, kGgmlQ8_0 = 8, kGgmlBF16 = 30;
+constexpr uint32_t kGgmlQ5_0 = 6, kGgmlQ5_1 = 7, kGgmlQ4_K = 12, kGgmlQ5_K = 13, kGgmlQ6_K = 14;
 
 struct GgufTensor {
   std::string name;

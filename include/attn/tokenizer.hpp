@@ -1,7 +1,7 @@
-// A byte-level BPE tokenizer (GPT-2 style, as a GGUF file's tokenizer.ggml.* metadata describes
-// it with model "gpt2"), giving the same ids as Hugging Face's `tokenizers` library built from the
-// same vocabulary and merges:
+// A GGUF file's tokenizer (tokenizer.ggml.* metadata), giving the same ids as Hugging Face's
+// tokenizer built from the same file. Two models, chosen by tokenizer.ggml.model:
 //
+// "gpt2", byte-level BPE (SmolLM2, Qwen, ...):
 //   1. special tokens: with special=true, the text of every control or user-defined token
 //      (e.g. <|im_start|>) is matched verbatim first (leftmost, then longest) and becomes its id;
 //   2. pre-tokenization of the text between them: "smollm" puts every \p{N} character in a piece
@@ -12,17 +12,31 @@
 //      unicode_version() says);
 //   3. each piece's bytes start as the tokens of GPT-2's byte-level alphabet (byte 0x20 is "Ġ"),
 //      then byte-pair merges apply, the lowest rank (earliest merge) first, leftmost among equals.
+//   A byte the vocabulary has no token for is dropped, and its neighbours in the piece may then
+//   merge, as in Hugging Face's BPE without an unk_token (and llama.cpp): SmolLM2's vocabulary
+//   lacks 21 bytes, which valid UTF-8 text only contains as the controls U+0004, U+0006, U+0013,
+//   U+0014, U+0016, U+001D and in the unassigned planes 4 to 11 (lead bytes F1, F2). Text that is
+//   not valid UTF-8 is still encoded byte for byte (an invalid byte counts as punctuation), so
+//   decode(encode(x)) == x for every byte string x whose bytes all have tokens.
 //
-// A byte the vocabulary has no token for is dropped, and its neighbours in the piece may then
-// merge, as in Hugging Face's BPE without an unk_token (and llama.cpp): SmolLM2's vocabulary lacks
-// 21 bytes, which valid UTF-8 text only contains as the controls U+0004, U+0006, U+0013, U+0014,
-// U+0016, U+001D and in the unassigned planes 4 to 11 (lead bytes F1, F2). Text that is not valid
-// UTF-8 is still encoded byte for byte (an invalid byte counts as punctuation), so
-// decode(encode(x)) == x for every byte string x whose bytes all have tokens.
+// "llama", SentencePiece BPE (Gemma, Llama 2, Mistral, ...): tokens write the space as '▁'
+//   (U+2581), each has a score, byte tokens <0x00>..<0xFF> stand for bytes, and there are no merges.
+//   1. special tokens as above;
+//   2. each text between them has its spaces replaced by '▁' (and, with add_space_prefix, a '▁'
+//      put in front when the text starts the input), then its characters merge pairwise, the pair
+//      making the highest-scored token first (src/llm/tokenizer/sentencepiece.hpp gives the ties);
+//      a character that is not a token becomes its UTF-8 bytes' byte tokens.
+//   decode turns '▁' back into spaces and byte tokens into their bytes; with add_space_prefix it
+//   removes one space at the start of the output when the first token is not special (as Hugging
+//   Face's decoder does), so decode(encode(x)) == x for every byte string x without '▁' (when all
+//   256 byte tokens exist), but a continuation decoded on its own loses its first space.
+//   Gemma files (general.architecture gemma, gemma2, gemma3) are read as Hugging Face reads them:
+//   their tokens of spaces only, stored with real spaces and typed user-defined, are spelled with
+//   '▁' and merge like normal tokens, and merges rank by token id rather than score.
 //
-// encode never adds BOS or EOS. decode maps tokens back to bytes (special tokens to their text)
-// and keeps incomplete UTF-8 sequences as they are. A Tokenizer is immutable; encode may run on
-// several threads at once.
+// encode never adds BOS or EOS (add_bos() says whether the file asks for BOS). decode maps tokens
+// back to bytes (special tokens to their text) and keeps incomplete UTF-8 sequences as they are.
+// A Tokenizer is immutable; encode may run on several threads at once.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -41,23 +55,35 @@ struct ChatMessage {
 
 // What the tokenizer is made of, as a GGUF file lists it.
 struct TokenizerVocab {
-  std::vector<std::string> tokens;  // id -> text in the byte-level alphabet ("Ġthe")
+  std::vector<std::string> tokens;  // id -> text: gpt2 in the byte-level alphabet ("Ġthe"), llama with '▁' ("▁the")
   std::vector<int32_t> types;       // id -> 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte;
                                     // empty: all normal. Control and user-defined tokens are matched verbatim.
+  std::string model = "gpt2";       // "gpt2": byte-level BPE; "llama": SentencePiece BPE
+  // gpt2:
   std::vector<std::string> merges;  // "left right" (one space), the first applied first
   std::string pre = "smollm";       // pre-tokenizer: "smollm" or "gpt2"
+  // llama:
+  std::vector<float> scores;        // id -> score: merges making higher-scored tokens go first
+  bool merge_by_id = false;         // rank merges by id (lower first) instead (scores may be empty)
+  bool add_space_prefix = true;     // a '▁' before text that starts the input
+  int32_t unk_id = -1;              // for characters with neither a token nor byte tokens; -1: dropped
+  // both:
   int32_t bos_id = -1, eos_id = -1;  // -1: none
+  int32_t pad_id = -1;
+  bool add_bos = false;              // whether a prompt should start with BOS (encode never adds it)
   std::string chat_template;         // Jinja; "" when none (chat_prompt then throws)
 };
 
 class Tokenizer {
  public:
-  // From a GGUF file's tokenizer.ggml.{model, pre, tokens, token_type, merges, bos_token_id,
-  // eos_token_id} and tokenizer.chat_template. The model must be "gpt2"; a file without
-  // tokenizer.ggml.pre is taken as "gpt2".
+  // From a GGUF file's tokenizer.ggml.{model, pre, tokens, token_type, merges, scores,
+  // bos_token_id, eos_token_id, unknown_token_id, padding_token_id, add_bos_token,
+  // add_space_prefix} and tokenizer.chat_template, each checked for kind and size. The model is
+  // "gpt2" (a file without tokenizer.ggml.pre is taken as pre-tokenizer "gpt2") or "llama".
   static Tokenizer from_gguf(const GgufFile& file);
   static Tokenizer from_gguf(const std::string& path);
-  // Checks the vocabulary (every merge names known tokens and makes a known token, ...); `name`
+  // Checks the vocabulary (every merge names known tokens and makes a known token, one score per
+  // token, byte tokens spelled <0xHH>, ...); `name`
   // (a file name) starts every error.
   explicit Tokenizer(const TokenizerVocab& vocab, const std::string& name = "tokenizer");
   Tokenizer(Tokenizer&&) noexcept;
@@ -69,12 +95,13 @@ class Tokenizer {
   std::vector<int32_t> encode(std::string_view text, bool special = true) const;
   // Every id must be in [0, vocab_size()).
   std::string decode(const std::vector<int32_t>& ids) const;
-  // The token as the vocabulary writes it ("Ġthe", "<|im_end|>").
+  // The token as the vocabulary writes it ("Ġthe", "▁the", "<|im_end|>", "<0x0A>").
   const std::string& token_text(int32_t id) const;
   bool is_special(int32_t id) const;  // control or user-defined: matched verbatim, decoded verbatim
 
   int32_t bos_id() const;  // -1 when the file names none
   int32_t eos_id() const;
+  bool add_bos() const;  // whether a prompt should start with BOS (tokenizer.ggml.add_bos_token)
   int32_t vocab_size() const;
 
   // What the file's chat template (ChatML) produces for `messages`, including its default system

@@ -78,3 +78,56 @@ def test_dequantized_tensors_equal_the_gguf_package_bit_for_bit(tmp_path, name):
     ours = np.load(tmp_path / "x.npy")
     assert ours.shape == ref.shape and ours.dtype == np.float32
     assert np.array_equal(ours, ref), (name, t.tensor_type.name, float(np.abs(ours - ref).max()))
+
+
+NEW_BLOCK_TYPES = ["Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"]
+
+
+def write_random_blocks(path, seed=0):
+    """A small GGUF written by the gguf package: one tensor per type in NEW_BLOCK_TYPES of random
+    bytes (so random float16 scales, a few of them inf or NaN), 3 rows of two blocks of 256 values
+    or eight blocks of 32."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(str(path), "llama")
+    for name in NEW_BLOCK_TYPES:
+        qtype = gguf.GGMLQuantizationType[name]
+        block, nbytes = gguf.GGML_QUANT_SIZES[qtype]
+        blocks_per_row = 512 // block
+        data = rng.integers(0, 256, size=(3, blocks_per_row * nbytes), dtype=np.uint8)
+        w.add_tensor(name.lower(), data, raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def test_new_block_types_are_listed_with_their_names(tmp_path):
+    write_random_blocks(tmp_path / "k.gguf")
+    p = attn_gguf(tmp_path / "k.gguf", "--tensors")
+    assert p.returncode == 0, p.stderr
+    assert "tensor types: Q4_K x1 Q5_0 x1 Q5_1 x1 Q5_K x1 Q6_K x1" in p.stdout, p.stdout
+    for t in gguf.GGUFReader(tmp_path / "k.gguf").tensors:
+        nbytes = int(t.n_bytes)
+        assert re.search(rf"^\s+{t.name}\s+{t.tensor_type.name}\s+512 x 3\s+{nbytes} bytes at ", p.stdout, re.M), t.name
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_new_block_types_dequantize_like_the_gguf_package_bit_for_bit(tmp_path, seed):
+    """attn gguf --dequantize against gguf.quants.dequantize on random blocks: every float32 bit
+    pattern equal, except that a NaN only has to be a NaN (its payload is not compared)."""
+    import numpy as np
+    from gguf import quants
+    path = tmp_path / "k.gguf"
+    write_random_blocks(path, seed)
+    for t in gguf.GGUFReader(path).tensors:
+        p = attn_gguf(path, "--dequantize", t.name, "--out", tmp_path / f"{t.name}.npy")
+        assert p.returncode == 0, p.stderr
+        with np.errstate(all="ignore"):  # inf * 0 from the random scales
+            ref = quants.dequantize(t.data, t.tensor_type).astype(np.float32)
+        ours = np.load(tmp_path / f"{t.name}.npy")
+        assert ours.shape == ref.shape == (3, 512) and ours.dtype == np.float32, t.name
+        nan = np.isnan(ref)
+        assert np.array_equal(np.isnan(ours), nan), t.name
+        assert np.array_equal(ours[~nan].view(np.uint32), ref[~nan].view(np.uint32)), t.name
+        assert np.isfinite(ref).mean() > 0.8, t.name  # mostly finite: the comparison is not NaN against NaN

@@ -57,6 +57,7 @@ def log_softmax(x: Any, axis: int = -1) -> Any:
     end)."""
     torch_in = _is_torch(x)
     a = _floats(x, "x", input=True)
+    a = a.reshape(tuple(x.shape))  # np.ascontiguousarray gave a 0-d x one dimension: its shape is x's
     axis = _args.integer(axis, "axis")
     nd = max(a.ndim, 1)
     if not -nd <= axis < nd:
@@ -179,6 +180,9 @@ class AdaptiveLogSoftmaxWithLoss:
             if bias.ndim != 1:
                 raise ValueError(f"head_bias must have 1 dimension (c_1 + n_clusters,), got shape {tuple(bias.shape)}")
         n_classes = cuts[-1] + tail[-1][1].shape[0] if cuts else 0
+        if cuts and n_classes < 2:  # C++ would say "n_classes", which is no argument here
+            raise ValueError(f"cutoffs[-1] + the rows of tail_weights[-1][1] (the classes V) must be at least 2, "
+                             f"got {cuts[-1]} + {tail[-1][1].shape[0]} = {n_classes}")
         self._impl = getattr(_attn, "AdaptiveLogSoftmaxWithLoss" + _IMPL[dt])(n_classes, cuts, head, bias, tail)
         self.dtype = dt
 

@@ -48,7 +48,7 @@ def _prepare(a: Any, w1: Any, w2: Any, form: str) -> Tuple[np.ndarray, np.ndarra
         w.append(m)
     lead = tuple(aa.shape[:-2])
     n = aa.shape[-1]
-    return aa.reshape((-1, n, n)), w[0], w[1], lead, torch_in
+    return aa.reshape((int(np.prod(lead)), n, n)), w[0], w[1], lead, torch_in  # not -1: a lead of 0
 
 
 def refine_attention(a: Any, v: Any, w1: Any, w2: Any, form: str = "simple", gamma: float = 0.5,
@@ -68,8 +68,9 @@ def refine_attention(a: Any, v: Any, w1: Any, w2: Any, form: str = "simple", gam
                          f"got {tuple(vv.shape)}")
     dv = vv.shape[-1]
     fn = getattr(_attn, "refine_attention_" + ("f32" if aa.dtype == np.float32 else "f64"))
-    out = fn(aa, np.ascontiguousarray(vv.reshape((-1, n, dv))), m1, m2, form, _args.real(gamma, "gamma"),
-             _args.real(row_sum_tolerance, "row_sum_tolerance"), _args.integer(threads, "threads"))
+    # threads within C++'s int (and its range): 2**40 would be refused by the binding, naming nothing
+    out = fn(aa, np.ascontiguousarray(vv.reshape((aa.shape[0], n, dv))), m1, m2, form, _args.real(gamma, "gamma"),
+             _args.real(row_sum_tolerance, "row_sum_tolerance"), _args.integer(threads, "threads", 0, 256))
     return _out(out.reshape(lead + (n, dv)), torch_in)
 
 

@@ -63,7 +63,7 @@ def _matrix(w: Any, name: str, dt: np.dtype, depthwise: bool = False) -> np.ndar
     elif m.ndim == 3:
         raise ValueError(f"{name} must be (out, in) or a 1x1 conv weight (out, in, 1, 1), got shape {shape}")
     if m.ndim in (3, 4):
-        m = m.reshape(m.shape[0], -1)
+        m = m.reshape(m.shape[0], int(np.prod(m.shape[1:])))  # not -1: out may be 0
     if m.ndim != 2:
         raise ValueError(f"{name} must have 2 or 4 dimensions, got shape {shape}")
     return np.ascontiguousarray(m)
@@ -94,7 +94,7 @@ def lite_la(x: Any, qkv_weight: Any, proj_weight: Any, proj_bias: Any = None, he
     proj_weight (C, C), proj_bias (C,) or None. head_dim must divide C. Returns (B, N, C)."""
     a, torch_in = _x(x)
     args = _lite_args(a.dtype, qkv_weight, proj_weight, proj_bias, head_dim, eps)
-    out = getattr(_attn, "lite_la_" + _sfx(a))(a, *args, _args.integer(threads, "threads"))
+    out = getattr(_attn, "lite_la_" + _sfx(a))(a, *args, _args.integer(threads, "threads", 0, 256))
     return _out(out, torch_in)
 
 
@@ -106,7 +106,7 @@ def mix_ffn(x: Any, hw: Sequence[int], inverted_weight: Any, inverted_bias: Any,
     a, torch_in = _x(x)
     h, w = _hw(hw, a.shape[1])
     args = _ffn_args(a.dtype, inverted_weight, inverted_bias, depth_weight, depth_bias, point_weight)
-    out = getattr(_attn, "mix_ffn_" + _sfx(a))(a, h, w, *args, _args.integer(threads, "threads"))
+    out = getattr(_attn, "mix_ffn_" + _sfx(a))(a, h, w, *args, _args.integer(threads, "threads", 0, 256))
     return _out(out, torch_in)
 
 
@@ -120,5 +120,5 @@ def sana_block(x: Any, hw: Sequence[int], qkv_weight: Any, proj_weight: Any, pro
     la = _lite_args(a.dtype, qkv_weight, proj_weight, proj_bias, head_dim, eps)
     ff = _ffn_args(a.dtype, inverted_weight, inverted_bias, depth_weight, depth_bias, point_weight)
     out = getattr(_attn, "sana_block_" + _sfx(a))(a, h, w, *la[:3], *ff, la[3], la[4], _args.real(norm_eps, "norm_eps"),
-                                                  _args.integer(threads, "threads"))
+                                                  _args.integer(threads, "threads", 0, 256))
     return _out(out, torch_in)

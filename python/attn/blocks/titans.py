@@ -128,7 +128,9 @@ def titans_memory(q: Any, k: Any, v: Any, theta: Any, eta: Any, alpha: Any, memo
     if sflat is not None and sflat.shape != flat.shape:  # one group count for both: per sequence
         def per_sequence(x: np.ndarray) -> np.ndarray:
             lead = (B, H) if x.shape[0] == B * H else (1, H) if x.shape[0] == H else (1, 1)
-            return np.ascontiguousarray(np.broadcast_to(x.reshape(*lead, -1), (B, H, x.shape[1])).reshape(B * H, -1))
+            # sizes spelled out, not -1: with B or H = 0 NumPy cannot infer them
+            return np.ascontiguousarray(np.broadcast_to(x.reshape(*lead, x.shape[1]),
+                                                        (B, H, x.shape[1])).reshape(B * H, x.shape[1]))
 
         flat, sflat = per_sequence(flat), per_sequence(sflat)
     fn = _attn.titans_memory_f32 if dt == np.float32 else _attn.titans_memory_f64
@@ -166,7 +168,7 @@ def _flat_weights(w: Any, name: str, memory: str, B: int, H: int, d: int, dt: np
         if groups is not None and g != groups:
             raise ValueError(f"{name}'s arrays must have the same leading axes, got {g} and {groups} sets")
         groups = g
-        parts.append(np.ascontiguousarray(a, dtype=dt).reshape(g, -1))
+        parts.append(np.ascontiguousarray(a, dtype=dt).reshape(g, shp[0] * shp[1]))  # not -1: g may be 0
     return np.ascontiguousarray(np.concatenate(parts, axis=1))
 
 
@@ -194,6 +196,17 @@ def _f32(x: Any, name: str) -> np.ndarray:
     if a.dtype != np.float32:
         raise TypeError(f"{name} must be float32 for the attention forms (attn.attend), got {a.dtype}")
     return a
+
+
+def _bhnd(qa: np.ndarray, *kv: Tuple[str, np.ndarray]) -> Tuple[int, int, int, int]:
+    """(B, H, N, d) of q, and k and v (name, array) of q's shape: the attention forms unpack q and
+    concatenate k and v with the persistent tokens before anything else checks them."""
+    if qa.ndim != 4:
+        raise ValueError(f"q must have 4 dimensions (B, H, N, d), got shape {tuple(qa.shape)}")
+    for name, a in kv:
+        if a.shape != qa.shape:
+            raise ValueError(f"{name} must have q's shape (B, H, N, d) = {tuple(qa.shape)}, got {tuple(a.shape)}")
+    return qa.shape
 
 
 def _persistent(persistent: Any, B: int, H: int, d: int) -> Tuple[Optional[np.ndarray], Optional[np.ndarray]]:
@@ -238,7 +251,7 @@ def titans_read(weights: Dict[str, Any], q: Any, memory: str = "linear") -> Any:
     """y = M(q) for q (B, H, N, d) with fixed weights (a dict as titans_memory takes for w0): no
     update (theta = eta = alpha = 0 keep M_0 as it is)."""
     qa = _array(q, "q")
-    y, _ = titans_memory(qa, qa, np.zeros_like(qa), 0.0, 0.0, 0.0, memory, weights, batch_size=max(qa.shape[2], 1))
+    y, _ = titans_memory(qa, qa, np.zeros_like(qa), 0.0, 0.0, 0.0, memory, weights, batch_size=max(_bhnd(qa)[2], 1))
     return _out(y, _is_torch(q))
 
 
@@ -253,7 +266,7 @@ def titans_mag(q: Any, k: Any, v: Any, theta: Any, eta: Any, alpha: Any, *, wind
     (o (B, H, N, d), final memory weights)."""
     torch_out = _is_torch(q)
     qa, ka, va = (_f32(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
-    B, H, N, d = qa.shape
+    B, H, N, d = _bhnd(qa, ("k", ka), ("v", va))
     window = None if window is None else _args.integer(window, "window", 0)
     pk, pv = _persistent(persistent, B, H, d)
     y = _swa(qa, ka, va, window, pk, pv, scale, threads)
@@ -283,7 +296,7 @@ def titans_mal(q: Any, k: Any, v: Any, theta: Any, eta: Any, alpha: Any, *, wind
     None: identity). Returns (o (B, H, N, d), final memory weights)."""
     torch_out = _is_torch(q)
     qa, ka, va = (_f32(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
-    B, H, N, d = qa.shape
+    B, H, N, d = _bhnd(qa, ("k", ka), ("v", va))
     window = None if window is None else _args.integer(window, "window", 0)
     pk, pv = _persistent(persistent, B, H, d)
     h, w = titans_memory(qa, ka, va, theta, eta, alpha, memory, w0, batch_size, loss, threads=threads)
@@ -313,7 +326,7 @@ def titans_mac(q: Any, k: Any, v: Any, theta: Any, eta: Any, alpha: Any, *, segm
 
     torch_out = _is_torch(q)
     qa, ka, va = (_f32(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
-    B, H, N, d = qa.shape
+    B, H, N, d = _bhnd(qa, ("k", ka), ("v", va))
     segment = _args.integer(segment, "segment", 1)
     store = _args.text(store, "store")
     if store not in ("y", "kv"):

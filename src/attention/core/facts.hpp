@@ -1,8 +1,11 @@
 // What a family declares about each of its mechanisms, in one place: the facts attn::info
 // returns (include/attn/info.hpp) and that the decoder, caches, CLI, harness and Python read
-// instead of re-deriving a family's rules. A family provides
-//   static core::Facts facts(const M& m);        for each mechanism M it serves
-// and the concept below checks it where the family table (src/families/table.hpp) is built.
+// instead of re-deriving a family's rules. A family provides, for each mechanism M it serves,
+//   static core::Facts facts(const M& m);
+//   static std::vector<core::OptionRange> ranges(const M& m);   what facts(m).ranges holds
+// (the ranges alone are for validation: every attend call checks them, without building the rest
+// of the facts); the concept below checks both where the family table (src/families/table.hpp) is
+// built.
 #pragma once
 #include <concepts>
 #include <map>
@@ -31,14 +34,24 @@ struct Facts {
   // and Dv stay symbols, others not listed are free (bound by the first parameter using them).
   std::map<std::string, std::string> symbols;
   std::vector<std::string> limits;
-  // Every float option of the text form with its range (one place: validation checks these,
-  // attn::info lists them before `limits`).
+  // Every float option of the text form with its range: the family's ranges(m) (one place:
+  // validation checks these, attn::info lists them before `limits`).
   std::vector<OptionRange> ranges;
 };
+
+// Whether check_params (core/params.hpp) has anything to report for an empty params map: a
+// required param missing. Families whose params are all optional call check_params only when some
+// are given (building no ParamSpec list per call otherwise) and assert this in debug builds.
+inline bool none_required(const std::vector<ParamSpec>& specs) {
+  for (const ParamSpec& s : specs)
+    if (!s.optional) return false;
+  return true;
+}
 
 template <class Family, class M>
 concept DeclaresFacts = requires(const M& m) {
   { Family::facts(m) } -> std::same_as<Facts>;
+  { Family::ranges(m) } -> std::same_as<std::vector<OptionRange>>;
 };
 
 }  // namespace attn::core

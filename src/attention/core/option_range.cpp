@@ -20,7 +20,9 @@ std::string OptionRange::interval() const {
   return (lo_open ? "(" : "[") + number(lo) + ", " + number(hi) + (hi_open ? ")" : "]");
 }
 
-std::string OptionRange::text() const { return name + " in " + interval() + (note.empty() ? "" : " (" + note + ")"); }
+std::string OptionRange::text() const {
+  return std::string(name) + " in " + interval() + (note.empty() ? "" : " (" + std::string(note) + ")");
+}
 
 OptionRange scale_range(const std::optional<double>& value) {
   // 1e12: scale^2 |q|^2 |k|^2 (GAU's squared ReLU, relu2 features) stays finite in float32 for
@@ -28,15 +30,15 @@ OptionRange scale_range(const std::optional<double>& value) {
   return {"scale", value, 1e-30, 1e12, false, false, "default 1/sqrt(D) or 1"};
 }
 
-void check_option_ranges(const std::vector<OptionRange>& ranges, const std::string& kind) {
+void check_option_ranges(const std::vector<OptionRange>& ranges, std::string_view kind) {
   for (const OptionRange& r : ranges) {
     if (!r.value) continue;
     const double x = *r.value;
     const bool above_lo = r.lo_open ? x > r.lo : x >= r.lo;
     const bool below_hi = r.hi_open ? x < r.hi : x <= r.hi;
     if (!(above_lo && below_hi))  // NaN fails both
-      fail("attend", kind + " " + r.name + " must be in " + r.interval() + ", got " + number(x) +
-                         (r.note.empty() ? "" : " (" + r.note + ")"));
+      fail("attend", std::string(kind) + " " + std::string(r.name) + " must be in " + r.interval() + ", got " +
+                         number(x) + (r.note.empty() ? "" : " (" + std::string(r.note) + ")"));
   }
 }
 

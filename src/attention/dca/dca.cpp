@@ -44,7 +44,7 @@ DcaProblem DcaFamily::validate(const TensorView& q, const TensorView& k, const T
   if (opt.kv_scales)  // its forms rotate float copies of q and k
     fail(kWhere, "int8 k and v rows (options.kv_scales) are read by the softmax family only (softmax, longformer, "
                  "bigbird); dca takes float k and v");
-  core::check_option_ranges(facts(m).ranges, "dca");
+  core::check_option_ranges(ranges(m), "dca");
   DcaProblem p;
   p.dca = m;
   Softmax scores;

@@ -31,6 +31,8 @@ struct DcaFamily {
   static Problem validate(const TensorView& q, const TensorView& k, const TensorView& v, const Dca& m,
                           const AttendOptions& options, const core::Outputs& outs);
   static core::Facts facts(const Dca& m);
+  // Its float options' ranges (facts(m).ranges; validate checks them on every call).
+  static std::vector<core::OptionRange> ranges(const Dca& m);
   static const std::vector<core::Form<Problem>>& forms();
   // The causal pairs: 2 (D + Dv) each, whatever part they fall in.
   static double flops(const Problem& p);

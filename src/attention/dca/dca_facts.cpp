@@ -11,10 +11,14 @@ core::Facts DcaFamily::facts(const Dca& m) {
   f.applies_positions = true;
   f.position_mask = true;
   f.cache = CacheKind::kv;
-  // theta: RoPE's base; frequencies theta^(-2i/D) stay normal float32 up to 1e30
-  f.ranges = {{"theta", m.theta, 1, 1e30, true, false, ""}, core::scale_range(m.scale)};
+  f.ranges = ranges(m);
   f.limits = {"chunk in [1, 2^39]", "local in [1, chunk]", "even head dim", "no params, no ALiBi"};
   return f;
+}
+
+std::vector<core::OptionRange> DcaFamily::ranges(const Dca& m) {
+  // theta: RoPE's base; frequencies theta^(-2i/D) stay normal float32 up to 1e30
+  return {{"theta", m.theta, 1, 1e30, true, false, ""}, core::scale_range(m.scale)};
 }
 
 }  // namespace attn::dca

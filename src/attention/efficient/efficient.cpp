@@ -1,6 +1,7 @@
 #include "efficient/efficient.hpp"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 
 #include "attn/error.hpp"
@@ -216,10 +217,14 @@ EfficientProblem EfficientFamily::validate(const TensorView& q, const TensorView
   if (outs.wants_probs() || opt.return_probs)  // attend() validates before its outputs exist
     fail(kWhere, "return_probs: efficient attention's weights are not returned (its forms and reference keep "
                  "per-feature sums, not a weight row)");
-  core::check_option_ranges(EfficientFamily::facts(m).ranges, "efficient");
+  core::check_option_ranges(ranges(m), "efficient");
   p.scale = m.scale ? *m.scale : 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(p.D, 1)));
-  core::Symbols symbols{{"B", p.B}, {"H", p.H}, {"D", p.D}, {"state_cols", p.Dv + 2}};
-  core::check_params(opt.params, EfficientFamily::facts(m).params, text, symbols);
+  if (!opt.params.empty()) {  // all optional: nothing given, nothing to check
+    core::Symbols symbols{{"B", p.B}, {"H", p.H}, {"D", p.D}, {"state_cols", p.Dv + 2}};
+    core::check_params(opt.params, params(m), text, symbols);
+  } else {
+    assert(core::none_required(params(m)));
+  }
   if (const auto it = opt.params.find("initial_state"); it != opt.params.end()) {
     p.initial = it->second;
     for (int64_t b = 0; b < p.B; ++b)  // z is a sum of exponentials: >= 0

@@ -26,6 +26,9 @@ struct EfficientFamily {
   static Problem validate(const TensorView& q, const TensorView& k, const TensorView& v, const Efficient& m,
                           const AttendOptions& options, const core::Outputs& outs);
   static core::Facts facts(const Efficient& m);
+  // What facts(m) declares of them, for validation (each without the rest of the facts).
+  static std::vector<core::OptionRange> ranges(const Efficient& m);
+  static std::vector<core::ParamSpec> params(const Efficient& m);
   static const std::vector<core::Form<Problem>>& forms();
   // 2 D Dv per key (the update) and per query (the output).
   static double flops(const Problem& p);

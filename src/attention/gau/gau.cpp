@@ -141,7 +141,7 @@ GauProblem GauFamily::validate(const TensorView& q, const TensorView& k, const T
   p.mech = m;
   core::refuse_score_options(opt, "gau", "only causal and key padding");
   if (!opt.params.empty()) fail(kWhere, "gau takes no named params, got '" + opt.params.begin()->first + "'");
-  core::check_option_ranges(facts(m).ranges, "gau");
+  core::check_option_ranges(ranges(m), "gau");
   p.scale = m.scale ? *m.scale : 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(p.D, 1)));
   return p;
 }

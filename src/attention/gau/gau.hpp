@@ -24,6 +24,8 @@ struct GauFamily {
   static Problem validate(const TensorView& q, const TensorView& k, const TensorView& v, const Gau& m,
                           const AttendOptions& options, const core::Outputs& outs);
   static core::Facts facts(const Gau& m);
+  // Its float options' ranges (facts(m).ranges; validate checks them on every call).
+  static std::vector<core::OptionRange> ranges(const Gau& m);
   static const std::vector<core::Form<Problem>>& forms();
   // 2 (D + Dv) per (query, key) pair it evaluates (causal: the lower triangle).
   static double flops(const Problem& p);

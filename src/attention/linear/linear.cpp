@@ -1,6 +1,7 @@
 #include "linear/linear.hpp"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 
 #include "attn/error.hpp"
@@ -16,11 +17,11 @@ constexpr int64_t kMaxOmega = int64_t{1} << 20;  // performer: features x head d
 
 
 // Everything the family's kinds share: inputs, the kernel `core`, decays, the state param.
-// `extra` are further named params the kind takes (performer's omega).
+// `specs()` makes the named params the kind takes (LinearFamily::params), only when some are given.
+template <class Specs>
 LinearProblem validate_kernel(const TensorView& q, const TensorView& k, const TensorView& v, const Linear& core,
                               LazyText kind, LazyText text, const AttendOptions& opt,
-                              const core::Outputs& outs, int64_t F, const std::vector<core::ParamSpec>& specs,
-                              bool polar = false) {
+                              const core::Outputs& outs, int64_t F, const Specs& specs, bool polar = false) {
   LinearProblem p;
   static_cast<core::Dims&>(p) = core::check_io(q, k, v, outs, opt);
   p.mech = core;
@@ -30,11 +31,15 @@ LinearProblem validate_kernel(const TensorView& q, const TensorView& k, const Te
     fail(kWhere, kind.str() + " chunk must be in [1, 4096], got " + std::to_string(core.chunk));
   p.scale = core.scale ? *core.scale : 1.0;
   p.F = F;
-  // core.scale and core.decay: in the ranges the kind's facts declare (checked by its validate)
-  core::Symbols symbols{{"B", p.B}, {"H", p.H}, {"F", p.F}, {"D", p.D}, {"Dv", p.Dv}};
-  symbols["state_rows"] = polar ? 4 * p.D : p.F;  // PolaFormer: both streams' states
-  symbols["state_cols"] = (polar ? p.Dv / 2 : p.Dv) + (core.normalize ? 1 : 0);
-  core::check_params(opt.params, specs, text, symbols);
+  // core.scale and core.decay: in the kind's ranges(m) (checked by its validate)
+  if (!opt.params.empty()) {  // all optional: nothing given, nothing to check
+    core::Symbols symbols{{"B", p.B}, {"H", p.H}, {"F", p.F}, {"D", p.D}, {"Dv", p.Dv}};
+    symbols["state_rows"] = polar ? 4 * p.D : p.F;  // PolaFormer: both streams' states
+    symbols["state_cols"] = (polar ? p.Dv / 2 : p.Dv) + (core.normalize ? 1 : 0);
+    core::check_params(opt.params, specs(), text, symbols);
+  } else {
+    assert(core::none_required(specs()));
+  }
   p.decay.assign(static_cast<size_t>(p.H), core.decay.value_or(1.0));
   if (const auto it = opt.params.find("decay"); it != opt.params.end()) {
     if (core.decay) fail(kWhere, text.str() + " has a decay in its text and params['decay'] too: give one of them");
@@ -104,16 +109,17 @@ float LinearProblem::initial_at(int64_t b, int64_t h, int64_t f, int64_t c) cons
 
 LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, const TensorView& v, const Linear& m,
                                      const AttendOptions& opt, const core::Outputs& outs) {
-  core::check_option_ranges(facts(m).ranges, "linear");
-  return validate_kernel(q, k, v, m, "linear", core::mechanism_text(m), opt, outs, q.dim(), facts(m).params);
+  core::check_option_ranges(ranges(m), "linear");
+  return validate_kernel(q, k, v, m, "linear", core::mechanism_text(m), opt, outs, q.dim(), [&] { return params(m); });
 }
 
 LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, const TensorView& v, const NormAttn& m,
                                      const AttendOptions& opt, const core::Outputs& outs) {
-  core::check_option_ranges(facts(m).ranges, "normattn");
+  core::check_option_ranges(ranges(m), "normattn");
   Linear core;
   core.map = m.map, core.causal = m.causal, core.normalize = false, core.decay = m.decay, core.chunk = m.chunk;
-  LinearProblem p = validate_kernel(q, k, v, core, "normattn", core::mechanism_text(m), opt, outs, q.dim(), facts(m).params);
+  LinearProblem p = validate_kernel(q, k, v, core, "normattn", core::mechanism_text(m), opt, outs, q.dim(),
+                                    [&] { return params(m); });
   p.norm = m.norm;
   return p;
 }
@@ -131,7 +137,7 @@ LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, c
   Linear core;
   core.causal = m.causal, core.chunk = m.chunk;
   LinearProblem p = validate_kernel(q, k, v, core, "performer", core::mechanism_text(m), opt, outs, m.features,
-                                    facts(m).params);
+                                    [&] { return params(m); });
   const int64_t F = p.F, D = p.D;
   std::vector<double> omega;
   if (const auto it = opt.params.find("omega"); it != opt.params.end()) {
@@ -149,17 +155,18 @@ LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, c
 
 LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, const TensorView& v, const Sana& m,
                                      const AttendOptions& opt, const core::Outputs& outs) {
-  core::check_option_ranges(facts(m).ranges, "sana");
+  core::check_option_ranges(ranges(m), "sana");
   Linear core;
   core.map = FeatureMap::relu, core.causal = m.causal, core.chunk = m.chunk;
-  LinearProblem p = validate_kernel(q, k, v, core, "sana", core::mechanism_text(m), opt, outs, q.dim(), facts(m).params);
+  LinearProblem p = validate_kernel(q, k, v, core, "sana", core::mechanism_text(m), opt, outs, q.dim(),
+                                    [&] { return params(m); });
   p.eps = m.eps;
   return p;
 }
 
 LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, const TensorView& v,
                                      const PolaFormer& m, const AttendOptions& opt, const core::Outputs& outs) {
-  core::check_option_ranges(facts(m).ranges, "polaformer");
+  core::check_option_ranges(ranges(m), "polaformer");
   if (v.dim() % 2 != 0 || v.dim() == 0)
     fail(kWhere, "polaformer needs an even value head dim (two streams on its halves), got Dv = " +
                      std::to_string(v.dim()));
@@ -169,7 +176,7 @@ LinearProblem LinearFamily::validate(const TensorView& q, const TensorView& k, c
   Linear core;
   core.causal = m.causal, core.chunk = m.chunk;
   LinearProblem p = validate_kernel(q, k, v, core, "polaformer", core::mechanism_text(m), opt, outs, 2 * q.dim(),
-                                    facts(m).params, true);
+                                    [&] { return params(m); }, true);
   p.power.assign(static_cast<size_t>(p.D), static_cast<float>(m.power));
   if (const auto it = opt.params.find("power"); it != opt.params.end()) {
     p.power = core::to_floats(it->second);

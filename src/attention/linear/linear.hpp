@@ -67,6 +67,18 @@ struct LinearFamily {
   static core::Facts facts(const Performer& m);
   static core::Facts facts(const Sana& m);
   static core::Facts facts(const PolaFormer& m);
+  // What facts(m) declares of each kind's float options and params, for validation (each without
+  // the rest of the facts; performer has no float option).
+  static std::vector<core::OptionRange> ranges(const Linear& m);
+  static std::vector<core::OptionRange> ranges(const NormAttn& m);
+  static std::vector<core::OptionRange> ranges(const Performer& m);
+  static std::vector<core::OptionRange> ranges(const Sana& m);
+  static std::vector<core::OptionRange> ranges(const PolaFormer& m);
+  static std::vector<core::ParamSpec> params(const Linear& m);
+  static std::vector<core::ParamSpec> params(const NormAttn& m);
+  static std::vector<core::ParamSpec> params(const Performer& m);
+  static std::vector<core::ParamSpec> params(const Sana& m);
+  static std::vector<core::ParamSpec> params(const PolaFormer& m);
   static const std::vector<core::Form<Problem>>& forms();
   // Causal: 2 C (F + Dv) + 4 F Dv per query (the chunked form, C = min(chunk, N));
   // non-causal: 2 F Dv per key and per query (the right product).

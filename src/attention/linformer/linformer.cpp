@@ -20,7 +20,7 @@ const char* kWhere = "attend";
 
 LinformerProblem LinformerFamily::validate(const TensorView& q, const TensorView& k, const TensorView& v,
                                            const Linformer& m, const AttendOptions& opt, const core::Outputs& outs) {
-  core::check_option_ranges(facts(m).ranges, "linformer");
+  core::check_option_ranges(ranges(m), "linformer");
   if (outs.probs || opt.return_probs)
     fail(kWhere, "linformer returns no probabilities over the keys (its weights are over k projected rows)");
   LinformerProblem p;
@@ -40,7 +40,7 @@ LinformerProblem LinformerFamily::validate(const TensorView& q, const TensorView
   const auto text = core::mechanism_text(m);
   if (!opt.params.empty()) {
     core::Symbols symbols{{"k", m.k}, {"M", p.M}};
-    std::vector<core::ParamSpec> both = LinformerFamily::facts(m).params;  // one given: both needed
+    std::vector<core::ParamSpec> both = params(m);  // one given: both needed
     for (core::ParamSpec& spec : both) spec.optional = false;
     core::check_params(opt.params, both, text, symbols);
     p.E = core::to_floats(opt.params.at("E"));

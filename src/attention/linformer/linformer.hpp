@@ -28,6 +28,9 @@ struct LinformerFamily {
   static Problem validate(const TensorView& q, const TensorView& k, const TensorView& v, const Linformer& m,
                           const AttendOptions& options, const core::Outputs& outs);
   static core::Facts facts(const Linformer& m);
+  // What facts(m) declares of them, for validation (each without the rest of the facts).
+  static std::vector<core::OptionRange> ranges(const Linformer& m);
+  static std::vector<core::ParamSpec> params(const Linformer& m);
   static const std::vector<core::Form<Problem>>& forms();
   // 2 k M (D + Dv) per kv head for the projections + 2 N k (D + Dv) per query head.
   static double flops(const Problem& p);

@@ -44,7 +44,7 @@ bool head_not_finite(const LshProblem& p, int64_t b, int64_t h) {
 
 LshProblem LshFamily::validate(const TensorView& q, const TensorView& k, const TensorView& v, const Lsh& m,
                                const AttendOptions& opt, const core::Outputs& outs) {
-  core::check_option_ranges(facts(m).ranges, "lsh");
+  core::check_option_ranges(ranges(m), "lsh");
   LshProblem p;
   static_cast<core::Dims&>(p) = core::check_io(q, k, v, outs, opt);
   p.mech = m;
@@ -71,7 +71,7 @@ LshProblem LshFamily::validate(const TensorView& q, const TensorView& k, const T
   p.rotation.resize(static_cast<size_t>(p.D * width));
   if (!opt.params.empty()) {  // (rounds, D, buckets / 2) -> (D, rounds * buckets / 2)
     core::Symbols symbols{{"rounds", m.rounds}, {"D", p.D}, {"half", p.half}};
-    core::check_params(opt.params, LshFamily::facts(m).params, core::mechanism_text(m), symbols);
+    core::check_params(opt.params, params(m), core::mechanism_text(m), symbols);
     const std::vector<float> given = core::to_floats(opt.params.at("rotations"));
     for (int64_t r = 0; r < m.rounds; ++r)
       for (int64_t c = 0; c < p.D; ++c)

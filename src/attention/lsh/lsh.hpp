@@ -57,6 +57,9 @@ struct LshFamily {
   static Problem validate(const TensorView& q, const TensorView& k, const TensorView& v, const Lsh& m,
                           const AttendOptions& options, const core::Outputs& outs);
   static core::Facts facts(const Lsh& m);
+  // What facts(m) declares of them, for validation (each without the rest of the facts).
+  static std::vector<core::OptionRange> ranges(const Lsh& m);
+  static std::vector<core::ParamSpec> params(const Lsh& m);
   static const std::vector<core::Form<Problem>>& forms();
   // What the chunked form computes: per round, every query against its two key chunks.
   static double flops(const Problem& p);

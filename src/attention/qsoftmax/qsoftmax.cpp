@@ -1,6 +1,7 @@
 #include "qsoftmax/qsoftmax.hpp"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <limits>
 
@@ -165,10 +166,14 @@ QSoftmaxProblem QSoftmaxFamily::validate(const TensorView& q, const TensorView& 
   const auto text = core::mechanism_text(m);
   core::refuse_score_options(opt, "qsoftmax", "its weights are softmax(q) . k, not a score matrix");
   if (m.causal) core::check_causal_tokens(p, text);
-  core::check_option_ranges(facts(m).ranges, "qsoftmax");
+  core::check_option_ranges(ranges(m), "qsoftmax");
   p.scale = m.scale.value_or(1.0);
-  core::Symbols symbols{{"B", p.B}, {"H", p.H}, {"D", p.D}, {"Dv", p.Dv}};
-  core::check_params(opt.params, facts(m).params, text, symbols);
+  if (!opt.params.empty()) {  // all optional: nothing given, nothing to check
+    core::Symbols symbols{{"B", p.B}, {"H", p.H}, {"D", p.D}, {"Dv", p.Dv}};
+    core::check_params(opt.params, params(m), text, symbols);
+  } else {
+    assert(core::none_required(params(m)));
+  }
   if (const auto it = opt.params.find("initial_state"); it != opt.params.end()) p.initial = it->second;
   return p;
 }

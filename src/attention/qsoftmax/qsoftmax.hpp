@@ -28,6 +28,9 @@ struct QSoftmaxFamily {
   static Problem validate(const TensorView& q, const TensorView& k, const TensorView& v, const QSoftmax& m,
                           const AttendOptions& options, const core::Outputs& outs);
   static core::Facts facts(const QSoftmax& m);
+  // What facts(m) declares of them, for validation (each without the rest of the facts).
+  static std::vector<core::OptionRange> ranges(const QSoftmax& m);
+  static std::vector<core::ParamSpec> params(const QSoftmax& m);
   static const std::vector<core::Form<Problem>>& forms();
   // 2 D Dv per key (the update) and per query (the output).
   static double flops(const Problem& p);

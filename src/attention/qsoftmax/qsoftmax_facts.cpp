@@ -11,11 +11,17 @@ core::Facts QSoftmaxFamily::facts(const QSoftmax& m) {
   f.position_mask = m.causal;
   f.cache = CacheKind::state;
   f.state_shape = "(B, H, D, Dv)";
-  f.params = {{"initial_state", {"B", "H", "D", "Dv"}, "the state S a previous call returned as final_state", true,
-               "state"}};
-  f.ranges = {core::scale_range(m.scale)};
+  f.params = params(m);
+  f.ranges = ranges(m);
   f.limits = {"causal: N == M (each token brings q, k, v)", "no masks but key padding"};
   return f;
+}
+
+std::vector<core::OptionRange> QSoftmaxFamily::ranges(const QSoftmax& m) { return {core::scale_range(m.scale)}; }
+
+std::vector<core::ParamSpec> QSoftmaxFamily::params(const QSoftmax&) {
+  return {{"initial_state", {"B", "H", "D", "Dv"}, "the state S a previous call returned as final_state", true,
+           "state"}};
 }
 
 }  // namespace attn::qsoftmax

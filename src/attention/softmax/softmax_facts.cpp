@@ -40,27 +40,35 @@ core::Facts SoftmaxFamily::facts(const Softmax& m) {
       f.lookback = back, f.sinks = m.sinks, f.align = m.chunk > 0 ? m.chunk : 1;
   }
   f.params = softmax_params(m);
-  // softcap: cap tanh(s / cap) <= cap, so any float32 works; 1e30 matches the other bounds.
-  f.ranges = {core::scale_range(m.scale),
-              {"softcap", m.softcap != 0 ? std::optional<double>(m.softcap) : std::nullopt, 1e-30, 1e30, false, false,
-               "0 = off"},
-              {"dropout", m.dropout, 0, 1, false, true, ""}};
+  f.ranges = ranges(m);
   f.limits = {"entropy_scale > 1", "window bounds >= -1", "sinks, strided, chunk >= 0; dilation >= 1"};
   return f;
 }
 
 core::Facts SoftmaxFamily::facts(const Longformer& m) {
   core::Facts f = kv_facts(m.causal, true);  // global positions may be anywhere: every row
-  f.ranges = {core::scale_range(m.scale)};
+  f.ranges = ranges(m);
   f.limits = {"window bounds >= -1", "dilation >= 1", "global positions >= 0"};
   return f;
 }
 
 core::Facts SoftmaxFamily::facts(const BigBird& m) {
   core::Facts f = kv_facts(m.causal, false);  // random blocks may be anywhere: every row
-  f.ranges = {core::scale_range(m.scale)};
+  f.ranges = ranges(m);
   f.limits = {"block >= 1", "window odd and >= 1", "global, random >= 0"};
   return f;
 }
+
+std::vector<core::OptionRange> SoftmaxFamily::ranges(const Softmax& m) {
+  // softcap: cap tanh(s / cap) <= cap, so any float32 works; 1e30 matches the other bounds.
+  return {core::scale_range(m.scale),
+          {"softcap", m.softcap != 0 ? std::optional<double>(m.softcap) : std::nullopt, 1e-30, 1e30, false, false,
+           "0 = off"},
+          {"dropout", m.dropout, 0, 1, false, true, ""}};
+}
+
+std::vector<core::OptionRange> SoftmaxFamily::ranges(const Longformer& m) { return {core::scale_range(m.scale)}; }
+
+std::vector<core::OptionRange> SoftmaxFamily::ranges(const BigBird& m) { return {core::scale_range(m.scale)}; }
 
 }  // namespace attn::exact

@@ -21,13 +21,17 @@ struct SoftmaxFamily {
   template <class M>
   static Problem validate(const TensorView& q, const TensorView& k, const TensorView& v, const M& m,
                           const AttendOptions& options, const core::Outputs& outs) {
-    core::check_option_ranges(facts(m).ranges, std::string(M::kind));
+    core::check_option_ranges(ranges(m), M::kind);
     return validate_softmax(q, k, v, m, options, outs);
   }
   // What each mechanism is (softmax_facts.cpp): causal, its KV rows, params, limits.
   static core::Facts facts(const Softmax& m);
   static core::Facts facts(const Longformer& m);
   static core::Facts facts(const BigBird& m);
+  // Their float options' ranges (facts(m).ranges; validate checks them on every call).
+  static std::vector<core::OptionRange> ranges(const Softmax& m);
+  static std::vector<core::OptionRange> ranges(const Longformer& m);
+  static std::vector<core::OptionRange> ranges(const BigBird& m);
   // rows (few queries per kv head), tiled (everything), reference (float64).
   static const std::vector<core::Form<Problem>>& forms();
   // 2 (D + Dv) per (query, key) pair inside the structural masks.

@@ -103,7 +103,9 @@ DecoderWeights load_gguf_weights(std::shared_ptr<const GgufFile> file, const Dec
     const std::vector<int64_t> shape(t.dims.rbegin(), t.dims.rend());
     if (shape != s.shape)
       fail(where, "tensor '" + t.name + "' has shape " + shape_text(shape) + " (rows, cols), expected " + shape_text(s.shape));
-    if (!can_dequantize(t.type))
+    // The decoder multiplies these as stored or dequantizes them at load; K-quant and Q5 matrices
+    // decode (can_dequantize) but their products are not wired in yet.
+    if (!float_type(t.type) && !block_quant(t.type))
       fail(where, "tensor '" + t.name + "' is " + type_name(t.type) + "; attn reads F32, F16, BF16, Q4_0, Q4_1 and Q8_0");
     return t;
   };

@@ -1,4 +1,6 @@
-// The tokenizer's tables (built and checked once) and encode/decode over them.
+// The tokenizer's tables (built and checked once) and encode/decode over them: special tokens,
+// decoding and ids are shared; the text between special tokens goes to byte-level BPE (gpt2) or
+// SentencePiece BPE (llama, tokenizer/sentencepiece.cpp).
 #include "attn/tokenizer.hpp"
 
 #include <algorithm>
@@ -11,12 +13,14 @@
 #include "tokenizer/byte_level.hpp"
 #include "tokenizer/chat_template.hpp"
 #include "tokenizer/pretokenize.hpp"
+#include "tokenizer/sentencepiece.hpp"
 #include "tokenizer/unicode_class.hpp"
 
 namespace attn {
 namespace {
 
 constexpr int32_t kControl = 3, kUserDefined = 4;  // GGUF token types matched verbatim
+constexpr int32_t kByte = 6;
 
 // Words BPE has already merged (most words of a text repeat): bounded, shared by threads.
 class WordCache {
@@ -47,20 +51,23 @@ struct Tokenizer::State {
   std::string name;
   std::vector<std::string> tokens;
   std::vector<bool> special;
-  std::vector<std::pair<std::string, int32_t>> specials;  // longest first
-  bool special_first_byte[256] = {};
+  std::vector<std::pair<std::string, int32_t>> specials[256];  // by first byte, longest first
   std::string decoded;                 // every token's bytes, one after another
   std::vector<size_t> decoded_at;      // token i: decoded[decoded_at[i], decoded_at[i + 1])
   int32_t byte_token[256] = {};      // -1: the vocabulary has no token for the byte
   tokenizer::BpeMerges merges;
   tokenizer::PreTokenizer pre = tokenizer::PreTokenizer::smollm;
+  std::optional<tokenizer::SentencePiece> spm;  // model "llama"
+  bool add_space_prefix = false;               // llama
   int32_t bos = -1, eos = -1;
+  bool add_bos = false;
   std::optional<tokenizer::ChatTemplate> chat;
   std::string chat_error;              // why chat_prompt cannot run, when chat is empty
   mutable WordCache cache;
 
   void encode_piece(std::string_view piece, std::vector<int32_t>& out, std::vector<int32_t>& scratch) const;
-  void encode_text(std::string_view text, std::vector<int32_t>& out) const;
+  // `start`: the text starts the input (SentencePiece's space prefix).
+  void encode_text(std::string_view text, bool start, std::vector<int32_t>& out) const;
 };
 
 Tokenizer::Tokenizer(const TokenizerVocab& v, const std::string& name) : s_(std::make_unique<State>()) {
@@ -71,13 +78,18 @@ Tokenizer::Tokenizer(const TokenizerVocab& v, const std::string& name) : s_(std:
   if (n > static_cast<size_t>(INT32_MAX)) fail(name, "tokens: " + std::to_string(n) + " tokens, more than int32 ids hold");
   if (!v.types.empty() && v.types.size() != n)
     fail(name, "token_type has " + std::to_string(v.types.size()) + " entries, expected one per token (" + std::to_string(n) + ")");
-  if (v.pre == "smollm") s.pre = tokenizer::PreTokenizer::smollm;
-  else if (v.pre == "gpt2") s.pre = tokenizer::PreTokenizer::gpt2;
-  else fail(name, "pre-tokenizer " + quoted(v.pre) + " is not one attn knows (smollm, gpt2)");
-  for (const auto& [what, id] : {std::pair{"bos_token_id", v.bos_id}, std::pair{"eos_token_id", v.eos_id}})
+  const bool spm = v.model == "llama";
+  if (!spm && v.model != "gpt2") fail(name, "model " + quoted(v.model) + " is not one attn knows (gpt2, llama)");
+  if (!spm) {
+    if (v.pre == "smollm") s.pre = tokenizer::PreTokenizer::smollm;
+    else if (v.pre == "gpt2") s.pre = tokenizer::PreTokenizer::gpt2;
+    else fail(name, "pre-tokenizer " + quoted(v.pre) + " is not one attn knows (smollm, gpt2)");
+  }
+  for (const auto& [what, id] : {std::pair{"bos_token_id", v.bos_id}, std::pair{"eos_token_id", v.eos_id},
+                                 std::pair{"unknown_token_id", v.unk_id}, std::pair{"padding_token_id", v.pad_id}})
     if (id < -1 || id >= static_cast<int64_t>(n))
       fail(name, std::string(what) + " " + std::to_string(id) + " is not a token id in [0, " + std::to_string(n) + ")");
-  s.bos = v.bos_id, s.eos = v.eos_id;
+  s.bos = v.bos_id, s.eos = v.eos_id, s.add_bos = v.add_bos;
   s.tokens = v.tokens;
 
   std::unordered_map<std::string_view, int32_t> id_of;
@@ -85,6 +97,23 @@ Tokenizer::Tokenizer(const TokenizerVocab& v, const std::string& name) : s_(std:
   for (size_t i = 0; i < n; ++i)
     if (const auto [it, added] = id_of.emplace(s.tokens[i], static_cast<int32_t>(i)); !added)
       fail(name, "tokens[" + std::to_string(i) + "] " + quoted(s.tokens[i]) + " repeats tokens[" + std::to_string(it->second) + "]");
+
+  if (spm) {
+    if (!v.merges.empty())
+      fail(name, "merges: a SentencePiece ('llama') tokenizer takes none (it merges by token score), got " +
+                     std::to_string(v.merges.size()));
+    if (!(v.merge_by_id && v.scores.empty()) && v.scores.size() != n)
+      fail(name, "scores has " + std::to_string(v.scores.size()) + " entries, expected one per token (" + std::to_string(n) + ")");
+    std::vector<double> priority(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (!v.merge_by_id && v.scores[i] != v.scores[i]) fail(name, "scores[" + std::to_string(i) + "] is NaN");
+      priority[i] = v.merge_by_id ? -static_cast<double>(i) : v.scores[i];
+      if (!v.types.empty() && v.types[i] == kByte && tokenizer::SentencePiece::byte_of(s.tokens[i]) < 0)
+        fail(name, "tokens[" + std::to_string(i) + "] " + quoted(s.tokens[i]) + " has token_type 6 (byte) but is not spelled <0xHH>");
+    }
+    s.spm.emplace(s.tokens, std::move(priority), v.unk_id);
+    s.add_space_prefix = v.add_space_prefix;
+  }
 
   // Special tokens, and what every token decodes to.
   s.special.resize(n);
@@ -96,24 +125,36 @@ Tokenizer::Tokenizer(const TokenizerVocab& v, const std::string& name) : s_(std:
     const std::string& t = s.tokens[i];
     if (s.special[i]) {
       s.decoded += t;
-      if (!t.empty()) s.specials.emplace_back(t, static_cast<int32_t>(i)), s.special_first_byte[static_cast<uint8_t>(t[0])] = true;
-      continue;
-    }
-    for (size_t k = 0; k < t.size();) {  // a character outside the alphabet stands for its own UTF-8
-      const tokenizer::Utf8Char c = tokenizer::utf8_at(t, k);
-      const int b = c.code == tokenizer::kNotUtf8 ? -1 : tokenizer::char_to_byte(c.code);
-      if (b >= 0) s.decoded += static_cast<char>(b);
-      else s.decoded.append(t, k, c.length);
-      k += c.length;
+      if (!t.empty()) s.specials[static_cast<uint8_t>(t[0])].emplace_back(t, static_cast<int32_t>(i));
+    } else if (spm) {  // '▁' is the space; a byte token stands for its byte
+      const int b = tokenizer::SentencePiece::byte_of(t);
+      if (b >= 0 && s.spm->byte_token(static_cast<uint8_t>(b)) == static_cast<int32_t>(i)) {
+        s.decoded += static_cast<char>(b);
+        continue;
+      }
+      for (size_t k = 0; k < t.size();) {
+        const bool mark = t.compare(k, tokenizer::kSpaceMark.size(), tokenizer::kSpaceMark) == 0;
+        mark ? s.decoded += ' ' : s.decoded += t[k];
+        k += mark ? tokenizer::kSpaceMark.size() : 1;
+      }
+    } else {
+      for (size_t k = 0; k < t.size();) {  // a character outside the alphabet stands for its own UTF-8
+        const tokenizer::Utf8Char c = tokenizer::utf8_at(t, k);
+        const int b = c.code == tokenizer::kNotUtf8 ? -1 : tokenizer::char_to_byte(c.code);
+        if (b >= 0) s.decoded += static_cast<char>(b);
+        else s.decoded.append(t, k, c.length);
+        k += c.length;
+      }
     }
   }
   s.decoded_at.push_back(s.decoded.size());
-  std::stable_sort(s.specials.begin(), s.specials.end(),
-                   [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
-
-  for (int b = 0; b < 256; ++b) {  // a byte without a token is dropped (SmolLM2 has none for 21 bytes)
-    const auto it = id_of.find(tokenizer::utf8_of(tokenizer::byte_to_char(static_cast<uint8_t>(b))));
-    s.byte_token[b] = it == id_of.end() ? -1 : it->second;
+  for (auto& bucket : s.specials)
+    std::stable_sort(bucket.begin(), bucket.end(), [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  if (!spm) {
+    for (int b = 0; b < 256; ++b) {  // a byte without a token is dropped (SmolLM2 has none for 21 bytes)
+      const auto it = id_of.find(tokenizer::utf8_of(tokenizer::byte_to_char(static_cast<uint8_t>(b))));
+      s.byte_token[b] = it == id_of.end() ? -1 : it->second;
+    }
   }
 
   for (size_t r = 0; r < v.merges.size(); ++r) {
@@ -159,7 +200,8 @@ void Tokenizer::State::encode_piece(std::string_view piece, std::vector<int32_t>
   if (cached) cache.add(piece, scratch.data(), scratch.size());
 }
 
-void Tokenizer::State::encode_text(std::string_view text, std::vector<int32_t>& out) const {
+void Tokenizer::State::encode_text(std::string_view text, bool start, std::vector<int32_t>& out) const {
+  if (spm) return spm->encode(text, start && add_space_prefix, out);
   std::vector<std::string_view> pieces;
   tokenizer::pretokenize(text, pre, pieces);
   std::vector<int32_t> scratch;
@@ -170,12 +212,11 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool special) cons
   std::vector<int32_t> out;
   out.reserve(text.size() / 3);
   size_t plain = 0;  // start of the text not yet encoded
-  if (special && !s_->specials.empty()) {
+  if (special) {
     for (size_t i = 0; i < text.size(); ++i) {
-      if (!s_->special_first_byte[static_cast<uint8_t>(text[i])]) continue;
-      for (const auto& [t, id] : s_->specials) {  // the longest matching here
+      for (const auto& [t, id] : s_->specials[static_cast<uint8_t>(text[i])]) {  // the longest matching here
         if (text.compare(i, t.size(), t) != 0) continue;
-        s_->encode_text(text.substr(plain, i - plain), out);
+        s_->encode_text(text.substr(plain, i - plain), plain == 0, out);
         out.push_back(id);
         plain = i + t.size();
         i = plain - 1;
@@ -183,7 +224,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool special) cons
       }
     }
   }
-  s_->encode_text(text.substr(plain), out);
+  s_->encode_text(text.substr(plain), plain == 0, out);
   return out;
 }
 
@@ -196,6 +237,8 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
                                     std::to_string(vocab_size()) + ")");
     out.append(s_->decoded, s_->decoded_at[id], s_->decoded_at[id + 1] - s_->decoded_at[id]);
   }
+  // the space SentencePiece's prefix put before the text (Hugging Face's Strip(left=1) decoder)
+  if (s_->add_space_prefix && !ids.empty() && !s_->special[ids[0]] && !out.empty() && out[0] == ' ') out.erase(0, 1);
   return out;
 }
 
@@ -212,6 +255,7 @@ bool Tokenizer::is_special(int32_t id) const {
 
 int32_t Tokenizer::bos_id() const { return s_->bos; }
 int32_t Tokenizer::eos_id() const { return s_->eos; }
+bool Tokenizer::add_bos() const { return s_->add_bos; }
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(s_->tokens.size()); }
 
 std::string Tokenizer::chat_prompt(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {

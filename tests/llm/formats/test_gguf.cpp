@@ -134,6 +134,48 @@ TEST(Gguf, CorruptionsNameTheProblem) {
   bad(overlap, "tensors 'a' and 'b' overlap");
 }
 
+// The types a Gemma 3 Q4_K_M file mixes in besides Q8_0/F32: sized from their block layout, named,
+// and laid out back to back at the aligned offsets.
+TEST(Gguf, SizesKQuantAndQ5Tensors) {
+  struct Expect {
+    const char* name;
+    std::vector<uint64_t> dims;
+    uint32_t type;
+    int64_t bytes;
+  };
+  const Expect want[] = {{"q5_0", {64}, kGgmlQ5_0, 2 * 22},          {"q5_1", {32, 3}, kGgmlQ5_1, 3 * 24},
+                         {"q4_k", {256, 2}, kGgmlQ4_K, 2 * 144},     {"q5_k", {512}, kGgmlQ5_K, 2 * 176},
+                         {"q6_k", {256, 3, 2}, kGgmlQ6_K, 6 * 210}};
+  const char* names[] = {"Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"};
+  Writer w;
+  w.header(5, 0);
+  uint64_t offset = 0;
+  std::vector<uint64_t> offsets;
+  for (const Expect& e : want) {
+    offsets.push_back(offset);
+    w.tensor(e.name, e.dims, e.type, offset);
+    offset += (static_cast<uint64_t>(e.bytes) + 31) / 32 * 32;
+  }
+  w.pad(32);
+  w.b.resize(w.b.size() + offset);
+  const GgufFile f = GgufFile::parse(w.b.data(), w.b.size(), "k.gguf");
+  for (size_t i = 0; i < 5; ++i) {
+    const GgufTensor& t = f.tensor(want[i].name);
+    EXPECT_EQ(t.bytes, want[i].bytes) << want[i].name;
+    EXPECT_EQ(t.offset, offsets[i]) << want[i].name;
+    EXPECT_STREQ(ggml_type_info(t.type)->name, names[i]);
+  }
+  auto bad = [](const Writer& b, const std::string& fragment) {
+    expect_error([&] { GgufFile::parse(b.b.data(), b.b.size(), "t.gguf"); }, fragment);
+  };
+  bad(Writer().header(1, 0).tensor("t", {128, 2}, kGgmlQ4_K, 0).pad(32), "rows of 128 elements are not whole Q4_K blocks of 256");
+  bad(Writer().header(1, 0).tensor("t", {48}, kGgmlQ5_1, 0).pad(32), "rows of 48 elements are not whole Q5_1 blocks of 32");
+  Writer short_q6;  // one byte short of two Q6_K blocks
+  short_q6.header(1, 0).tensor("t", {512}, kGgmlQ6_K, 0).pad(32);
+  short_q6.b.resize(short_q6.b.size() + 419);
+  bad(short_q6, "tensor 't' (420 bytes at data offset 0) runs past the end");
+}
+
 TEST(Gguf, MissingFilesAreErrors) {
   expect_error([] { GgufFile::open(::testing::TempDir() + "attn_no_such.gguf"); }, "cannot open");
 }

@@ -1,7 +1,8 @@
 // The byte-level BPE tokenizer on small vocabularies built here: merge order, digits, the GPT-2
 // regex (expected pieces are what Hugging Face's pre-tokenizers give), special tokens, decoding of
 // partial UTF-8, round trips of arbitrary bytes, the ChatML template, and bad vocabularies.
-// python/tests/test_tokenizer.py checks the real SmolLM2 vocabulary against the tokenizers library.
+// python/tests/test_tokenizer.py checks the real SmolLM2 vocabulary against the tokenizers library;
+// test_sentencepiece.cpp tests the SentencePiece model ("llama").
 #include <gtest/gtest.h>
 
 #include <random>
@@ -362,11 +363,11 @@ TEST(Tokenizer, FromGguf) {
   const std::vector<uint8_t> bare = none.file();
   expect_error([&] { Tokenizer::from_gguf(GgufFile::parse(bare.data(), bare.size(), "bare.gguf")); },
                "bare.gguf: has no tokenizer: the metadata 'tokenizer.ggml.model' is missing");
-  GgufImage spm;
-  spm.text("tokenizer.ggml.model", "llama");
-  const std::vector<uint8_t> spm_file = spm.file();
-  expect_error([&] { Tokenizer::from_gguf(GgufFile::parse(spm_file.data(), spm_file.size(), "spm.gguf")); },
-               "spm.gguf: tokenizer.ggml.model is 'llama'; attn reads byte-level BPE tokenizers ('gpt2') only");
+  GgufImage unigram;
+  unigram.text("tokenizer.ggml.model", "t5");
+  const std::vector<uint8_t> unigram_file = unigram.file();
+  expect_error([&] { Tokenizer::from_gguf(GgufFile::parse(unigram_file.data(), unigram_file.size(), "t5.gguf")); },
+               "t5.gguf: tokenizer.ggml.model is 't5'; attn reads byte-level BPE ('gpt2') and SentencePiece BPE ('llama') tokenizers");
   GgufImage wrong;
   wrong.text("tokenizer.ggml.model", "gpt2");
   wrong.ints("tokenizer.ggml.tokens", {1, 2});
