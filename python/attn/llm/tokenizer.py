@@ -77,6 +77,12 @@ class Tokenizer:
         return self._impl.bos_id
 
     @property
+    def add_bos(self) -> bool:
+        """Whether a prompt starts with BOS (the file's tokenizer.ggml.add_bos_token; :meth:`encode`
+        never adds it, :class:`attn.Model` does for text prompts)."""
+        return self._impl.add_bos
+
+    @property
     def eos_id(self) -> int:
         """The EOS token id (-1 when the file names none)."""
         return self._impl.eos_id

@@ -103,16 +103,19 @@ DecoderWeights load_gguf_weights(std::shared_ptr<const GgufFile> file, const Dec
     const std::vector<int64_t> shape(t.dims.rbegin(), t.dims.rend());
     if (shape != s.shape)
       fail(where, "tensor '" + t.name + "' has shape " + shape_text(shape) + " (rows, cols), expected " + shape_text(s.shape));
-    // The decoder multiplies these as stored or dequantizes them at load; K-quant and Q5 matrices
-    // decode (can_dequantize) but their products are not wired in yet.
-    if (!float_type(t.type) && !block_quant(t.type))
-      fail(where, "tensor '" + t.name + "' is " + type_name(t.type) + "; attn reads F32, F16, BF16, Q4_0, Q4_1 and Q8_0");
+    // The decoder multiplies F32/F16/BF16 and Q4_0/Q4_1/Q8_0 as stored; the other types it
+    // decodes (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) become float32 at load.
+    if (!float_type(t.type) && !block_quant(t.type) && !can_dequantize(t.type))
+      fail(where, "tensor '" + t.name + "' is " + type_name(t.type) +
+                      "; attn reads F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K");
     return t;
   };
   std::vector<std::vector<uint8_t>> owned;
   auto matrix = [&](const WeightSpec& s) {
     const GgufTensor& t = checked(s);
     const int64_t rows = s.shape[0], cols = s.shape[1], row_bytes = t.bytes / rows;
+    // types read only at load: rows addressed as raw bytes until they are decoded below
+    const bool decode_only = !float_type(t.type) && !block_quant(t.type);
     Matrix m = float_type(t.type) ? matrix_over(t.data, *float_type(t.type), std::nullopt, rows, cols, row_bytes)
                                   : matrix_over(t.data, DType::f32, block_quant(t.type), rows, cols, row_bytes);
     if (reading.arrange_rows) reading.arrange_rows(s.name, m, config);
@@ -121,7 +124,7 @@ DecoderWeights load_gguf_weights(std::shared_ptr<const GgufFile> file, const Dec
       f.drop_pages(t);
       return m;
     }
-    if (!dequantize || (!m.quant && m.dtype == DType::f32)) return m;
+    if (!decode_only && (!dequantize || (!m.quant && m.dtype == DType::f32))) return m;
     // float32 copy, rows in the order the model uses them
     std::vector<uint8_t>& buf = owned.emplace_back(static_cast<size_t>(rows * cols) * sizeof(float));
     float* dst = reinterpret_cast<float*>(buf.data());
