@@ -744,8 +744,8 @@ NB_MODULE(_attn, m) {
       .def("token_text", &attn::Tokenizer::token_text, "id"_a, "The token as the vocabulary writes it ('Ġthe').")
       .def("is_special", &attn::Tokenizer::is_special, "id"_a, "Control or user-defined token.")
       .def_prop_ro("bos_id", &attn::Tokenizer::bos_id)
-      .def_prop_ro("eos_id", &attn::Tokenizer::eos_id)
       .def_prop_ro("add_bos", &attn::Tokenizer::add_bos)
+      .def_prop_ro("eos_id", &attn::Tokenizer::eos_id)
       .def_prop_ro("vocab_size", &attn::Tokenizer::vocab_size)
       .def(
           "chat_prompt",

@@ -89,6 +89,9 @@ Runner add_chat(CLI::App& app) {
   c->add_option("--top-p", a->top_p, "Nucleus sampling mass, in (0, 1]")->capture_default_str();
   add_seed_option(c, a->seed, "Seed of the draws (turn t uses seed + t, modulo 2^64)");
   c->add_option("-m,--mechanism", a->model.mechanism, "Attention of every layer (causal), e.g. softmax:causal,window=255:0");
+  c->add_option("--local-mechanism", a->model.local_mechanism,
+                "Attention of the layers trained with a sliding window (Gemma 3's local layers)");
+  c->add_option("--global-mechanism", a->model.global_mechanism, "Attention of the layers trained with every key");
   c->add_option("--dtype", a->model.dtype, "q4_1: as stored; f32: dequantized once")->capture_default_str()->check(CLI::IsMember({"q4_1", "f32"}));
   c->add_option("--activations", a->model.activations,
                 "Decode steps with quantized matrices: q8 (integer dot products on 8-bit inputs), f32, auto = q8")

@@ -29,6 +29,8 @@ struct GenerateArgs {
   int64_t layers = 8, dim = 512, heads = 8, kv_heads = 2, head_dim = 64, hidden = 1408, vocab = 32000;
   int64_t experts = 8, top_k = 2, expert_hidden = 0;  // --arch minimax (expert_hidden 0: 1.5 x dim)
   bool no_compare = false;
+  bool mechanism_given = false;  // -m on the command line (a GGUF model keeps its file's layers otherwise)
+  std::string local_mechanism, global_mechanism;
   int64_t prompt_tokens = 512, new_tokens = 128;
   uint64_t seed = 1;
   int threads = 0;
@@ -110,10 +112,13 @@ Decoder make_decoder(const GenerateArgs& a) {
 int run_text_model(const GenerateArgs& a) {
   if (a.random_weights || !a.weights.empty()) throw Error("--model cannot be combined with --random-weights or --weights");
   if (a.prompt.empty()) throw Error("--model needs --prompt TEXT");
-  TextModel m({a.model, a.dtype, a.mechanism, a.threads, a.max_context, a.activations, a.cache_type, !a.in_place});
+  TextModel m({a.model, a.dtype, a.mechanism_given ? a.mechanism : "", a.threads, a.max_context, a.activations,
+               a.cache_type, !a.in_place, a.local_mechanism, a.global_mechanism});
   const Tokenizer& tok = m.tokenizer();
   const std::string text = a.chat ? tok.chat_prompt({{"user", a.prompt}}, true) : a.prompt;
-  const std::vector<int32_t> prompt = tok.encode(text, true);
+  std::vector<int32_t> prompt = tok.encode(text, true);
+  if (tok.add_bos() && tok.bos_id() >= 0 && (prompt.empty() || prompt.front() != tok.bos_id()))
+    prompt.insert(prompt.begin(), tok.bos_id());  // the file asks prompts to start with BOS (Gemma)
   if (!a.chat) fmt::print("{}", a.prompt);
   std::fflush(stdout);
   ReplyStats stats;
@@ -368,7 +373,10 @@ Runner add_generate(CLI::App& app) {
   c->add_option("--hybrid", a->hybrid,
                 "L:S: groups of L lightning (linear, recurrent state) then S softmax layers; 7:1 is MiniMax-01's layout");
   c->add_option("-m,--mechanism", a->mechanism, "Attention of the KV-cache layers (causal), e.g. softmax:causal,window=4095:0")
-      ->capture_default_str();
+      ->capture_default_str()->each([a](const std::string&) { a->mechanism_given = true; });
+  c->add_option("--local-mechanism", a->local_mechanism,
+                "--model: attention of the layers trained with a sliding window (Gemma 3's local layers)");
+  c->add_option("--global-mechanism", a->global_mechanism, "--model: attention of the layers trained with every key");
   c->add_option("--dim", a->dim, "Model width")->capture_default_str()->check(in_range(1, 1 << 16));
   c->add_option("--heads", a->heads, "Query heads")->capture_default_str()->check(in_range(1, 1024));
   c->add_option("--kv-heads", a->kv_heads, "Key/value heads of softmax layers (GQA)")->capture_default_str()->check(in_range(1, 1024));

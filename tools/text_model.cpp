@@ -58,8 +58,14 @@ TextModel::TextModel(const TextModelOptions& o)
       decoder_(Decoder::from_gguf(o.path, {o.threads, dequantize(o.dtype), o.max_context, o.activations,
                                            cache_dtype(o.cache_type), o.repack})) {
   if (!o.mechanism.empty()) decoder_.set_mechanism(-1, parse_mechanism(o.mechanism));
+  for (const auto& [local, text] : {std::pair{true, &o.local_mechanism}, std::pair{false, &o.global_mechanism}}) {
+    if (text->empty()) continue;
+    const Mechanism m = parse_mechanism(*text);
+    for (size_t i = 0; i < decoder_.config().layers.size(); ++i)
+      if (decoder_.config().layers[i].local == local) decoder_.set_mechanism(static_cast<int64_t>(i), m);
+  }
   stop_.insert(tokenizer_.eos_id());
-  for (const char* special : {"<|im_end|>", "<|endoftext|>"}) {
+  for (const char* special : {"<|im_end|>", "<|endoftext|>", "<end_of_turn>"}) {
     const std::vector<int32_t> ids = tokenizer_.encode(special, true);
     if (ids.size() == 1) stop_.insert(ids[0]);
   }

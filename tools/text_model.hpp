@@ -17,12 +17,14 @@ namespace attn::cli {
 struct TextModelOptions {
   std::string path;
   std::string dtype = "q4_1";  // as stored; or f32
-  std::string mechanism;       // empty: exact softmax
+  std::string mechanism;       // every layer's; empty: the file's (exact softmax; Gemma 3's local layers a window)
   int threads = 0;
   int64_t max_context = 4096;
   std::string activations = "auto";  // decode steps: f32, q8 or auto (Decoder::set_activations)
   std::string cache_type = "f32";    // the KV caches: f32, f16 or bf16
   bool repack = true;                // quantized matrices packed at load (GgufLoadOptions::repack)
+  // the layers of one kind (DecoderLayerSpec::local: trained with a sliding window, or not); empty: as above
+  std::string local_mechanism, global_mechanism;
 };
 
 struct ReplyStats {

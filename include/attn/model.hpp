@@ -44,6 +44,10 @@ struct DecoderLayerSpec {
   Mechanism mechanism;     // must be causal
   bool rope = true;        // rotate q and k (off for lightning layers and for DCA, which rotates itself)
   bool lightning = false;  // MiniMax's lightning block (see above); needs a linear mechanism
+  // A layer trained with a sliding window ("local"; the others "global"). It stays local when its
+  // mechanism is replaced: the kind names how the layer was trained, the mechanism how it runs.
+  bool local = false;
+  double rope_theta = 0.0;  // this layer's RoPE base; 0: DecoderConfig::rope_theta
 };
 
 // A random model's layout (attn generate --random-weights): its layer count, the softmax layers'
@@ -72,6 +76,8 @@ struct DecoderConfig {
   RopeStyle rope_style = RopeStyle::half;  // Hugging Face llama's rotate-half
   double norm_eps = 1e-5;
   bool tied_embeddings = false;  // logits use the embedding matrix
+  double embed_scale = 1.0;      // the embedding rows are multiplied by it (float32), e.g. Gemma's sqrt(dim)
+  double final_softcap = 0.0;    // > 0: logits = cap * tanh(logits / cap)
   std::vector<DecoderLayerSpec> layers;
   // For architectures whose feed-forward is a mixture of experts: 0, one SwiGLU; > 0, a mixture of
   // this many SwiGLU experts (each hidden_dim wide), moe_top_k of them per token.

@@ -208,7 +208,7 @@ def test_cli_max_tokens_goes_through_the_same_check(tiny):
 
 def test_paths_and_options_of_load_model(tiny):
     raises(TypeError, r"^path must be a path \(str, bytes or os\.PathLike\), got 5", lambda: attn.load_model(5))
-    raises(TypeError, r"^dtype must be a str", lambda: attn.load_model(tiny[0], dtype=None))
+    raises(TypeError, r"^dtype must be a str", lambda: attn.load_model(tiny[0], dtype=5))  # None: as stored
     raises(TypeError, r"^threads must be an integer", lambda: attn.load_model(tiny[0], threads=1.0))
     raises(TypeError, r"^max_seq_len must be an integer", lambda: attn.load_model(tiny[0], max_seq_len=None))
     raises(TypeError, r"^mechanism must be a str or None", lambda: attn.load_model(tiny[0], mechanism=3))

@@ -301,7 +301,7 @@ def test_perplexity_with_windows_and_sinks(model):
 
 
 def test_load_model_errors(smollm2, tmp_path):
-    with pytest.raises(ValueError, match="dtype: expected 'q4_1'"):
+    with pytest.raises(ValueError, match=r"dtype: expected None \(as stored\) or 'f32', got 'int8'"):
         attn.load_model(smollm2, dtype="int8")
     with pytest.raises(ValueError, match="activations: expected 'auto', 'q8' or 'f32', got 'int4'"):
         attn.load_model(smollm2, activations="int4")

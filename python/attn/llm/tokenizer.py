@@ -11,7 +11,8 @@ Special tokens (control tokens such as ``<|im_start|>``) are matched verbatim in
 ``special=False``. Byte-level BPE: the SmolLM2 pre-tokenizer puts every digit in a piece of its
 own, then cuts the text with GPT-2's regex; BPE merges each piece's bytes by rank. SentencePiece:
 the text's spaces become "▁", pieces merge by score, bytes without a token become ``<0xXX>``
-tokens. ``encode`` adds no BOS (``add_bos`` says whether the file asks for one).
+tokens. ``encode`` adds no BOS (``add_bos`` says whether the file asks for one; :class:`attn.Model`
+adds it to text prompts).
 """
 from __future__ import annotations
 
@@ -80,15 +81,15 @@ class Tokenizer:
         return self._impl.bos_id
 
     @property
+    def add_bos(self) -> bool:
+        """Whether a prompt starts with BOS (the file's tokenizer.ggml.add_bos_token; :meth:`encode`
+        never adds it, :class:`attn.Model` does for text prompts)."""
+        return self._impl.add_bos
+
+    @property
     def eos_id(self) -> int:
         """The EOS token id (-1 when the file names none)."""
         return self._impl.eos_id
-
-    @property
-    def add_bos(self) -> bool:
-        """Whether a prompt should start with BOS (the file's ``tokenizer.ggml.add_bos_token``;
-        ``encode`` never adds it)."""
-        return self._impl.add_bos
 
     @property
     def vocab_size(self) -> int:

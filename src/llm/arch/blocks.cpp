@@ -9,6 +9,11 @@ void norm_tensor(const std::string& name, int64_t dim, std::vector<float>& v, st
   out.push_back({name, {dim}, nullptr, &v});
 }
 
+void qk_norm_tensors(const DecoderConfig& c, LayerWeights& l, std::vector<LayerTensor>& out) {
+  out.push_back({"self_attn.q_norm.weight", {c.head_dim}, nullptr, &l.q_norm});
+  out.push_back({"self_attn.k_norm.weight", {c.head_dim}, nullptr, &l.k_norm});
+}
+
 void attention_tensors(const DecoderConfig& c, size_t i, LayerWeights& l, std::vector<LayerTensor>& out) {
   const DecoderLayerSpec& spec = c.layers[i];
   const int64_t q_out = c.heads * c.head_dim;

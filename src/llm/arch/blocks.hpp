@@ -21,6 +21,8 @@ void attention_tensors(const DecoderConfig& c, size_t i, LayerWeights& l, std::v
 void swiglu_tensors(const DecoderConfig& c, LayerWeights& l, std::vector<LayerTensor>& out);
 // A mixture of moe_experts SwiGLU experts' (block_sparse_moe.gate, block_sparse_moe.experts.<e>.w1/w2/w3).
 void moe_tensors(const DecoderConfig& c, LayerWeights& l, std::vector<LayerTensor>& out);
+// Per-head RMSNorm weights of q and k (self_attn.q_norm, self_attn.k_norm, head_dim each).
+void qk_norm_tensors(const DecoderConfig& c, LayerWeights& l, std::vector<LayerTensor>& out);
 // A norm vector of `dim` (e.g. "input_layernorm.weight").
 void norm_tensor(const std::string& name, int64_t dim, std::vector<float>& v, std::vector<LayerTensor>& out);
 

@@ -9,9 +9,10 @@ namespace attn::model {
 
 extern const Architecture kLlama;    // arch/llama.cpp
 extern const Architecture kMinimax;  // arch/minimax.cpp
+extern const Architecture kGemma3;   // arch/gemma3.cpp
 
 const std::vector<const Architecture*>& all_architectures() {
-  static const std::vector<const Architecture*> all{&kLlama, &kMinimax};
+  static const std::vector<const Architecture*> all{&kLlama, &kMinimax, &kGemma3};
   return all;
 }
 

@@ -82,6 +82,10 @@ void DecoderConfig::validate() const {
     fail(kWhere, "rope_theta must be a finite number > 1, got " + std::to_string(rope_theta));
   if (!(norm_eps > 0.0) || !std::isfinite(norm_eps))
     fail(kWhere, "norm_eps must be a finite number > 0, got " + std::to_string(norm_eps));
+  if (!(embed_scale > 0.0) || !std::isfinite(embed_scale))
+    fail(kWhere, "embed_scale must be a finite number > 0, got " + std::to_string(embed_scale));
+  if (!(final_softcap >= 0.0) || !std::isfinite(final_softcap))
+    fail(kWhere, "final_softcap must be a finite number >= 0 (0: none), got " + std::to_string(final_softcap));
   if (moe_experts < 0 || moe_experts > kMaxExperts)
     fail(kWhere, "moe_experts must be in [0, " + std::to_string(kMaxExperts) + "] (0: a dense SwiGLU), got " +
                      std::to_string(moe_experts));
@@ -101,6 +105,9 @@ void DecoderConfig::validate() const {
     if (l.lightning && !std::holds_alternative<Linear>(l.mechanism))
       fail(kWhere, layer_name(i) + " is a lightning layer, which needs a linear mechanism, got '" + text + "'");
     if (l.lightning && l.rope) fail(kWhere, layer_name(i) + " is a lightning layer, which has no RoPE");
+    if (l.rope_theta != 0.0 && (!(l.rope_theta > 1.0) || !std::isfinite(l.rope_theta)))
+      fail(kWhere, layer_name(i) + " rope_theta must be 0 (the model's) or a finite number > 1, got " +
+                       std::to_string(l.rope_theta));
     if (facts.applies_positions && l.rope)
       fail(kWhere, layer_name(i) + " uses " + facts.family + ", which applies RoPE itself: set rope off");
   }
@@ -109,7 +116,8 @@ void DecoderConfig::validate() const {
 std::string DecoderConfig::to_json() const {
   nlohmann::json layer_list = nlohmann::json::array();
   for (const DecoderLayerSpec& l : layers)
-    layer_list.push_back({{"mechanism", to_string(l.mechanism)}, {"rope", l.rope}, {"lightning", l.lightning}});
+    layer_list.push_back({{"mechanism", to_string(l.mechanism)}, {"rope", l.rope}, {"lightning", l.lightning},
+                          {"kind", l.local ? "local" : "global"}, {"rope_theta", l.rope_theta}});
   const nlohmann::json j = {{"vocab_size", vocab_size},     {"dim", dim},
                             {"hidden_dim", hidden_dim},     {"heads", heads},
                             {"kv_heads", kv_heads},         {"head_dim", head_dim},
@@ -118,6 +126,8 @@ std::string DecoderConfig::to_json() const {
                             {"tied_embeddings", tied_embeddings},  {"layers", layer_list}};
   nlohmann::json out = j;
   out["architecture"] = architecture;
+  out["embed_scale"] = embed_scale;
+  out["final_softcap"] = final_softcap;
   if (moe_experts > 0) out["moe_experts"] = moe_experts, out["moe_top_k"] = moe_top_k;
   return out.dump();
 }
@@ -156,6 +166,8 @@ DecoderConfig DecoderConfig::from_json(const std::string& text, const std::strin
   c.norm_eps = field(j, "norm_eps", 1e-5, "");
   c.tied_embeddings = field(j, "tied_embeddings", false, "");
   c.architecture = field(j, "architecture", std::string("llama"), "");
+  c.embed_scale = field(j, "embed_scale", 1.0, "");
+  c.final_softcap = field(j, "final_softcap", 0.0, "");
   // files written before the architecture field: MiniMax-01's model said residual "minimax"
   const std::string residual = field(j, "residual", std::string("standard"), "");
   if (residual != "standard" && residual != "minimax")
@@ -182,6 +194,10 @@ DecoderConfig DecoderConfig::from_json(const std::string& text, const std::strin
       fail(where, ctx + e.what());  // "layers[i].mechanism: ..."
     }
     spec.lightning = field(l, "lightning", false, ctx);
+    const std::string kind = field(l, "kind", std::string("global"), ctx);
+    if (kind != "global" && kind != "local") fail(where, ctx + "kind must be 'global' or 'local', got '" + kind + "'");
+    spec.local = kind == "local";
+    spec.rope_theta = field(l, "rope_theta", 0.0, ctx);
     spec.rope = field(l, "rope", !spec.lightning && !info(spec.mechanism).applies_positions, ctx);
     c.layers.push_back(std::move(spec));
   }

@@ -6,6 +6,7 @@
 // activation buffers and lets them be allocated once.
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <map>
 
@@ -144,6 +145,18 @@ struct Decoder::Impl final : model::LayerRun {
     for (int64_t j = 0; j < n * c.hidden_dim; ++j) gated[j] = model::silu(gated[j]) * up[j];
     model::matmul(gated.data(), n, l.w2, tmp.data(), threads, isa, activations);
   }
+  void geglu(size_t i) override {
+    const DecoderConfig& c = w.config;
+    const model::LayerWeights& l = w.layers[i];
+    const int64_t n = step_n;
+    model::matmul_many(h.data(), n, {{&l.w1, gated.data()}, {&l.w3, up.data()}}, threads, isa, activations);
+    for (int64_t j = 0; j < n * c.hidden_dim; ++j) gated[j] = model::gelu_tanh(gated[j]) * up[j];
+    model::matmul(gated.data(), n, l.w2, tmp.data(), threads, isa, activations);
+  }
+  void norm_output(const std::vector<float>& weight) override {
+    const DecoderConfig& c = w.config;
+    model::rms_norm(tmp.data(), step_n, c.dim, c.dim, weight, c.norm_eps, tmp.data());
+  }
   void moe(size_t i) override {
     model::moe_forward(h.data(), step_n, w.layers[i].moe, w.config.moe_top_k, tmp.data(), threads, isa, moe_scratch);
   }
@@ -242,8 +255,12 @@ struct Decoder::Impl final : model::LayerRun {
     const TensorView kv = token_major(k.data(), l.kv_heads, n, c.head_dim);
     const TensorView vv = token_major(v.data(), l.kv_heads, n, c.head_dim);
     const TensorView out = token_major(att.data(), c.heads, n, c.head_dim);
+    if (!l.q_norm.empty()) {  // per-head RMSNorm: rows of head_dim values
+      model::rms_norm(q.data(), n * c.heads, c.head_dim, c.head_dim, l.q_norm, c.norm_eps, q.data());
+      model::rms_norm(k.data(), n * l.kv_heads, c.head_dim, c.head_dim, l.k_norm, c.norm_eps, k.data());
+    }
     if (spec.rope) {
-      const Rope rope{c.rope_theta, c.rope_style, 0, p, threads};
+      const Rope rope{spec.rope_theta > 0 ? spec.rope_theta : c.rope_theta, c.rope_style, 0, p, threads};
       apply_rope(qv, rope), apply_rope(kv, rope);
     }
     AttendOptions o = layer_options(li);
@@ -302,11 +319,19 @@ struct Decoder::Impl final : model::LayerRun {
   void run_step(const int32_t* tokens, int64_t n, int64_t p, int64_t first, float* logits_out) {
     const DecoderConfig& c = w.config;
     for (int64_t i = 0; i < n; ++i) model::matrix_row(w.embed, tokens[i], x.data() + i * c.dim, isa);
+    if (c.embed_scale != 1.0) {
+      const float scale = static_cast<float>(c.embed_scale);
+      for (int64_t i = 0; i < n * c.dim; ++i) x[i] *= scale;
+    }
     step_n = n, step_pos = p;
     for (size_t li = 0; li < c.layers.size(); ++li) arch->run_layer(*this, li);
     if (first >= n) return;
     model::rms_norm(x.data() + first * c.dim, n - first, c.dim, c.dim, w.final_norm, c.norm_eps, h.data());
     model::matmul(h.data(), n - first, w.output, logits_out, threads, isa, activations);
+    if (c.final_softcap > 0) {
+      const float cap = static_cast<float>(c.final_softcap);
+      for (int64_t i = 0; i < (n - first) * c.vocab_size; ++i) logits_out[i] = cap * std::tanh(logits_out[i] / cap);
+    }
   }
 
   // Every layer's attention call for a step of n tokens at position p, checked (validate_call()

@@ -7,6 +7,7 @@
 #include "attn/error.hpp"
 #include "attn/gguf.hpp"
 #include "quant/ggml_blocks.hpp"
+#include "quant/q8_0_rows.hpp"
 #include "model/architecture.hpp"
 #include "model/weights.hpp"
 
@@ -103,25 +104,40 @@ DecoderWeights load_gguf_weights(std::shared_ptr<const GgufFile> file, const Dec
     const std::vector<int64_t> shape(t.dims.rbegin(), t.dims.rend());
     if (shape != s.shape)
       fail(where, "tensor '" + t.name + "' has shape " + shape_text(shape) + " (rows, cols), expected " + shape_text(s.shape));
-    // The decoder multiplies these as stored or dequantizes them at load; K-quant and Q5 matrices
-    // decode (can_dequantize) but their products are not wired in yet.
-    if (!float_type(t.type) && !block_quant(t.type))
-      fail(where, "tensor '" + t.name + "' is " + type_name(t.type) + "; attn reads F32, F16, BF16, Q4_0, Q4_1 and Q8_0");
+    // The decoder multiplies F32/F16/BF16 and Q4_0/Q4_1/Q8_0 as stored; the other types it
+    // decodes (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) become Q8_0 blocks at load (quant/q8_0_rows.hpp: Q5_0
+    // exactly, the others rounded as ggml rounds Q8_0), or float32 when dequantizing.
+    if (!float_type(t.type) && !block_quant(t.type) && !can_dequantize(t.type))
+      fail(where, "tensor '" + t.name + "' is " + type_name(t.type) +
+                      "; attn reads F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K");
     return t;
   };
   std::vector<std::vector<uint8_t>> owned;
   auto matrix = [&](const WeightSpec& s) {
     const GgufTensor& t = checked(s);
     const int64_t rows = s.shape[0], cols = s.shape[1], row_bytes = t.bytes / rows;
+    // types read only at load: rows addressed as raw bytes until they are decoded below
+    const bool decode_only = !float_type(t.type) && !block_quant(t.type);
     Matrix m = float_type(t.type) ? matrix_over(t.data, *float_type(t.type), std::nullopt, rows, cols, row_bytes)
                                   : matrix_over(t.data, DType::f32, block_quant(t.type), rows, cols, row_bytes);
     if (reading.arrange_rows) reading.arrange_rows(s.name, m, config);
+    std::vector<uint8_t> q8_0;  // decode-only types as Q8_0 rows, in the order the model uses them
+    if (decode_only && !dequantize) {
+      const int64_t q8_row = cols / 32 * kQ8_0BlockBytes;
+      q8_0.resize(static_cast<size_t>(rows * q8_row));
+      for (int64_t r = 0; r < rows; ++r)
+        to_q8_0_row(t.type, static_cast<const uint8_t*>(m.row(r)), cols, q8_0.data() + r * q8_row);
+      m = matrix_over(q8_0.data(), DType::f32, kernels::BlockQuant::q8_0, rows, cols, q8_row);
+      f.drop_pages(t);
+      if (!repack) return matrix_over(owned.emplace_back(std::move(q8_0)).data(), DType::f32,
+                                      kernels::BlockQuant::q8_0, rows, cols, q8_row);
+    }
     if (repack && !dequantize && m.quant) {
-      m = packed_matrix(m);
+      m = packed_matrix(m);  // a copy: the Q8_0 rows above (if any) are freed on return
       f.drop_pages(t);
       return m;
     }
-    if (!dequantize || (!m.quant && m.dtype == DType::f32)) return m;
+    if (!decode_only && (!dequantize || (!m.quant && m.dtype == DType::f32))) return m;
     // float32 copy, rows in the order the model uses them
     std::vector<uint8_t>& buf = owned.emplace_back(static_cast<size_t>(rows * cols) * sizeof(float));
     float* dst = reinterpret_cast<float*>(buf.data());

@@ -48,6 +48,8 @@ struct MoeExperts {
 
 struct LayerWeights {
   std::vector<float> attn_norm, ffn_norm;
+  std::vector<float> attn_out_norm, ffn_out_norm;  // norms of a block's output before its residual (dim)
+  std::vector<float> q_norm, k_norm;  // per-head RMSNorm of q and k before RoPE (head_dim); empty: none
   Matrix wq, wk, wv, wo;         // (H*hd, dim), (Hkv*hd, dim) x2, (dim, H*hd)
   Matrix w1, w3, w2;             // SwiGLU: gate (hidden, dim), up (hidden, dim), down (dim, hidden)
   std::vector<float> out_norm;   // lightning: (H*hd)

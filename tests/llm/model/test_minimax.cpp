@@ -269,7 +269,7 @@ TEST(MiniMax, BadMoeConfigsNameTheField) {
   c = minimax_config(), c.moe_experts = -1;
   expect_error([&] { c.validate(); }, "moe_experts must be in [0, 4096] (0: a dense SwiGLU), got -1");
   c = minimax_config(), c.architecture = "scaled";
-  expect_error([&] { c.validate(); }, "unknown architecture 'scaled' (known: llama, minimax)");
+  expect_error([&] { c.validate(); }, "unknown architecture 'scaled' (known: llama, minimax, gemma3)");
   // configs written before the architecture field named MiniMax-01's model by its residual
   const std::string legacy = R"({"vocab_size": 61, "dim": 32, "hidden_dim": 24, "heads": 4, "kv_heads": 2, "head_dim": 8,
       "max_seq_len": 64, "residual": "minimax", "moe_experts": 5, "moe_top_k": 2, "layers": [{"mechanism": "softmax:causal"}]})";

