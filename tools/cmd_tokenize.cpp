@@ -75,7 +75,7 @@ Runner add_tokenize(CLI::App& app) {
   auto* decode = c->add_option("--decode", a->decode, "Decode these ids (\"1,2,3\") and print the text");
   text->excludes(file);
   decode->excludes(text)->excludes(file);
-  c->add_flag("--chat", a->chat, "Encode the chat prompt of the text as one user message (the file's ChatML template)")
+  c->add_flag("--chat", a->chat, "Encode the chat prompt of the text as one user message (the file's chat template, or Gemma's turns)")
       ->excludes(decode);
   c->add_flag("--no-special", a->no_special, "Treat special-token texts (<|im_start|>) as plain text");
   c->add_flag("-v,--verbose", a->verbose, "Also print each token's id and text (and the chat prompt)");

@@ -12,6 +12,7 @@
 #include "tokenizer/bpe.hpp"
 #include "tokenizer/byte_level.hpp"
 #include "tokenizer/chat_template.hpp"
+#include "tokenizer/gemma_turns.hpp"
 #include "tokenizer/pretokenize.hpp"
 #include "tokenizer/sentencepiece.hpp"
 #include "tokenizer/unicode_class.hpp"
@@ -62,7 +63,8 @@ struct Tokenizer::State {
   int32_t bos = -1, eos = -1;
   bool add_bos = false;
   std::optional<tokenizer::ChatTemplate> chat;
-  std::string chat_error;              // why chat_prompt cannot run, when chat is empty
+  bool gemma_turns = false;            // no template, Gemma's turn markers: tokenizer/gemma_turns.hpp
+  std::string chat_error;              // why chat_prompt cannot run, when chat is empty and not gemma_turns
   mutable WordCache cache;
 
   void encode_piece(std::string_view piece, std::vector<int32_t>& out, std::vector<int32_t>& scratch) const;
@@ -174,8 +176,11 @@ Tokenizer::Tokenizer(const TokenizerVocab& v, const std::string& name) : s_(std:
       fail(name, where + " repeats merges[" + std::to_string(before) + "]");
   }
 
-  if (v.chat_template.empty()) {
-    s.chat_error = name + ": has no chat template (tokenizer.chat_template)";
+  if (v.chat_template.empty() && id_of.count("<start_of_turn>") && id_of.count("<end_of_turn>")) {
+    s.gemma_turns = true;  // Gemma's base models: no template, its turn markers in the vocabulary
+  } else if (v.chat_template.empty()) {
+    s.chat_error = name + ": has no chat template (tokenizer.chat_template) and no turn markers of a chat format "
+                          "attn knows (Gemma's <start_of_turn>)";
   } else {
     try {
       s.chat = tokenizer::ChatTemplate::parse(v.chat_template, name + ": tokenizer.chat_template");
@@ -259,6 +264,7 @@ bool Tokenizer::add_bos() const { return s_->add_bos; }
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(s_->tokens.size()); }
 
 std::string Tokenizer::chat_prompt(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
+  if (s_->gemma_turns) return tokenizer::gemma_turns(messages, add_generation_prompt, s_->name + ": chat turns");
   if (!s_->chat) throw Error(s_->chat_error);
   return s_->chat->render(messages, add_generation_prompt);
 }
