@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""SmolLM2-135M from one GGUF file through several engines, same prompt, same thread count:
+"""A model's GGUF file (SmolLM2-135M, or --model gemma3-270m) through several engines, same prompt, same thread count:
 attn (decode with 8-bit activations on matrices packed at load in 16-row groups, "attn"; the same
 on the file's blocks read in place, "attn-inplace"; float activations on blocks in place, "attn-f32";
 "attn-kv16": a float16 KV cache; "attn-kv8": an int8 one, a scale per row), llama.cpp (llama-cpp-python, the same file, its default f16 KV cache) and
@@ -10,6 +10,7 @@ token must read (every matrix once, the output projection included, plus the KV 
 context) divided by the read bandwidth measured in the same run.
 
     python bench/llm_peers.py --threads 2                 # all engines, 3 runs each, best of runs
+    python bench/llm_peers.py --model gemma3-270m --engines attn llama.cpp --contexts 512 8192
     python bench/llm_peers.py --engines attn llama.cpp --threads 1 2 --contexts 512 4096 8192 --json llm.jsonl
     python bench/llm_peers.py --agreement 512         # logits vs llama.cpp (argmax agreement, max |diff|)
     python bench/llm_peers.py --cache-perplexity 8192 # perplexity of 8192 tokens with f32/f16/bf16/int8 caches
@@ -28,13 +29,28 @@ import sys
 import time
 
 
+# What a decode step reads of the KV cache, per model: layers (each: kv heads, head dim, and the
+# rows a local layer keeps at most: its window), from the files' metadata.
+MODELS = {
+    "smollm2": {"layers": [None] * 30, "kv_heads": 3, "head_dim": 64},
+    "gemma3-270m": {"layers": ([512] * 5 + [None]) * 3, "kv_heads": 1, "head_dim": 256},
+}
+MODEL = "smollm2"  # --model
+
+
+def model_path() -> str:
+    import attn
+    return attn.model_path(MODEL)
+
+
 def prompt_ids(n: int) -> list:
     """n token ids of real English text (pydoc's topics), by attn's tokenizer (identical to HF's)."""
     import pydoc_data.topics
     import attn
     topics = pydoc_data.topics.topics
     text = "\n".join(topics[k] for k in sorted(topics))
-    return attn.Tokenizer.from_gguf(attn.smollm2_path()).encode(text, special=False)[:n]
+    tok = attn.Tokenizer.from_gguf(model_path())
+    return ([tok.bos_id] if tok.add_bos else []) + tok.encode(text, special=False)[:n - int(tok.add_bos)]
 
 
 def read_bandwidth_gbs(threads: int, mib: int = 1024, reps: int = 5) -> float:
@@ -58,12 +74,15 @@ def read_bandwidth_gbs(threads: int, mib: int = 1024, reps: int = 5) -> float:
 
 def bytes_per_token(engine: str, context: int) -> float:
     """What one decode step must read: every matrix of the file once (the token embedding's one
-    row aside: the tied output projection reads it all), and K and V of `context` positions (attn:
-    float32, llama.cpp: float16, attn-kv8: 64 int8 + a float32 scale; 30 layers x 3 kv heads)."""
-    import attn
-    weights = os.path.getsize(attn.smollm2_path())  # matrices are nearly all of the file
-    row = {"llama.cpp": 64 * 2, "attn-kv16": 64 * 2, "attn-kv8": 64 + 4}.get(engine, 64 * 4)  # bytes per row
-    return weights + 30 * 2 * 3 * row * context
+    row aside: the tied output projection reads it all), and K and V of `context` positions in
+    each layer (a local layer: at most its window) (attn: float32, llama.cpp: float16, attn-kv8:
+    int8 + a float32 scale per row)."""
+    m = MODELS[MODEL]
+    hd = m["head_dim"]
+    weights = os.path.getsize(model_path())  # matrices are nearly all of the file
+    row = {"llama.cpp": hd * 2, "attn-kv16": hd * 2, "attn-kv8": hd + 4}.get(engine, hd * 4)  # bytes per row
+    rows = sum(context if w is None else min(context, w) for w in m["layers"])
+    return weights + 2 * m["kv_heads"] * row * rows
 
 
 EXTRA = {}  # engine-specific figures of the child's run, added to its JSON row
@@ -141,7 +160,7 @@ def agreement(n: int, threads: int) -> dict:
     from attn import _attn
     from llama_cpp import Llama
     import attn
-    path, ids = attn.smollm2_path(), prompt_ids(n)
+    path, ids = model_path(), prompt_ids(n)
     f32 = _attn.Decoder.from_gguf(path, threads, False, n + 8, "f32").forward(ids, 0, True)
     d = _attn.Decoder.from_gguf(path, threads, False, n + 8, "q8")
     q8 = np.stack([d.forward([t], i, False)[-1] for i, t in enumerate(ids)])
@@ -170,7 +189,7 @@ def cache_perplexity(n: int, threads: int) -> dict:
     import numpy as np
     from attn import _attn
     import attn
-    path, ids = attn.smollm2_path(), prompt_ids(n)
+    path, ids = model_path(), prompt_ids(n)
     target = np.asarray(ids[1:])
     out = {"tokens": len(ids)}
     for cd in ("f32", "f16", "bf16", "int8"):
@@ -195,7 +214,7 @@ ENGINES = {"attn": run_attn, "attn-inplace": lambda *a: run_attn(*a, repack=Fals
 
 def child(args):
     import attn
-    path = attn.smollm2_path()
+    path = model_path()
     ids = prompt_ids(args.contexts[0])
     p, d = ENGINES[args.child](path, ids, args.new, args.threads[0], args.reps)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -206,6 +225,7 @@ def child(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="smollm2", choices=list(MODELS), help="the model package's name")
     ap.add_argument("--engines", nargs="+", default=list(ENGINES), choices=list(ENGINES))
     ap.add_argument("--threads", type=int, nargs="+", default=[2])
     ap.add_argument("--contexts", type=int, nargs="+", default=[512],
@@ -219,6 +239,8 @@ def main():
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--bandwidth", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    global MODEL
+    MODEL = args.model
     if args.bandwidth:
         return print(read_bandwidth_gbs(args.bandwidth))
     if args.child:
@@ -229,7 +251,7 @@ def main():
     if args.agreement:
         print(json.dumps(agreement(args.agreement, args.threads[0]), indent=1))
         return
-    print(f"SmolLM2-135M-Instruct.Q4_1.gguf: prefill a prompt, decode {args.new} after it, best of {args.reps}")
+    print(f"{os.path.basename(model_path())}: prefill a prompt, decode {args.new} after it, best of {args.reps}")
     print(f"{'engine':<13} {'threads':>7} {'context':>7} {'prefill tok/s':>14} {'decode tok/s':>13} {'bound tok/s':>12} "
           f"{'of bound':>8} {'read GB/s':>9} {'peak RSS MiB':>13}")
     rows = []
@@ -240,7 +262,8 @@ def main():
                 # own (a child forked from a parent that held the buffer would report its peak RSS)
                 bw = float(subprocess.run([sys.executable, __file__, "--bandwidth", str(t)], capture_output=True,
                                           text=True, check=True).stdout)
-                p = subprocess.run([sys.executable, __file__, "--child", e, "--threads", str(t), "--contexts", str(c),
+                p = subprocess.run([sys.executable, __file__, "--model", MODEL, "--child", e, "--threads", str(t),
+                                    "--contexts", str(c),
                                     "--new", str(args.new), "--reps", str(args.reps)], capture_output=True, text=True)
                 if p.returncode != 0:
                     err = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else p.returncode
@@ -254,8 +277,8 @@ def main():
                 print(f"{e:<13} {t:>7} {c:>7} {r['prefill_tok_s']:>14.1f} {r['decode_tok_s']:>13.1f} "
                       f"{r['bound_tok_s']:>12.1f} {r['of_bound']:>8.2f} {bw:>9.1f} {r['peak_rss_mib']:>13.1f}", flush=True)
     if rows:
-        print(f"(file {rows[0]['file_mib']:.1f} MiB; KV cache per token: attn 45 KiB (float32), attn-kv16 and "
-              f"llama.cpp 22.5 KiB (f16), attn-kv8 12 KiB (int8 + a scale per row))")
+        print(f"(file {rows[0]['file_mib']:.1f} MiB; KV caches: attn float32, attn-kv16 and llama.cpp float16, "
+              f"attn-kv8 int8 + a scale per row)")
     if args.json:
         with open(args.json, "a") as f:
             for r in rows:
