@@ -10,6 +10,7 @@
 
 #include "attn/error.hpp"
 #include "commands.hpp"
+#include "interrupt.hpp"
 #include "model_option.hpp"
 #include "usage.hpp"
 #include "text_model.hpp"
@@ -55,8 +56,9 @@ int run(const ChatArgs& a) {
     if (tty) fmt::print("> "), std::fflush(stdout);
     if (!read_turn(line) || line.empty()) break;
     messages.push_back({"user", line});
-    const std::vector<int32_t> prompt = m.tokenizer().encode(m.tokenizer().chat_prompt(messages, true), true);
+    const std::vector<int32_t> prompt = m.prompt_ids(m.tokenizer().chat_prompt(messages, true));
     ReplyStats stats;
+    catch_interrupts();
     const std::vector<int32_t> ids = m.reply(prompt, a.max_tokens, {a.temperature, a.top_p, a.seed + turn},
                                              [](const std::string& piece) {
                                                fmt::print("{}", piece);
@@ -65,7 +67,9 @@ int run(const ChatArgs& a) {
                                              stats);
     fmt::print("\n");
     std::fflush(stdout);
-    if (!a.quiet) fmt::print(stderr, "[{}]\n", m.stats_line(stats));
+    if (!a.quiet || stats.interrupted)
+      fmt::print(stderr, "[{}{}]\n", stats.interrupted ? "interrupted: " : "", m.stats_line(stats));
+    if (stats.interrupted) return kInterruptedExit;
     messages.push_back({"assistant", m.tokenizer().decode(ids)});
   }
   return 0;

@@ -16,6 +16,7 @@
 #include "base/parallel.hpp"
 #include "cache_summary.hpp"
 #include "commands.hpp"
+#include "interrupt.hpp"
 #include "model_option.hpp"
 #include "usage.hpp"
 #include "text_model.hpp"
@@ -116,20 +117,20 @@ int run_text_model(const GenerateArgs& a) {
                a.cache_type, !a.in_place, a.local_mechanism, a.global_mechanism});
   const Tokenizer& tok = m.tokenizer();
   const std::string text = a.chat ? tok.chat_prompt({{"user", a.prompt}}, true) : a.prompt;
-  std::vector<int32_t> prompt = tok.encode(text, true);
-  if (tok.add_bos() && tok.bos_id() >= 0 && (prompt.empty() || prompt.front() != tok.bos_id()))
-    prompt.insert(prompt.begin(), tok.bos_id());  // the file asks prompts to start with BOS (Gemma)
+  const std::vector<int32_t> prompt = m.prompt_ids(text);
   if (!a.chat) fmt::print("{}", a.prompt);
   std::fflush(stdout);
   ReplyStats stats;
+  catch_interrupts();
   m.reply(prompt, a.max_tokens, {a.temperature, a.top_p, a.seed}, [](const std::string& piece) {
     fmt::print("{}", piece);
     std::fflush(stdout);
   }, stats);
   fmt::print("\n");
   std::fflush(stdout);
-  if (!a.quiet) fmt::print(stderr, "[{}]\n", m.stats_line(stats));
-  return 0;
+  if (!a.quiet || stats.interrupted)
+    fmt::print(stderr, "[{}{}]\n", stats.interrupted ? "interrupted: " : "", m.stats_line(stats));
+  return stats.interrupted ? kInterruptedExit : 0;
 }
 
 struct Timing {

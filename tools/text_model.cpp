@@ -1,4 +1,5 @@
 #include "text_model.hpp"
+#include "interrupt.hpp"
 
 #include "cache_summary.hpp"
 
@@ -92,6 +93,10 @@ std::vector<int32_t> TextModel::reply(const std::vector<int32_t>& prompt, int64_
   std::string text;
   size_t shown = 0;
   for (int64_t i = 0; i < max_tokens; ++i) {
+    if (interrupted()) {
+      stats.interrupted = true;
+      break;
+    }
     const int32_t next = sampler.next(logits.data(), static_cast<int64_t>(logits.size()));
     if (stop_.count(next)) {
       stats.stopped = true;
@@ -109,6 +114,13 @@ std::vector<int32_t> TextModel::reply(const std::vector<int32_t>& prompt, int64_
   stats.new_tokens = static_cast<int64_t>(out.size());
   stats.decode_s = seconds_since(t0);
   return out;
+}
+
+std::vector<int32_t> TextModel::prompt_ids(const std::string& text) const {
+  std::vector<int32_t> ids = tokenizer_.encode(text, true);
+  const int32_t bos = tokenizer_.bos_id();
+  if (tokenizer_.add_bos() && bos >= 0 && (ids.empty() || ids.front() != bos)) ids.insert(ids.begin(), bos);
+  return ids;
 }
 
 std::string TextModel::stats_line(const ReplyStats& s) const {

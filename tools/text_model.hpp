@@ -31,7 +31,8 @@ struct ReplyStats {
   int64_t prompt_tokens = 0;  // tokens prefilled for this reply (the new part of the context)
   int64_t new_tokens = 0;
   double prefill_s = 0, decode_s = 0;
-  bool stopped = false;  // an end-of-sequence token ended the reply
+  bool stopped = false;      // an end-of-sequence token ended the reply
+  bool interrupted = false;  // Ctrl-C ended it (interrupt.hpp)
 };
 
 // "45.0 KiB": a byte count for people.
@@ -42,9 +43,12 @@ class TextModel {
   explicit TextModel(const TextModelOptions& options);
   const Tokenizer& tokenizer() const { return tokenizer_; }
   const Decoder& decoder() const { return decoder_; }
+  // The token ids of a prompt's text, BOS first when the file asks for it (Gemma).
+  std::vector<int32_t> prompt_ids(const std::string& text) const;
   // Continues the context with `prompt` tokens (reusing the cached context when it is a prefix of
   // them, else starting over) and generates up to max_tokens, calling `piece` with each new
   // piece of text as soon as it is complete UTF-8. The reply's ids are appended to the context.
+  // Ctrl-C (interrupt.hpp) ends it after the current token (stats.interrupted).
   std::vector<int32_t> reply(const std::vector<int32_t>& prompt, int64_t max_tokens, const SamplingOptions& sampling,
                              const std::function<void(const std::string&)>& piece, ReplyStats& stats);
   // One line: prefill and decode tokens/s, KV-cache bytes per token and in all.

