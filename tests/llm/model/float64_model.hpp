@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "attn/attn.hpp"
+#include "attn/model.hpp"
 #include "attn/safetensors.hpp"
 
 namespace attn::float64_model {
@@ -88,6 +89,18 @@ inline void expect_close(const std::vector<float>& got, const Vec& want, double 
     scale = std::max(scale, std::abs(want[i]));
   }
   EXPECT_LE(worst, tol * std::max(scale, 1.0)) << "largest |logit| " << scale;
+}
+
+// The logits of `tokens` fed as a prompt of `prompt` tokens, then one at a time (a decoder's caches
+// and states step by step), all rows one after another as a prefill's.
+inline std::vector<float> stepwise_logits(Decoder& d, const std::vector<int32_t>& tokens, size_t prompt) {
+  d.reset();
+  std::vector<float> out = d.forward({tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(prompt)}, 0, true);
+  for (size_t i = prompt; i < tokens.size(); ++i) {
+    const std::vector<float>& row = d.forward({tokens[i]}, static_cast<int64_t>(i));
+    out.insert(out.end(), row.begin(), row.end());
+  }
+  return out;
 }
 
 }  // namespace attn::float64_model

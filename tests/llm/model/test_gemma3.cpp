@@ -22,6 +22,7 @@ using float64_model::expect_close;
 using float64_model::linear;
 using float64_model::rms_norm;
 using float64_model::rope;
+using float64_model::stepwise_logits;
 using float64_model::tokens_of;
 
 constexpr int64_t kWindow = 8;  // keys a local layer sees: query i sees key j when i - j < 8
@@ -135,12 +136,7 @@ TEST(Gemma3, DecoderAgreesWithAFloat64ReferenceModelInPrefillAndDecodePastTheWin
   const std::vector<float> prefill = d.forward(tokens, 0, true);
   expect_close(prefill, want, 5e-4);
   // 5 tokens of prompt, then one at a time through the bounded caches
-  d.reset();
-  std::vector<float> stepwise = d.forward({tokens.begin(), tokens.begin() + 5}, 0, true);
-  for (size_t i = 5; i < tokens.size(); ++i) {
-    const std::vector<float>& row = d.forward({tokens[i]}, static_cast<int64_t>(i));
-    stepwise.insert(stepwise.end(), row.begin(), row.end());
-  }
+  const std::vector<float> stepwise = stepwise_logits(d, tokens, 5);
   expect_close(stepwise, want, 5e-4);
   // full caches give the same logits (to rounding: bounded caches take the queries in shorter runs)
   d.reset();

@@ -25,6 +25,7 @@ using float64_model::expect_close;
 using float64_model::linear;
 using float64_model::rms_norm;
 using float64_model::rope;
+using float64_model::stepwise_logits;
 using float64_model::tokens_of;
 
 DecoderConfig minimax_config(int64_t layers = 8) {
@@ -143,12 +144,7 @@ TEST(MiniMax, DecoderAgreesWithAFloat64ReferenceModelInPrefillAndDecode) {
   const std::vector<float> prefill = d.forward(tokens, 0, true);
   expect_close(prefill, want, 5e-4);
   // 5 tokens of prompt, then one at a time (the lightning layers' recurrent state, the MoE on one token)
-  d.reset();
-  std::vector<float> stepwise = d.forward({tokens.begin(), tokens.begin() + 5}, 0, true);
-  for (size_t i = 5; i < tokens.size(); ++i) {
-    const std::vector<float>& row = d.forward({tokens[i]}, static_cast<int64_t>(i));
-    stepwise.insert(stepwise.end(), row.begin(), row.end());
-  }
+  const std::vector<float> stepwise = stepwise_logits(d, tokens, 5);
   expect_close(stepwise, want, 5e-4);
   double moved = 0;
   for (size_t i = 0; i < prefill.size(); ++i) moved = std::max(moved, static_cast<double>(std::abs(prefill[i] - stepwise[i])));
