@@ -97,6 +97,12 @@ struct TileKernels {
                int64_t ldb, float* c, int64_t ldc, bool accumulate);
   // x[i] = max(x[i] * scale + bias, 0)^2 * mul for i < n (squared-ReLU weights).
   void (*relu2_rows)(float* x, int64_t n, float scale, float bias, float mul);
+  // gate[i] = act(gate[i]) * up[i] for i < n: a gated feed-forward's activations, elementwise
+  // (SwiGLU: silu(x) = x / (1 + exp(-x)); GeGLU: GELU's tanh form 0.5 x (1 + tanh(sqrt(2/pi)
+  // (x + 0.044715 x^3)))). Whole vectors first, then a scalar tail: callers that split the work
+  // cut it at multiples of 64 so each element takes the same path for any split.
+  void (*silu_gate)(float* gate, const float* up, int64_t n);
+  void (*gelu_tanh_gate)(float* gate, const float* up, int64_t n);
   // Direct (non-softmax) weight rows, e.g. relu^2 or linear attention rows, streamed in pieces
   // into one WeightRowAcc. For the n values a[0..n) (unaligned, any n):
   //   pass 1: c_new = max(acc.c, max_j |a_j|); if c_new > acc.c > 0 rescale: r = acc.c / c_new,

@@ -850,6 +850,36 @@ void relu2_rows(float* x, int64_t n, float scale, float bias, float mul) {
   }
 }
 
+// ---- a gated feed-forward's activations -----------------------------------------------------
+// The vector forms evaluate the scalar formulas below in the same order (the portable build's
+// vexp and vtanh are std::exp and std::tanh: the same bits as the scalar tail there).
+inline float silu_scalar(float x) { return x / (1.0f + std::exp(-x)); }
+inline float gelu_tanh_scalar(float x) {
+  return 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
+void silu_gate(float* gate, const float* up, int64_t n) {
+  const Vec one = Vec::set1(1.0f);
+  int64_t i = 0;
+  for (; i + Vec::W <= n; i += Vec::W) {
+    const Vec x = Vec::loadu(gate + i);
+    (x / (one + vexp(Vec::zero() - x)) * Vec::loadu(up + i)).storeu(gate + i);
+  }
+  for (; i < n; ++i) gate[i] = silu_scalar(gate[i]) * up[i];
+}
+
+void gelu_tanh_gate(float* gate, const float* up, int64_t n) {
+  const Vec half = Vec::set1(0.5f), one = Vec::set1(1.0f), k = Vec::set1(0.7978845608028654f),
+            c = Vec::set1(0.044715f);
+  int64_t i = 0;
+  for (; i + Vec::W <= n; i += Vec::W) {
+    const Vec x = Vec::loadu(gate + i);
+    const Vec t = vtanh(k * (x + c * x * x * x));
+    (half * x * (one + t) * Vec::loadu(up + i)).storeu(gate + i);
+  }
+  for (; i < n; ++i) gate[i] = gelu_tanh_scalar(gate[i]) * up[i];
+}
+
 // ---- streamed statistics of direct weight rows ---------------------------------------------------
 #ifndef ATTN_PORTABLE_MATH
 // log(x) for positive finite x, denormals included: x = m 2^k with m in [sqrt(1/2), sqrt(2)),
@@ -975,6 +1005,8 @@ inline const TileKernels& table(Isa isa) {
                              .unpack_ot = unpack_ot,
                              .gemm = gemm,
                              .relu2_rows = relu2_rows,
+                             .silu_gate = silu_gate,
+                             .gelu_tanh_gate = gelu_tanh_gate,
                              .weight_row_stats = weight_row_stats,
                              .qk_rows = qk_rows,
                              .pv_rows = pv_rows};

@@ -137,16 +137,15 @@ struct Decoder::Impl final : model::LayerRun {
     model::rms_norm(x.data(), step_n, c.dim, c.dim, weight, c.norm_eps, h.data());
   }
   void attention(size_t i) override { attention_block(i, step_n, step_pos); }
-  void swiglu(size_t i) override { gated_feed_forward(i, model::silu); }
-  void geglu(size_t i) override { gated_feed_forward(i, model::gelu_tanh); }
+  void swiglu(size_t i) override { gated_feed_forward(i, model::GateActivation::silu); }
+  void geglu(size_t i) override { gated_feed_forward(i, model::GateActivation::gelu_tanh); }
   // f = (act(h W1^T) ⊙ h W3^T) W2^T
-  template <class Activation>
-  void gated_feed_forward(size_t i, Activation act) {
+  void gated_feed_forward(size_t i, model::GateActivation act) {
     const DecoderConfig& c = w.config;
     const model::LayerWeights& l = w.layers[i];
     const int64_t n = step_n;
     model::matmul_many(h.data(), n, {{&l.w1, gated.data()}, {&l.w3, up.data()}}, threads, isa, activations);
-    for (int64_t j = 0; j < n * c.hidden_dim; ++j) gated[j] = act(gated[j]) * up[j];
+    model::gated_activation(act, gated.data(), up.data(), n * c.hidden_dim, threads, isa);
     model::matmul(gated.data(), n, l.w2, tmp.data(), threads, isa, activations);
   }
   void norm_output(const std::vector<float>& weight) override {

@@ -136,6 +136,17 @@ void matrix_row(const Matrix& w, int64_t r, float* dst, Isa isa) {
   kernels::quant_kernels_for(isa).dequantize_rows(ggml_rows(w, r, 1, buf.data(), &ptr), *w.quant, 1, w.cols, dst, w.cols);
 }
 
+void gated_activation(GateActivation act, float* gate, const float* up, int64_t n, int threads, Isa isa) {
+  const kernels::TileKernels& k = kernels::kernels_for(isa);
+  const auto fn = act == GateActivation::silu ? k.silu_gate : k.gelu_tanh_gate;
+  constexpr int64_t kPiece = 4096;  // a multiple of every vector width: the split never moves the tail
+  const int64_t pieces = (n + kPiece - 1) / kPiece;
+  parallel_for(pieces, resolve_threads(threads, pieces), [&](int64_t p, int) {
+    const int64_t i0 = p * kPiece;
+    fn(gate + i0, up + i0, std::min(kPiece, n - i0));
+  });
+}
+
 void rms_norm(const float* x, int64_t n, int64_t cols, int64_t ld, const std::vector<float>& weight, double eps,
               float* y) {
   for (int64_t i = 0; i < n; ++i) {

@@ -38,10 +38,12 @@ void rms_norm(const float* x, int64_t n, int64_t cols, int64_t ld, const std::ve
 
 inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-// GELU's tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-inline float gelu_tanh(float x) {
-  constexpr float kSqrt2OverPi = 0.7978845608028654f;
-  return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
-}
+
+// A gated feed-forward's activation: SwiGLU's silu or GeGLU's tanh form of GELU.
+enum class GateActivation { silu, gelu_tanh };
+// gate[i] = act(gate[i]) * up[i] for i < n, vectorised (the kernel table's silu_gate and
+// gelu_tanh_gate) and split over threads in pieces of a fixed size: the same bits for any
+// thread count.
+void gated_activation(GateActivation act, float* gate, const float* up, int64_t n, int threads, Isa isa);
 
 }  // namespace attn::model

@@ -220,6 +220,36 @@ TEST(TileKernels, SquaredReluRows) {
   }
 }
 
+// silu_gate, gelu_tanh_gate: act(x) * u against float64 on every ISA, over [-30, 30] (both
+// tanh branches, silu's saturation), 203 values (vectors and a tail); non-finite inputs stay so.
+TEST(TileKernels, GatedActivationsAgainstFloat64) {
+  const int n = 203;
+  std::vector<float> x(n), up(n);
+  for (int i = 0; i < n; ++i) x[i] = -30.0f + 60.0f * static_cast<float>(i) / (n - 1), up[i] = 0.5f + 0.01f * i;
+  x[7] = 0.3f, x[8] = -0.49f, x[9] = 1e-20f;  // the small-|x| tanh series
+  for (Isa isa : supported_isas()) {
+    const TileKernels& k = kernels_for(isa);
+    for (bool gelu : {false, true}) {
+      std::vector<float> y = x;
+      (gelu ? k.gelu_tanh_gate : k.silu_gate)(y.data(), up.data(), n);
+      for (int i = 0; i < n; ++i) {
+        const double v = x[i];
+        const double act = gelu ? 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)))
+                                : v / (1 + std::exp(-v));
+        const double want = act * up[i];
+        // float32 evaluation: a few ulps of the result plus the tanh/exp argument's rounding
+        EXPECT_NEAR(y[i], want, 4e-7 * (std::abs(v) * up[i]) + 1e-30)
+            << isa_name(isa) << (gelu ? " gelu" : " silu") << " x=" << x[i];
+      }
+      std::vector<float> bad = {NAN, INFINITY, NAN, NAN};
+      const std::vector<float> u4 = {1, 1, 1, 1};
+      (gelu ? k.gelu_tanh_gate : k.silu_gate)(bad.data(), u4.data(), 4);
+      EXPECT_TRUE(std::isnan(bad[0])) << isa_name(isa);
+      EXPECT_EQ(bad[1], INFINITY) << isa_name(isa);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace attn::kernels
 
