@@ -134,7 +134,7 @@ struct Decoder::Impl final : model::LayerRun {
   const model::LayerWeights& layer(size_t i) const override { return w.layers[i]; }
   void norm(const std::vector<float>& weight) override {
     const DecoderConfig& c = w.config;
-    model::rms_norm(x.data(), step_n, c.dim, c.dim, weight, c.norm_eps, h.data());
+    model::rms_norm(x.data(), step_n, c.dim, c.dim, weight, c.norm_eps, h.data(), threads);
   }
   void attention(size_t i) override { attention_block(i, step_n, step_pos); }
   void swiglu(size_t i) override { gated_feed_forward(i, model::GateActivation::silu); }
@@ -150,7 +150,7 @@ struct Decoder::Impl final : model::LayerRun {
   }
   void norm_output(const std::vector<float>& weight) override {
     const DecoderConfig& c = w.config;
-    model::rms_norm(tmp.data(), step_n, c.dim, c.dim, weight, c.norm_eps, tmp.data());
+    model::rms_norm(tmp.data(), step_n, c.dim, c.dim, weight, c.norm_eps, tmp.data(), threads);
   }
   void moe(size_t i) override {
     model::moe_forward(h.data(), step_n, w.layers[i].moe, w.config.moe_top_k, tmp.data(), threads, isa, moe_scratch);
@@ -251,8 +251,8 @@ struct Decoder::Impl final : model::LayerRun {
     const TensorView vv = token_major(v.data(), l.kv_heads, n, c.head_dim);
     const TensorView out = token_major(att.data(), c.heads, n, c.head_dim);
     if (!l.q_norm.empty()) {  // per-head RMSNorm: rows of head_dim values
-      model::rms_norm(q.data(), n * c.heads, c.head_dim, c.head_dim, l.q_norm, c.norm_eps, q.data());
-      model::rms_norm(k.data(), n * l.kv_heads, c.head_dim, c.head_dim, l.k_norm, c.norm_eps, k.data());
+      model::rms_norm(q.data(), n * c.heads, c.head_dim, c.head_dim, l.q_norm, c.norm_eps, q.data(), threads);
+      model::rms_norm(k.data(), n * l.kv_heads, c.head_dim, c.head_dim, l.k_norm, c.norm_eps, k.data(), threads);
     }
     if (spec.rope) {
       const Rope rope{spec.rope_theta > 0 ? spec.rope_theta : c.rope_theta, c.rope_style, 0, p, threads};
@@ -304,7 +304,7 @@ struct Decoder::Impl final : model::LayerRun {
       }
     }
     if (spec.lightning) {
-      model::rms_norm(att.data(), n, q_width, q_width, l.out_norm, c.norm_eps, att.data());
+      model::rms_norm(att.data(), n, q_width, q_width, l.out_norm, c.norm_eps, att.data(), threads);
       for (int64_t i = 0; i < n * q_width; ++i) att[i] *= model::sigmoid(gate[i]);
     }
     model::matmul(att.data(), n, l.wo, tmp.data(), threads, isa, activations);
@@ -321,7 +321,7 @@ struct Decoder::Impl final : model::LayerRun {
     step_n = n, step_pos = p;
     for (size_t li = 0; li < c.layers.size(); ++li) arch->run_layer(*this, li);
     if (first >= n) return;
-    model::rms_norm(x.data() + first * c.dim, n - first, c.dim, c.dim, w.final_norm, c.norm_eps, h.data());
+    model::rms_norm(x.data() + first * c.dim, n - first, c.dim, c.dim, w.final_norm, c.norm_eps, h.data(), threads);
     model::matmul(h.data(), n - first, w.output, logits_out, threads, isa, activations);
     if (c.final_softcap > 0) {
       const float cap = static_cast<float>(c.final_softcap);

@@ -148,15 +148,21 @@ void gated_activation(GateActivation act, float* gate, const float* up, int64_t 
 }
 
 void rms_norm(const float* x, int64_t n, int64_t cols, int64_t ld, const std::vector<float>& weight, double eps,
-              float* y) {
-  for (int64_t i = 0; i < n; ++i) {
+              float* y, int threads) {
+  auto norm_row = [&](int64_t i) {
     const float* xi = x + i * ld;
     double ss = 0;
     for (int64_t c = 0; c < cols; ++c) ss += static_cast<double>(xi[c]) * xi[c];
     const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(cols) + eps));
     float* yi = y + i * ld;
     for (int64_t c = 0; c < cols; ++c) yi[c] = xi[c] * inv * weight[static_cast<size_t>(c)];
-  }
+  };
+  constexpr int64_t kRowValues = 16384;  // values per work item: small norms stay on the caller
+  const int64_t per_item = std::max<int64_t>(1, kRowValues / std::max<int64_t>(cols, 1));
+  const int64_t items = (n + per_item - 1) / per_item;
+  parallel_for(items, resolve_threads(threads, items), [&](int64_t item, int) {
+    for (int64_t i = item * per_item; i < std::min(n, (item + 1) * per_item); ++i) norm_row(i);
+  });
 }
 
 }  // namespace attn::model

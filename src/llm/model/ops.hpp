@@ -32,9 +32,10 @@ void matmul_many(const float* x, int64_t n, const std::vector<Product>& products
 // dst[c] = W[r][c] for c < W.cols (an embedding lookup).
 void matrix_row(const Matrix& w, int64_t r, float* dst, Isa isa);
 
-// y[i] = x[i] / sqrt(mean(x^2) + eps) * weight, per row of `cols` values (n rows, stride ld).
+// y[i] = x[i] / sqrt(mean(x^2) + eps) * weight, per row of `cols` values (n rows, stride ld);
+// rows split over `threads` (each row summed alone: the same bits for any count).
 void rms_norm(const float* x, int64_t n, int64_t cols, int64_t ld, const std::vector<float>& weight, double eps,
-              float* y);
+              float* y, int threads = 1);
 
 inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
