@@ -25,25 +25,48 @@ struct DemoArgs {
   int64_t n = 512, d = 64, heads = 8;
   int threads = 0;
   harness::Filter filter;
-  std::string model;  // a GGUF language model: the real-model section
+  std::vector<std::string> models;  // GGUF language models: a real-model section each
 };
 
 // A real language model answering one question with exact attention and with short windows, so
-// what a mechanism does to a model's text is seen, not only its error on random data.
-void model_section(const DemoArgs& a) {
-  const char* question = "Explain in two sentences why the sky is blue.";
-  fmt::print("\nA real model through attn: {}\nQ: {}\n", a.model, question);
-  for (const char* mechanism : {"softmax:causal", "softmax:causal,window=15:0,sinks=4", "softmax:causal,window=15:0"}) {
-    TextModel m({a.model, "q4_1", mechanism, a.threads, 1024});
-    const std::vector<int32_t> prompt = m.tokenizer().encode(m.tokenizer().chat_prompt({{"user", question}}, true), true);
-    fmt::print("\n[{}]\n", mechanism);
+// what a mechanism does to a model's text is seen, not only its error on random data. A model
+// trained with sliding-window layers (Gemma 3) runs as trained, with every layer global, and with
+// the short window everywhere; a model without a chat template continues a sentence instead.
+void model_section(const std::string& path, int threads) {
+  const TextModel as_trained({path, "q4_1", "", threads, 1024});
+  const std::vector<DecoderLayerSpec>& layers = as_trained.decoder().config().layers;
+  const int64_t local = std::count_if(layers.begin(), layers.end(), [](const DecoderLayerSpec& l) { return l.local; });
+  const bool chat = as_trained.tokenizer().has_chat_template();
+  const std::string question = chat ? "Explain in two sentences why the sky is blue." : "Once upon a time";
+  fmt::print("\nA real model through attn: {}\n{}: {}\n", path, chat ? "Q" : "Continue", question);
+  if (local)
+    fmt::print("Trained with {} sliding-window layers and {} global ones: run as trained, with every layer global,\n"
+               "and with a window of 16 keys + 4 sinks everywhere.\n", local, static_cast<int64_t>(layers.size()) - local);
+  const std::vector<std::pair<std::string, std::string>> runs =
+      local ? std::vector<std::pair<std::string, std::string>>{{"", "as trained"},
+                                                               {"softmax:causal", "every layer global"},
+                                                               {"softmax:causal,window=15:0,sinks=4", ""}}
+            : std::vector<std::pair<std::string, std::string>>{{"softmax:causal", ""},
+                                                               {"softmax:causal,window=15:0,sinks=4", ""},
+                                                               {"softmax:causal,window=15:0", ""}};
+  for (const auto& [mechanism, label] : runs) {
+    TextModel m({path, "q4_1", mechanism, threads, 1024});
+    const std::vector<int32_t> prompt =
+        m.prompt_ids(chat ? m.tokenizer().chat_prompt({{"user", question}}, true) : question);
+    fmt::print("\n[{}]\n", label.empty() ? mechanism : label + (mechanism.empty() ? "" : ": " + mechanism));
     std::fflush(stdout);
     ReplyStats stats;
     m.reply(prompt, 60, {}, [](const std::string& piece) { fmt::print("{}", piece), std::fflush(stdout); }, stats);
     fmt::print("\n  ({})\n", m.stats_line(stats));
   }
-  fmt::print("\nExact attention answers; a window of 16 keys plus 4 attention sinks keeps much of it; the same\n"
-             "window without sinks loses the thread. `attn eval-ppl` measures this as perplexity.\n");
+  if (local)
+    fmt::print("\nA sliding-window layer's cache is allocated once for its window (here, after a few dozen tokens,\n"
+               "the larger part) and stays that size at any context, where a global layer's grows by its bytes per\n"
+               "token. What each choice costs over thousands of tokens: `attn eval-ppl --model {}` and\n"
+               "`python -m attn.lab gemma` (perplexity as trained, all local, all global).\n", path);
+  else
+    fmt::print("\nExact attention answers; a window of 16 keys plus 4 attention sinks keeps much of it; the same\n"
+               "window without sinks loses the thread. `attn eval-ppl` measures this as perplexity.\n");
 }
 
 // Mean sparsity and mean effective keys (exp of the entropy) over the rows of the call, from its
@@ -151,7 +174,7 @@ int run(const DemoArgs& a) {
              "rows are, streamed out of the call (return_stats): mean sparsity E|a|/sqrt(E a^2) (1 = even,\n"
              "1/sqrt(n) = one key) and mean effective keys exp(entropy) per row (docs/concentration.md).\n");
   failed += gradients_section(cases, a.filter, a.threads, mw);
-  if (!a.model.empty()) model_section(a);
+  for (const std::string& model : a.models) model_section(model, a.threads);
   return failed ? 1 : 0;
 }
 
@@ -164,8 +187,9 @@ Runner add_demo(CLI::App& app) {
   c->add_option("-d,--head-dim", args->d, "Head dimension")->capture_default_str()->check(in_range(1, 1024));
   c->add_option("--heads", args->heads, "Query heads")->capture_default_str()->check(in_range(1, 256));
   c->add_option("--threads", args->threads, "Threads (0 = all cores)")->capture_default_str()->check(in_range(0, 256));
-  c->add_option("--model", args->model,
-                "Also run a GGUF language model with exact and windowed attention: a file, or a name (attn models)")
+  c->add_option("--model", args->models,
+                "Also run a GGUF language model with exact and windowed attention: a file, or a name (attn models); "
+                "repeatable")
       ->transform(model_file());
   add_filter_options(c, args->filter);
   return [args] { return run(*args); };

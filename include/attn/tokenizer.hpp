@@ -108,6 +108,9 @@ class Tokenizer {
   // turn when the first message is not a system message. Throws when the file has no chat
   // template or one that is not ChatML.
   std::string chat_prompt(const std::vector<ChatMessage>& messages, bool add_generation_prompt = true) const;
+  // Whether the file carries a chat template (an instruction-tuned model, as a rule); a base
+  // model's file has none, though chat_prompt may still write its family's turns (Gemma).
+  bool has_chat_template() const;
 
   // The Unicode version of the character classes ("16.0.0").
   static const char* unicode_version();

@@ -167,3 +167,24 @@ def test_cli_eval_ppl_scores_the_model_as_trained(gguf_file, ours, tmp_path):
     assert abs(rows["as-trained"]["perplexity"] - want) <= 1e-4 * want, (rows, want)
     assert rows["softmax:causal"]["perplexity"] != rows["as-trained"]["perplexity"]
     assert rows["as-trained"]["kv_ratio"] < 0.99  # the local layers' caches are bounded
+
+
+def test_cli_demo_runs_gemma_as_trained_all_global_and_windowed(gguf_file):
+    # attn demo --model GEMMA: a base model (no chat template) continues a sentence as trained,
+    # with every layer global and with a 16-key window everywhere; each stats line shows its caches
+    import re
+    p = subprocess.run([str(cli_path()), "demo", "--op", "softmax", "--form", "reference", "-n", "16",
+                        "--model", str(gguf_file)], capture_output=True, text=True, timeout=HANG_SECONDS)
+    assert p.returncode == 0, p.stderr
+    assert "Trained with 15 sliding-window layers and 3 global ones" in p.stdout
+    assert "Continue: Once upon a time" in p.stdout
+    runs = re.findall(r"\n\[([^\]\n]*)\]\n(.*?)\n  \((prefill .*?)\)\n", p.stdout, re.S)
+    assert [r[0] for r in runs] == ["as trained", "every layer global: softmax:causal",
+                                    "softmax:causal,window=15:0,sinks=4"], runs
+    trained, everywhere, windowed = (r[2] for r in runs)
+    assert "KV 3 layers" in trained and "bounded KV (window/chunk) 15 layers" in trained
+    assert "KV 18 layers" in everywhere and "bounded" not in everywhere
+    assert "bounded KV (window/chunk) 18 layers x 51 rows" in windowed
+    # as trained, the demo's text is the model's greedy continuation (the file's matrices as stored)
+    stored = attn.load_model(gguf_file, max_seq_len=1024)
+    assert runs[0][1] == stored.generate("Once upon a time", max_tokens=60), runs[0][1]

@@ -269,6 +269,8 @@ std::string Tokenizer::chat_prompt(const std::vector<ChatMessage>& messages, boo
   return s_->chat->render(messages, add_generation_prompt);
 }
 
+bool Tokenizer::has_chat_template() const { return s_->chat.has_value(); }
+
 const char* Tokenizer::unicode_version() { return tokenizer::unicode_version(); }
 
 }  // namespace attn
