@@ -106,3 +106,30 @@ def test_decode_round_trips(ours, hf):
 def test_special_tokens_as_plain_text(ours):
     ids = ours.encode("<start_of_turn>", special=False)
     assert 105 not in ids and ours.decode(ids) == "<start_of_turn>"
+
+
+def mixed_megabyte():
+    """More than 1 MB of mixed UTF-8 text, the same on every machine: Python's own documentation
+    (English prose), the source of a few standard modules (code, indentation and blank-line runs),
+    random CJK, emoji, whitespace and control-token pieces, and the turn markers written as text."""
+    import argparse
+    import inspect
+    import typing
+
+    import pydoc_data.topics
+    topics = pydoc_data.topics.topics
+    docs = ["\n".join(topics[k] for k in sorted(topics))]
+    docs += [inspect.getsource(m) for m in (argparse, inspect, typing)]
+    docs += random_texts(4000, seed=3)
+    rng = random.Random(4)
+    docs += ["<start_of_turn>user\n" + rng.choice(TEXTS) + "<end_of_turn>\n<start_of_turn>model\n" for _ in range(500)]
+    return docs
+
+
+def test_ids_equal_hugging_face_over_a_megabyte_of_mixed_text(ours, hf):
+    docs = mixed_megabyte()
+    assert sum(len(d.encode("utf-8")) for d in docs) > 1_000_000
+    # whole documents (up to ~1 MB each), and pieces of 2000 characters (cuts inside words, CJK, emoji)
+    pieces = docs + [d[i:i + 2000] for d in docs[:4] for i in range(0, len(d), 2000)]
+    mismatches = [p for p in pieces if ours.encode(p) != hf(p, add_special_tokens=False)["input_ids"]]
+    assert not mismatches, f"{len(mismatches)} of {len(pieces)} pieces differ; first: {mismatches[0][:200]!r}"
