@@ -5,7 +5,7 @@ Run from the repository root: python3 tests/fuzz/make_seeds.py. Every seed is sm
 bytes, the fuzzers' -max_len) and deterministic; the files are committed, this script says how
 they were made. GGUF seeds: a whole llama model of one block (F32 and F16) so that the fuzzer
 reaches the decoder-config path, the same with a block_count of 10^8 or 2^63 and a context of
-2^50, metadata arrays of arrays nested three deep, and counts, lengths and dimensions near
+2^50, one tensor of each Q5 and K-quant type, metadata arrays of arrays nested three deep, and counts, lengths and dimensions near
 2^63 / 2^64. Safetensors seeds: a header length of 2^63, a shape nested 200 deep, shapes and
 offsets near 2^64, and decoder configs whose sizes overflow or exceed any machine.
 """
@@ -65,6 +65,20 @@ def llama(block_count=1, context=16, ggml_type=0, blocks=1):
     return gguf(kvs, tensors, data)
 
 
+def quant_tensors():
+    """One tensor of 256 values of each block type attn decodes beyond Q4_0/Q4_1/Q8_0 (Q5_0, Q5_1,
+    Q4_K, Q5_K, Q6_K), deterministic bytes, and a Q4_K block whose float16 scale is infinite."""
+    types = {"q5_0": (6, 22 * 8), "q5_1": (7, 24 * 8), "q4_k": (12, 144), "q5_k": (13, 176), "q6_k": (14, 210)}
+    tensors, data = [], b""
+    for name, (ggml_type, size) in types.items():
+        tensors.append(tensor(name, [256], ggml_type, len(data)))
+        data += bytes((i * 37 + ggml_type) % 251 for i in range(size))
+        data += b"\0" * (-len(data) % 32)
+    tensors.append(tensor("q4_k_inf_scale", [256], 12, len(data)))
+    data += b"\x00\x7c" + bytes(range(142))  # d = +inf
+    return gguf([kv("general.architecture", STR, s("none"))], tensors, data)
+
+
 def nested_array(depth, count):
     """An array whose elements are arrays ... (depth levels), each level claiming `count` items."""
     inner = struct.pack("<IQ", U32, 1) + struct.pack("<I", 7)
@@ -80,6 +94,7 @@ GGUF_SEEDS = {
     "llama_block_count_2e63.gguf": llama(block_count=2**63),
     "llama_block_count_0.gguf": llama(block_count=0),
     "llama_context_2e50.gguf": llama(context=2**50),
+    "quant_tensors.gguf": quant_tensors(),
     "arrays_of_arrays.gguf": gguf([kv("a.nested", ARR, nested_array(3, 2))]),
     "arrays_of_arrays_huge.gguf": gguf([kv("a.nested", ARR, nested_array(3, 2**62))]),
     "array_count_2e63.gguf": gguf([kv("a.big", ARR, struct.pack("<IQ", U32, 2**63) + b"\1\0\0\0")]),
