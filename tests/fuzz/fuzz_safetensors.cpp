@@ -20,7 +20,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (const auto it = f.metadata().find("attn.decoder"); it != f.metadata().end()) {
       const attn::DecoderConfig c = attn::DecoderConfig::from_json(it->second, "fuzz");
       c.validate();
-      attn::model::memory_need(c, 2, "fuzz");
+      attn::model::memory_need(c, 64, "fuzz");
     }
   } catch (const attn::Error&) {
   }

@@ -408,7 +408,8 @@ Decoder Decoder::from_safetensors(const std::string& path, int threads, const st
 Decoder Decoder::from_gguf(const std::string& path, const GgufLoadOptions& options) try {
   auto file = std::make_shared<const GgufFile>(GgufFile::open(path));
   const DecoderConfig config = model::gguf_config(*file, options.max_seq_len);
-  model::check_memory_need(config, options.dequantize ? int64_t{sizeof(float)} : 0, path);
+  // dequantized: float32; else packed copies and decode-only types converted to Q8_0 blocks
+  model::check_memory_need(config, options.dequantize ? 128 : 34, path);
   const bool repack = options.repack && options.activations != "f32";
   Decoder d(std::make_unique<Impl>(model::load_gguf_weights(std::move(file), config, options.dequantize, repack),
                                    options.threads));
@@ -423,7 +424,7 @@ Decoder Decoder::random(const DecoderConfig& config, uint64_t seed, DType dtype,
   config.validate();
   if (dtype != DType::f32 && dtype != DType::bf16 && dtype != DType::f16)
     fail("random weights", "dtype must be float32, bfloat16 or float16, got " + dtype_name(dtype));
-  model::check_memory_need(config, static_cast<int64_t>(dtype_size(dtype)), "random decoder");
+  model::check_memory_need(config, 32 * static_cast<int64_t>(dtype_size(dtype)), "random decoder");
   return Decoder(std::make_unique<Impl>(model::random_weights(config, seed, dtype, threads), threads));
 } catch (const std::bad_alloc&) {
   fail("random decoder", "out of memory while making the decoder");

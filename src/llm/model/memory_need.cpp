@@ -52,12 +52,14 @@ void SizeCheck::overflow() const {
   fail(where_, std::string("the ") + what_ + " of this decoder overflow 64-bit byte counts (" + sizes_text(c_) + ")");
 }
 
-MemoryNeed memory_need(const DecoderConfig& c, int64_t matrix_bytes, const std::string& where) {
+MemoryNeed memory_need(const DecoderConfig& c, int64_t bytes_per_32, const std::string& where) {
   Bytes w(c, where, "weights"), s(c, where, "run state");
+  // the bytes of `values` matrix values, rounded up
+  auto matrix_bytes = [&](int64_t values) { return w.size().add(w.mul(values, bytes_per_32), 31) / 32; };
   const int64_t f = sizeof(float), q_out = w.mul(c.heads, c.head_dim);
   // weights: matrices (held in memory unless mapped) and float32 norm vectors (always copied)
-  w.add(c.vocab_size, c.dim, matrix_bytes);
-  if (!c.tied_embeddings) w.add(c.vocab_size, c.dim, matrix_bytes);
+  w.add(matrix_bytes(w.mul(c.vocab_size, c.dim)));
+  if (!c.tied_embeddings) w.add(matrix_bytes(w.mul(c.vocab_size, c.dim)));
   w.add(c.dim, f);
   // run state: one step's activations and logits
   const int64_t step = std::min(kStepTokens, c.max_seq_len);
@@ -70,7 +72,7 @@ MemoryNeed memory_need(const DecoderConfig& c, int64_t matrix_bytes, const std::
     const DecoderLayerSpec& l = c.layers[i];
     const int64_t kv_out = w.mul(l.lightning ? c.heads : c.kv_heads, c.head_dim);
     const WeightCount layer = arch.layer_weight_count(c, i, w.size());  // the architecture's tensors
-    w.add(layer.matrix, matrix_bytes), w.add(layer.vector, f);
+    w.add(matrix_bytes(layer.matrix)), w.add(layer.vector, f);
     // a KV cache of max_seq_len rows (fewer when the mechanism looks back a bounded distance);
     // a state's size does not grow with the sequence and is left out
     const MechanismInfo facts = info(l.mechanism);
@@ -93,8 +95,8 @@ int64_t memory_limit() {
   return __builtin_mul_overflow(static_cast<int64_t>(pages), static_cast<int64_t>(page), &bytes) ? INT64_MAX : bytes;
 }
 
-void check_memory_need(const DecoderConfig& c, int64_t matrix_bytes, const std::string& where) {
-  const MemoryNeed need = memory_need(c, matrix_bytes, where);
+void check_memory_need(const DecoderConfig& c, int64_t bytes_per_32, const std::string& where) {
+  const MemoryNeed need = memory_need(c, bytes_per_32, where);
   const int64_t limit = memory_limit();
   if (need.weights > limit || need.state > limit - need.weights)
     fail(where, "this decoder needs " + std::to_string(need.weights) + " bytes of weights and " +

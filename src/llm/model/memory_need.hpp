@@ -31,19 +31,20 @@ class SizeCheck {
 };
 
 struct MemoryNeed {
-  int64_t weights = 0;  // bytes of weights made or converted in memory (0 for mapped matrices)
+  int64_t weights = 0;  // bytes of weights made, packed or converted in memory (0 for mapped matrices)
   int64_t state = 0;    // activations, logits and KV caches for max_seq_len positions
 };
 
-// matrix_bytes: bytes per matrix element held in memory (random weights: the dtype's size;
-// dequantized GGUF: 4), 0 when matrices are read in place from a mapped file. Throws Error from
-// `where` naming the config's sizes when a size overflows 64 bits.
-MemoryNeed memory_need(const DecoderConfig& config, int64_t matrix_bytes, const std::string& where);
+// bytes_per_32: bytes held in memory per 32 matrix values (random weights: 32 x the dtype's size;
+// dequantized GGUF: 128; quantized GGUF: 34, the most a packed or Q8_0-converted block takes), 0
+// when matrices are read in place from a mapped file. Throws Error from `where` naming the
+// config's sizes when a size overflows 64 bits.
+MemoryNeed memory_need(const DecoderConfig& config, int64_t bytes_per_32, const std::string& where);
 
 // The bound every decoder is checked against: this machine's physical memory.
 int64_t memory_limit();
 
 // memory_need, refused (Error from `where`, naming the sizes) above memory_limit().
-void check_memory_need(const DecoderConfig& config, int64_t matrix_bytes, const std::string& where);
+void check_memory_need(const DecoderConfig& config, int64_t bytes_per_32, const std::string& where);
 
 }  // namespace attn::model

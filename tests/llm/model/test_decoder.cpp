@@ -12,6 +12,7 @@
 #include "attn/attn.hpp"
 #include "attn/model.hpp"
 #include "attn/safetensors.hpp"
+#include "model/memory_need.hpp"
 #include "support/expect_error.hpp"
 
 namespace attn {
@@ -405,6 +406,22 @@ TEST(Decoder, AbsurdSizesAreRefusedNamingThemBeforeAnythingIsAllocated) {
   // a bounded cache does not grow with max_seq_len: a windowed model of a huge context is fine
   DecoderConfig windowed = small_config(DecoderConfig::softmax_layers(2, parse_mechanism("softmax:causal,window=15:0")), int64_t{1} << 50);
   EXPECT_NO_THROW(Decoder::random(windowed, 1));
+}
+
+// The weights a decoder holds in memory, per 32 matrix values: none when mapped, a packed or
+// Q8_0-converted block's 34 bytes for a quantized GGUF (counted: the check once took them as
+// mapped), 128 dequantized; the float32 norm vectors always.
+TEST(Decoder, MemoryNeedCountsPackedAndConvertedMatrices) {
+  const DecoderConfig c = small_config(DecoderConfig::softmax_layers(2, parse_mechanism("softmax:causal")));
+  const int64_t mapped = model::memory_need(c, 0, "t").weights;
+  const int64_t packed = model::memory_need(c, 34, "t").weights, dense = model::memory_need(c, 128, "t").weights;
+  int64_t values = c.vocab_size * c.dim * (c.tied_embeddings ? 1 : 2);
+  for (size_t i = 0; i < c.layers.size(); ++i)
+    values += c.dim * (c.heads * c.head_dim) * 2 + c.dim * (c.kv_heads * c.head_dim) * 2 + 3 * c.dim * c.hidden_dim;
+  EXPECT_EQ(dense - mapped, 4 * values);
+  EXPECT_GE(packed - mapped, values * 34 / 32);
+  EXPECT_LE(packed - mapped, values * 34 / 32 + 3);  // each of the three sums rounded up
+  EXPECT_EQ(model::memory_need(c, 32 * 2, "t").weights - mapped, 2 * values);  // random bf16 weights
 }
 
 // A llama GGUF of `blocks` blocks of F32 tensors (dim 4, one head, hidden 4, vocab 3) whose
