@@ -98,9 +98,10 @@ Runner add_chat(CLI::App& app) {
   c->add_option("--global-mechanism", a->model.global_mechanism, "Attention of the layers trained with every key");
   c->add_option("--dtype", a->model.dtype, "q4_1: as stored; f32: dequantized once")->capture_default_str()->check(CLI::IsMember({"q4_1", "f32"}));
   c->add_option("--activations", a->model.activations,
-                "Decode steps with quantized matrices: q8 (integer dot products on 8-bit inputs), f32, auto = q8")
+                "Products with quantized matrices: q8 (integer dot products on 8-bit inputs, prompts and decode), "
+                "q8-decode (float panels for prompts), f32, auto = q8")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "q8", "f32"}));
+      ->check(CLI::IsMember({"auto", "q8", "q8-decode", "f32"}));
   c->add_option("--cache-type", a->model.cache_type, "KV cache storage: f32, f16 (half the bytes), bf16 or int8 (8-bit rows with a scale each)")
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "f16", "bf16", "int8"}));

@@ -338,10 +338,11 @@ Runner add_generate(CLI::App& app) {
   c->add_option("--dtype", a->dtype, "q4_1: matrices as stored in the file; f32: dequantized once at load (--model)")
       ->capture_default_str()->check(CLI::IsMember({"q4_1", "f32"}));
   c->add_option("--activations", a->activations,
-                "Decode steps with quantized matrices: q8 (inputs rounded to 8 bits, integer dot products, as "
-                "llama.cpp), f32 (float inputs), auto = q8 (--model)")
+                "Products with quantized matrices: q8 (inputs rounded to 8 bits per block of 32, integer dot "
+                "products, as llama.cpp's decode; prompts too), q8-decode (q8 for decode steps, float panels for "
+                "prompts), f32 (float inputs), auto = q8 (--model)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "q8", "f32"}));
+      ->check(CLI::IsMember({"auto", "q8", "q8-decode", "f32"}));
   c->add_option("--cache-type", a->cache_type,
                 "KV cache storage: f32, f16 (half the bytes per token of context, llama.cpp's default), bf16, or "
                 "int8 (each row of K and V rounded to 8 bits with a scale: about a quarter of f32's bytes) (--model)")

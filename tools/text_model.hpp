@@ -20,7 +20,7 @@ struct TextModelOptions {
   std::string mechanism;       // every layer's; empty: the file's (exact softmax; Gemma 3's local layers a window)
   int threads = 0;
   int64_t max_context = 4096;
-  std::string activations = "auto";  // decode steps: f32, q8 or auto (Decoder::set_activations)
+  std::string activations = "auto";  // f32, q8, q8-decode or auto (Decoder::set_activations)
   std::string cache_type = "f32";    // the KV caches: f32, f16 or bf16
   bool repack = true;                // quantized matrices packed at load (GgufLoadOptions::repack)
   // the layers of one kind (DecoderLayerSpec::local: trained with a sliding window, or not); empty: as above

@@ -133,7 +133,7 @@ struct GgufLoadOptions {
   // true: dequantized to float32 once at load ("--dtype f32").
   bool dequantize = false;
   int64_t max_seq_len = 0;  // positions of context the caches hold; 0: the model's context length
-  std::string activations = "auto";  // decode steps' products: "f32", "q8" or "auto" (set_activations)
+  std::string activations = "auto";  // products with quantized matrices: "f32", "q8", "q8-decode" or "auto" (set_activations)
   DType cache_dtype = DType::f32;     // the KV caches' storage (set_cache_dtype)
   // Q4_0/Q4_1/Q8_0 matrices packed once at load in groups of 16 rows, the layout decode's integer
   // dot products read fastest (unless activations is "f32", which reads the blocks in place);
@@ -225,12 +225,15 @@ class Decoder {
   void set_mechanism(int64_t layer, const Mechanism& mechanism);
   // Sets the forced attention form ("reference", ...; empty: the engine's choice) and threads.
   void set_attention_form(const std::string& form);
-  // How decode steps (fewer than 16 tokens) multiply with block-quantized matrices: "f32" (the
-  // weights dequantized in registers against float activations) or "q8" (activations rounded to
-  // 8 bits per block of 32, integer dot products, as llama.cpp); "auto" (the default): q8 on
-  // every CPU (measured faster on all, docs/performance.md). Float weights ignore it. Any time.
+  // How products with block-quantized matrices multiply: "f32" (float activations against the
+  // weights dequantized: in registers for decode steps, into float panels for prompts), "q8"
+  // (activations rounded to 8 bits per block of 32 and integer dot products, as llama.cpp's
+  // decode, for prompts and decode steps alike: a prompt's logits equal its tokens decoded one by
+  // one), or "q8-decode" (q8 for decode steps of fewer than 16 tokens, float panels for
+  // prompts); "auto" (the default): q8 on every CPU (measured faster on all, perplexity within
+  // 0.3 % of the float prompt path, docs/performance.md). Float weights ignore it. Any time.
   void set_activations(const std::string& activations);
-  // "f32" or "q8": what decode steps use.
+  // "f32", "q8" or "q8-decode": what is in use.
   std::string activations() const;
   // The KV caches' storage: float32 (the default), float16 (llama.cpp's default cache) or
   // bfloat16 (attention then takes the queries rounded to it too), or int8: each row of K and V

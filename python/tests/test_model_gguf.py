@@ -182,11 +182,12 @@ def test_smollm2_q4_1_as_stored_agrees_with_f32(smollm2):
 @pytest.mark.parametrize("tied", [True, False])
 def test_tiny_gguf_packed_matrices_give_the_products_of_the_blocks_in_place(tmp_path, tied):
     """Quantized matrices packed in 16-row groups at load (the default) against the file's blocks
-    read in place: prefill and float-activation steps multiply the same rows rebuilt (the same
-    bits); 8-bit steps the same integer dots, their block terms summed in another order."""
+    read in place: float prefill (q8-decode) and float-activation steps multiply the same rows
+    rebuilt (the same bits); 8-bit steps the same integer dots, their block terms summed in another
+    order."""
     write_tiny_llama(tmp_path / "tiny.gguf", tied=tied)
     tokens = [int(t) for t in np.random.default_rng(2).integers(0, 96, 40)]
-    packed, in_place = (_attn.Decoder.from_gguf(str(tmp_path / "tiny.gguf"), 0, False, 64, "q8", "f32", repack)
+    packed, in_place = (_attn.Decoder.from_gguf(str(tmp_path / "tiny.gguf"), 0, False, 64, "q8-decode", "f32", repack)
                         for repack in (True, False))
     full = packed.forward(tokens, 0, True)
     assert np.array_equal(full, in_place.forward(tokens, 0, True))
@@ -303,7 +304,7 @@ def test_perplexity_with_windows_and_sinks(model):
 def test_load_model_errors(smollm2, tmp_path):
     with pytest.raises(ValueError, match=r"dtype: expected None \(as stored\) or 'f32', got 'int8'"):
         attn.load_model(smollm2, dtype="int8")
-    with pytest.raises(ValueError, match="activations: expected 'auto', 'q8' or 'f32', got 'int4'"):
+    with pytest.raises(ValueError, match="activations: expected 'auto', 'q8', 'q8-decode' or 'f32', got 'int4'"):
         attn.load_model(smollm2, activations="int4")
     assert attn.load_model(smollm2, max_seq_len=32, activations="f32").activations == "f32"
     assert attn.load_model(smollm2, max_seq_len=32).activations == "q8"

@@ -461,11 +461,13 @@ def load_model(path: Optional[str] = None, dtype: Optional[str] = None, *, mecha
     (``model.architecture``; ``model.layer_kinds`` says which layers are local or global).
     ``mechanism`` may be a dict keyed by layer kind, as in :meth:`Model.logits`. ``mechanism``: the default attention of every layer (a causal
     mechanism text; None: exact softmax). ``max_seq_len``: positions the KV caches hold (memory
-    becomes resident only as the context grows). ``activations``: how decode steps multiply with
-    quantized matrices: ``"q8"`` (inputs rounded to 8 bits per block of 32 and integer dot
-    products, as llama.cpp does), ``"f32"`` (float inputs against the weights dequantized in
-    registers), ``"auto"`` (q8: faster on every CPU measured, docs/performance.md). Prefill and
-    float matrices are unaffected; ``model.activations`` says which is in use. ``cache_dtype``:
+    becomes resident only as the context grows). ``activations``: how products with quantized
+    matrices multiply: ``"q8"`` (inputs rounded to 8 bits per block of 32 and integer dot
+    products, as llama.cpp's decode does, for prompts and decode steps alike), ``"q8-decode"`` (q8
+    for decode steps, float panels for prompts), ``"f32"`` (float inputs against the weights
+    dequantized), ``"auto"`` (q8: faster on every CPU measured, perplexity within 0.3 % of the
+    float prompt path, docs/performance.md). Float matrices are unaffected; ``model.activations``
+    says which is in use. ``cache_dtype``:
     the KV caches' storage, ``"f32"``, ``"f16"`` (half the bytes a long context reads per token,
     as llama.cpp's default cache), ``"bf16"`` or ``"int8"`` (each row of K and V rounded to 8
     bits with a float32 scale: about a quarter of float32's bytes, as llama.cpp's ``q8_0`` cache;
@@ -488,8 +490,8 @@ def load_model(path: Optional[str] = None, dtype: Optional[str] = None, *, mecha
     threads = _args.integer(threads, "threads", -2**31, 2**31 - 1)  # C++ int; its range is checked there
     max_seq_len = _args.integer(max_seq_len, "max_seq_len")
     a = _args.text(activations, "activations").lower()
-    if a not in ("auto", "q8", "f32"):
-        raise ValueError(f"activations: expected 'auto', 'q8' or 'f32', got {activations!r}")
+    if a not in ("auto", "q8", "q8-decode", "f32"):
+        raise ValueError(f"activations: expected 'auto', 'q8', 'q8-decode' or 'f32', got {activations!r}")
     cd = _args.text(cache_dtype, "cache_dtype").lower()
     if cd not in ("f32", "f16", "bf16", "int8"):
         raise ValueError(f"cache_dtype: expected 'f32', 'f16', 'bf16' or 'int8', got {cache_dtype!r}")

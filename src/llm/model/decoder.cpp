@@ -103,7 +103,7 @@ struct Decoder::Impl final : model::LayerRun {
   int threads = 0;
   Isa isa = active_isa();
   std::string form;
-  model::Activations activations = model::Activations::q8;  // decode-sized products ("auto": set_activations)
+  model::Activations activations = model::Activations::q8;  // products with quantized matrices ("auto": set_activations)
   DType cache_dtype = DType::f32;  // KV caches (set_cache_dtype)
   bool full_caches = false;  // every KV layer keeps every row (set_full_caches)
   int64_t pos = 0;
@@ -500,7 +500,8 @@ void Decoder::set_attention_form(const std::string& form) {
 void Decoder::set_activations(const std::string& activations) {
   if (activations == "f32") impl_->activations = model::Activations::f32;
   else if (activations == "q8" || activations == "auto") impl_->activations = model::Activations::q8;
-  else fail("activations", "expected 'f32', 'q8' or 'auto', got '" + activations + "'");
+  else if (activations == "q8-decode") impl_->activations = model::Activations::q8_decode;
+  else fail("activations", "expected 'f32', 'q8', 'q8-decode' or 'auto', got '" + activations + "'");
 }
 
 void Decoder::set_cache_dtype(DType dtype) {
@@ -516,7 +517,14 @@ void Decoder::set_cache_dtype(DType dtype) {
 
 DType Decoder::cache_dtype() const { return impl_->cache_dtype; }
 
-std::string Decoder::activations() const { return impl_->activations == model::Activations::q8 ? "q8" : "f32"; }
+std::string Decoder::activations() const {
+  switch (impl_->activations) {
+    case model::Activations::q8: return "q8";
+    case model::Activations::q8_decode: return "q8-decode";
+    case model::Activations::f32: break;
+  }
+  return "f32";
+}
 
 void Decoder::reset() {
   // Recurrent states restart from zero; cache rows past the position are never read (and are

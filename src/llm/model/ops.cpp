@@ -71,7 +71,9 @@ void matmul_tiles(const float* x, int64_t n, const Matrix& w, float* y, int t, c
 
 // Few input rows (decode): blocks of 64 weight rows against blocks of 16 input rows, four input
 // rows sharing each weight-row load; quantized rows are dequantized in registers (or multiplied
-// as integers with 8-bit inputs). From 16 input rows on, matmul_tiles.
+// as integers with 8-bit inputs). From 16 input rows on, matmul_tiles, except quantized rows with
+// q8 activations: the integer products serve any number of input rows (each output summed in the
+// same order as for one row, so a prompt's rows equal its tokens decoded one at a time).
 void matmul(const float* x, int64_t n, const Matrix& w, float* y, int threads, Isa isa, Activations activations) {
   matmul_many(x, n, {{&w, y}}, threads, isa, activations);
 }
@@ -81,25 +83,31 @@ void matmul_many(const float* x, int64_t n, const std::vector<Product>& products
   constexpr int64_t kRowsOfX = 16;
   const kernels::TileKernels& k = kernels::kernels_for(isa);
   const kernels::QuantKernels& qk = kernels::quant_kernels_for(isa);
-  if (n >= kRowsOfX) {
-    for (const Product& p : products) {
-      const int64_t blocks = (p.w->rows + kRowsOfW - 1) / kRowsOfW;
-      matmul_tiles(x, n, *p.w, p.y, resolve_threads(threads, blocks), k, qk);
+  const bool prompt = n >= kRowsOfX;
+  const bool integer = activations == Activations::q8 || (activations == Activations::q8_decode && !prompt);
+  // Products of the rows path below: every one for decode, the integer ones for a prompt.
+  thread_local std::vector<Product> rows_path;
+  rows_path.clear();
+  for (const Product& p : products) {
+    if (!prompt || (p.w->quant && integer)) {
+      rows_path.push_back(p);
+      continue;
     }
-    return;
+    const int64_t blocks = (p.w->rows + kRowsOfW - 1) / kRowsOfW;
+    matmul_tiles(x, n, *p.w, p.y, resolve_threads(threads, blocks), k, qk);
   }
+  if (rows_path.empty()) return;
   // Work items: the blocks of 64 rows of every product, in order.
   thread_local std::vector<int64_t> first_block;
   first_block.assign(1, 0);
   bool any_q8 = false;
   int64_t rebuilt_bytes = 0;  // float activations with a packed matrix: its rows rebuilt per item
-  for (const Product& p : products) {
+  for (const Product& p : rows_path) {
     first_block.push_back(first_block.back() + (p.w->rows + kRowsOfW - 1) / kRowsOfW);
-    any_q8 |= p.w->quant && activations == Activations::q8;
-    if (p.w->packed && activations == Activations::f32)
-      rebuilt_bytes = std::max(rebuilt_bytes, kRowsOfW * p.w->quant_row_bytes());
+    any_q8 |= p.w->quant && integer;
+    if (p.w->packed && !integer) rebuilt_bytes = std::max(rebuilt_bytes, kRowsOfW * p.w->quant_row_bytes());
   }
-  const int64_t cols = products.front().w->cols;
+  const int64_t cols = rows_path.front().w->cols;
   thread_local std::vector<kernels::Q8Block> xq;  // x as 8-bit blocks, once for every product
   if (any_q8) {
     xq.resize(static_cast<size_t>(n * cols / 32));
@@ -113,13 +121,15 @@ void matmul_many(const float* x, int64_t n, const std::vector<Product>& products
   if (rebuilt.size() < static_cast<size_t>(t)) rebuilt.resize(static_cast<size_t>(t));
   for (int i = 0; i < t && rebuilt_bytes; ++i) rebuilt[static_cast<size_t>(i)].resize(static_cast<size_t>(rebuilt_bytes));
   std::vector<uint8_t>* buffers = rebuilt.data();
+  const Product* work = rows_path.data();
+  const size_t count = rows_path.size();
   parallel_for(items, t, [&](int64_t item, int thread) {
-    const size_t pi = static_cast<size_t>(std::upper_bound(starts, starts + products.size() + 1, item) - starts - 1);
-    const Matrix& w = *products[pi].w;
-    float* y = products[pi].y;
+    const size_t pi = static_cast<size_t>(std::upper_bound(starts, starts + count + 1, item) - starts - 1);
+    const Matrix& w = *work[pi].w;
+    float* y = work[pi].y;
     const int64_t j0 = (item - starts[pi]) * kRowsOfW, nj = std::min(kRowsOfW, w.rows - j0);
     if (!w.quant) return k.qk_rows(x, n, w.cols, w.row_ptrs.data() + j0, w.dtype, nj, y + j0, w.rows, nullptr, 0);
-    if (activations == Activations::q8) {
+    if (integer) {
       if (w.packed) return qk.q8_packed_rows(xb, n, w.packed->view(), j0 / kernels::kPackedRows, nj, y + j0, w.rows);
       return qk.q8_dot_rows(xb, n, w.cols / 32, w.row_ptrs.data() + j0, *w.quant, nj, y + j0, w.rows);
     }

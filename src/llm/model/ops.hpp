@@ -10,14 +10,16 @@
 
 namespace attn::model {
 
-// How a decode-sized product (fewer than 16 input rows) with block-quantized weights multiplies:
-// f32: the weights dequantized in registers against float inputs; q8: the inputs rounded to
-// 8-bit blocks of 32 and integer dot products (quant/q8_dot.hpp), as llama.cpp does.
-enum class Activations { f32, q8 };
+// How a product with block-quantized weights multiplies. f32: float inputs against the weights
+// dequantized (in registers for decode-sized products, fewer than 16 input rows; into float
+// panels for prompts); q8: the inputs rounded to 8-bit blocks of 32 and integer dot products on
+// the packed (or in-place) blocks (quant/q8_dot.hpp), as llama.cpp's decode does, for every
+// product; q8_decode: q8 for decode-sized products, float panels for prompts.
+enum class Activations { f32, q8, q8_decode };
 
 // y[i][j] = sum_c x[i][c] * W[j][c] for i < n, j < W.rows; x (n, W.cols) and y (n, W.rows) packed.
 // Work is split by blocks of W's rows, each summed in one fixed order: bitwise the same for any
-// thread count. `activations` applies to quantized W and n < 16 (else the float path).
+// thread count. `activations` applies to quantized W (float W: the float path).
 void matmul(const float* x, int64_t n, const Matrix& w, float* y, int threads, Isa isa,
             Activations activations = Activations::f32);
 // y_p = x W_p^T for every product p (each W_p with x's cols): matmul for each, but decode-sized

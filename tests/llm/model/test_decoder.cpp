@@ -261,9 +261,13 @@ TEST(Decoder, ActivationsAreNamedCheckedAndLeaveFloatMatricesAlone) {
   d.set_activations("f32");
   EXPECT_EQ(d.activations(), "f32");
   EXPECT_EQ(incremental(d, tokens, 2), q8);
+  d.set_activations("q8-decode");
+  EXPECT_EQ(d.activations(), "q8-decode");
+  EXPECT_EQ(incremental(d, tokens, 2), q8);
   d.set_activations("auto");
   EXPECT_EQ(d.activations(), "q8");
-  expect_error([&] { d.set_activations("int8"); }, "activations: expected 'f32', 'q8' or 'auto', got 'int8'");
+  expect_error([&] { d.set_activations("int8"); },
+               "activations: expected 'f32', 'q8', 'q8-decode' or 'auto', got 'int8'");
   EXPECT_EQ(d.activations(), "q8");
 }
 
