@@ -42,16 +42,18 @@ Runner add_report(CLI::App& app) {
       "SmolLM2 perplexity per mechanism (attn eval-ppl) beside the real-model statistics.\n"
       "  attn report --out report.html                       from docs/figures (the checked-in results)\n"
       "  attn report --from out/ --run needle,scale --quick  run those into out/ first (progress on stderr)\n"
-      "Inputs: curves/needle/scale/model/train.json (attn concentration), titans_needle.json (python -m\n"
-      "attn.lab.experiments titans-needle) and eval_ppl*.json (attn eval-ppl --out)\n"
+      "Inputs: curves/needle/scale/model/train/titans_needle/gemma.json (attn concentration) and\n"
+      "eval_ppl*.json (attn eval-ppl --out)\n"
       "in the --from directories; a missing one gets a section naming the command that makes it.\n"
       "Runs python -m attn.lab.report (ATTN_PYTHON, .venv/bin/python or python3, with attn installed).");
   c->add_option("--out", a->out, "The HTML page to write (replaced only once complete)")->capture_default_str();
   c->add_option("--from", a->from,
                 "A directory (or a .json file) holding experiment outputs; repeatable, the first that has an\n"
-                "input wins (default: docs/figures/concentration and docs/figures)");
+                "input wins (default: docs/figures/concentration, docs/figures, docs/figures/titans and\n"
+                "docs/figures/gemma3)");
   c->add_option("--run", a->run,
-                "Comma-separated experiments to run first (curves, needle, scale, model, train; all; missing: those\n"
+                "Comma-separated experiments to run first (curves, needle, scale, model, train, titans-needle,\n"
+                "gemma; all; missing: those\n"
                 "not found), writing into the first --from directory (without --from: OUT-data/ beside the page)");
   c->add_flag("--quick", a->quick, "With --run: smaller runs (fewer keys, a shorter SmolLM2 context) for a fast look");
   return [a] { return run(*a); };

@@ -963,7 +963,8 @@ def _write_atomic(path: Path, text: str) -> None:
 def _run_list(run: Union[str, Iterable[str], None], found: Dict[str, Path]) -> List[str]:
     if run is None:
         return []
-    names = [s.strip() for s in (run.split(",") if isinstance(run, str) else run) if s.strip()]
+    # titans-needle (the experiment's command name) or titans_needle (its table's)
+    names = [s.strip().replace("-", "_") for s in (run.split(",") if isinstance(run, str) else run) if s.strip()]
     out: List[str] = []
     for n in names:
         if n == "all":
