@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 
 #include "attn/error.hpp"
 #include "attn/gguf.hpp"
@@ -177,8 +178,11 @@ int run(const EvalArgs& a) {
   }
   files.write_text(csv_path, csv);
   files.write_text(json_path, table.dump(1) + "\n");
-  files.write_text(svg_path, svg_scatter({by_memory, by_time}, "attn eval-ppl: " + a.model + ", " + std::to_string(a.tokens) +
-                                                                   " tokens of " + a.text_file + " (exact in red)"));
+  // the chart names the files, not where they lie (a chart is shared; the JSON keeps the paths as given)
+  const auto name = [](const std::string& path) { return std::filesystem::path(path).filename().string(); };
+  files.write_text(svg_path, svg_scatter({by_memory, by_time}, "attn eval-ppl: " + name(a.model) + ", " +
+                                                                   std::to_string(a.tokens) + " tokens of " +
+                                                                   name(a.text_file) + " (exact in red)"));
   files.commit();
   fmt::print("wrote {}, {}, {}\n", csv_path, json_path, svg_path);
   return 0;

@@ -228,8 +228,8 @@ class Decoder {
   // How products with block-quantized matrices multiply: "f32" (float activations against the
   // weights dequantized: in registers for decode steps, into float panels for prompts), "q8"
   // (activations rounded to 8 bits per block of 32 and integer dot products, as llama.cpp's
-  // decode, for prompts and decode steps alike: a prompt's logits equal its tokens decoded one by
-  // one), or "q8-decode" (q8 for decode steps of fewer than 16 tokens, float panels for
+  // decode, for prompts and decode steps alike), or "q8-decode" (q8 for decode steps of fewer
+  // than 16 tokens, float panels for
   // prompts); "auto" (the default): q8 on every CPU (measured faster on all, perplexity within
   // 0.3 % of the float prompt path, docs/performance.md). Float weights ignore it. Any time.
   void set_activations(const std::string& activations);

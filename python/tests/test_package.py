@@ -81,3 +81,19 @@ def test_pip_install_gives_the_attn_command():
     assert found, f"no attn command in {[str(c) for c in candidates]}"
     p = subprocess.run([str(found[0]), "--version"], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0 and p.stdout == f"attn {attn.__version__}\n", (p.stdout, p.stderr)
+
+
+def test_committed_figures_name_no_machine_paths():
+    """The checked-in outputs (docs/figures: tables, charts, the report page) say which files they
+    were made from by name, never where those lay on the machine that made them."""
+    import pathlib
+    figures = pathlib.Path(__file__).resolve().parents[2] / "docs" / "figures"
+    if not figures.is_dir():
+        pytest.skip("no docs/figures beside this test (an installed copy)")
+    leaks = []
+    for f in sorted(figures.rglob("*")):
+        if f.suffix in (".svg", ".json", ".jsonl", ".csv", ".html"):
+            text = f.read_text(encoding="utf-8", errors="replace")
+            leaks += [f"{f.relative_to(figures)}: {m}" for m in ("/work/", "/root/", "/home/", "/tmp/", "site-packages")
+                      if m in text]
+    assert not leaks, leaks

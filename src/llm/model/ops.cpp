@@ -73,7 +73,7 @@ void matmul_tiles(const float* x, int64_t n, const Matrix& w, float* y, int t, c
 // rows sharing each weight-row load; quantized rows are dequantized in registers (or multiplied
 // as integers with 8-bit inputs). From 16 input rows on, matmul_tiles, except quantized rows with
 // q8 activations: the integer products serve any number of input rows (each output summed in the
-// same order as for one row, so a prompt's rows equal its tokens decoded one at a time).
+// same order as for one row).
 void matmul(const float* x, int64_t n, const Matrix& w, float* y, int threads, Isa isa, Activations activations) {
   matmul_many(x, n, {{&w, y}}, threads, isa, activations);
 }
