@@ -14,12 +14,25 @@
 namespace attn::model {
 namespace {
 
+// The block types the kernels multiply in place (their rows as stored in the file).
 std::optional<kernels::BlockQuant> block_quant(uint32_t type) {
   switch (type) {
     case kGgmlQ4_0: return kernels::BlockQuant::q4_0;
     case kGgmlQ4_1: return kernels::BlockQuant::q4_1;
     case kGgmlQ8_0: return kernels::BlockQuant::q8_0;
     default: return std::nullopt;
+  }
+}
+
+// The block types packed as they are (quant/q8_packed.hpp): those and Q5_0, Q5_1, Q4_K, Q5_K, Q6_K.
+std::optional<kernels::BlockQuant> packed_quant(uint32_t type) {
+  switch (type) {
+    case kGgmlQ5_0: return kernels::BlockQuant::q5_0;
+    case kGgmlQ5_1: return kernels::BlockQuant::q5_1;
+    case kGgmlQ4_K: return kernels::BlockQuant::q4_k;
+    case kGgmlQ5_K: return kernels::BlockQuant::q5_k;
+    case kGgmlQ6_K: return kernels::BlockQuant::q6_k;
+    default: return block_quant(type);
   }
 }
 
@@ -104,9 +117,10 @@ DecoderWeights load_gguf_weights(std::shared_ptr<const GgufFile> file, const Dec
     const std::vector<int64_t> shape(t.dims.rbegin(), t.dims.rend());
     if (shape != s.shape)
       fail(where, "tensor '" + t.name + "' has shape " + shape_text(shape) + " (rows, cols), expected " + shape_text(s.shape));
-    // The decoder multiplies F32/F16/BF16 and Q4_0/Q4_1/Q8_0 as stored; the other types it
-    // decodes (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) become Q8_0 blocks at load (quant/q8_0_rows.hpp: Q5_0
-    // exactly, the others rounded as ggml rounds Q8_0), or float32 when dequantizing.
+    // The decoder multiplies F32/F16/BF16 and Q4_0/Q4_1/Q8_0 as stored; packed (repack) it also
+    // multiplies Q5_0, Q5_1, Q4_K, Q5_K and Q6_K as stored. When not packing, those five (which
+    // have no fast kernels in place) become Q8_0 blocks at load (quant/q8_0_rows.hpp: Q5_0
+    // exactly, the others rounded as ggml rounds Q8_0); float32 when dequantizing.
     if (!float_type(t.type) && !block_quant(t.type) && !can_dequantize(t.type))
       fail(where, "tensor '" + t.name + "' is " + type_name(t.type) +
                       "; attn reads F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K");
@@ -116,10 +130,12 @@ DecoderWeights load_gguf_weights(std::shared_ptr<const GgufFile> file, const Dec
   auto matrix = [&](const WeightSpec& s) {
     const GgufTensor& t = checked(s);
     const int64_t rows = s.shape[0], cols = s.shape[1], row_bytes = t.bytes / rows;
+    const std::optional<kernels::BlockQuant> quant =
+        repack && !dequantize ? packed_quant(t.type) : block_quant(t.type);
     // types read only at load: rows addressed as raw bytes until they are decoded below
-    const bool decode_only = !float_type(t.type) && !block_quant(t.type);
+    const bool decode_only = !float_type(t.type) && !quant;
     Matrix m = float_type(t.type) ? matrix_over(t.data, *float_type(t.type), std::nullopt, rows, cols, row_bytes)
-                                  : matrix_over(t.data, DType::f32, block_quant(t.type), rows, cols, row_bytes);
+                                  : matrix_over(t.data, DType::f32, quant, rows, cols, row_bytes);
     if (reading.arrange_rows) reading.arrange_rows(s.name, m, config);
     std::vector<uint8_t> q8_0;  // decode-only types as Q8_0 rows, in the order the model uses them
     if (decode_only && !dequantize) {

@@ -28,8 +28,9 @@ constexpr int64_t kTokens = kernels::kQueryTile;
 
 // Prefill-sized inputs: the attention engine's QK^T micro-kernel is a GEMM. Input rows are packed
 // once, 64 at a time, as transposed tiles (the "queries"); each thread turns its 64 weight rows
-// into a float panel (the "keys": dequantized or converted once) and multiplies it with every
-// tile, then writes the 64 x 64 result back transposed.
+// into a float panel (the "keys": dequantized or converted once; a packed matrix's rows straight
+// from its groups) and multiplies it with every tile, then writes the 64 x 64 result back
+// transposed.
 void matmul_tiles(const float* x, int64_t n, const Matrix& w, float* y, int t, const kernels::TileKernels& k,
                   const kernels::QuantKernels& qk) {
   const int64_t cols = w.cols, tiles = (n + kTokens - 1) / kTokens;
@@ -41,20 +42,18 @@ void matmul_tiles(const float* x, int64_t n, const Matrix& w, float* y, int t, c
               packed.data() + b * cols * kTokens);
   });
   std::vector<AlignedFloats> panels(static_cast<size_t>(t)), tiles_out(static_cast<size_t>(t));
-  std::vector<std::vector<uint8_t>> rebuilt(w.packed ? static_cast<size_t>(t) : 0);
   for (int i = 0; i < t; ++i)  // before the region, which must not allocate
     panels[static_cast<size_t>(i)].resize(static_cast<size_t>(kRowsOfW * cols)),
         tiles_out[static_cast<size_t>(i)].resize(static_cast<size_t>(kRowsOfW * kTokens));
-  for (std::vector<uint8_t>& b : rebuilt) b.resize(static_cast<size_t>(kRowsOfW * w.quant_row_bytes()));
   const int64_t blocks = (w.rows + kRowsOfW - 1) / kRowsOfW;
   parallel_for(blocks, t, [&](int64_t b, int thread) {
     const int64_t j0 = b * kRowsOfW, nj = std::min(kRowsOfW, w.rows - j0);
     AlignedFloats& panel = panels[static_cast<size_t>(thread)];
     AlignedFloats& st = tiles_out[static_cast<size_t>(thread)];
-    const void* ptrs[kRowsOfW];
-    if (w.quant)
-      qk.dequantize_rows(ggml_rows(w, j0, nj, w.packed ? rebuilt[static_cast<size_t>(thread)].data() : nullptr, ptrs),
-                         *w.quant, nj, cols, panel.data(), cols);
+    if (w.packed)
+      w.packed->float_rows(j0, nj, panel.data(), cols);
+    else if (w.quant)
+      qk.dequantize_rows(w.row_ptrs.data() + j0, *w.quant, nj, cols, panel.data(), cols);
     else
       for (int64_t j = 0; j < nj; ++j) k.to_float(w.row(j0 + j), w.dtype, 1, cols, panel.data() + j * cols);
     for (int64_t tb = 0; tb < tiles; ++tb) {
@@ -141,9 +140,8 @@ void matmul_many(const float* x, int64_t n, const std::vector<Product>& products
 // dst[c] = W[r][c] for c < W.cols.
 void matrix_row(const Matrix& w, int64_t r, float* dst, Isa isa) {
   if (!w.quant) return kernels::kernels_for(isa).to_float(w.row(r), w.dtype, 1, w.cols, dst);
-  std::vector<uint8_t> buf(w.packed ? static_cast<size_t>(w.quant_row_bytes()) : 0);
-  const void* ptr;
-  kernels::quant_kernels_for(isa).dequantize_rows(ggml_rows(w, r, 1, buf.data(), &ptr), *w.quant, 1, w.cols, dst, w.cols);
+  if (w.packed) return w.packed->float_rows(r, 1, dst, w.cols);
+  kernels::quant_kernels_for(isa).dequantize_rows(w.row_ptrs.data() + r, *w.quant, 1, w.cols, dst, w.cols);
 }
 
 void gated_activation(GateActivation act, float* gate, const float* up, int64_t n, int threads, Isa isa) {

@@ -18,7 +18,7 @@
 namespace attn::model {
 
 // rows x cols, row-major, unit inner stride; rows by address for the kernel table. Elements are
-// `dtype` values, or ggml blocks of 32 values when `quant` is set (cols a multiple of 32). A
+// `dtype` values, or ggml blocks when `quant` is set (cols a whole number of blocks). A
 // quantized matrix may instead be `packed` in 16-row groups for decode's integer dot products
 // (quant/q8_packed.hpp); it then has no row addresses (row_ptrs is empty).
 struct Matrix {
@@ -30,7 +30,7 @@ struct Matrix {
   std::shared_ptr<const kernels::PackedMatrix> packed;
   const void* row(int64_t r) const { return row_ptrs[static_cast<size_t>(r)]; }
   // Bytes of one row as ggml blocks (quantized matrices).
-  int64_t quant_row_bytes() const { return cols / 32 * kernels::ggml_block_bytes(*quant); }
+  int64_t quant_row_bytes() const { return kernels::ggml_row_bytes(*quant, cols); }
 };
 
 // A quantized matrix packed in 16-row groups; its row addresses are dropped.
@@ -97,9 +97,10 @@ DecoderWeights random_weights(const DecoderConfig& config, uint64_t seed, DType 
 // A GGUF file (see gguf_weights.cpp) of an architecture that reads them: its config (from
 // general.architecture's reading; max_seq_len 0 = the file's context length) and its weights,
 // used as stored (F32/F16/BF16 and
-// Q4_0/Q4_1/Q8_0 blocks) or, with `dequantize`, copied to float32 once. With `repack` (and not
-// `dequantize`) quantized matrices are packed in 16-row groups (packed_matrix) and their pages of
-// the mapping dropped, so the model's memory stays near the file's size.
+// Q4_0/Q4_1/Q8_0 blocks; other block types as Q8_0) or, with `dequantize`, copied to float32 once.
+// With `repack` (and not `dequantize`) quantized matrices are packed in 16-row groups
+// (packed_matrix; Q5_0, Q5_1, Q4_K, Q5_K, Q6_K as stored too) and their pages of the mapping dropped, so
+// the model's memory stays near the file's size.
 DecoderConfig gguf_config(const GgufFile& file, int64_t max_seq_len);
 // For the architectures' GGUF readings: "<arch>.block_count", checked against the blocks the
 // file's tensors name (blk.0 .. blk.N-1) before a layer list is made from it (a count of 10^8 in

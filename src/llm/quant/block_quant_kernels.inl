@@ -1,7 +1,9 @@
 // Products with block-quantized weight rows (ggml's Q4_0, Q4_1, Q8_0: blocks of 32 values with a
 // float16 scale, see quant/ggml_blocks.hpp for the layouts), dequantized in registers: a block is
 // read once, turned into 32 floats (value = q*d, (q-8)*d or q*d+m) and multiplied with up to four
-// input rows. Included by quant_kernels_isa.cpp, inside an ISA namespace.
+// input rows. Q5_0, Q5_1 and the K-quants (which decode multiplies packed; here only when activations
+// stay float, on rows rebuilt from the packing) go through their plain pieces (block_pieces.hpp)
+// first, 32 values at a time. Included by quant_kernels_isa.cpp, inside an ISA namespace.
 
 constexpr int kQuantBlock = 32;
 // How far ahead of the block being multiplied its row is prefetched (rows are read once per
@@ -9,8 +11,24 @@ constexpr int kQuantBlock = 32;
 constexpr int64_t kQuantPrefetchBytes = 4096;
 
 template <BlockQuant Q>
-constexpr int64_t quant_block_bytes() {
-  return Q == BlockQuant::q8_0 ? 34 : Q == BlockQuant::q4_1 ? 20 : 18;
+constexpr bool read_in_pieces() {
+  return Q != BlockQuant::q4_0 && Q != BlockQuant::q4_1 && Q != BlockQuant::q8_0;
+}
+
+// Where in a row the block holding value c starts.
+template <BlockQuant Q>
+constexpr int64_t block_offset(int64_t c) {
+  switch (Q) {
+    case BlockQuant::q4_0: return c / 32 * 18;
+    case BlockQuant::q4_1: return c / 32 * 20;
+    case BlockQuant::q8_0: return c / 32 * 34;
+    case BlockQuant::q5_0: return c / 32 * 22;
+    case BlockQuant::q5_1: return c / 32 * 24;
+    case BlockQuant::q4_k: return c / 256 * 144;
+    case BlockQuant::q5_k: return c / 256 * 176;
+    case BlockQuant::q6_k: return c / 256 * 210;
+  }
+  return 0;
 }
 
 // The 32 values of block `b`: w[t] holds values t*W .. t*W + W - 1. Byte j of a 4-bit block holds
@@ -36,6 +54,21 @@ inline void dequantize_block(const uint8_t* b, Vec* w) {
   }
 }
 
+// Values 32 p .. 32 p + 31 of the row at `row` (w as dequantize_block's).
+template <BlockQuant Q>
+inline void dequantize_piece(const uint8_t* row, int64_t p, Vec* w) {
+  if constexpr (read_in_pieces<Q>()) {
+    QuantPiece piece;
+    quant_piece(Q, row, p, piece);
+    for (int t = 0; t < kQuantBlock / Vec::W; ++t) {  // scale * v exact, + offset rounds once
+      w[t] = Vec::from_i8(piece.v + t * Vec::W) * Vec::set1(piece.scale[t * Vec::W / 16]);
+      if (piece.has_offset) w[t] = w[t] + Vec::set1(piece.offset);
+    }
+  } else {
+    dequantize_block<Q>(row + block_offset<Q>(32 * p), w);
+  }
+}
+
 // out[r * ldo + j] = x_r . W_j for r < NR, j < NJ (NR * NJ accumulator chains; blocks in order).
 template <BlockQuant Q, int NR, int NJ>
 inline void qdot_tile(const float* x, int64_t cols, const void* const* w, float* out, int64_t ldo) {
@@ -46,11 +79,11 @@ inline void qdot_tile(const float* x, int64_t cols, const void* const* w, float*
   const uint8_t* wb[NJ];
   for (int j = 0; j < NJ; ++j) wb[j] = static_cast<const uint8_t*>(w[j]);
   for (int64_t c = 0; c < cols; c += kQuantBlock) {
-    const int64_t off = c / kQuantBlock * quant_block_bytes<Q>();
+    const int64_t off = block_offset<Q>(c);
     for (int j = 0; j < NJ; ++j) {
       __builtin_prefetch(wb[j] + off + kQuantPrefetchBytes);  // weights stream from memory once
       Vec wv[P];
-      dequantize_block<Q>(wb[j] + off, wv);
+      dequantize_piece<Q>(wb[j], c / kQuantBlock, wv);
       for (int r = 0; r < NR; ++r)
         for (int t = 0; t < P; ++t) acc[r][j] = Vec::fma(Vec::loadu(x + r * cols + c + t * Vec::W), wv[t], acc[r][j]);
     }
@@ -86,6 +119,11 @@ void qdot_rows(const float* x, int64_t R, int64_t cols, const void* const* w, Bl
     case BlockQuant::q4_0: return qdot_rows_t<BlockQuant::q4_0>(x, R, cols, w, n, y, ldy);
     case BlockQuant::q4_1: return qdot_rows_t<BlockQuant::q4_1>(x, R, cols, w, n, y, ldy);
     case BlockQuant::q8_0: return qdot_rows_t<BlockQuant::q8_0>(x, R, cols, w, n, y, ldy);
+    case BlockQuant::q5_0: return qdot_rows_t<BlockQuant::q5_0>(x, R, cols, w, n, y, ldy);
+    case BlockQuant::q5_1: return qdot_rows_t<BlockQuant::q5_1>(x, R, cols, w, n, y, ldy);
+    case BlockQuant::q4_k: return qdot_rows_t<BlockQuant::q4_k>(x, R, cols, w, n, y, ldy);
+    case BlockQuant::q5_k: return qdot_rows_t<BlockQuant::q5_k>(x, R, cols, w, n, y, ldy);
+    case BlockQuant::q6_k: return qdot_rows_t<BlockQuant::q6_k>(x, R, cols, w, n, y, ldy);
   }
 }
 
@@ -93,10 +131,10 @@ template <BlockQuant Q>
 void dequantize_rows_t(const void* const* rows, int64_t n, int64_t cols, float* dst, int64_t ldd) {
   constexpr int P = kQuantBlock / Vec::W;
   for (int64_t j = 0; j < n; ++j) {
-    const uint8_t* b = static_cast<const uint8_t*>(rows[j]);
-    for (int64_t c = 0; c < cols; c += kQuantBlock, b += quant_block_bytes<Q>()) {
+    const uint8_t* row = static_cast<const uint8_t*>(rows[j]);
+    for (int64_t c = 0; c < cols; c += kQuantBlock) {
       Vec wv[P];
-      dequantize_block<Q>(b, wv);
+      dequantize_piece<Q>(row, c / kQuantBlock, wv);
       for (int t = 0; t < P; ++t) wv[t].storeu(dst + j * ldd + c + t * Vec::W);
     }
   }
@@ -107,5 +145,10 @@ void dequantize_rows(const void* const* rows, BlockQuant q, int64_t n, int64_t c
     case BlockQuant::q4_0: return dequantize_rows_t<BlockQuant::q4_0>(rows, n, cols, dst, ldd);
     case BlockQuant::q4_1: return dequantize_rows_t<BlockQuant::q4_1>(rows, n, cols, dst, ldd);
     case BlockQuant::q8_0: return dequantize_rows_t<BlockQuant::q8_0>(rows, n, cols, dst, ldd);
+    case BlockQuant::q5_0: return dequantize_rows_t<BlockQuant::q5_0>(rows, n, cols, dst, ldd);
+    case BlockQuant::q5_1: return dequantize_rows_t<BlockQuant::q5_1>(rows, n, cols, dst, ldd);
+    case BlockQuant::q4_k: return dequantize_rows_t<BlockQuant::q4_k>(rows, n, cols, dst, ldd);
+    case BlockQuant::q5_k: return dequantize_rows_t<BlockQuant::q5_k>(rows, n, cols, dst, ldd);
+    case BlockQuant::q6_k: return dequantize_rows_t<BlockQuant::q6_k>(rows, n, cols, dst, ldd);
   }
 }

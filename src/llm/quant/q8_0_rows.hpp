@@ -1,5 +1,7 @@
 // Rows of any ggml type attn decodes, written as Q8_0 blocks (34 bytes per 32 values: a float16
-// d and 32 int8 q, x_i = q_i * d), the block type the integer kernels multiply fastest. Types whose
+// d and 32 int8 q, x_i = q_i * d), the block type the integer kernels multiply fastest in place.
+// The loader uses it for Q5_0, Q5_1, Q4_K, Q5_K and Q6_K when it does not pack them (packed, they
+// are multiplied as stored: model/gguf_weights.cpp). Types whose
 // values are a float16 times small integers convert exactly:
 //   Q8_0  copied            Q4_0  q = nibble - 8        Q5_0  q = q5 - 16       (d kept)
 // The others (Q4_1, Q5_1, the K-quants, F32/F16/BF16) have per-block offsets or finer scales that

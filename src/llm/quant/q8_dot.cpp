@@ -7,6 +7,7 @@
 
 #include "attn/dtype.hpp"
 #include "base/cpu_features.hpp"
+#include "quant/block_pieces.hpp"
 
 namespace attn::kernels {
 
@@ -56,8 +57,42 @@ void quantize_q8_rows(const float* x, int64_t R, int64_t cols, int64_t ld, Q8Blo
     }
 }
 
+namespace {
+
+// q8_dot_reference for the types decode multiplies only packed (Q5_0, Q5_1, K-quants), from their pieces
+// (block_pieces.hpp): per 16-value half h, scale_h dx dot(v, q_x), plus offset dx sum(q_x). The
+// kernels' integer sums and offsets are exact, so the rounding error scales with the sum of
+// |scale_h dx| sum |v q_x| and |offset dx sum(q_x)|.
+double piece_reference(const Q8Block* x, int64_t blocks, const uint8_t* row, BlockQuant q, double* magnitude) {
+  double total = 0, size = 0;
+  QuantPiece p;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const Q8Block& xb = x[b];
+    quant_piece(q, row, b, p);
+    int64_t qsum = 0;
+    for (int h = 0; h < 2; ++h) {
+      int64_t dot = 0, adot = 0;
+      for (int i = 16 * h; i < 16 * h + 16; ++i) {
+        const int64_t prod = int64_t{p.v[i]} * xb.q[i];
+        dot += prod, adot += prod < 0 ? -prod : prod, qsum += xb.q[i];
+      }
+      const double d = static_cast<double>(p.scale[h]) * xb.d;
+      total += d * static_cast<double>(dot), size += std::fabs(d) * static_cast<double>(adot);
+    }
+    const double offset = static_cast<double>(p.offset) * xb.d * static_cast<double>(qsum);
+    total += offset, size += std::fabs(offset);
+    if (!std::isfinite(xb.d)) total = NAN;
+  }
+  if (magnitude) *magnitude = size;
+  return total;
+}
+
+}  // namespace
+
 double q8_dot_reference(const Q8Block* x, int64_t blocks, const void* w, BlockQuant q, double* magnitude) {
   const uint8_t* p = static_cast<const uint8_t*>(w);
+  if (q != BlockQuant::q4_0 && q != BlockQuant::q4_1 && q != BlockQuant::q8_0)
+    return piece_reference(x, blocks, p, q, magnitude);
   auto half = [](const uint8_t* at) {
     uint16_t h;
     std::memcpy(&h, at, 2);

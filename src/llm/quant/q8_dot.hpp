@@ -1,11 +1,17 @@
-// Integer dot products of block-quantized weight rows (ggml's Q4_0, Q4_1, Q8_0) with activations
-// rounded to 8 bits per block of 32 values, as llama.cpp's decode does. Per block b of a row:
+// Integer dot products of block-quantized weight rows (ggml's Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q4_K,
+// Q5_K, Q6_K) with activations rounded to 8 bits per block of 32 values (for every type: the
+// K-quants' 256 values are 8 such blocks, not ggml's Q8_K). Per block b of a row:
 //   x ~ dx q_x (q_x int8 in [-127, 127], dx = max|x| / 127),  s = dx sum q_x,
 //   Q8_0:  dw dx (q_w . q_x)      Q4_0: dw dx (n . q_x) - 8 dw s      Q4_1: dw dx (n . q_x) + m s
-// (n the 4-bit values 0..15, m Q4_1's minimum), the integer dot exact in int32, each block's term
-// added in float32 in block order. Variants by instruction (the one place that picks them is
-// quant_kernels_for, quant_kernels.cpp): AVX-512 VNNI (vpdpbusd), AVX-VNNI (its VEX form), AVX2
-// (vpmaddubsw + vpmaddwd), and plain C++.
+//   Q5_0:  dw dx (q5 . q_x) - 16 dw s                  Q5_1: dw dx (q5 . q_x) + m s
+//   Q4_K:  (d dx) (s_j (n . q_x)) - (dmin m_j) s       (sub-block j's 6-bit scale s_j and min m_j;
+//          Q5_K the same with the 5-bit q5 for n)
+//   Q6_K:  (d dx) sum_h s_h (q6 . q_x,h - 32 sum q_x,h)  (h: the block's two 16-value groups)
+// (n the 4-bit values 0..15, m Q4_1's minimum), the integer dots exact in int32, each block's term
+// added in float32 in block order. Q5_0, Q5_1 and the K-quants are multiplied packed
+// (q8_packed.hpp); in place (Q8DotRows) they take a plain C++ path. Variants by instruction (the
+// one place that picks them is quant_kernels_for, quant_kernels.cpp): AVX-512 VNNI (vpdpbusd),
+// AVX-VNNI (its VEX form), AVX2 (vpmaddubsw + vpmaddwd), and plain C++.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -10,6 +10,7 @@
 #endif
 
 #include "attn/dtype.hpp"
+#include "quant/block_pieces.hpp"
 #include "quant/q8_dot.hpp"
 
 #if !defined(ATTN_Q8_VARIANT)
@@ -168,6 +169,26 @@ void rows_t(const Q8Block* x, int64_t R, int64_t blocks, const void* const* w, i
   for (; r < R; ++r) rows_of<Q, 1>(x + r * blocks, blocks, w, n, y + r * ldy, ldy);
 }
 
+// Q5_0, Q5_1 and the K-quants in place (decode multiplies them packed, q8_packed.hpp): plain C++ over their
+// pieces (block_pieces.hpp), the same sums per 32-value block, in block order.
+void piece_rows(const Q8Block* x, int64_t R, int64_t blocks, const void* const* w, BlockQuant q, int64_t n, float* y,
+                int64_t ldy) {
+  QuantPiece p;
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t r = 0; r < R; ++r) {
+      float acc = 0.0f;
+      for (int64_t b = 0; b < blocks; ++b) {
+        quant_piece(q, static_cast<const uint8_t*>(w[j]), b, p);
+        const Q8Block& xb = x[r * blocks + b];
+        int32_t sum[2] = {0, 0};
+        for (int i = 0; i < kBlock; ++i) sum[i / 16] += int32_t{p.v[i]} * xb.q[i];
+        acc += static_cast<float>(sum[0]) * (p.scale[0] * xb.d) + static_cast<float>(sum[1]) * (p.scale[1] * xb.d);
+        if (p.has_offset) acc += p.offset * xb.s;
+      }
+      y[r * ldy + j] = acc;
+    }
+}
+
 }  // namespace
 
 // quantize_q8_rows (q8_dot.cpp) with the same bits: the maximum is exact in any order, x * (127 /
@@ -209,6 +230,11 @@ void q8_dot_rows(const Q8Block* x, int64_t R, int64_t blocks, const void* const*
     case BlockQuant::q4_0: return rows_t<BlockQuant::q4_0>(x, R, blocks, w, n, y, ldy);
     case BlockQuant::q4_1: return rows_t<BlockQuant::q4_1>(x, R, blocks, w, n, y, ldy);
     case BlockQuant::q8_0: return rows_t<BlockQuant::q8_0>(x, R, blocks, w, n, y, ldy);
+    case BlockQuant::q5_0:
+    case BlockQuant::q5_1:
+    case BlockQuant::q4_k:
+    case BlockQuant::q5_k:
+    case BlockQuant::q6_k: return piece_rows(x, R, blocks, w, q, n, y, ldy);
   }
 }
 

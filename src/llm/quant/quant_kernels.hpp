@@ -9,8 +9,11 @@
 
 namespace attn::kernels {
 
-// Block-quantized weight rows (ggml's layouts: blocks of 32 values, see quant/ggml_blocks.hpp).
-enum class BlockQuant : uint8_t { q4_0, q4_1, q8_0 };
+// Block-quantized weight rows (ggml's layouts, see quant/ggml_blocks.hpp): blocks of 32 values, or
+// super-blocks of 256 for the K-quants (rows a multiple of 256). Q4_0, Q4_1 and Q8_0 are
+// multiplied in place too; Q5_0, Q5_1, Q4_K, Q5_K and Q6_K are packed at load (q8_packed.hpp) and
+// only the plain paths (quant/block_pieces.hpp) read them in place.
+enum class BlockQuant : uint8_t { q4_0, q4_1, q8_0, q5_0, q5_1, q4_k, q5_k, q6_k };
 // 32 activations rounded to 8 bits (quant/q8_dot.hpp).
 struct Q8Block;
 // A block-quantized matrix packed in 16-row groups (quant/q8_packed.hpp).
@@ -19,8 +22,8 @@ struct PackedView;
 struct QuantKernels {
   Isa isa;
   // y[r * ldy + j] = sum_c x[r * cols + c] * W_j[c] for r < R, j < n, where W_j (row j of a
-  // block-quantized matrix, at w[j]) is dequantized in registers; cols a multiple of 32, blocks
-  // summed in order.
+  // block-quantized matrix, at w[j]) is dequantized in registers; cols a whole number of blocks,
+  // blocks summed in order. Q5_0, Q5_1 and the K-quants: decoded piece by piece (block_pieces.hpp) first.
   void (*qdot_rows)(const float* x, int64_t R, int64_t cols, const void* const* w, BlockQuant q, int64_t n, float* y,
                     int64_t ldy);
   // dst[j * ldd + c] = W_j[c] for j < n, c < cols (the same values qdot_rows multiplies with).

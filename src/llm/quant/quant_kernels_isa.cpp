@@ -16,6 +16,7 @@
 #endif
 
 #include "attn/dtype.hpp"
+#include "quant/block_pieces.hpp"
 #include "quant/quant_kernels.hpp"
 
 namespace attn::kernels::ATTN_KERNEL_ISA::quant {
