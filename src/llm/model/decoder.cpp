@@ -16,7 +16,9 @@
 #include "attn/info.hpp"
 #include "attn/kv_quant.hpp"
 #include "attn/model.hpp"
+#include "attn/rope.hpp"
 #include "attn/tensor.hpp"
+#include "base/parallel.hpp"
 #include "model/architecture.hpp"
 #include "model/layer_run.hpp"
 #include "model/memory_need.hpp"
@@ -231,6 +233,40 @@ struct Decoder::Impl final : model::LayerRun {
     return o;
   }
 
+  // RoPE's cos and sin of the step's n positions p.. for base theta, as apply_rope computes them
+  // (angle = position * theta^(-2c / head_dim) in float64, then rounded): computed once per step
+  // and base, not once per layer and tensor (a prompt's sines and cosines took a tenth of it).
+  struct RopeAngles {
+    double theta = 0;
+    int64_t pos = -1, n = 0;
+    std::vector<float> cos, sin;  // (n, head_dim / 2)
+  };
+  std::vector<RopeAngles> rope_angles;  // one per base the layers use
+  std::vector<int64_t> rope_rows;       // 0 .. n-1: the step's tokens' rows of the tables
+  const RopeAngles& rope_angles_for(double theta, int64_t p, int64_t n) {
+    auto it = std::find_if(rope_angles.begin(), rope_angles.end(), [&](const RopeAngles& a) { return a.theta == theta; });
+    if (it == rope_angles.end()) it = rope_angles.insert(rope_angles.end(), RopeAngles{theta});
+    RopeAngles& a = *it;
+    rope_rows.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) rope_rows[static_cast<size_t>(i)] = i;
+    if (a.pos == p && a.n == n) return a;
+    const int64_t half = w.config.head_dim / 2;
+    std::vector<double> inv_freq(static_cast<size_t>(half));
+    for (int64_t c = 0; c < half; ++c)
+      inv_freq[static_cast<size_t>(c)] =
+          std::pow(theta, -2.0 * static_cast<double>(c) / static_cast<double>(w.config.head_dim));
+    a.cos.resize(static_cast<size_t>(n * half)), a.sin.resize(static_cast<size_t>(n * half));
+    parallel_for(n, resolve_threads(threads, n / 16 + 1), [&](int64_t i, int) {
+      for (int64_t c = 0; c < half; ++c) {
+        const double angle = static_cast<double>(p + i) * inv_freq[static_cast<size_t>(c)];
+        a.cos[static_cast<size_t>(i * half + c)] = static_cast<float>(std::cos(angle));
+        a.sin[static_cast<size_t>(i * half + c)] = static_cast<float>(std::sin(angle));
+      }
+    });
+    a.pos = p, a.n = n;
+    return a;
+  }
+
   // f (tmp) = layer li's attention block on h, for n tokens at positions p..
   void attention_block(size_t li, int64_t n, int64_t p) {
     const DecoderConfig& c = w.config;
@@ -255,8 +291,10 @@ struct Decoder::Impl final : model::LayerRun {
       model::rms_norm(k.data(), n * l.kv_heads, c.head_dim, c.head_dim, l.k_norm, c.norm_eps, k.data(), threads);
     }
     if (spec.rope) {
-      const Rope rope{spec.rope_theta > 0 ? spec.rope_theta : c.rope_theta, c.rope_style, 0, p, threads};
-      apply_rope(qv, rope), apply_rope(kv, rope);
+      const RopeAngles& a = rope_angles_for(spec.rope_theta > 0 ? spec.rope_theta : c.rope_theta, p, n);
+      const TensorView cos = make_view(const_cast<float*>(a.cos.data()), DType::f32, 1, 1, n, c.head_dim / 2);
+      const TensorView sin = make_view(const_cast<float*>(a.sin.data()), DType::f32, 1, 1, n, c.head_dim / 2);
+      apply_rope_table(qv, cos, sin, c.rope_style, rope_rows), apply_rope_table(kv, cos, sin, c.rope_style, rope_rows);
     }
     AttendOptions o = layer_options(li);
     if (mem.state.defined()) {
