@@ -120,8 +120,17 @@ def test_gguf_files_that_are_not_llama_or_not_readable_are_refused(tmp_path):
         d.forward(list(range(17)), 0, False)
     with pytest.raises(ValueError, match="not causal"):
         d.set_mechanism(-1, "softmax")
-    with pytest.raises(ValueError, match="keeps a KV cache"):
+    base = d.forward([1, 2, 3], 0, True)
+    with pytest.raises(ValueError, match="keeps a recurrent state where 'softmax:causal' keeps a KV cache, and the "
+                                         "context holds 3 tokens: reset"):
         d.set_mechanism(0, "linear:causal")
+    d.reset()  # on an empty context a layer's KV cache may become a state, and back
+    d.set_mechanism(0, "linear:map=elu,causal")
+    z = d.forward([1, 2, 3], 0, True)
+    assert z.shape == base.shape and np.isfinite(z).all() and not np.array_equal(z, base)
+    d.reset()
+    d.set_mechanism(0, "softmax:causal")
+    assert np.array_equal(d.forward([1, 2, 3], 0, True), base)
 
 
 # ---- the real model ---------------------------------------------------------------------------

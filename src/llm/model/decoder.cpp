@@ -479,16 +479,17 @@ void Decoder::set_mechanism(int64_t layer, const Mechanism& mechanism) {
   for (int64_t i = 0; i < count; ++i) {
     if (layer != -1 && i != layer) continue;
     DecoderLayerSpec& spec = next.layers[static_cast<size_t>(i)];
+    // a KV cache and a recurrent state are exchanged like caches of other sizes: on an empty
+    // context (a softmax layer of a trained model may become linear, as in linearisation studies)
     const bool has_state = info(mechanism).cache == CacheKind::state;
     const bool had_state = info(spec.mechanism).cache == CacheKind::state;
-    if (has_state != had_state)
-      fail(kWhere, "layer " + std::to_string(i) + " keeps " + (had_state ? "a recurrent state" : "a KV cache") +
-                       "; mechanism '" + to_string(mechanism) + "' needs " +
-                       (has_state ? "a recurrent state" : "a KV cache"));
     if (impl_->pos > 0 && impl_->memory_changes(static_cast<size_t>(i), mechanism))
-      fail(kWhere, "layer " + std::to_string(i) + ": mechanism '" + to_string(mechanism) +
-                       "' keeps a different number of cache rows than '" + to_string(spec.mechanism) +
-                       "', and the context holds " + std::to_string(impl_->pos) + " tokens: reset() first");
+      fail(kWhere, "layer " + std::to_string(i) + ": mechanism '" + to_string(mechanism) + "' keeps " +
+                       (has_state != had_state ? std::string(has_state ? "a recurrent state" : "a KV cache") + " where '" +
+                                                     to_string(spec.mechanism) + "' keeps " +
+                                                     (had_state ? "a recurrent state" : "a KV cache")
+                                               : "a different number of cache rows than '" + to_string(spec.mechanism) + "'") +
+                       ", and the context holds " + std::to_string(impl_->pos) + " tokens: reset() first");
     spec.mechanism = mechanism;
     if (!spec.lightning) spec.rope = !info(mechanism).applies_positions;
   }
