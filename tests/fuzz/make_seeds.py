@@ -66,13 +66,14 @@ def llama(block_count=1, context=16, ggml_type=0, blocks=1):
 
 
 def quant_tensors():
-    """One tensor of 256 values of each block type attn decodes beyond Q4_0/Q4_1/Q8_0 (Q5_0, Q5_1,
-    Q4_K, Q5_K, Q6_K), deterministic bytes, and a Q4_K block whose float16 scale is infinite."""
+    """One matrix of 2 rows x 256 values of each block type attn decodes and packs beyond
+    Q4_0/Q4_1/Q8_0 (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K), deterministic bytes, and a Q4_K block whose
+    float16 scale is infinite."""
     types = {"q5_0": (6, 22 * 8), "q5_1": (7, 24 * 8), "q4_k": (12, 144), "q5_k": (13, 176), "q6_k": (14, 210)}
     tensors, data = [], b""
     for name, (ggml_type, size) in types.items():
-        tensors.append(tensor(name, [256], ggml_type, len(data)))
-        data += bytes((i * 37 + ggml_type) % 251 for i in range(size))
+        tensors.append(tensor(name, [256, 2], ggml_type, len(data)))
+        data += bytes((i * 37 + ggml_type) % 251 for i in range(2 * size))
         data += b"\0" * (-len(data) % 32)
     tensors.append(tensor("q4_k_inf_scale", [256], 12, len(data)))
     data += b"\x00\x7c" + bytes(range(142))  # d = +inf

@@ -24,6 +24,8 @@ std::optional<kernels::BlockQuant> block_quant(uint32_t type) {
   }
 }
 
+}  // namespace
+
 // The block types packed as they are (quant/q8_packed.hpp): those and Q5_0, Q5_1, Q4_K, Q5_K, Q6_K.
 std::optional<kernels::BlockQuant> packed_quant(uint32_t type) {
   switch (type) {
@@ -35,6 +37,8 @@ std::optional<kernels::BlockQuant> packed_quant(uint32_t type) {
     default: return block_quant(type);
   }
 }
+
+namespace {
 
 std::optional<DType> float_type(uint32_t type) {
   switch (type) {

@@ -111,6 +111,8 @@ int64_t gguf_block_count(const GgufFile& file, const std::string& arch);
 void gguf_common_config(const GgufFile& file, const std::string& arch, int64_t max_seq_len, DecoderConfig& config);
 DecoderWeights load_gguf_weights(std::shared_ptr<const GgufFile> file, const DecoderConfig& config, bool dequantize,
                                  bool repack = false);
+// The packed form of a ggml block type (Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K), or none.
+std::optional<kernels::BlockQuant> packed_quant(uint32_t ggml_type);
 
 // Every weight of `w` in weight_specs() order with where it lives: a matrix or a float32 vector
 // (the tied output matrix is not listed: it is the embedding). For Decoder::weight / set_weight.
