@@ -14,6 +14,7 @@
 #include "attn/safetensors.hpp"
 #include "model/memory_need.hpp"
 #include "support/expect_error.hpp"
+#include "support/gguf_image.hpp"
 
 namespace attn {
 namespace {
@@ -431,48 +432,24 @@ TEST(Decoder, MemoryNeedCountsPackedAndConvertedMatrices) {
 // A llama GGUF of `blocks` blocks of F32 tensors (dim 4, one head, hidden 4, vocab 3) whose
 // metadata says block_count and context_length.
 void write_llama_gguf(const std::string& path, int64_t blocks, uint64_t block_count, uint64_t context) {
-  std::vector<std::pair<std::string, std::vector<uint64_t>>> tensors = {{"token_embd.weight", {4, 3}},
-                                                                        {"output_norm.weight", {4}}};
+  testing::GgufImage g;
+  g.text("general.architecture", "llama");
+  g.u64("llama.block_count", block_count), g.u64("llama.context_length", context);
+  g.u32("llama.embedding_length", 4), g.u32("llama.feed_forward_length", 4), g.u32("llama.attention.head_count", 1);
+  auto quarters = [](std::vector<uint64_t> dims) {  // F32 values of 0.25
+    std::vector<uint8_t> b(static_cast<size_t>(dims.size() == 2 ? dims[0] * dims[1] : dims[0]) * 4);
+    const float x = 0.25f;
+    for (size_t i = 0; i < b.size(); i += 4) std::memcpy(&b[i], &x, 4);
+    return b;
+  };
+  g.tensor("token_embd.weight", {4, 3}, 0, quarters({4, 3}));
+  g.tensor("output_norm.weight", {4}, 0, quarters({4}));
   for (int64_t i = 0; i < blocks; ++i)
-    for (const char* n : {"attn_norm", "ffn_norm"}) tensors.push_back({"blk." + std::to_string(i) + "." + n + ".weight", {4}});
+    for (const char* n : {"attn_norm", "ffn_norm"}) g.tensor("blk." + std::to_string(i) + "." + n + ".weight", {4}, 0, quarters({4}));
   for (int64_t i = 0; i < blocks; ++i)
     for (const char* n : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"})
-      tensors.push_back({"blk." + std::to_string(i) + "." + n + ".weight", {4, 4}});
-  std::vector<uint8_t> b;
-  auto put = [&](auto v) {
-    const auto* p = reinterpret_cast<const uint8_t*>(&v);
-    b.insert(b.end(), p, p + sizeof v);
-  };
-  auto str = [&](const std::string& s) {
-    put(uint64_t{s.size()});
-    b.insert(b.end(), s.begin(), s.end());
-  };
-  b.insert(b.end(), {'G', 'G', 'U', 'F'});
-  put(uint32_t{3}), put(uint64_t{tensors.size()}), put(uint64_t{6});
-  str("general.architecture"), put(uint32_t{8}), str("llama");
-  str("llama.block_count"), put(uint32_t{10}), put(block_count);
-  str("llama.context_length"), put(uint32_t{10}), put(context);
-  str("llama.embedding_length"), put(uint32_t{4}), put(uint32_t{4});
-  str("llama.feed_forward_length"), put(uint32_t{4}), put(uint32_t{4});
-  str("llama.attention.head_count"), put(uint32_t{4}), put(uint32_t{1});
-  uint64_t offset = 0;
-  for (const auto& [name, dims] : tensors) {
-    str(name), put(uint32_t(dims.size()));
-    for (uint64_t d : dims) put(d);
-    put(uint32_t{0}), put(offset);  // F32
-    offset += (dims.size() == 2 ? dims[0] * dims[1] : dims[0]) * 4;
-    offset = (offset + 31) / 32 * 32;
-  }
-  while (b.size() % 32) b.push_back(0);
-  b.resize(b.size() + offset, 0);
-  for (size_t i = b.size() - offset; i < b.size(); i += 4) {
-    const float x = 0.25f;
-    std::memcpy(&b[i], &x, 4);
-  }
-  FILE* f = std::fopen(path.c_str(), "wb");
-  ASSERT_NE(f, nullptr);
-  std::fwrite(b.data(), 1, b.size(), f);
-  std::fclose(f);
+      g.tensor("blk." + std::to_string(i) + "." + n + ".weight", {4, 4}, 0, quarters({4, 4}));
+  ASSERT_TRUE(g.write(path)) << path;
 }
 
 // Regression: a GGUF whose llama.block_count is 10^8 made a list of 10^8

@@ -7,21 +7,17 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <stdexcept>
 
 #include "attn/dtype.hpp"
 #include "attn/gguf.hpp"
 #include "model/weights.hpp"
+#include "support/gguf_image.hpp"
 
 namespace attn::model {
 namespace {
 
 using kernels::BlockQuant;
-
-struct TensorBytes {
-  std::vector<uint64_t> dims;
-  uint32_t type;
-  std::vector<uint8_t> bytes;
-};
 
 // Random blocks of `type` for a rows x cols matrix, every block's float16 scale set to 2^-6 (d
 // of Q5_0/Q5_1/Q4_K at byte 0, Q6_K's at byte 208), Q4_K's dmin and Q5_1's m to 2^-8.
@@ -37,66 +33,42 @@ std::vector<uint8_t> random_blocks(uint32_t type, int64_t rows, int64_t cols, st
   return b;
 }
 
-// A one-block llama GGUF (dim = hidden = 256, one head, vocab 3) with the given matrix types.
-void write_gguf(const std::string& path, std::map<std::string, TensorBytes>& tensors) {
+// A one-block llama GGUF (dim = hidden = 256, one head, vocab 3) with the given matrix types;
+// returns the image (its tensors: what the file holds).
+testing::GgufImage write_gguf(const std::string& path) {
   std::mt19937 rng(5);
   const std::map<std::string, uint32_t> types = {{"attn_q", kGgmlQ4_K},   {"attn_k", kGgmlQ5_0},
                                                  {"attn_v", kGgmlQ6_K},   {"attn_output", kGgmlQ5_1},
                                                  {"ffn_gate", kGgmlQ5_0}, {"ffn_up", kGgmlQ4_K},
                                                  {"ffn_down", kGgmlQ6_K}};
-  auto floats = [&](std::vector<uint64_t> dims, float v) {
+  testing::GgufImage g;
+  g.text("general.architecture", "llama");
+  g.u64("llama.block_count", 1), g.u64("llama.context_length", 64);
+  g.u32("llama.embedding_length", 256), g.u32("llama.feed_forward_length", 256);
+  g.u32("llama.attention.head_count", 1);
+  auto floats = [&](const std::string& name, std::vector<uint64_t> dims, float v) {
     std::vector<uint8_t> b(static_cast<size_t>(dims[0] * (dims.size() > 1 ? dims[1] : 1)) * 4);
     for (size_t i = 0; i < b.size(); i += 4) std::memcpy(&b[i], &v, 4);
-    return TensorBytes{dims, kGgmlF32, b};
+    g.tensor(name, dims, kGgmlF32, b);
   };
-  tensors["token_embd.weight"] = floats({256, 3}, 0.25f);
-  tensors["output_norm.weight"] = floats({256}, 1.0f);
-  tensors["blk.0.attn_norm.weight"] = floats({256}, 1.0f);
-  tensors["blk.0.ffn_norm.weight"] = floats({256}, 1.0f);
+  floats("token_embd.weight", {256, 3}, 0.25f);
+  floats("output_norm.weight", {256}, 1.0f);
+  floats("blk.0.attn_norm.weight", {256}, 1.0f);
+  floats("blk.0.ffn_norm.weight", {256}, 1.0f);
   for (const auto& [name, type] : types)
-    tensors["blk.0." + name + ".weight"] = TensorBytes{{256, 256}, type, random_blocks(type, 256, 256, rng)};
-  std::vector<uint8_t> b;
-  auto put = [&](auto v) {
-    const auto* p = reinterpret_cast<const uint8_t*>(&v);
-    b.insert(b.end(), p, p + sizeof v);
-  };
-  auto str = [&](const std::string& s) {
-    put(uint64_t{s.size()});
-    b.insert(b.end(), s.begin(), s.end());
-  };
-  b.insert(b.end(), {'G', 'G', 'U', 'F'});
-  put(uint32_t{3}), put(uint64_t{tensors.size()}), put(uint64_t{6});
-  str("general.architecture"), put(uint32_t{8}), str("llama");
-  str("llama.block_count"), put(uint32_t{10}), put(uint64_t{1});
-  str("llama.context_length"), put(uint32_t{10}), put(uint64_t{64});
-  str("llama.embedding_length"), put(uint32_t{4}), put(uint32_t{256});
-  str("llama.feed_forward_length"), put(uint32_t{4}), put(uint32_t{256});
-  str("llama.attention.head_count"), put(uint32_t{4}), put(uint32_t{1});
-  uint64_t offset = 0;
-  for (const auto& [name, t] : tensors) {
-    str(name), put(uint32_t(t.dims.size()));
-    for (uint64_t d : t.dims) put(d);
-    put(t.type), put(offset);
-    offset = (offset + t.bytes.size() + 31) / 32 * 32;
-  }
-  while (b.size() % 32) b.push_back(0);
-  const size_t data = b.size();
-  b.resize(data + offset, 0);
-  offset = 0;
-  for (const auto& [name, t] : tensors) {
-    std::memcpy(&b[data + offset], t.bytes.data(), t.bytes.size());
-    offset = (offset + t.bytes.size() + 31) / 32 * 32;
-  }
-  FILE* f = std::fopen(path.c_str(), "wb");
-  ASSERT_NE(f, nullptr);
-  std::fwrite(b.data(), 1, b.size(), f);
-  std::fclose(f);
+    g.tensor("blk.0." + name + ".weight", {256, 256}, type, random_blocks(type, 256, 256, rng));
+  EXPECT_TRUE(g.write(path)) << path;
+  return g;
 }
 
 TEST(GgufPacking, Q5AndKQuantsArePackedAsStored) {
   const std::string path = ::testing::TempDir() + "attn_gguf_packing.gguf";
-  std::map<std::string, TensorBytes> tensors;
-  write_gguf(path, tensors);
+  const testing::GgufImage image = write_gguf(path);
+  auto bytes_of = [&](const std::string& name) -> const std::vector<uint8_t>& {
+    for (const auto& t : image.tensors)
+      if (t.name == name) return t.bytes;
+    throw std::runtime_error("no tensor " + name);
+  };
   auto file = std::make_shared<const GgufFile>(GgufFile::open(path));
   const DecoderConfig config = gguf_config(*file, 0);
 
@@ -115,7 +87,7 @@ TEST(GgufPacking, Q5AndKQuantsArePackedAsStored) {
   const std::pair<const Matrix*, const char*> same[] = {
       {&l.wv, "attn_v"}, {&l.wo, "attn_output"}, {&l.w1, "ffn_gate"}, {&l.w3, "ffn_up"}, {&l.w2, "ffn_down"}};
   for (const auto& [m, name] : same) {
-    const std::vector<uint8_t>& bytes = tensors.at(std::string("blk.0.") + name + ".weight").bytes;
+    const std::vector<uint8_t>& bytes = bytes_of(std::string("blk.0.") + name + ".weight");
     std::vector<uint8_t> back(bytes.size());
     m->packed->ggml_rows(0, 256, back.data(), m->quant_row_bytes());
     EXPECT_EQ(back, bytes) << name;
