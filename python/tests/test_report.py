@@ -120,6 +120,179 @@ def test_the_browser_check_sees_broken_pages(tmp_path):
     assert any("oops" in p for p in v["problems"]) and any("undefinedFunction" in p for p in v["problems"])
 
 
+# The layout check: the page is loaded into same-origin iframes 1280 px and 390 px wide (a
+# desktop and a phone; headless Chromium will not make its window narrower than 500 px, an iframe
+# is its own viewport for the page's media queries). The rule, per width:
+#   - no cell clips its text: every th/td has scrollWidth <= clientWidth + 1;
+#   - numbers stay on one line: every td.num has white-space: nowrap;
+#   - at 1280 px every table fits its column (nothing to scroll to find a number);
+#   - at 390 px a table wider than its column sits in an overflow-x: auto/scroll wrapper, so it
+#     scrolls sideways by itself and every number can be reached;
+#   - the page is no wider than the viewport (documentElement.scrollWidth <= innerWidth); outside
+#     such a wrapper no element reaches past the viewport's right edge and no text spills out of
+#     its box (a long path or mechanism string: scrollWidth > clientWidth with overflow visible).
+WIDTHS = (1280, 390)
+LAYOUT_SCRIPT = r"""
+<script>
+function layoutOf(win, mustFit) {
+  var doc = win.document, bad = [];
+  function name(e) {
+    var t = e.closest('table'), c = t && t.caption ? ' in "' + t.caption.textContent.slice(0, 50) + '"' : '';
+    return e.tagName.toLowerCase() + (e.className && typeof e.className === 'string' ? '.' + e.className : '') +
+           ' "' + e.textContent.trim().slice(0, 30) + '"' + c;
+  }
+  function scroller(e) {  // the nearest ancestor that scrolls sideways, or null
+    for (var a = e.parentElement; a && a !== doc.body; a = a.parentElement) {
+      var o = win.getComputedStyle(a).overflowX;
+      if (o === 'auto' || o === 'scroll') return a;
+    }
+    return null;
+  }
+  Array.prototype.forEach.call(doc.querySelectorAll('th, td'), function (c) {
+    if (c.scrollWidth > c.clientWidth + 1) bad.push('clipped cell ' + name(c) + ': ' + c.scrollWidth + ' > ' + c.clientWidth);
+    if (c.classList.contains('num') && win.getComputedStyle(c).whiteSpace !== 'nowrap') bad.push('number may wrap: ' + name(c));
+  });
+  Array.prototype.forEach.call(doc.querySelectorAll('table'), function (t) {
+    var box = t.parentElement, w = t.getBoundingClientRect().width;
+    if (w <= box.clientWidth + 1) return;
+    if (mustFit) bad.push('table wider than its column (' + Math.round(w) + ' > ' + box.clientWidth + ' px): ' + name(t));
+    else if (!scroller(t)) bad.push('table wider than its column and not in a scrolling wrapper: ' + name(t));
+  });
+  var vw = win.innerWidth;
+  if (doc.documentElement.scrollWidth > vw) bad.push('page ' + doc.documentElement.scrollWidth + ' px wide in a ' + vw + ' px viewport');
+  Array.prototype.forEach.call(doc.body.querySelectorAll('*'), function (e) {
+    if (e.closest('svg') && e.tagName.toLowerCase() !== 'svg') return;
+    var r = e.getBoundingClientRect();
+    if (scroller(e) || e.tagName.toLowerCase() === 'svg') return;
+    if (r.width > 0 && r.right > vw + 1) {  // named once: the outermost element past the edge
+      if (e.parentElement.getBoundingClientRect().right <= vw + 1) bad.push('past the right edge (' + Math.round(r.right) + ' px): ' + name(e));
+    }
+    else if (e.clientWidth > 0 && e.scrollWidth > e.clientWidth + 1 && win.getComputedStyle(e).overflowX === 'visible')
+      bad.push('text spills out (' + e.scrollWidth + ' > ' + e.clientWidth + ' px): ' + name(e));
+  });
+  return {width: vw, problems: bad.slice(0, 40), count: bad.length};
+}
+window.addEventListener('load', function () {
+  var out = {};
+  Array.prototype.forEach.call(document.querySelectorAll('iframe'), function (f) {
+    out[f.width] = layoutOf(f.contentWindow, f.width >= 1000);
+  });
+  document.body.setAttribute('data-check', JSON.stringify(out));
+});
+</script>
+"""
+
+
+def _layout_verdict(page: Path, tmp_path: Path) -> dict:
+    import html
+    text = html.escape(page.read_text(encoding="utf-8"), quote=True)
+    frames = "".join(f'<iframe width="{w}" height="1500" style="border:0;display:block" srcdoc="{text}"></iframe>'
+                     for w in WIDTHS)
+    probe = tmp_path / "layout.html"
+    probe.write_text(f"<!DOCTYPE html><html><head><title>layout</title></head><body>{frames}{LAYOUT_SCRIPT}</body></html>",
+                     encoding="utf-8")
+    cmd = [_chromium(), "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+           "--no-first-run", "--disable-extensions", f"--user-data-dir={tmp_path / 'profile'}",
+           "--window-size=1400,1000", "--virtual-time-budget=5000", "--dump-dom", probe.as_uri()]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_SECONDS)
+    assert p.returncode == 0, f"chromium failed ({p.returncode}): {p.stderr[-2000:]}"
+    m = re.search(r'<body[^>]*\sdata-check="([^"]*)"', p.stdout)
+    assert m, f"the layout script left no verdict in the DOM; chromium said: {p.stderr[-2000:]}"
+    return {int(k): v for k, v in json.loads(html.unescape(m.group(1))).items()}
+
+
+def test_tables_show_every_number_at_desktop_and_phone_width(checked_in_page, tmp_path):
+    v = _layout_verdict(checked_in_page[0], tmp_path)
+    assert sorted(v) == sorted(WIDTHS) and all(v[w]["width"] == w for w in WIDTHS), v
+    for w in WIDTHS:
+        assert v[w]["problems"] == [], f"at {w} px: {v[w]}"
+
+
+def test_the_layout_check_sees_clipped_and_overflowing_pages(tmp_path):
+    bad = tmp_path / "bad.html"
+    wide_row = "".join(f'<td class="num">{i}.123456789</td>' for i in range(30))
+    bad.write_text('<!DOCTYPE html><html><head><title>t</title><style>td.num { white-space: nowrap; }</style></head>'
+                   '<body><table><tr><td class="num" style="max-width:3rem;overflow:hidden">123456789.123456</td>'
+                   '<td class="num" style="white-space:normal">1 2</td></tr></table>'
+                   f'<div style="width:20rem"><table><caption>wide</caption><tr>{wide_row}</tr></table></div>'
+                   '<div style="overflow-x:auto"><table><caption>scrolls</caption><tr>' + wide_row + '</tr></table></div>'
+                   f'<p style="width:10rem">{"x" * 60}</p>'
+                   '</body></html>')
+    v = _layout_verdict(bad, tmp_path)
+    for w in WIDTHS:
+        p = " | ".join(v[w]["problems"])
+        assert "clipped cell td.num \"123456789.123456\"" in p and "number may wrap: td.num \"1 2\"" in p, p
+        assert "table wider than its column" in p and '"wide"' in p and "past the right edge" in p, p
+        assert "page " in p and f"px wide in a {w} px viewport" in p and 'text spills out' in p and '"xxxx' in p, p
+    # the scrolling wrapper is accepted on the phone, never on the desktop
+    assert '"scrolls"' in " ".join(v[1280]["problems"]) and '"scrolls"' not in " ".join(v[390]["problems"])
+
+
+# The charts attn eval-ppl draws (tools/svg_chart.cpp: panels side by side, one <g> each, every
+# point labelled): rendered in Chromium at their own size, every text's box must stay inside its
+# panel's column and no two texts of a panel may overlap (by more than 2 px each way: labels are
+# stacked 11 px apart in 10 px type).
+SVG_LABEL_SCRIPT = r"""
+<script>
+window.addEventListener('load', function () {
+  var svg = document.querySelector('svg'), panels = svg.querySelectorAll(':scope > g'), bad = [];
+  var box = svg.getBoundingClientRect(), w = box.width / panels.length;
+  Array.prototype.forEach.call(panels, function (g, i) {
+    var lo = box.left + i * w, hi = lo + w;
+    var texts = Array.prototype.map.call(g.querySelectorAll('text'), function (t) {
+      return {text: t.textContent, r: t.getBoundingClientRect()};
+    });
+    texts.forEach(function (a, j) {
+      if (a.r.left < lo - 1 || a.r.right > hi + 1)
+        bad.push('panel ' + i + ': "' + a.text + '" spans ' + Math.round(a.r.left - lo) + '..' + Math.round(a.r.right - lo) + ' of 0..' + Math.round(w));
+      texts.slice(j + 1).forEach(function (b) {
+        var dx = Math.min(a.r.right, b.r.right) - Math.max(a.r.left, b.r.left);
+        var dy = Math.min(a.r.bottom, b.r.bottom) - Math.max(a.r.top, b.r.top);
+        if (dx > 2 && dy > 2) bad.push('panel ' + i + ': "' + a.text + '" overlaps "' + b.text + '"');
+      });
+    });
+  });
+  document.body.setAttribute('data-check', JSON.stringify({panels: panels.length, problems: bad}));
+});
+</script>
+"""
+
+
+def _svg_label_verdict(svg: Path, tmp_path: Path) -> dict:
+    import html
+    probe = tmp_path / "labels.html"
+    probe.write_text("<!DOCTYPE html><html><head><title>labels</title></head><body style=\"margin:0\">"
+                     + svg.read_text(encoding="utf-8") + SVG_LABEL_SCRIPT + "</body></html>", encoding="utf-8")
+    cmd = [_chromium(), "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+           "--no-first-run", "--disable-extensions", f"--user-data-dir={tmp_path / 'profile'}",
+           "--window-size=1400,1000", "--virtual-time-budget=5000", "--dump-dom", probe.as_uri()]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_SECONDS)
+    assert p.returncode == 0, f"chromium failed ({p.returncode}): {p.stderr[-2000:]}"
+    m = re.search(r'<body[^>]*\sdata-check="([^"]*)"', p.stdout)
+    assert m, f"the label script left no verdict in the DOM; chromium said: {p.stderr[-2000:]}"
+    return json.loads(html.unescape(m.group(1)))
+
+
+@pytest.mark.xfail(strict=True, reason="tools/svg_chart.cpp puts every point's label right of the point, "
+                   "stacked only against labels within 120 px, so long labels run into the next panel and over "
+                   "each other; remove this mark once it measures labels and keeps them in their panel")
+def test_eval_ppl_chart_labels_stay_in_their_panel_and_apart(tmp_path):
+    v = _svg_label_verdict(FIGURES / "eval_ppl_smollm2.svg", tmp_path)
+    assert v["panels"] == 2 and v["problems"] == [], v
+
+
+def test_the_label_check_sees_labels_across_panels(tmp_path):
+    bad = tmp_path / "bad.svg"
+    bad.write_text('<svg xmlns="http://www.w3.org/2000/svg" width="400" height="100">'
+                   '<g transform="translate(0,0)"><text x="150" y="50" font-size="10">a label far too long for its panel</text>'
+                   '<text x="10" y="20" font-size="10">one</text><text x="12" y="22" font-size="10">two</text></g>'
+                   '<g transform="translate(200,0)"><text x="10" y="50" font-size="10">fine</text></g></svg>')
+    v = _svg_label_verdict(bad, tmp_path)
+    assert v["panels"] == 2 and len(v["problems"]) == 2, v
+    assert v["problems"][0].startswith('panel 0: "a label far too long for its panel" spans 150..') \
+        and v["problems"][1] == 'panel 0: "one" overlaps "two"', v
+
+
 def test_page_is_self_contained(checked_in_page):
     text = checked_in_page[0].read_text(encoding="utf-8")
     assert "<script" not in text.lower()

@@ -193,17 +193,32 @@ def _needle_rows(mechanisms, strength: float, keys=NEEDLE_KEYS, d: int = 64, see
     return rows
 
 
+# Line style per family, so eleven series read apart beyond their ten colours: softmax and its
+# sparse patterns solid, linearised kernels dashed, the rest (GAU, retention) dash-dot.
+_FAMILY_STYLE = (("softmax", "-"), ("BigBird", "-"), ("linear", "--"), ("Performer", "--"))
+_NEEDLE_FLOOR = 1.5e-7  # where a weight of exactly 0 is drawn (x markers) on the log axis (ylim from 1e-7)
+
+
 def _plot_needle(rows: List[Dict], out: str, name: str, title: str) -> None:
     plt = _pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.2))
-    for mech in dict.fromkeys(r["mechanism"] for r in rows):
+    drawn = {":"}  # the line styles used (":" the black references) and "x" if a zero weight was drawn:
+    # the caption names only what is drawn
+    for i, mech in enumerate(dict.fromkeys(r["mechanism"] for r in rows)):
         pts = [r for r in rows if r["mechanism"] == mech]
         ns = [r["n"] for r in pts]
-        w = [max(r["needle_weight"], 1e-12) for r in pts]
-        style = "--" if not pts[0]["sees_needle"] else "-"
-        axes[0].loglog(ns, w, style, marker=".", label=mech)
-        axes[1].semilogx(ns, [r["sparsity"] for r in pts], style, marker=".", label=mech)
-        axes[2].semilogx(ns, [r["entropy"] for r in pts], style, marker=".", label=mech)
+        style = next((s for prefix, s in _FAMILY_STYLE if mech.startswith(prefix)), "-.")
+        kw = dict(linestyle=style, color=f"C{i % 10}", marker=".")
+        drawn.add(style)
+        # a pattern that cannot see the needle gives it weight exactly 0: an x on the floor
+        w = [r["needle_weight"] if r["sees_needle"] else _NEEDLE_FLOOR for r in pts]
+        axes[0].loglog(ns, w, label=mech, **kw)
+        blind = [(n, y) for n, y, r in zip(ns, w, pts) if not r["sees_needle"]]
+        if blind:
+            axes[0].plot(*zip(*blind), "x", color=kw["color"], markersize=7)
+            drawn.add("x")
+        axes[1].semilogx(ns, [r["sparsity"] for r in pts], **kw)
+        axes[2].semilogx(ns, [r["entropy"] for r in pts], **kw)
     keys = sorted({r["n"] for r in rows})
     axes[0].loglog(keys, [1 / n for n in keys], "k:", label="1/n (no preference)")
     axes[0].set(title="weight on the needle", xlabel="keys n", ylabel="|a_needle| / sum |a|", ylim=(1e-7, 2))
@@ -212,8 +227,18 @@ def _plot_needle(rows: List[Dict], out: str, name: str, title: str) -> None:
     axes[2].set(title="entropy of the row", xlabel="keys n", ylabel="nats")
     for ax in axes:
         ax.grid(alpha=0.3, which="both")
-    axes[0].legend(fontsize=7, loc="lower left")
-    fig.suptitle(title + " (dashed: a pattern that cannot see the needle)", fontsize=10)
+    handles = axes[0].get_legend_handles_labels()
+    extra = axes[2].get_legend_handles_labels()
+    # one legend for the three panels, outside them (eleven entries would cover the curves)
+    fig.legend(handles[0] + extra[0][-1:], handles[1] + extra[1][-1:], fontsize=8, loc="center left",
+               bbox_to_anchor=(1.0, 0.5), frameon=False)
+    key = [text for mark, text in (("-", "solid: softmax and its sparse patterns"), ("--", "dashed: linear kernels"),
+                                   ("-.", "dash-dot: others"),
+                                   ("x", "x on the floor: weight exactly 0 (the pattern cannot see the needle)"),
+                                   (":", "black dotted: references"))
+           if mark in drawn]
+    fig.suptitle(title + "\n" + "; ".join(key), fontsize=10)
+    fig.tight_layout()
     _save(fig, out, name)
     plt.close(fig)
 

@@ -11,7 +11,10 @@ few sentences of findings whose numbers are computed here from the experiment's 
 SmolLM2 perplexity per mechanism (`attn eval-ppl --out NAME` writes NAME.json, NAME.svg) sits in
 the real-model section. An input that is absent or unreadable gets a section naming the command
 that produces it. Nothing on the page refers to another file or the network, and it needs no
-JavaScript. The page is written to a temporary file and renamed over OUT only when complete.
+JavaScript. At a desktop's width every table fits its column; on a phone a wider table scrolls
+sideways in its own wrapper, numbers never wrap and no text widens the page (test_report.py checks
+both in Chromium at 1280 and 390 px). The page is written to a temporary file and renamed over OUT
+only when complete.
 """
 from __future__ import annotations
 
@@ -154,8 +157,10 @@ def pct(x, sig: int = 3) -> str:
     return num(100 * x, sig) + "\u202f%"
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence], caption: str = "", numeric_from: int = 1) -> str:
-    """A table of escaped cells; columns from `numeric_from` on are right-aligned."""
+def _table(header: Sequence[str], rows: Sequence[Sequence], caption: str = "", numeric_from: int = 1,
+           numeric_to: Optional[int] = None) -> str:
+    """A table of escaped cells; columns `numeric_from` up to (not including) `numeric_to`, or to the
+    end, hold numbers: right-aligned and never wrapped. Text columns after them (notes) may wrap."""
     out = ['<div class="table-wrap"><table>']
     if caption:
         out.append(f"<caption>{_e(caption)}</caption>")
@@ -163,7 +168,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence], caption: str = "", n
     for r in rows:
         cells = []
         for i, c in enumerate(r):
-            cls = ' class="num"' if i >= numeric_from else ""
+            cls = ' class="num"' if numeric_from <= i and (numeric_to is None or i < numeric_to) else ""
             cells.append(f"<td{cls}>{_e(c)}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</tbody></table></div>")
@@ -337,9 +342,10 @@ def titans_section(data) -> Tuple[str, List[str]]:
     ds = sorted({int(r["distance"]) for r in rows})
     at = {(r["form"], int(r["distance"])): r for r in rows}
     window = int(rows[0]["window"])
-    table = [[f] + [f"{num(at[(f, d)]['cosine'], 2)} ({pct(at[(f, d)]['accuracy'], 2)})" if (f, d) in at else ""
-                    for d in ds] for f in forms]
-    html_table = _table(["form"] + [f"D = {num(d)}" for d in ds], table,
+    # a row per distance, a column per form: four columns of numbers fit a phone, nine did not fit a desktop
+    table = [[f"D = {num(d)}"] + [f"{num(at[(f, d)]['cosine'], 2)} ({pct(at[(f, d)]['accuracy'], 2)})"
+                                  if (f, d) in at else "" for f in forms] for d in ds]
+    html_table = _table(["distance"] + forms, table,
                         "cosine of the output with the needle's value (share of trials whose nearest value is the "
                         f"needle's), the needle D tokens back, a window of {window} tokens")
     facts = []
@@ -481,7 +487,7 @@ def train_section(data) -> Tuple[str, List[str]]:
                f"key-value pairs in {r0.get('seq_len', '?')} tokens; loss and accuracy on a fixed evaluation set")
     html_table = _table(["mechanism", "attention", "loss at step 0", "final loss", "final accuracy",
                          "weight on the answer", "its rows' S", "queries whose pair is in view", "steps",
-                         "note"], table, caption, numeric_from=2)
+                         "note"], table, caption, numeric_from=2, numeric_to=9)
     facts = []
     soft = trained.get("softmax")
     if soft:
@@ -665,7 +671,8 @@ def ppl_section(data, svg: Optional[Path]) -> Tuple[str, List[str]]:
     tokens = data.get("tokens") if isinstance(data, dict) else None
     model = Path(str(data.get("model", ""))).name if isinstance(data, dict) else ""
     caption = f"{model or 'the model'}, {tokens or '?'} tokens, each mechanism in every layer"
-    out = _table(["mechanism", "perplexity", "× exact", "KV cache MiB", "note"], table, caption, numeric_from=1)
+    out = _table(["mechanism", "perplexity", "× exact", "KV cache MiB", "note"], table, caption, numeric_from=1,
+                 numeric_to=4)
     facts = []
     if ref:
         sink = next((r for r in rows if "sinks=" in r["mechanism"] and "@" not in r["mechanism"]
@@ -735,6 +742,7 @@ h3 { font-size: 1.05rem; margin: 1.25rem 0 .4rem; }
 .lead, .note, figcaption, caption { color: var(--muted); }
 a { color: var(--accent); }
 nav ol { padding-left: 1.4rem; margin: .25rem 0; }
+p, li, figcaption { overflow-wrap: anywhere; }  /* paths and mechanism strings break rather than widen a phone's page */
 figure { margin: 1rem 0; }
 figure img, svg.chart { display: block; max-width: 100%; height: auto; border: 1px solid var(--line); }
 figcaption { font-size: .875rem; margin-top: .3rem; }
@@ -749,10 +757,12 @@ td.num { text-align: right; white-space: nowrap; }
 .missing { background: #fff8e6; border-left: 3px solid #c98a00; padding: .6rem 1rem; }
 .side { display: grid; grid-template-columns: repeat(auto-fit, minmax(min(100%, 26rem), 1fr)); gap: 1.25rem;
         align-items: start; }
+.side > div { min-width: 0; }  /* a wide table scrolls in its wrapper instead of widening the grid */
 pre, code { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: .85rem; }
 pre { background: var(--code); padding: .75rem 1rem; overflow-x: auto; white-space: pre; }
 footer { margin-top: 3rem; border-top: 1px solid var(--line); padding-top: 1rem; font-size: .9rem; }
-@media (max-width: 600px) { body { font-size: 15px; } main { padding: .75rem; } h1 { font-size: 1.4rem; } }
+@media (max-width: 600px) { body { font-size: 15px; } main { padding: .75rem; } h1 { font-size: 1.4rem; }
+                            th, td { padding: .2rem .4rem; } }
 """
 
 
@@ -797,7 +807,7 @@ def render(found: Dict[str, Path], sources: Sequence[str] = ()) -> Tuple[str, Di
     sections.append(attempt("titans_needle", titans_section, "cosine with the needle's value against its distance, "
                                                              "window alone, memory alone, MAG and MAC"))
 
-    # the real models, with the perplexity table beside the per-layer statistics of SmolLM2
+    # the real models: the per-layer statistics, then the perplexity per mechanism
     model_parts, model_facts, layers = [], [], {}
     path = found.get("model")
     if path is None:
@@ -829,8 +839,10 @@ def render(found: Dict[str, Path], sources: Sequence[str] = ()) -> Tuple[str, Di
     others = "".join(_layer_table(L, f"{m}: per layer, mean over heads") for m, L in layers.items() if m != smol)
     right = f'<h3 id="ppl">{_e(TITLES["ppl"])}</h3>{ppl_html}'
     facts = model_facts + ppl_facts
+    # the per-layer tables are narrow and sit side by side; the perplexity table (long mechanism
+    # strings, a note column) and its chart take the full width below them
     body = (f'<div class="findings"><h3>Findings</h3>{_paragraphs(facts)}</div>' if facts else "") + \
-        f'<div class="side"><div>{left}{others}</div><div>{right}</div></div>'
+        f'<div class="side"><div>{left}</div><div>{others}</div></div>{right}'
     sections.append(f'<section id="model"><h2>{_e(TITLES["model"])}</h2><p>{_e(INTRO["model"])}</p>'
                     f'{"".join(model_parts)}{body}</section>')
     sections.append(attempt("train", train_section, "loss and recall accuracy against the training step, one line "
