@@ -690,19 +690,26 @@ NB_MODULE(_attn, m) {
             return attn::token_nll(d, tokens);
           },
           "tokens"_a, "Negative log-likelihood of tokens[1:] given their prefixes (one pass from an empty context).");
-  nb::class_<attn::Sampler>(m, "Sampler", "attn::Sampler: greedy or nucleus sampling, counter-based draws.")
+  nb::class_<attn::Sampler>(m, "Sampler",
+                            "attn::Sampler: greedy or sampled (repeat penalty, top-k, top-p, min-p), counter-based draws.")
       .def(
           "__init__",
-          [](attn::Sampler* self, double temperature, double top_p, uint64_t seed) {
-            new (self) attn::Sampler(attn::SamplingOptions{temperature, top_p, seed});
+          [](attn::Sampler* self, double temperature, double top_p, uint64_t seed, int64_t top_k, double min_p,
+             double repeat_penalty, int64_t repeat_last_n) {
+            new (self) attn::Sampler(
+                attn::SamplingOptions{temperature, top_p, seed, top_k, min_p, repeat_penalty, repeat_last_n});
           },
-          "temperature"_a, "top_p"_a, "seed"_a)
+          "temperature"_a, "top_p"_a, "seed"_a, "top_k"_a = 0, "min_p"_a = 0.0, "repeat_penalty"_a = 1.0,
+          "repeat_last_n"_a = 64)
       .def(
           "next",
-          [](attn::Sampler& s, nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> logits) {
-            return s.next(logits.data(), static_cast<int64_t>(logits.shape(0)));
+          [](attn::Sampler& s, nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> logits,
+             const std::vector<int32_t>& context) {
+            return s.next(logits.data(), static_cast<int64_t>(logits.shape(0)), context);
           },
-          "logits"_a, "The next token id from a row of logits (advances the draw counter).");
+          "logits"_a, "context"_a = std::vector<int32_t>{},
+          "The next token id from a row of logits (advances the draw counter); `context`: the tokens before it, "
+          "for repeat_penalty.");
   m.def("parallel_regions", &attn::parallel_regions,
         "Parallel regions entered since the library loaded (each ends in a barrier): benchmarks count them per token.");
   m.def("check_generation_length", &attn::check_generation_length, "argument"_a, "prompt_tokens"_a, "max_tokens"_a,

@@ -11,6 +11,7 @@
 #include "attn/error.hpp"
 #include "commands.hpp"
 #include "interrupt.hpp"
+#include "log_level.hpp"
 #include "model_option.hpp"
 #include "usage.hpp"
 #include "text_model.hpp"
@@ -38,13 +39,21 @@ struct ChatArgs {
   TextModelOptions model;
   std::string system;
   int64_t max_tokens = 256;
-  double temperature = 0.0, top_p = 1.0;
-  uint64_t seed = 1;
+  // greedy with a mild repetition penalty (llama.cpp's default before it became 1.0): SmolLM2-135M
+  // with 8-bit activations loops on "la femme, la femme, ..." without it
+  SamplingOptions sampling{0.0, 1.0, 1, 0, 0.0, 1.1};
   bool quiet = false;
   bool in_place = false;  // --no-repack
 };
 
+// Turn t draws with seed + t (modulo 2^64).
+SamplingOptions sampling_of_turn(SamplingOptions s, uint64_t turn) {
+  s.seed += turn;
+  return s;
+}
+
 int run(const ChatArgs& a) {
+  check_sampling_options(a.sampling);
   TextModelOptions options = a.model;
   options.repack = !a.in_place;
   TextModel m(options);
@@ -59,7 +68,7 @@ int run(const ChatArgs& a) {
     const std::vector<int32_t> prompt = m.prompt_ids(m.tokenizer().chat_prompt(messages, true));
     ReplyStats stats;
     catch_interrupts();
-    const std::vector<int32_t> ids = m.reply(prompt, a.max_tokens, {a.temperature, a.top_p, a.seed + turn},
+    const std::vector<int32_t> ids = m.reply(prompt, a.max_tokens, sampling_of_turn(a.sampling, turn),
                                              [](const std::string& piece) {
                                                fmt::print("{}", piece);
                                                std::fflush(stdout);
@@ -67,7 +76,7 @@ int run(const ChatArgs& a) {
                                              stats);
     fmt::print("\n");
     std::fflush(stdout);
-    if (!a.quiet || stats.interrupted)
+    if ((!a.quiet && logs(LogLevel::info)) || stats.interrupted)
       fmt::print(stderr, "[{}{}]\n", stats.interrupted ? "interrupted: " : "", m.stats_line(stats));
     if (stats.interrupted) return kInterruptedExit;
     messages.push_back({"assistant", m.tokenizer().decode(ids)});
@@ -82,16 +91,16 @@ Runner add_chat(CLI::App& app) {
   CLI::App* c = app.add_subcommand(
       "chat",
       "Turns with a GGUF language model (its chat template); one user turn per line of stdin, an empty line ends.\n"
+      "Greedy with --repeat-penalty 1.1 by default (--repeat-penalty 1: plain greedy).\n"
       "  attn chat --model SmolLM2-135M-Instruct.Q4_1.gguf\n"
-      "  echo \"What is a transformer?\" | attn chat --model M.gguf -m softmax:causal,window=255:0");
+      "  echo \"What is a transformer?\" | attn chat --model M.gguf -m softmax:causal,window=255:0\n"
+      "  attn chat --model smollm2 --temp 0.7 --top-k 40 --top-p 0.95 --min-p 0.05 --seed 3   (llama.cpp's spellings)");
   c->add_option("--model", a->model.path, "A GGUF file with a chat template, or a model's name (attn models)")
       ->required()
       ->transform(model_file());
   c->add_option("--system", a->system, "A system message (default: the template's own, if any)");
-  c->add_option("--max-tokens", a->max_tokens, "Most tokens per reply")->capture_default_str()->check(in_range(1, 1 << 20));
-  c->add_option("--temperature", a->temperature, "0: greedy; > 0: sample")->capture_default_str()->check(in_range(0.0, 100.0));
-  c->add_option("--top-p", a->top_p, "Nucleus sampling mass, in (0, 1]")->capture_default_str();
-  add_seed_option(c, a->seed, "Seed of the draws (turn t uses seed + t, modulo 2^64)");
+  c->add_option("-n,--max-tokens,--n-predict", a->max_tokens, "Most tokens per reply")->capture_default_str()->check(in_range(1, 1 << 20));
+  add_sampling_options(c, a->sampling, "Seed of the draws (turn t uses seed + t, modulo 2^64)");
   c->add_option("-m,--mechanism", a->model.mechanism, "Attention of every layer (causal), e.g. softmax:causal,window=255:0");
   c->add_option("--local-mechanism", a->model.local_mechanism,
                 "Attention of the layers trained with a sliding window (Gemma 3's local layers)");
@@ -107,8 +116,8 @@ Runner add_chat(CLI::App& app) {
       ->check(CLI::IsMember({"f32", "f16", "bf16", "int8"}));
   c->add_flag("--no-repack", a->in_place,
               "Read quantized blocks in place instead of packing them in 16-row groups at load (slower decode)");
-  c->add_option("--max-context", a->model.max_context, "Context the KV caches hold")->capture_default_str()->check(in_range(1, 1 << 22));
-  c->add_option("--threads", a->model.threads, "Threads (0 = all cores)")->capture_default_str()->check(in_range(0, 256));
+  c->add_option("-c,--ctx-size,--max-context", a->model.max_context, "Context the KV caches hold, in tokens")->capture_default_str()->check(in_range(1, 1 << 22));
+  c->add_option("-t,--threads", a->model.threads, "Threads (0 = all cores)")->capture_default_str()->check(in_range(0, 256));
   c->add_flag("-q,--quiet", a->quiet, "No figures after each reply");
   return [a] { return run(*a); };
 }

@@ -1,7 +1,10 @@
-// attn generate: a decoder (random weights or a safetensors file) prefills a prompt and decodes
-// greedily; prints prefill and decode tokens/s and what the caches hold per token, KV-cache
-// (softmax) layers against recurrent-state (lightning) layers. With --model FILE.gguf: a real
-// language model continues a text prompt, streaming its text (text_model.hpp).
+// attn generate --model FILE.gguf: a real language model continues a text prompt, streaming its
+// text (text_model.hpp), with llama.cpp's option spellings (-p, -n, -c, -t, --temp, --top-k, ...).
+// attn generate-random: a decoder (random weights, or a safetensors file with --weights) prefills
+// a random prompt and decodes greedily; prints prefill and decode tokens/s and what the caches
+// hold per token, KV-cache (softmax) layers against recurrent-state (lightning) layers. The two
+// are separate commands so that no option means one thing in one mode and another in the other
+// (--top-k was experts per token for random models, and silently so beside --model).
 #include <fmt/core.h>
 
 #include <unistd.h>
@@ -17,6 +20,7 @@
 #include "cache_summary.hpp"
 #include "commands.hpp"
 #include "interrupt.hpp"
+#include "log_level.hpp"
 #include "model_option.hpp"
 #include "usage.hpp"
 #include "text_model.hpp"
@@ -24,24 +28,27 @@
 namespace attn::cli {
 namespace {
 
+// attn generate-random's options
 struct GenerateArgs {
-  bool random_weights = false;
   std::string weights, save_weights, hybrid, mechanism = "softmax:causal", weights_dtype = "f32", arch = "llama";
   int64_t layers = 8, dim = 512, heads = 8, kv_heads = 2, head_dim = 64, hidden = 1408, vocab = 32000;
   int64_t experts = 8, top_k = 2, expert_hidden = 0;  // --arch minimax (expert_hidden 0: 1.5 x dim)
   bool no_compare = false;
-  bool mechanism_given = false;  // -m on the command line (a GGUF model keeps its file's layers otherwise)
-  std::string local_mechanism, global_mechanism;
   int64_t prompt_tokens = 512, new_tokens = 128;
   uint64_t seed = 1;
   int threads = 0;
   bool quiet = false;
-  // --model: a GGUF language model and a text prompt
-  std::string model, prompt, dtype = "q4_1", activations = "auto", cache_type = "f32";
+};
+
+// attn generate's options: a GGUF language model and a text prompt
+struct TextArgs {
+  TextModelOptions model;
+  std::string prompt;
   bool chat = false;
   bool in_place = false;  // --no-repack
-  int64_t max_tokens = 128, max_context = 4096;
-  double temperature = 0.0, top_p = 1.0;
+  bool quiet = false;
+  int64_t max_tokens = 128;
+  SamplingOptions sampling{0.0, 1.0, 1};
 };
 
 using Clock = std::chrono::steady_clock;
@@ -71,8 +78,6 @@ class Progress {
 };
 
 Decoder make_decoder(const GenerateArgs& a) {
-  if (a.random_weights == !a.weights.empty())
-    throw Error("give exactly one of --random-weights and --weights FILE");
   const int64_t max_seq = a.prompt_tokens + a.new_tokens;
   if (!a.weights.empty()) {
     Decoder d = Decoder::from_safetensors(a.weights, a.threads);
@@ -110,11 +115,12 @@ Decoder make_decoder(const GenerateArgs& a) {
   return Decoder::random(c, a.seed, dt, a.threads);
 }
 
-int run_text_model(const GenerateArgs& a) {
-  if (a.random_weights || !a.weights.empty()) throw Error("--model cannot be combined with --random-weights or --weights");
-  if (a.prompt.empty()) throw Error("--model needs --prompt TEXT");
-  TextModel m({a.model, a.dtype, a.mechanism_given ? a.mechanism : "", a.threads, a.max_context, a.activations,
-               a.cache_type, !a.in_place, a.local_mechanism, a.global_mechanism});
+int run_text_model(const TextArgs& a) {
+  if (a.prompt.empty()) fail("-p/--prompt", "must not be empty: the text the model continues");
+  check_sampling_options(a.sampling);
+  TextModelOptions options = a.model;
+  options.repack = !a.in_place;
+  TextModel m(options);
   const Tokenizer& tok = m.tokenizer();
   const std::string text = a.chat ? tok.chat_prompt({{"user", a.prompt}}, true) : a.prompt;
   const std::vector<int32_t> prompt = m.prompt_ids(text);
@@ -122,13 +128,13 @@ int run_text_model(const GenerateArgs& a) {
   std::fflush(stdout);
   ReplyStats stats;
   catch_interrupts();
-  m.reply(prompt, a.max_tokens, {a.temperature, a.top_p, a.seed}, [](const std::string& piece) {
+  m.reply(prompt, a.max_tokens, a.sampling, [](const std::string& piece) {
     fmt::print("{}", piece);
     std::fflush(stdout);
   }, stats);
   fmt::print("\n");
   std::fflush(stdout);
-  if (!a.quiet || stats.interrupted)
+  if ((!a.quiet && logs(LogLevel::info)) || stats.interrupted)
     fmt::print(stderr, "[{}{}]\n", stats.interrupted ? "interrupted: " : "", m.stats_line(stats));
   return stats.interrupted ? kInterruptedExit : 0;
 }
@@ -146,7 +152,7 @@ Timing measure(Decoder& d, const GenerateArgs& a) {
   std::vector<int32_t> prompt(static_cast<size_t>(a.prompt_tokens));
   for (int32_t& t : prompt) t = id(rng);
 
-  Progress progress(a.quiet);
+  Progress progress(a.quiet || !logs(LogLevel::info));
   constexpr int64_t kPiece = 256;  // prefill in pieces, for the progress line
   auto t0 = Clock::now();
   std::vector<float> logits;
@@ -206,13 +212,12 @@ std::string baseline_of(const std::string& arch) {
 }
 
 int run(const GenerateArgs& a) {
-  if (!a.model.empty()) return run_text_model(a);
   Decoder d = make_decoder(a);
   const DecoderConfig& c = d.config();
   int64_t lightning = 0;
   for (const DecoderLayerSpec& l : c.layers) lightning += l.lightning;
   const int64_t cached_layers = static_cast<int64_t>(c.layers.size()) - lightning;
-  fmt::print("attn generate: {} layers ({} with a KV cache, {} lightning), dim {}, heads {}/{} x {}, {}, vocab {},\n"
+  fmt::print("attn generate-random: {} layers ({} with a KV cache, {} lightning), dim {}, heads {}/{} x {}, {}, vocab {},\n"
              "  {} architecture, {:.1f}M parameters; isa {}, {} threads\n",
              c.layers.size(), cached_layers, lightning, c.dim, c.heads, c.kv_heads, c.head_dim, feed_forward_text(c),
              c.vocab_size, c.architecture, static_cast<double>(d.parameter_count()) / 1e6, isa_name(active_isa()),
@@ -250,7 +255,11 @@ int run(const GenerateArgs& a) {
 // accepted and ignored is a surprise).
 void refuse_options(const CLI::App& c, std::initializer_list<const char*> names, const std::string& mode) {
   for (const char* name : names)
-    if (c.count(name) > 0) throw Error(std::string(name) + " does not apply to " + mode);
+    if (c.count(name) > 0) {
+      std::string spelled;  // every long name: --experts-per-token/--top-k
+      for (const std::string& l : c.get_option(name)->get_lnames()) spelled += (spelled.empty() ? "--" : "/--") + l;
+      throw Error(spelled + " does not apply to " + mode);
+    }
 }
 
 // Whether `arch` lays out a random model's feed-forward as a mixture of experts (the registry
@@ -284,30 +293,21 @@ void check_random_shape(const GenerateArgs& a) {
     fail("--mechanism", "must be causal (a decoder's token sees only the past: e.g. softmax:causal), got '" +
                             a.mechanism + "'");
   if (has_experts(a.arch) && a.top_k > a.experts)
-    fail("--top-k", "expected an integer in [1, --experts = " + std::to_string(a.experts) + "], got " +
+    fail("--experts-per-token", "expected an integer in [1, --experts = " + std::to_string(a.experts) + "], got " +
                         std::to_string(a.top_k));
 }
 
 void check_modes(const CLI::App& c, const GenerateArgs& a) {
-  if (!a.model.empty()) {
-    refuse_options(c, {"--random-weights", "--weights", "--save-weights", "--layers", "--arch", "--experts", "--top-k",
-                       "--expert-hidden", "--no-compare", "--hybrid", "--dim", "--heads", "--kv-heads", "--head-dim",
-                       "--hidden", "--vocab", "--weights-dtype", "--prompt-tokens", "--new-tokens"},
-                   "--model (a GGUF language model: its file holds the shape; --max-tokens for the length)");
+  if (!a.weights.empty()) {
+    refuse_options(c, {"--layers", "--arch", "--experts", "--experts-per-token", "--expert-hidden", "--hybrid", "--dim",
+                       "--heads", "--kv-heads", "--head-dim", "--hidden", "--vocab", "--weights-dtype", "--mechanism"},
+                   "--weights (the file holds the model's shape and mechanisms)");
     return;
   }
-  refuse_options(c, {"--prompt", "--chat", "--max-tokens", "--temperature", "--top-p", "--dtype", "--activations",
-                     "--cache-type", "--no-repack", "--max-context"},
-                 "--random-weights or --weights (random token prompts decoded greedily; text and its options need --model)");
-  if (!a.weights.empty())
-    refuse_options(c, {"--layers", "--arch", "--experts", "--top-k", "--expert-hidden", "--hybrid", "--dim", "--heads",
-                       "--kv-heads", "--head-dim", "--hidden", "--vocab", "--weights-dtype", "--mechanism"},
-                   "--weights (the file holds the model's shape and mechanisms)");
-  if (!a.random_weights) return;
   if (baseline_of(a.arch).empty())
     refuse_options(c, {"--no-compare"}, "this --arch (it has no baseline model to run beside it)");
   if (!has_experts(a.arch))
-    refuse_options(c, {"--experts", "--top-k", "--expert-hidden"},
+    refuse_options(c, {"--experts", "--experts-per-token", "--expert-hidden"},
                    "--arch " + a.arch + " (its layers have no mixture of experts; architectures with one: " +
                        expert_architectures() + ")");
   check_random_shape(a);
@@ -316,44 +316,64 @@ void check_modes(const CLI::App& c, const GenerateArgs& a) {
 }  // namespace
 
 Runner add_generate(CLI::App& app) {
-  auto a = std::make_shared<GenerateArgs>();
+  auto a = std::make_shared<TextArgs>();
   CLI::App* c = app.add_subcommand(
       "generate",
-      "A decoder prefills a prompt and decodes greedily: tokens/s and cache memory per token.\n"
-      "  attn generate --random-weights --layers 8 --hybrid 7:1 --prompt-tokens 512 --new-tokens 128\n"
-      "  attn generate --random-weights --arch minimax --layers 8   (MiniMax-01's block; also runs the llama-style model)\n"
-      "  attn generate --weights model.safetensors --prompt-tokens 64   (a file Decoder.save() wrote)\n"
-      "  attn generate --model smollm2 --prompt \"What is attention?\" --chat   (a model package by name)\n"
-      "  attn generate --model M.gguf --prompt \"Once upon a time\" --temperature 0.8 --top-p 0.95 --seed 3\n"
-      "  attn generate --model M.gguf --prompt \"...\" -m softmax:causal,window=255:0,sinks=4   (every layer windowed)");
-  c->add_option("--model", a->model,
-                "A GGUF file (an architecture attn reads), or a model's name (attn models: smollm2, ...): continue "
-                "--prompt as text (streamed)")
+      "A GGUF language model continues a text prompt, streamed (llama.cpp's spellings: -p, -n, -c, -t, --temp, ...).\n"
+      "  attn generate --model smollm2 -p \"What is attention?\" --chat   (a model package by name)\n"
+      "  attn generate --model M.gguf -p \"Once upon a time\" -n 64 --temp 0.8 --top-k 40 --top-p 0.95 --seed 3\n"
+      "  attn generate --model M.gguf -p \"...\" --repeat-penalty 1.1 --repeat-last-n 64\n"
+      "  attn generate --model M.gguf -p \"...\" -m softmax:causal,window=255:0,sinks=4   (every layer windowed)\n"
+      "Random or safetensors decoders (tokens/s, cache bytes): attn generate-random.");
+  c->add_option("--model", a->model.path,
+                "A GGUF file (an architecture attn reads), or a model's name (attn models: smollm2, ...)")
+      ->required()
       ->transform(model_file());
-  c->add_option("--prompt", a->prompt, "Text to continue (--model)");
-  c->add_flag("--chat", a->chat, "Wrap --prompt in the model's chat template as one user turn (--model)");
-  c->add_option("--max-tokens", a->max_tokens, "Most tokens to generate (--model)")->capture_default_str()->check(in_range(0, 1 << 20));
-  c->add_option("--temperature", a->temperature, "0: greedy; > 0: sample (--model)")->capture_default_str()->check(in_range(0.0, 100.0));
-  c->add_option("--top-p", a->top_p, "Nucleus sampling mass, in (0, 1] (--model)")->capture_default_str();
-  c->add_option("--dtype", a->dtype, "q4_1: matrices as stored in the file; f32: dequantized once at load (--model)")
+  c->add_option("-p,--prompt", a->prompt, "Text to continue")->required();
+  c->add_flag("--chat", a->chat, "Wrap --prompt in the model's chat template as one user turn");
+  c->add_option("-n,--max-tokens,--n-predict", a->max_tokens, "Most tokens to generate")
+      ->capture_default_str()->check(in_range(0, 1 << 20));
+  add_sampling_options(c, a->sampling, "Seed of the draws (--temp > 0)");
+  c->add_option("--dtype", a->model.dtype, "q4_1: matrices as stored in the file; f32: dequantized once at load")
       ->capture_default_str()->check(CLI::IsMember({"q4_1", "f32"}));
-  c->add_option("--activations", a->activations,
+  c->add_option("--activations", a->model.activations,
                 "Products with quantized matrices: q8 (inputs rounded to 8 bits per block of 32, integer dot "
                 "products, as llama.cpp's decode; prompts too), q8-decode (q8 for decode steps, float panels for "
-                "prompts), f32 (float inputs), auto = q8 (--model)")
+                "prompts), f32 (float inputs), auto = q8")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "q8", "q8-decode", "f32"}));
-  c->add_option("--cache-type", a->cache_type,
+  c->add_option("--cache-type", a->model.cache_type,
                 "KV cache storage: f32, f16 (half the bytes per token of context, llama.cpp's default), bf16, or "
-                "int8 (each row of K and V rounded to 8 bits with a scale: about a quarter of f32's bytes) (--model)")
+                "int8 (each row of K and V rounded to 8 bits with a scale: about a quarter of f32's bytes)")
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "f16", "bf16", "int8"}));
   c->add_flag("--no-repack", a->in_place,
               "Read Q4_0/Q4_1/Q8_0 blocks in place in the mapped file instead of packing them in 16-row groups at "
-              "load (decode is slower; for comparison) (--model)");
-  c->add_option("--max-context", a->max_context, "Context the KV caches hold (--model)")->capture_default_str()->check(in_range(1, 1 << 22));
-  c->add_flag("--random-weights", a->random_weights, "Random weights (seeded) of the shape the options below give");
-  c->add_option("--weights", a->weights, "A safetensors file with the decoder config in its metadata")->check(CLI::ExistingFile);
+              "load (decode is slower; for comparison)");
+  c->add_option("-c,--ctx-size,--max-context", a->model.max_context, "Context the KV caches hold, in tokens")
+      ->capture_default_str()->check(in_range(1, 1 << 22));
+  c->add_option("-m,--mechanism", a->model.mechanism, "Attention of every layer (causal), e.g. softmax:causal,window=4095:0 "
+                "(default: the file's)");
+  c->add_option("--local-mechanism", a->model.local_mechanism,
+                "Attention of the layers trained with a sliding window (Gemma 3's local layers)");
+  c->add_option("--global-mechanism", a->model.global_mechanism, "Attention of the layers trained with every key");
+  c->add_option("-t,--threads", a->model.threads, "Threads (0 = all cores)")->capture_default_str()->check(in_range(0, 256));
+  c->add_flag("-q,--quiet", a->quiet, "No speed and cache figures after the text");
+  return [a] { return run_text_model(*a); };
+}
+
+Runner add_generate_random(CLI::App& app) {
+  auto a = std::make_shared<GenerateArgs>();
+  CLI::App* c = app.add_subcommand(
+      "generate-random",
+      "A decoder of random weights (or a safetensors file) prefills a random prompt and decodes greedily: tokens/s and\n"
+      "cache memory per token.\n"
+      "  attn generate-random --layers 8 --hybrid 7:1 --prompt-tokens 512 --new-tokens 128\n"
+      "  attn generate-random --arch minimax --layers 8   (MiniMax-01's block; also runs the llama-style model)\n"
+      "  attn generate-random --weights model.safetensors --prompt-tokens 64   (a file Decoder.save() wrote)\n"
+      "Text from a GGUF language model: attn generate --model.");
+  c->add_option("--weights", a->weights, "A safetensors file with the decoder config in its metadata (default: random "
+                "weights of the shape the options below give)")->check(CLI::ExistingFile);
   c->add_option("--save-weights", a->save_weights, "Write the model to this safetensors file");
   c->add_option("--layers", a->layers, "Layers")->capture_default_str()->check(in_range(1, 1024));
   std::string arch_help = "Random models' architecture:";
@@ -368,17 +388,15 @@ Runner add_generate(CLI::App& app) {
   c->add_option("--arch", a->arch, arch_help + " Layers as --hybrid says where the architecture takes a hybrid.")
       ->capture_default_str()->check(CLI::IsMember(arch_names));
   c->add_option("--experts", a->experts, "Experts of each MoE feed-forward (architectures with one)")->capture_default_str()->check(in_range(1, 4096));
-  c->add_option("--top-k", a->top_k, "Experts per token (architectures with a MoE feed-forward)")->capture_default_str()->check(in_range(1, 4096));
+  c->add_option("--experts-per-token,--top-k", a->top_k, "Experts each token is routed to (architectures with a MoE feed-forward)")
+      ->capture_default_str()->check(in_range(1, 4096));
   c->add_option("--expert-hidden", a->expert_hidden, "Each expert's SwiGLU width (architectures with a MoE feed-forward); 0: 1.5 x --dim, "
                 "MiniMax-01's ratio (9216 / 6144)")->capture_default_str()->check(in_range(0, 1 << 18));
   c->add_flag("--no-compare", a->no_compare, "Do not run the architecture's baseline model beside it");
   c->add_option("--hybrid", a->hybrid,
                 "L:S: groups of L lightning (linear, recurrent state) then S softmax layers; 7:1 is MiniMax-01's layout");
   c->add_option("-m,--mechanism", a->mechanism, "Attention of the KV-cache layers (causal), e.g. softmax:causal,window=4095:0")
-      ->capture_default_str()->each([a](const std::string&) { a->mechanism_given = true; });
-  c->add_option("--local-mechanism", a->local_mechanism,
-                "--model: attention of the layers trained with a sliding window (Gemma 3's local layers)");
-  c->add_option("--global-mechanism", a->global_mechanism, "--model: attention of the layers trained with every key");
+      ->capture_default_str();
   c->add_option("--dim", a->dim, "Model width")->capture_default_str()->check(in_range(1, 1 << 16));
   c->add_option("--heads", a->heads, "Query heads")->capture_default_str()->check(in_range(1, 1024));
   c->add_option("--kv-heads", a->kv_heads, "Key/value heads of softmax layers (GQA)")->capture_default_str()->check(in_range(1, 1024));
@@ -388,9 +406,9 @@ Runner add_generate(CLI::App& app) {
   c->add_option("--weights-dtype", a->weights_dtype, "Storage of random weight matrices")
       ->capture_default_str()->check(CLI::IsMember({"f32", "bf16"}));
   c->add_option("--prompt-tokens", a->prompt_tokens, "Prompt length (random token ids)")->capture_default_str()->check(in_range(1, 1 << 22));
-  c->add_option("--new-tokens", a->new_tokens, "Tokens to generate")->capture_default_str()->check(in_range(0, 1 << 22));
-  add_seed_option(c, a->seed, "Seed of weights and prompt (random weights), of the draws (--model)");
-  c->add_option("--threads", a->threads, "Threads (0 = all cores)")->capture_default_str()->check(in_range(0, 256));
+  c->add_option("--new-tokens", a->new_tokens, "Tokens to generate (greedy)")->capture_default_str()->check(in_range(0, 1 << 22));
+  add_seed_option(c, a->seed, "Seed of the random weights and prompt");
+  c->add_option("-t,--threads", a->threads, "Threads (0 = all cores)")->capture_default_str()->check(in_range(0, 256));
   c->add_flag("-q,--quiet", a->quiet, "No progress line");
   return [a, c] {
     check_modes(*c, *a);

@@ -19,6 +19,7 @@ Runner add_list(CLI::App& app);
 Runner add_check(CLI::App& app);
 Runner add_mask(CLI::App& app);
 Runner add_generate(CLI::App& app);
+Runner add_generate_random(CLI::App& app);
 Runner add_gguf(CLI::App& app);
 Runner add_tokenize(CLI::App& app);
 Runner add_chat(CLI::App& app);

@@ -10,6 +10,7 @@
 #include "attn/error.hpp"
 #include "attn/isa.hpp"
 #include "commands.hpp"
+#include "log_level.hpp"
 #include "usage.hpp"
 
 // OpenBLAS 0.3.21 (Debian 12) does not know recent CPUs and falls back to its Haswell (AVX2)
@@ -60,7 +61,8 @@ int main(int argc, char** argv) {
       "  attn list     the mechanism families (their text, forms, cache); --runs: the test runs\n"
       "  attn check    every form on every ISA against the float64 reference\n"
       "  attn mask     the key pattern a mechanism implies, as .npy and a picture\n"
-      "  attn generate text from a GGUF model (--model), or a llama-style decoder (MiniMax hybrids): tokens/s, cache\n"
+      "  attn generate text from a GGUF model (--model, -p, -n, --temp, --top-k, ...: llama.cpp's spellings)\n"
+      "  attn generate-random  a random llama-style decoder (MiniMax hybrids): tokens/s, cache bytes per token\n"
       "  attn gguf     what a GGUF model file holds (metadata, tensors), checked\n"
       "  attn tokenize a GGUF file's tokenizer: text -> ids (--chat: its chat prompt), --decode ids -> text\n"
       "  attn chat     turns with a GGUF language model (e.g. SmolLM2-135M), any attention mechanism\n"
@@ -71,6 +73,15 @@ int main(int argc, char** argv) {
       "Mechanisms are written as text, e.g. softmax:causal,window=128:0,softcap=30.\n"
       "ATTN_ISA=portable|avx2|avx512 forces a kernel set; OMP_NUM_THREADS sets the default threads."};
   app.require_subcommand(1);
+  // --log-level before or after the command (attn --log-level debug chat ..., attn chat ... --log-level error)
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level,
+                 "What commands say on stderr beside results and errors: error (nothing else: no progress lines, no "
+                 "speed and cache figures), warn (and warnings), info (and progress and figures), debug (and what a "
+                 "model load did: file, tensor types, threads, ISA)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"error", "warn", "info", "debug"}));
+  app.fallthrough();
   std::vector<std::pair<CLI::App*, attn::cli::Runner>> commands;
   auto add = [&](attn::cli::Runner (*f)(CLI::App&), const char* name) {
     auto runner = f(app);
@@ -83,6 +94,7 @@ int main(int argc, char** argv) {
   add(attn::cli::add_check, "check");
   add(attn::cli::add_mask, "mask");
   add(attn::cli::add_generate, "generate");
+  add(attn::cli::add_generate_random, "generate-random");
   add(attn::cli::add_gguf, "gguf");
   add(attn::cli::add_tokenize, "tokenize");
   add(attn::cli::add_chat, "chat");
@@ -97,6 +109,11 @@ int main(int argc, char** argv) {
   for (CLI::App* a : apps) a->set_version_flag("--version", "attn " ATTN_VERSION, "Print attn's version and exit");
   attn::cli::check_numbers(app);
   if (const int code = attn::cli::parse_command_line(app, argc, argv); code >= 0) return code;
+  using attn::cli::LogLevel;
+  attn::cli::g_log_level = log_level == "error" ? LogLevel::error
+                           : log_level == "warn" ? LogLevel::warn
+                           : log_level == "debug" ? LogLevel::debug
+                                                  : LogLevel::info;
   for (auto& [cmd, run] : commands)
     if (cmd->parsed()) return run_command(cmd->get_name(), run);
   return 0;

@@ -2,14 +2,20 @@
 #include "interrupt.hpp"
 
 #include "cache_summary.hpp"
+#include "commands.hpp"
+#include "log_level.hpp"
+#include "usage.hpp"
 
 #include <fmt/core.h>
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 
 #include "attn/error.hpp"
+#include "attn/isa.hpp"
 #include "attn/mechanism.hpp"
+#include "base/parallel.hpp"
 
 namespace attn::cli {
 namespace {
@@ -28,6 +34,29 @@ size_t complete_utf8(const std::string& text) {
 }
 
 }  // namespace
+
+void add_sampling_options(CLI::App* c, SamplingOptions& s, const std::string& seed_help) {
+  c->add_option("--temp,--temperature", s.temperature, "Temperature: 0 greedy; > 0 sample from softmax(logits / temp)")
+      ->capture_default_str()->check(in_range(0.0, 100.0));
+  c->add_option("--top-k", s.top_k, "Sample only from the k most likely tokens (0 = off)")
+      ->capture_default_str()->check(in_range(int64_t{0}, int64_t{1} << 30));
+  c->add_option("--top-p", s.top_p, "Nucleus sampling: the fewest most likely tokens whose probability reaches p, in (0, 1] (1 = off)")
+      ->capture_default_str()->check(in_range(0.0, 1.0));
+  c->add_option("--min-p", s.min_p, "Sample only tokens of probability >= min-p x the most likely one's, in [0, 1] (0 = off)")
+      ->capture_default_str()->check(in_range(0.0, 1.0));
+  c->add_option("--repeat-penalty", s.repeat_penalty,
+                "Penalise the tokens among the last --repeat-last-n of the context: a positive logit divided by it, a "
+                "negative one multiplied (1 = off; greedy decoding too)")
+      ->capture_default_str()->check(in_range(0.0, 100.0));
+  c->add_option("--repeat-last-n", s.repeat_last_n, "Tokens of the context --repeat-penalty looks back on (0 = none, -1 = all)")
+      ->capture_default_str()->check(in_range(int64_t{-1}, int64_t{1} << 22));
+  add_seed_option(c, s.seed, seed_help);
+}
+
+void check_sampling_options(const SamplingOptions& s) {
+  if (s.top_p <= 0.0) fail("--top-p", "expected a number in (0, 1] (1 = off), got 0");
+  if (s.repeat_penalty <= 0.0) fail("--repeat-penalty", "expected a number > 0 (1 = off), got 0");
+}
 
 std::string bytes_text(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB"};
@@ -65,6 +94,24 @@ TextModel::TextModel(const TextModelOptions& o)
     for (size_t i = 0; i < decoder_.config().layers.size(); ++i)
       if (decoder_.config().layers[i].local == local) decoder_.set_mechanism(static_cast<int64_t>(i), m);
   }
+  if (logs(LogLevel::debug)) {
+    std::map<std::string, int64_t> types;  // tensor type -> count
+    int64_t bytes = 0;
+    const GgufFile file = GgufFile::open(o.path);
+    for (const GgufTensor& t : file.tensors()) {
+      const GgmlTypeInfo* info = ggml_type_info(t.type);  // a type attn does not know was refused at load
+      ++types[info ? info->name : "type " + std::to_string(t.type)], bytes += t.bytes;
+    }
+    std::string kinds;
+    for (const auto& [name, n] : types) kinds += (kinds.empty() ? "" : ", ") + name + " x " + std::to_string(n);
+    const DecoderConfig& c = decoder_.config();
+    fmt::print(stderr,
+               "[debug] load {}: {} architecture, {} layers, dim {}, vocab {}; {} tensors ({}), {}\n"
+               "[debug] dtype {}, activations {}, cache {}, repack {}, context {} tokens; {} threads, isa {}\n",
+               o.path, c.architecture, c.layers.size(), c.dim, c.vocab_size, file.tensors().size(), kinds,
+               bytes_text(static_cast<double>(bytes)), o.dtype, o.activations, o.cache_type, o.repack ? "yes" : "no",
+               c.max_seq_len, resolve_threads(o.threads, int64_t{1} << 30), isa_name(active_isa()));
+  }
   stop_.insert(tokenizer_.eos_id());
   for (const char* special : {"<|im_end|>", "<|endoftext|>", "<end_of_turn>"}) {
     const std::vector<int32_t> ids = tokenizer_.encode(special, true);
@@ -97,7 +144,7 @@ std::vector<int32_t> TextModel::reply(const std::vector<int32_t>& prompt, int64_
       stats.interrupted = true;
       break;
     }
-    const int32_t next = sampler.next(logits.data(), static_cast<int64_t>(logits.size()));
+    const int32_t next = sampler.next(logits.data(), static_cast<int64_t>(logits.size()), context_);
     if (stop_.count(next)) {
       stats.stopped = true;
       break;

@@ -1,6 +1,7 @@
 // A language model from a GGUF file with its tokenizer, for `attn generate --model` and
 // `attn chat`: prompts in, streamed text out, with the speed and cache figures of each reply.
 #pragma once
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <functional>
 #include <set>
@@ -34,6 +35,13 @@ struct ReplyStats {
   bool stopped = false;      // an end-of-sequence token ended the reply
   bool interrupted = false;  // Ctrl-C ended it (interrupt.hpp)
 };
+
+// The sampling options of `attn generate` and `attn chat`, with llama.cpp's spellings:
+// --temp (--temperature), --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n, --seed.
+// The defaults shown are those in `s`; `seed_help` says what the seed draws.
+void add_sampling_options(CLI::App* c, SamplingOptions& s, const std::string& seed_help);
+// What the validators cannot say, naming the option: --top-p 0 and --repeat-penalty 0.
+void check_sampling_options(const SamplingOptions& s);
 
 // "45.0 KiB": a byte count for people.
 std::string bytes_text(double bytes);

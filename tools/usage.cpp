@@ -148,6 +148,24 @@ std::string explain(const CLI::ParseError& e) {
   return m;
 }
 
+// An option of several long names (--max-tokens, --n-predict) named as the command line spelled
+// it (CLI11 names it by its first long name, as it does a short one, -n: the name that says what
+// it is): "NAME: ..." with NAME the option's last long name in argv.
+std::string as_typed(const std::string& what, const CLI::App* cmd, int argc, char** argv) {
+  const size_t at = what.find(": ");
+  if (!cmd || at == std::string::npos) return what;
+  const CLI::Option* o = cmd->get_option_no_throw(what.substr(0, at));
+  if (!o) return what;
+  std::vector<std::string> names;
+  for (const std::string& l : o->get_lnames()) names.push_back("--" + l);
+  for (int i = argc - 1; i > 0; --i) {
+    const std::string arg = argv[i];
+    for (const std::string& n : names)
+      if (arg == n || arg.rfind(n + "=", 0) == 0) return n + what.substr(at);
+  }
+  return what;
+}
+
 }  // namespace
 
 int parse_command_line(CLI::App& app, int argc, char** argv) {
@@ -171,7 +189,7 @@ int parse_command_line(CLI::App& app, int argc, char** argv) {
       }
     if (what.empty() && !extras.empty())
       what = cmd ? "unexpected argument " + in_quotes(extras.front()) : "unknown command " + in_quotes(extras.front());
-    if (what.empty()) what = explain(e);
+    if (what.empty()) what = as_typed(explain(e), cmd, argc, argv);
     if (cmd && what.rfind(cmd->get_name() + ": ", 0) == 0) what = what.substr(cmd->get_name().size() + 2);
     fmt::print(stderr, "error: {}: {}\n({} --help lists {})\n", where, what, where, cmd ? "its options" : "the commands");
     return 2;

@@ -50,7 +50,7 @@ struct DecoderLayerSpec {
   double rope_theta = 0.0;  // this layer's RoPE base; 0: DecoderConfig::rope_theta
 };
 
-// A random model's layout (attn generate --random-weights): its layer count, the softmax layers'
+// A random model's layout (attn generate-random): its layer count, the softmax layers'
 // mechanism, an optional hybrid of lightning and softmax layers, and the mixture of experts of
 // architectures whose feed-forward is one. DecoderConfig::lay_out applies it as the config's
 // architecture does.

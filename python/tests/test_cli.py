@@ -1,4 +1,5 @@
 """The attn CLI reads and writes .npy files and agrees with the Python module."""
+import os
 import subprocess
 
 import numpy as np
@@ -275,6 +276,7 @@ USAGE_TABLE = {
     "check": (["--case"], None, None),
     "mask": (["--n"], ["--m", "1e3"], ["--n", "4294967297"]),
     "generate": (["--prompt"], ["--threads", "two"], ["--max-context", "0"]),
+    "generate-random": (["--weights"], ["--threads", "two"], ["--layers", "0"]),
     "gguf": (["--dequantize"], None, None),
     "tokenize": (["--decode"], None, None),
     "chat": (["--system"], ["--top-p", "nan"], ["--temperature", "100.5"]),
@@ -318,6 +320,7 @@ def test_cli_usage_errors_exit_2_in_the_projects_format():
 
 # Filters that select nothing, grids that cannot run, options that mean nothing in the mode given:
 # each refused before any work (no roofline measured, no half table printed), naming the option.
+TINY_TOKENIZER = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "data", "tiny_tokenizer.gguf")
 CLI_REFUSALS = [
     (["check", "--isa", "bogus"], "attn check: --isa: expected portable (or scalar), avx2 or avx512, got 'bogus'"),
     (["check", "--form", "bogus"], "attn check: --form: expected rows, tiled,", "got 'bogus'"),
@@ -333,14 +336,21 @@ CLI_REFUSALS = [
     (["bench", "--dtypes", "f64"], "attn bench: --dtypes: expected f32, bf16 or f16, got 'f64'"),
     (["demo", "-d", "3"], "attn demo: -n 512 -d 3 --heads 8: ", "needs an even head dim", "got D = 3"),
     (["demo", "--form", "recurrent", "--op", "softmax"], "attn demo: ", "form must be one of rows, tiled, reference for softmax, got 'recurrent'"),
-    (["generate", "--random-weights", "--arch", "minimax", "--experts", "4", "--top-k", "9"],
-     "attn generate: --top-k: expected an integer in [1, --experts = 4], got 9"),
-    (["generate", "--random-weights", "--experts", "4"],
-     "attn generate: --experts does not apply to --arch llama", "architectures with one: minimax"),
-    (["generate", "--random-weights", "--heads", "6", "--kv-heads", "4"], "--kv-heads: must divide --heads 6, got 4"),
-    (["generate", "--random-weights", "--head-dim", "7"], "--head-dim: must be even", "got 7"),
-    (["generate", "--random-weights", "--mechanism", "softmax"], "--mechanism: must be causal", "got 'softmax'"),
-    (["generate", "--random-weights", "--hybrid", "99999999999999999999:1"], "--hybrid expects L:S"),
+    (["generate-random", "--arch", "minimax", "--experts", "4", "--top-k", "9"],
+     "attn generate-random: --experts-per-token: expected an integer in [1, --experts = 4], got 9"),
+    (["generate-random", "--experts", "4"],
+     "attn generate-random: --experts does not apply to --arch llama", "architectures with one: minimax"),
+    # --top-k is llama.cpp's sampling option in generate (it was experts per token, silently, beside --model)
+    (["generate", "--model", TINY_TOKENIZER, "-p", "x", "--top-k", "-1"], "attn generate: --top-k: expected an integer in [0, 1073741824], got '-1'"),
+    (["generate", "--model", TINY_TOKENIZER, "-p", "x", "--experts", "4"], "attn generate: unknown option '--experts'"),
+    (["generate", "--model", TINY_TOKENIZER, "-p", "x", "--min-p", "1.5"], "attn generate: --min-p: expected a number in [0, 1], got '1.5'"),
+    (["generate", "--model", TINY_TOKENIZER, "-p", "x", "--top-p", "0"], "attn generate: --top-p: expected a number in (0, 1] (1 = off), got 0"),
+    (["chat", "--model", TINY_TOKENIZER, "--repeat-penalty", "0"], "attn chat: --repeat-penalty: expected a number > 0 (1 = off), got 0"),
+    (["chat", "--model", TINY_TOKENIZER, "--repeat-last-n", "-2"], "attn chat: --repeat-last-n: expected an integer in [-1, "),
+    (["generate-random", "--heads", "6", "--kv-heads", "4"], "--kv-heads: must divide --heads 6, got 4"),
+    (["generate-random", "--head-dim", "7"], "--head-dim: must be even", "got 7"),
+    (["generate-random", "--mechanism", "softmax"], "--mechanism: must be causal", "got 'softmax'"),
+    (["generate-random", "--hybrid", "99999999999999999999:1"], "--hybrid expects L:S"),
 ]
 
 

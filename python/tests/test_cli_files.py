@@ -65,7 +65,7 @@ def _hostile_inputs(tmp_path, fifo):
             (["eval-ppl", "--model", TINY_TOK, "--text", bad], what),
             (["eval-ppl", "--model", bad, "--text", TINY_TOK], what),
             (["generate", "--model", bad, "--prompt", "x"], what),
-            (["generate", "--weights", bad], what),
+            (["generate-random", "--weights", bad], what),
             (["chat", "--model", bad], what),
             (["demo", "--model", bad, "-n", "8"], what),
         ]
@@ -155,7 +155,7 @@ def test_cli_full_device_is_an_error_and_leaves_the_other_outputs_as_they_were(t
     for argv in (["mask", "-m", "softmax:causal", "--n", 4, "--out", "/dev/full"],
                  ["gguf", os.path.join(ROOT, "tests", "fuzz", "corpus", "gguf", "small.gguf"), "--dequantize", "q",
                   "--out", "/dev/full"],
-                 ["generate", "--random-weights", "--layers", 1, "--dim", 16, "--heads", 1, "--kv-heads", 1,
+                 ["generate-random", "--layers", 1, "--dim", 16, "--heads", 1, "--kv-heads", 1,
                   "--head-dim", 16, "--hidden", 16, "--vocab", 16, "--prompt-tokens", 2, "--new-tokens", 0,
                   "--save-weights", "/dev/full"],
                  ["bench", "--sizes", 16, "--dims", 8, "--threads", 1, "--mechanisms", "softmax", "--dtypes", "f32",

@@ -55,7 +55,7 @@ def test_nan_weights_are_an_error_naming_the_step(tmp_path, poison, said):
 
 
 def test_cli_benchmark_generate_refuses_nan_weights(tmp_path):
-    """attn generate --weights (the benchmark's greedy loop) took argmax of NaN logits: token 0."""
+    """attn generate-random --weights (the benchmark's greedy loop) took argmax of NaN logits: token 0."""
     import json
     import struct
 
@@ -68,9 +68,9 @@ def test_cli_benchmark_generate_refuses_nan_weights(tmp_path):
     begin, end = json.loads(raw[8:8 + n])["model.norm.weight"]["data_offsets"]
     raw[8 + n + begin:8 + n + end] = np.full((end - begin) // 4, np.nan, np.float32).tobytes()
     path.write_bytes(bytes(raw))
-    p = subprocess.run([str(cli_path()), "generate", "--weights", str(path), "--prompt-tokens", "4", "--new-tokens", "2",
-                        "-q"], capture_output=True, text=True, timeout=HANG_SECONDS)
-    assert p.returncode == 2 and "error: attn generate: sampling: the logits at step 0 (new token 1) are not finite: 32 NaN" in p.stderr, \
+    p = subprocess.run([str(cli_path()), "generate-random", "--weights", str(path), "--prompt-tokens", "4",
+                        "--new-tokens", "2", "-q"], capture_output=True, text=True, timeout=HANG_SECONDS)
+    assert p.returncode == 2 and "error: attn generate-random: sampling: the logits at step 0 (new token 1) are not finite: 32 NaN" in p.stderr, \
         p.stderr
 
 
@@ -94,7 +94,7 @@ def test_seeds_outside_the_unsigned_64_bit_range_are_refused(model):
 
 
 def test_cli_seeds_outside_the_unsigned_64_bit_range_are_refused(tiny):
-    for command in (["generate", "--random-weights"], ["chat", "--model", str(tiny[0])]):
+    for command in (["generate-random"], ["chat", "--model", str(tiny[0])]):
         for bad in ("-1", "18446744073709551616", "99999999999999999999", "0x10", "010", "1.5", "", " 1", "1e3"):
             p = subprocess.run([str(cli_path())] + command + ["--seed", bad], capture_output=True, text=True,
                                input="", timeout=HANG_SECONDS)
@@ -104,7 +104,7 @@ def test_cli_seeds_outside_the_unsigned_64_bit_range_are_refused(tiny):
     tiny_model = ["--layers", "1", "--dim", "16", "--heads", "2", "--kv-heads", "1", "--head-dim", "8", "--hidden", "16",
                   "--vocab", "32", "--prompt-tokens", "4", "--new-tokens", "2", "-q"]
     for good in ("0", "18446744073709551615"):
-        p = subprocess.run([str(cli_path()), "generate", "--random-weights", "--seed", good] + tiny_model,
+        p = subprocess.run([str(cli_path()), "generate-random", "--seed", good] + tiny_model,
                            capture_output=True, text=True, timeout=HANG_SECONDS)
         assert p.returncode == 0, p.stderr
 
@@ -191,10 +191,74 @@ def test_max_tokens_is_checked_before_decoding(model):
                            ({"temperature": -1.0}, ValueError, r"temperature must be a finite number >= 0"),
                            ({"top_p": None}, TypeError, r"^top_p must be a number"),
                            ({"top_p": 1.5}, ValueError, r"top_p must be in \(0, 1\]"),
+                           ({"top_k": -1}, ValueError, r"top_k must be >= 0 \(0: off\), got -1"),
+                           ({"top_k": 1.5}, TypeError, r"^top_k must be an integer"),
+                           ({"min_p": 2.0}, ValueError, r"min_p must be in \[0, 1\] \(0: off\), got 2"),
+                           ({"repeat_penalty": 0.0}, ValueError, r"repeat_penalty must be a finite number > 0 \(1: off\), got 0"),
+                           ({"repeat_last_n": -2}, ValueError, r"repeat_last_n must be >= -1"),
                            ({"chat": 1}, TypeError, r"^chat must be True or False"),
                            ({"mechanism": b"softmax"}, TypeError, r"^mechanism must be a str or None"),
                            ({"stream": 5}, TypeError, r"^stream must be a callable or None")):
         raises(kind, said, lambda: model.generate("hello", max_tokens=2, **kw))
+
+
+def test_generate_repeat_penalty_follows_llama_cpps_rule(model):
+    """Greedy decoding with repeat_penalty: each distinct id among the last repeat_last_n tokens of
+    the context has a positive logit divided by the penalty, a negative one multiplied."""
+    prompt, n, penalty, last = [10, 11, 12, 10], 8, 3.0, 5
+    got = model.generate(prompt, max_tokens=n, repeat_penalty=penalty, repeat_last_n=last, stop=[])
+    ids = list(prompt)
+    for _ in range(n):
+        row = model.logits(ids)[-1].astype(np.float64)
+        for t in set(ids[-last:]):
+            row[t] = row[t] / penalty if row[t] > 0 else row[t] * penalty
+        ids.append(int(np.argmax(row)))
+    assert got == ids[len(prompt):]
+    assert got != [10] * n == model.generate(prompt, max_tokens=n, stop=[])  # plain greedy repeats token 10
+    assert model.generate(prompt, max_tokens=n, repeat_penalty=1.0, stop=[]) == model.generate(prompt, max_tokens=n, stop=[])
+    # top_k=1 and min_p=1 keep only the most likely token: sampling is greedy
+    greedy = model.generate(prompt, max_tokens=n, stop=[])
+    assert model.generate(prompt, max_tokens=n, temperature=5.0, top_k=1, seed=3, stop=[]) == greedy
+    assert model.generate(prompt, max_tokens=n, temperature=5.0, min_p=1.0, seed=3, stop=[]) == greedy
+
+
+def test_cli_sampling_options_as_llama_cpp_spells_them(tiny, model):
+    def run(*extra):
+        p = subprocess.run([str(cli_path()), "generate", "--model", str(tiny[0]), "-p", "hello world", "--dtype", "f32",
+                            "-c", "64", "-t", "1", "-q", *extra], capture_output=True, text=True, errors="replace",
+                           timeout=HANG_SECONDS)
+        assert p.returncode == 0, p.stderr
+        return p.stdout
+    greedy = run("-n", "8")
+    assert greedy == "hello world" + model.generate("hello world", max_tokens=8) + "\n"
+    assert run("--n-predict", "8", "--temp", "5", "--top-k", "1", "--seed", "3") == greedy
+    assert run("--max-tokens", "8", "--temperature", "5", "--min-p", "1") == greedy
+    assert run("-n", "8", "--repeat-penalty", "3", "--repeat-last-n", "5") == \
+        "hello world" + model.generate("hello world", max_tokens=8, repeat_penalty=3.0, repeat_last_n=5) + "\n"
+    assert run("-n", "8", "--temp", "0.9", "--top-k", "5", "--top-p", "0.9", "--min-p", "0.05", "--seed", "7") == \
+        "hello world" + model.generate("hello world", max_tokens=8, temperature=0.9, top_k=5, top_p=0.9, min_p=0.05,
+                                       seed=7) + "\n"
+
+
+def test_cli_log_level_sets_what_stderr_says(tiny):
+    def run(*args, stdin=None):
+        return subprocess.run([str(cli_path()), *args], capture_output=True, text=True, errors="replace", input=stdin,
+                              timeout=HANG_SECONDS)
+    model = ["--model", str(tiny[0]), "--dtype", "f32", "-c", "64", "-t", "1"]
+    info = run("generate", *model, "-p", "hello", "-n", "2")
+    assert info.returncode == 0 and info.stderr.startswith("[prefill ") and "[debug]" not in info.stderr, info.stderr
+    quiet = run("generate", *model, "-p", "hello", "-n", "2", "--log-level", "error")  # after the command too
+    assert quiet.returncode == 0 and quiet.stderr == "" and quiet.stdout == info.stdout, quiet.stderr
+    chat = run("--log-level", "warn", "chat", "--model", str(tiny[0]), "-c", "1024", "-n", "2", stdin="hello\n")
+    assert chat.returncode == 0 and chat.stderr == "", chat.stderr
+    debug = run("--log-level", "debug", "generate", *model, "-p", "hello", "-n", "2")
+    assert debug.returncode == 0 and debug.stdout == info.stdout, debug.stderr
+    assert f"[debug] load {tiny[0]}: llama architecture" in debug.stderr and "tensors (F32 x " in debug.stderr, debug.stderr
+    assert "[debug] dtype f32, activations auto, cache f32, repack yes, context 64 tokens; 1 threads, isa " in debug.stderr
+    assert "[prefill " in debug.stderr
+    bad = run("--log-level", "loud", "generate", *model, "-p", "hello")
+    assert bad.returncode == 2 and "error: attn generate: --log-level: expected one of {error,warn,info,debug}, got 'loud'" in bad.stderr, \
+        bad.stderr
 
 
 def test_cli_max_tokens_goes_through_the_same_check(tiny):

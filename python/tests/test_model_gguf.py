@@ -382,6 +382,16 @@ def test_cli_generate_and_chat_with_the_real_model(smollm2, model):
     assert p.returncode == 2 and "not causal" in p.stderr
 
 
+def test_cli_chat_defaults_answer_the_capital_of_france(smollm2):
+    """attn chat with no options (8-bit activations, greedy) looped on "la femme, la femme, ..."; its
+    default --repeat-penalty 1.1 (llama.cpp's older default) names Paris."""
+    p = _cli("chat", "--model", smollm2, "-q", stdin="What is the capital of France?\n")
+    assert p.returncode == 0, p.stderr
+    assert "Paris" in p.stdout and "la femme, la femme" not in p.stdout, p.stdout
+    p = _cli("chat", "--model", smollm2, "-q", "--repeat-penalty", "1", "-n", "40", stdin="What is the capital of France?\n")
+    assert p.returncode == 0 and "la femme au martyre, la femme au martyre" in p.stdout, p.stdout  # plain greedy
+
+
 def test_cli_eval_ppl_table_and_files(smollm2, model, tmp_path):
     text = tmp_path / "text.txt"
     text.write_text(real_text(6000))

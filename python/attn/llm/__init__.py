@@ -18,7 +18,7 @@ from .tokenizer import Tokenizer
 
 def architectures() -> list:
     """The architectures the decoder knows, one dict each: ``name`` (a config's ``architecture``, a GGUF
-    file's ``general.architecture``), ``summary``, ``baseline`` (the architecture ``attn generate``
+    file's ``general.architecture``), ``summary``, ``baseline`` (the architecture ``attn generate-random``
     compares a random model of it with, or ""), ``gguf`` (whether its GGUF files load)."""
     return [dict(a) for a in _attn.architectures()]
 

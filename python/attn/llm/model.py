@@ -306,12 +306,16 @@ class Model:
         return {"perplexity": float(np.exp(nll.mean())), "nll": nll, "tokens": len(tokens), "seconds": seconds}
 
     def generate(self, prompt: Union[str, Sequence[int]], max_tokens: int = 64, temperature: float = 0.0,
-                 top_p: float = 1.0, seed: int = 0, *, chat: bool = False, mechanism: Union[None, str, Mapping[str, str]] = None,
+                 top_p: float = 1.0, seed: int = 0, *, top_k: int = 0, min_p: float = 0.0,
+                 repeat_penalty: float = 1.0, repeat_last_n: int = 64, chat: bool = False, mechanism: Union[None, str, Mapping[str, str]] = None,
                  stop: Optional[Iterable[int]] = None,
                  stream: Optional[Callable[[str], None]] = None) -> Union[str, List[int]]:
         """Continues ``prompt`` (text, or token ids) by up to ``max_tokens`` tokens: greedy when
         ``temperature`` is 0, else nucleus sampling (``top_p``, ``seed``: the same text for a
-        seed everywhere). ``chat``: wrap a text prompt in the model's chat template as one user
+        seed everywhere). As llama.cpp: ``repeat_penalty`` (1 = off) divides a positive logit
+        (multiplies a negative one) of each token among the last ``repeat_last_n`` of the
+        context (-1: all), greedy too; ``top_k`` (0 = off) keeps the k most likely tokens;
+        ``min_p`` (0 = off) those of probability >= min_p x the best's. ``chat``: wrap a text prompt in the model's chat template as one user
         turn. Stops at end-of-sequence tokens (``stop``, default the tokenizer's). ``stream``
         receives each piece of text as it is made. Returns the new text for a text prompt, the
         new ids for ids."""
@@ -331,7 +335,10 @@ class Model:
         if stream is not None and not callable(stream):
             raise TypeError(f"stream must be a callable or None, got {type(stream).__name__}")
         stops = set(self.stop_ids() if stop is None else _args.token_ids(stop, "stop", self._vocab, empty=True))
-        sampler = _attn.Sampler(_args.real(temperature, "temperature"), _args.real(top_p, "top_p"), _args.seed(seed))
+        sampler = _attn.Sampler(_args.real(temperature, "temperature"), _args.real(top_p, "top_p"), _args.seed(seed),
+                                _args.integer(top_k, "top_k"), _args.real(min_p, "min_p"),
+                                _args.real(repeat_penalty, "repeat_penalty"), _args.integer(repeat_last_n, "repeat_last_n"))
+        context = list(tokens)
         out: List[int] = []
         shown = ""
         with self._serial, self._with_mechanism(mechanism):
@@ -339,7 +346,7 @@ class Model:
             try:
                 logits = self._impl.forward(tokens, 0, False) if max_tokens else None
                 for _ in range(max_tokens):
-                    nxt = sampler.next(np.ascontiguousarray(logits[-1]))
+                    nxt = sampler.next(np.ascontiguousarray(logits[-1]), context)
                     if nxt in stops:
                         break
                     out.append(nxt)
@@ -350,6 +357,7 @@ class Model:
                             shown = text
                     if len(out) == max_tokens:
                         break
+                    context.append(nxt)
                     logits = self._impl.forward([nxt], self._impl.position, False)
             finally:
                 self._impl.reset()

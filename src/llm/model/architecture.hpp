@@ -65,7 +65,7 @@ struct Architecture {
   void (*run_layer)(LayerRun& run, size_t i);
   // The scale a of a residual x = a·RMSNorm(x) + f (1: the standard x = x + f).
   double (*residual_scale)(const DecoderConfig& config);
-  // Lays out a random model's layers and feed-forward (attn generate --random-weights).
+  // Lays out a random model's layers and feed-forward (attn generate-random).
   void (*layout)(DecoderConfig& config, const LayerLayout& layout);
   const GgufReading* gguf = nullptr;  // null: no GGUF files of this architecture
 };

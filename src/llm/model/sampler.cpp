@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <numeric>
 #include <string>
@@ -62,11 +64,35 @@ double draw(uint64_t seed, uint64_t step) { return unit_uniform(splitmix64(split
 
 }  // namespace model
 
+namespace {
+
+// A double as people write it: 1.5, 0.001, -1 (std::to_string gives 1.500000).
+std::string number_text(double x) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.17g", x);
+  std::string shortest = buffer;
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buffer, sizeof buffer, "%.*g", digits, x);
+    if (std::strtod(buffer, nullptr) == x || std::isnan(x)) return buffer;
+  }
+  return shortest;
+}
+
+}  // namespace
+
 Sampler::Sampler(const SamplingOptions& options) : options_(options) {
   if (!(options.temperature >= 0.0) || !std::isfinite(options.temperature))
-    fail("sampling", "temperature must be a finite number >= 0, got " + std::to_string(options.temperature));
+    fail("sampling", "temperature must be a finite number >= 0, got " + number_text(options.temperature));
   if (!(options.top_p > 0.0 && options.top_p <= 1.0))
-    fail("sampling", "top_p must be in (0, 1], got " + std::to_string(options.top_p));
+    fail("sampling", "top_p must be in (0, 1], got " + number_text(options.top_p));
+  if (options.top_k < 0) fail("sampling", "top_k must be >= 0 (0: off), got " + std::to_string(options.top_k));
+  if (!(options.min_p >= 0.0 && options.min_p <= 1.0))
+    fail("sampling", "min_p must be in [0, 1] (0: off), got " + number_text(options.min_p));
+  if (!(options.repeat_penalty > 0.0) || !std::isfinite(options.repeat_penalty))
+    fail("sampling", "repeat_penalty must be a finite number > 0 (1: off), got " + number_text(options.repeat_penalty));
+  if (options.repeat_last_n < -1)
+    fail("sampling", "repeat_last_n must be >= -1 (0: no token, -1: the whole context), got " +
+                         std::to_string(options.repeat_last_n));
 }
 
 namespace {
@@ -93,14 +119,55 @@ void check_logits(const float* logits, int64_t vocab, uint64_t step) {
 
 }  // namespace
 
-int32_t Sampler::next(const float* logits, int64_t vocab) {
+int32_t Sampler::next(const float* logits, int64_t vocab, std::span<const int32_t> context) {
   if (vocab < 1) fail("sampling", "vocab must be >= 1, got " + std::to_string(vocab));
   const uint64_t step = step_++;
   check_logits(logits, vocab, step);
-  if (options_.temperature == 0.0)
+  const SamplingOptions& o = options_;
+  // 1. the repetition penalty, on a copy of the row (once per distinct recent id)
+  std::vector<float> row;
+  const size_t recent = o.repeat_last_n < 0 ? context.size() : std::min(context.size(), static_cast<size_t>(o.repeat_last_n));
+  if (o.repeat_penalty != 1.0 && recent > 0) {
+    row.assign(logits, logits + vocab);
+    std::vector<bool> seen(static_cast<size_t>(vocab), false);
+    for (const int32_t id : context.subspan(context.size() - recent)) {
+      if (id < 0 || id >= vocab)
+        fail("sampling", "the context holds token " + std::to_string(id) + ", outside the vocabulary of " +
+                             std::to_string(vocab));
+      if (seen[static_cast<size_t>(id)]) continue;
+      seen[static_cast<size_t>(id)] = true;
+      float& x = row[static_cast<size_t>(id)];
+      x = x > 0.0f ? static_cast<float>(x / o.repeat_penalty) : static_cast<float>(x * o.repeat_penalty);
+    }
+    logits = row.data();
+  }
+  if (o.temperature == 0.0)
     return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);  // first of equal maxima
-  const model::Nucleus n = model::nucleus(logits, vocab, options_.temperature, options_.top_p);
-  return model::pick(n, model::draw(options_.seed, step));
+  // 2. top-k: the k largest logits stay (ties to the lower id), the others become -inf
+  if (o.top_k > 0 && o.top_k < vocab) {
+    if (row.empty()) row.assign(logits, logits + vocab);
+    std::vector<int32_t> ids(static_cast<size_t>(vocab));
+    std::iota(ids.begin(), ids.end(), 0);
+    auto before = [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); };
+    std::nth_element(ids.begin(), ids.begin() + o.top_k, ids.end(), before);
+    for (auto it = ids.begin() + o.top_k; it != ids.end(); ++it) row[static_cast<size_t>(*it)] = -std::numeric_limits<float>::infinity();
+    logits = row.data();
+  }
+  // 3. top-p, then min-p on the nucleus: p / p_max = exp((logit - top) / temperature) >= min_p
+  model::Nucleus n = model::nucleus(logits, vocab, o.temperature, o.top_p);
+  if (o.min_p > 0.0) {
+    const double top = *std::max_element(logits, logits + vocab);
+    model::Nucleus kept;
+    double sum = 0.0;
+    for (const int32_t id : n.ids) {
+      const double p = std::exp((static_cast<double>(logits[id]) - top) / o.temperature);
+      if (p < o.min_p) continue;  // the most likely token has p = 1 >= min_p: one stays at least
+      kept.ids.push_back(id);
+      kept.cumulative.push_back(sum += p);
+    }
+    n = std::move(kept);
+  }
+  return model::pick(n, model::draw(o.seed, step));
 }
 
 void check_generation_length(const std::string& argument, int64_t prompt_tokens, int64_t max_tokens, int64_t max_seq_len) {

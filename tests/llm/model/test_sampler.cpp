@@ -1,4 +1,4 @@
-// Greedy and nucleus sampling: choices, reproducibility by seed, frequencies, bad options.
+// Greedy, nucleus, top-k, min-p sampling and the repetition penalty: choices, reproducibility by seed, frequencies, bad options.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -62,6 +62,105 @@ TEST(Sampler, BadOptionsAreErrors) {
   testing::expect_error([] { Sampler({-1.0, 1.0, 0}); }, "temperature must be a finite number >= 0, got -1");
   testing::expect_error([] { Sampler({1.0, 0.0, 0}); }, "top_p must be in (0, 1], got 0");
   testing::expect_error([] { Sampler({1.0, 1.5, 0}); }, "top_p must be in (0, 1], got 1.5");
+  testing::expect_error([] { Sampler({1.0, 1.0, 0, -1}); }, "sampling: top_k must be >= 0 (0: off), got -1");
+  testing::expect_error([] { Sampler({1.0, 1.0, 0, 0, 1.5}); }, "sampling: min_p must be in [0, 1] (0: off), got 1.5");
+  testing::expect_error([] { Sampler({1.0, 1.0, 0, 0, -0.1}); }, "min_p must be in [0, 1] (0: off), got -0.1");
+  testing::expect_error([] { Sampler({1.0, 1.0, 0, 0, 0.0, 0.0}); }, "repeat_penalty must be a finite number > 0 (1: off), got 0");
+  testing::expect_error([] { Sampler({1.0, 1.0, 0, 0, 0.0, INFINITY}); }, "repeat_penalty must be a finite number > 0 (1: off), got inf");
+  testing::expect_error([] { Sampler({1.0, 1.0, 0, 0, 0.0, 1.1, -2}); },
+                        "repeat_last_n must be >= -1 (0: no token, -1: the whole context), got -2");
+}
+
+// Draw frequencies of `n` draws of a sampler on one row, as fractions.
+std::vector<double> frequencies(Sampler& s, const std::vector<float>& row, const std::vector<int32_t>& context, int n) {
+  std::vector<int> count(row.size(), 0);
+  for (int i = 0; i < n; ++i) ++count[s.next(row.data(), static_cast<int64_t>(row.size()), context)];
+  std::vector<double> f;
+  for (int c : count) f.push_back(static_cast<double>(c) / n);
+  return f;
+}
+
+// llama.cpp's rule: each distinct id among the last repeat_last_n context tokens has a positive
+// logit divided by the penalty, a negative one multiplied; greedy decoding sees it too.
+TEST(Sampler, RepeatPenaltyDividesPositiveAndMultipliesNegativeLogits) {
+  SamplingOptions o;
+  o.repeat_penalty = 2.0;
+  const std::vector<int32_t> ctx = {0, 2, 0};
+  const float logits[4] = {2.0f, 1.5f, -1.0f, 0.5f};  // penalised: {1.0, 1.5, -2.0, 0.5}
+  EXPECT_EQ(Sampler({}).next(logits, 4, ctx), 0);   // no penalty: the first logit
+  EXPECT_EQ(Sampler(o).next(logits, 4, ctx), 1);    // 1.0 < 1.5
+  EXPECT_EQ(Sampler(o).next(logits, 4), 0);         // no context, nothing penalised
+  const float negative[2] = {-1.0f, -1.5f};         // penalised token 0: -2.0 < -1.5
+  EXPECT_EQ(Sampler(o).next(negative, 2, std::vector<int32_t>{0}), 1);
+  // once per distinct id: token 0 twice is 2.0 / 2 = 1.0 > 0.9 (not 0.5)
+  const float once[2] = {2.0f, 0.9f};
+  EXPECT_EQ(Sampler(o).next(once, 2, std::vector<int32_t>{0, 0}), 0);
+  // only the last repeat_last_n tokens count; 0 penalises none, -1 the whole context
+  const float two[2] = {2.0f, 1.5f};
+  o.repeat_last_n = 1;
+  EXPECT_EQ(Sampler(o).next(two, 2, std::vector<int32_t>{1, 0}), 1);  // token 0: 1.0 < 1.5
+  EXPECT_EQ(Sampler(o).next(two, 2, std::vector<int32_t>{0, 1}), 0);  // token 1: 0.75
+  o.repeat_last_n = 0;
+  EXPECT_EQ(Sampler(o).next(two, 2, std::vector<int32_t>{1, 0}), 0);
+  o.repeat_last_n = -1;
+  const float three[3] = {2.0f, 1.5f, 0.0f};  // token 2's logit 0 stays 0
+  std::vector<int32_t> long_ctx(100, 2);
+  long_ctx[0] = 0;  // 99 tokens back: penalised with -1, not with the default 64
+  EXPECT_EQ(Sampler(o).next(three, 3, long_ctx), 1);
+  o.repeat_last_n = 64;
+  EXPECT_EQ(Sampler(o).next(three, 3, long_ctx), 0);
+  // when sampling: token 0 penalised from log 4 to log(4) / 2 = log 2: probabilities 2/5, 3/5
+  o.temperature = 1.0, o.seed = 5;
+  Sampler s(o);
+  const std::vector<double> f = frequencies(s, {std::log(4.0f), std::log(3.0f)}, {0}, 4000);
+  EXPECT_NEAR(f[0], 0.4, 0.035);
+  testing::expect_error([] { Sampler({0.0, 1.0, 0, 0, 0.0, 1.5}).next(std::vector<float>{1.0f, 2.0f}.data(), 2, std::vector<int32_t>{2}); },
+                        "the context holds token 2, outside the vocabulary of 2");
+}
+
+TEST(Sampler, TopKKeepsTheKLargestLogits) {
+  const std::vector<float> four = {0.0f, std::log(2.0f), std::log(3.0f), std::log(4.0f)};
+  Sampler s({1.0, 1.0, 7, 2});  // tokens 3 and 2: probabilities 4/7 and 3/7
+  std::vector<double> f = frequencies(s, four, {}, 4000);
+  EXPECT_EQ(f[0], 0.0);
+  EXPECT_EQ(f[1], 0.0);
+  EXPECT_NEAR(f[3], 4.0 / 7.0, 0.04);
+  Sampler ties({1.0, 1.0, 7, 2});  // equal logits: the lower ids stay
+  f = frequencies(ties, {1.0f, 1.0f, 1.0f, 0.0f}, {}, 4000);
+  EXPECT_EQ(f[2], 0.0);
+  EXPECT_EQ(f[3], 0.0);
+  EXPECT_NEAR(f[0], 0.5, 0.04);
+  Sampler one({3.0, 1.0, 7, 1});  // k = 1 is greedy, whatever the temperature
+  f = frequencies(one, four, {}, 200);
+  EXPECT_EQ(f[3], 1.0);
+  Sampler all({1.0, 1.0, 7, 4});  // k >= vocab: every token
+  f = frequencies(all, four, {}, 4000);
+  EXPECT_NEAR(f[0], 0.1, 0.03);
+}
+
+TEST(Sampler, MinPKeepsTokensOfAtLeastMinPTimesTheBest) {
+  const std::vector<float> four = {0.0f, std::log(2.0f), std::log(3.0f), std::log(4.0f)};
+  SamplingOptions o{1.0, 1.0, 11};
+  o.min_p = 0.45;  // p / p_max: 0.25, 0.5, 0.75, 1: tokens 1, 2, 3 (2/9, 3/9, 4/9)
+  Sampler s(o);
+  std::vector<double> f = frequencies(s, four, {}, 4000);
+  EXPECT_EQ(f[0], 0.0);
+  EXPECT_NEAR(f[1], 2.0 / 9.0, 0.035);
+  EXPECT_NEAR(f[3], 4.0 / 9.0, 0.04);
+  o.temperature = 0.5, o.min_p = 0.3;  // tempered ratios 0.0625, 0.25, 0.5625, 1: tokens 2, 3 (9/25, 16/25)
+  Sampler t(o);
+  f = frequencies(t, four, {}, 4000);
+  EXPECT_EQ(f[0] + f[1], 0.0);
+  EXPECT_NEAR(f[2], 9.0 / 25.0, 0.04);
+  o.temperature = 1.0, o.min_p = 1.0;  // only the best
+  Sampler u(o);
+  EXPECT_EQ(frequencies(u, four, {}, 200)[3], 1.0);
+  // after top-p: top_p 0.65 keeps {3, 2}, min_p 0.5 keeps {3, 2, 1}: the two together {3, 2}
+  o.top_p = 0.65, o.min_p = 0.5;
+  Sampler v(o);
+  f = frequencies(v, four, {}, 4000);
+  EXPECT_EQ(f[0] + f[1], 0.0);
+  EXPECT_NEAR(f[3], 4.0 / 7.0, 0.04);
 }
 
 // Non-finite logits (a model with NaN weights) used to give token 0 or the first +inf without a
