@@ -9,6 +9,27 @@ namespace attn::cli {
 namespace {
 
 constexpr double kW = 460, kH = 360, kLeft = 64, kRight = 16, kTop = 36, kBottom = 52;
+constexpr double kCharWidth = 6.8, kLine = 11;  // a point label's character (10 px type) and line
+
+// Characters of UTF-8 text (its code points).
+int64_t code_points(const std::string& t) {
+  int64_t n = 0;
+  for (unsigned char c : t) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+// The first characters of t and an ellipsis, at most `fit` characters in all (t if it fits).
+std::string shortened(const std::string& t, int64_t fit) {
+  if (code_points(t) <= fit) return t;
+  std::string out;
+  int64_t n = 0;
+  for (size_t i = 0; i < t.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(t[i]);
+    if ((c & 0xC0) != 0x80 && ++n > fit - 1) break;
+    out += t[i];
+  }
+  return fit >= 1 ? out + "\u2026" : std::string();
+}
 
 std::string escaped(const std::string& s) {
   std::string out;
@@ -87,20 +108,39 @@ std::string panel_svg(const ChartPanel& p, double ox) {
                    escaped(p.x_label));
   s += fmt::format("<text transform=\"translate(14,{}) rotate(-90)\" font-size=\"12\" text-anchor=\"middle\">{}</text>\n",
                    kTop + ph / 2, escaped(p.y_label));
-  std::vector<std::pair<double, double>> placed;  // label positions so far: labels do not overprint
+  // Labels in 10 px type, their boxes estimated (kCharWidth a character, wide enough for DejaVu
+  // Sans, the usual sans-serif) and kept inside the plot: right of the point, or left of it where
+  // there is more room, cut with an ellipsis when neither side holds it (the point's <title> keeps
+  // the whole name), then moved by a line at a time, down or up, off the labels placed before.
+  struct Box {
+    double x0, x1, y0, y1;  // y: the baseline's line, 9 px above it to 2 px below
+  };
+  std::vector<Box> placed;
+  const double right_edge = kLeft + pw, top = kTop + 10, bottom = kTop + ph - 3;
+  auto width_of = [](const std::string& t) { return kCharWidth * static_cast<double>(code_points(t)); };
   for (const ChartPoint& q : p.points) {
     const double x = kLeft + ax.to_unit(q.x) * pw, y = kTop + (1 - ay.to_unit(q.y)) * ph;
-    double ly = y - 5;
-    for (bool moved = true; moved;) {
-      moved = false;
-      for (const auto& [px, py] : placed)
-        if (std::abs(px - x) < 120 && std::abs(py - ly) < 11) ly = py + 11, moved = true;
+    const double room_right = right_edge - (x + 6), room_left = (x - 6) - kLeft;
+    std::string label = q.label;
+    const bool right = width_of(label) <= room_right || room_right >= room_left;
+    const double room = right ? room_right : room_left;
+    if (width_of(label) > room) label = shortened(label, static_cast<int64_t>(room / kCharWidth));
+    const double w = width_of(label), x0 = right ? x + 6 : x - 6 - w;
+    auto free_at = [&](double ly) {
+      for (const Box& b : placed)
+        if (x0 < b.x1 && b.x0 < x0 + w && ly - 9 < b.y1 && b.y0 < ly + 2) return false;
+      return true;
+    };
+    double ly = std::clamp(y - 5, top, bottom);
+    for (int k = 1; !free_at(ly) && k < 64; ++k) {  // y - 5 + 11, - 11, + 22, - 22, ... inside the plot
+      const double step = kLine * ((k + 1) / 2) * (k % 2 ? 1 : -1), at = std::clamp(y - 5, top, bottom) + step;
+      if (at >= top && at <= bottom && free_at(at)) ly = at;
     }
-    placed.emplace_back(x, ly);
+    placed.push_back({x0, x0 + w, ly - 9, ly + 2});
     const char* colour = q.highlight ? "#d62728" : "#1f77b4";
     s += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4\" fill=\"{}\"><title>{}: ({:g}, {:g})</title></circle>"
                      "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"10\" fill=\"{}\">{}</text>\n",
-                     x, y, colour, escaped(q.label), q.x, q.y, x + 6, ly, colour, escaped(q.label));
+                     x, y, colour, escaped(q.label), q.x, q.y, x0, ly, colour, escaped(label));
   }
   return s + "</g>\n";
 }

@@ -273,9 +273,6 @@ def _svg_label_verdict(svg: Path, tmp_path: Path) -> dict:
     return json.loads(html.unescape(m.group(1)))
 
 
-@pytest.mark.xfail(strict=True, reason="tools/svg_chart.cpp puts every point's label right of the point, "
-                   "stacked only against labels within 120 px, so long labels run into the next panel and over "
-                   "each other; remove this mark once it measures labels and keeps them in their panel")
 def test_eval_ppl_chart_labels_stay_in_their_panel_and_apart(tmp_path):
     v = _svg_label_verdict(FIGURES / "eval_ppl_smollm2.svg", tmp_path)
     assert v["panels"] == 2 and v["problems"] == [], v
