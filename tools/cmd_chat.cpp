@@ -36,7 +36,9 @@ bool read_turn(std::string& line) {
 }
 
 struct ChatArgs {
-  TextModelOptions model;
+  // prompts on float panels, replies on 8-bit decode products: SmolLM2-135M's first token of "What
+  // is the capital of France?" is "The" from the float panels, "L" (L'Étoile...) from 8-bit ones
+  TextModelOptions model{.activations = "q8-decode"};
   std::string system;
   int64_t max_tokens = 256;
   // greedy with a mild repetition penalty (llama.cpp's default before it became 1.0): SmolLM2-135M
@@ -107,8 +109,10 @@ Runner add_chat(CLI::App& app) {
   c->add_option("--global-mechanism", a->model.global_mechanism, "Attention of the layers trained with every key");
   c->add_option("--dtype", a->model.dtype, "q4_1: as stored; f32: dequantized once")->capture_default_str()->check(CLI::IsMember({"q4_1", "f32"}));
   c->add_option("--activations", a->model.activations,
-                "Products with quantized matrices: q8 (integer dot products on 8-bit inputs, prompts and decode), "
-                "q8-decode (float panels for prompts), f32, auto = q8")
+                "Products with quantized matrices: q8-decode (float panels for each turn's prompt, so the reply's "
+                "first token too; integer dot products on 8-bit inputs for the rest of the reply), q8 (8-bit "
+                "prompts too: faster, and SmolLM2 then answers the capital of France with \"L'Étoile: Paris...\"), "
+                "f32, auto = q8")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "q8", "q8-decode", "f32"}));
   c->add_option("--cache-type", a->model.cache_type, "KV cache storage: f32, f16 (half the bytes), bf16 or int8 (8-bit rows with a scale each)")

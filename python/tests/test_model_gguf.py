@@ -383,12 +383,17 @@ def test_cli_generate_and_chat_with_the_real_model(smollm2, model):
 
 
 def test_cli_chat_defaults_answer_the_capital_of_france(smollm2):
-    """attn chat with no options (8-bit activations, greedy) looped on "la femme, la femme, ..."; its
-    default --repeat-penalty 1.1 (llama.cpp's older default) names Paris."""
-    p = _cli("chat", "--model", smollm2, "-q", stdin="What is the capital of France?\n")
+    """attn chat with 8-bit prompts and plain greedy decoding answered "L'Étoile, la Marseillaise, la
+    femme, la femme, ..." (the first token tipped by the prompt's 8-bit rounding, then a loop). Its
+    defaults, float panels for each turn's prompt (--activations q8-decode) and --repeat-penalty 1.1
+    (llama.cpp's older default), answer plainly; each default alone is what the other options show."""
+    question = "What is the capital of France?\n"
+    p = _cli("chat", "--model", smollm2, "-q", stdin=question)
     assert p.returncode == 0, p.stderr
-    assert "Paris" in p.stdout and "la femme, la femme" not in p.stdout, p.stdout
-    p = _cli("chat", "--model", smollm2, "-q", "--repeat-penalty", "1", "-n", "40", stdin="What is the capital of France?\n")
+    assert p.stdout.startswith("The capital of France is Paris."), p.stdout
+    p = _cli("chat", "--model", smollm2, "-q", "--activations", "q8", "-n", "16", stdin=question)
+    assert p.returncode == 0 and p.stdout.startswith("L'Étoile: Paris"), p.stdout  # the penalty alone
+    p = _cli("chat", "--model", smollm2, "-q", "--activations", "q8", "--repeat-penalty", "1", "-n", "40", stdin=question)
     assert p.returncode == 0 and "la femme au martyre, la femme au martyre" in p.stdout, p.stdout  # plain greedy
 
 

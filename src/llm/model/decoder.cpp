@@ -360,7 +360,11 @@ struct Decoder::Impl final : model::LayerRun {
     for (size_t li = 0; li < c.layers.size(); ++li) arch->run_layer(*this, li);
     if (first >= n) return;
     model::rms_norm(x.data() + first * c.dim, n - first, c.dim, c.dim, w.final_norm, c.norm_eps, h.data(), threads);
-    model::matmul(h.data(), n - first, w.output, logits_out, threads, isa, activations);
+    // the rows of a prompt step multiply as a prompt's, the last one alone included (q8-decode:
+    // float panels give the first token of a reply, not the 8-bit decode products)
+    const bool prompt = n >= model::kPromptRows;
+    const model::Activations a = prompt && activations == model::Activations::q8_decode ? model::Activations::f32 : activations;
+    model::matmul(h.data(), n - first, w.output, logits_out, threads, isa, a);
     if (c.final_softcap > 0) {
       const float cap = static_cast<float>(c.final_softcap);
       for (int64_t i = 0; i < (n - first) * c.vocab_size; ++i) logits_out[i] = cap * std::tanh(logits_out[i] / cap);

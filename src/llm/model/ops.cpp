@@ -79,10 +79,9 @@ void matmul(const float* x, int64_t n, const Matrix& w, float* y, int threads, I
 
 void matmul_many(const float* x, int64_t n, const std::vector<Product>& products, int threads, Isa isa,
                  Activations activations) {
-  constexpr int64_t kRowsOfX = 16;
   const kernels::TileKernels& k = kernels::kernels_for(isa);
   const kernels::QuantKernels& qk = kernels::quant_kernels_for(isa);
-  const bool prompt = n >= kRowsOfX;
+  const bool prompt = n >= kPromptRows;
   const bool integer = activations == Activations::q8 || (activations == Activations::q8_decode && !prompt);
   // Products of the rows path below: every one for decode, the integer ones for a prompt.
   thread_local std::vector<Product> rows_path;

@@ -16,6 +16,8 @@ namespace attn::model {
 // the packed (or in-place) blocks (quant/q8_dot.hpp), as llama.cpp's decode does, for every
 // product; q8_decode: q8 for decode-sized products, float panels for prompts.
 enum class Activations { f32, q8, q8_decode };
+// Input rows from which a product is prompt-sized (fewer: a decode step's).
+constexpr int64_t kPromptRows = 16;
 
 // y[i][j] = sum_c x[i][c] * W[j][c] for i < n, j < W.rows; x (n, W.cols) and y (n, W.rows) packed.
 // Work is split by blocks of W's rows, each summed in one fixed order: bitwise the same for any
