@@ -76,14 +76,20 @@ def _browser_verdict(page: Path, tmp_path: Path) -> dict:
     text = page.read_text(encoding="utf-8")
     # the probe script goes first in <head>, so it hears errors raised while the page loads
     probe.write_text(text.replace("<head>", "<head>" + CHECK_SCRIPT, 1), encoding="utf-8")
+    return _probe_verdict(probe, tmp_path, "check")
+
+
+def _probe_verdict(probe: Path, tmp_path: Path, script: str, window: str = "") -> dict:
+    """Opens `probe` in headless Chromium and returns the JSON its `script` left in the body's
+    data-check attribute."""
+    import html
     cmd = [_chromium(), "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
            "--no-first-run", "--disable-extensions", f"--user-data-dir={tmp_path / 'profile'}",
-           "--virtual-time-budget=5000", "--dump-dom", probe.as_uri()]
+           *([f"--window-size={window}"] if window else []), "--virtual-time-budget=5000", "--dump-dom", probe.as_uri()]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_SECONDS)
     assert p.returncode == 0, f"chromium failed ({p.returncode}): {p.stderr[-2000:]}"
     m = re.search(r'<body[^>]*\sdata-check="([^"]*)"', p.stdout)
-    assert m, f"the check script left no verdict in the DOM; chromium said: {p.stderr[-2000:]}"
-    import html
+    assert m, f"the {script} script left no verdict in the DOM; chromium said: {p.stderr[-2000:]}"
     return json.loads(html.unescape(m.group(1)))
 
 
@@ -191,14 +197,7 @@ def _layout_verdict(page: Path, tmp_path: Path) -> dict:
     probe = tmp_path / "layout.html"
     probe.write_text(f"<!DOCTYPE html><html><head><title>layout</title></head><body>{frames}{LAYOUT_SCRIPT}</body></html>",
                      encoding="utf-8")
-    cmd = [_chromium(), "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-           "--no-first-run", "--disable-extensions", f"--user-data-dir={tmp_path / 'profile'}",
-           "--window-size=1400,1000", "--virtual-time-budget=5000", "--dump-dom", probe.as_uri()]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_SECONDS)
-    assert p.returncode == 0, f"chromium failed ({p.returncode}): {p.stderr[-2000:]}"
-    m = re.search(r'<body[^>]*\sdata-check="([^"]*)"', p.stdout)
-    assert m, f"the layout script left no verdict in the DOM; chromium said: {p.stderr[-2000:]}"
-    return {int(k): v for k, v in json.loads(html.unescape(m.group(1))).items()}
+    return {int(k): v for k, v in _probe_verdict(probe, tmp_path, "layout", "1400,1000").items()}
 
 
 def test_tables_show_every_number_at_desktop_and_phone_width(checked_in_page, tmp_path):
@@ -259,18 +258,10 @@ window.addEventListener('load', function () {
 
 
 def _svg_label_verdict(svg: Path, tmp_path: Path) -> dict:
-    import html
     probe = tmp_path / "labels.html"
     probe.write_text("<!DOCTYPE html><html><head><title>labels</title></head><body style=\"margin:0\">"
                      + svg.read_text(encoding="utf-8") + SVG_LABEL_SCRIPT + "</body></html>", encoding="utf-8")
-    cmd = [_chromium(), "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-           "--no-first-run", "--disable-extensions", f"--user-data-dir={tmp_path / 'profile'}",
-           "--window-size=1400,1000", "--virtual-time-budget=5000", "--dump-dom", probe.as_uri()]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_SECONDS)
-    assert p.returncode == 0, f"chromium failed ({p.returncode}): {p.stderr[-2000:]}"
-    m = re.search(r'<body[^>]*\sdata-check="([^"]*)"', p.stdout)
-    assert m, f"the label script left no verdict in the DOM; chromium said: {p.stderr[-2000:]}"
-    return json.loads(html.unescape(m.group(1)))
+    return _probe_verdict(probe, tmp_path, "label", "1400,1000")
 
 
 def test_eval_ppl_chart_labels_stay_in_their_panel_and_apart(tmp_path):
