@@ -36,7 +36,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         values.resize(static_cast<size_t>(t.elements()));
         attn::model::dequantize_row(t.type, t.data, t.elements(), values.data());
         const std::optional<attn::kernels::BlockQuant> q = attn::model::packed_quant(t.type);
-        if (!q || t.dims.size() != 2) continue;
+        // a matrix of whole blocks per row (an empty one may claim any row count: [0, 2^40])
+        if (!q || t.dims.size() != 2 || t.elements() == 0 || t.dims[0] % attn::ggml_type_info(t.type)->block_elements)
+          continue;
         const int64_t cols = t.dims[0], rows = t.dims[1], row_bytes = attn::kernels::ggml_row_bytes(*q, cols);
         std::vector<const void*> ptrs;
         for (int64_t r = 0; r < rows; ++r) ptrs.push_back(t.data + r * row_bytes);
