@@ -5,15 +5,12 @@
 #include <cstring>
 
 #include "attn/dtype.hpp"
+#include "quant/float16_at.hpp"
 
 namespace attn::kernels {
 namespace {
 
-float f16(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return f16_to_float(h);
-}
+float f16(const uint8_t* p) { return float16_at(p); }
 
 }  // namespace
 

@@ -6,16 +6,13 @@
 #include <type_traits>
 
 #include "attn/dtype.hpp"
+#include "quant/float16_at.hpp"
 #include "quant/q8_packed.hpp"
 
 namespace attn::kernels {
 namespace {
 
-float half_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return f16_to_float(h);
-}
+float half_at(const uint8_t* p) { return float16_at(p); }
 
 // Blocks of 32 values: row i of `group` into dst[0 .. 32 blocks).
 template <BlockQuant Q>

@@ -8,6 +8,7 @@
 #include "attn/dtype.hpp"
 #include "base/cpu_features.hpp"
 #include "quant/block_pieces.hpp"
+#include "quant/float16_at.hpp"
 
 namespace attn::kernels {
 
@@ -93,11 +94,7 @@ double q8_dot_reference(const Q8Block* x, int64_t blocks, const void* w, BlockQu
   const uint8_t* p = static_cast<const uint8_t*>(w);
   if (q != BlockQuant::q4_0 && q != BlockQuant::q4_1 && q != BlockQuant::q8_0)
     return piece_reference(x, blocks, p, q, magnitude);
-  auto half = [](const uint8_t* at) {
-    uint16_t h;
-    std::memcpy(&h, at, 2);
-    return static_cast<double>(f16_to_float(h));
-  };
+  auto half = [](const uint8_t* at) { return static_cast<double>(float16_at(at)); };
   double total = 0, size = 0;
   for (int64_t b = 0; b < blocks; ++b) {
     const Q8Block& xb = x[b];

@@ -22,6 +22,7 @@
 #endif
 
 #include "attn/dtype.hpp"
+#include "quant/float16_at.hpp"
 #include "quant/q8_dot.hpp"
 #include "quant/q8_packed.hpp"
 
@@ -375,11 +376,7 @@ void rows_t(const Q8Block* x, int64_t R, const PackedView& w, int64_t g0, int64_
 
 #else  // plain C++: the same sums, one row at a time
 
-inline float half_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return f16_to_float(h);
-}
+inline float half_at(const uint8_t* p) { return float16_at(p); }
 
 // x . W_i for row i of a K-quant group (one activation row of `blocks` Q8Blocks).
 template <BlockQuant Q>
