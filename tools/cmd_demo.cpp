@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include <algorithm>
+#include <optional>
 
 #include <omp.h>
 
@@ -33,7 +34,7 @@ struct DemoArgs {
 // trained with sliding-window layers (Gemma 3) runs as trained, with every layer global, and with
 // the short window everywhere; a model without a chat template continues a sentence instead.
 void model_section(const std::string& path, int threads) {
-  const TextModel as_trained({path, "q4_1", "", threads, 1024});
+  TextModel as_trained({path, "q4_1", "", threads, 1024});  // also the first run of a hybrid
   const std::vector<DecoderLayerSpec>& layers = as_trained.decoder().config().layers;
   const int64_t local = std::count_if(layers.begin(), layers.end(), [](const DecoderLayerSpec& l) { return l.local; });
   const bool chat = as_trained.tokenizer().has_chat_template();
@@ -50,7 +51,9 @@ void model_section(const std::string& path, int threads) {
                                                                {"softmax:causal,window=15:0,sinks=4", ""},
                                                                {"softmax:causal,window=15:0", ""}};
   for (const auto& [mechanism, label] : runs) {
-    TextModel m({path, "q4_1", mechanism, threads, 1024});
+    std::optional<TextModel> other;
+    if (!mechanism.empty()) other.emplace(TextModelOptions{path, "q4_1", mechanism, threads, 1024});
+    TextModel& m = other ? *other : as_trained;
     const std::vector<int32_t> prompt =
         m.prompt_ids(chat ? m.tokenizer().chat_prompt({{"user", question}}, true) : question);
     fmt::print("\n[{}]\n", label.empty() ? mechanism : label + (mechanism.empty() ? "" : ": " + mechanism));
