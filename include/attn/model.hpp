@@ -156,6 +156,18 @@ struct WeightValues {
   std::vector<float> values;
 };
 
+// One sequence's part of a paged step (Decoder::forward_paged): its new tokens at positions
+// pos.., read and written through its block table in the decoder's KV pool.
+struct PagedSequence {
+  std::span<const int32_t> tokens;  // at least one
+  int64_t pos = 0;                  // positions of this sequence already in its blocks
+  // Block i of the table holds positions i*block_size .. (i+1)*block_size - 1; it must cover
+  // pos + tokens.size() positions. Block 0 is the pool's null block (zeros, never written): a
+  // table may name it for positions no query of the step sees (a window's past).
+  std::span<const int32_t> blocks;
+  bool all_logits = false;  // logits of every new token; else of the last one
+};
+
 class Decoder {
  public:
   // Loads a safetensors file: the config from its metadata ("attn.decoder"), the tensors by
@@ -182,6 +194,22 @@ class Decoder {
   // anything else is an Error) and returns the logits of the last token, or of every token
   // (n x vocab_size, row-major) when all_logits. The view is valid until the next call.
   const std::vector<float>& forward(const std::vector<int32_t>& tokens, int64_t pos, bool all_logits = false);
+  // Paged KV memory for many sequences (attn/engine.hpp serves with it): `blocks` blocks of
+  // `block_size` positions, each holding those positions' K and V rows of every layer, in the
+  // cache dtype (set_cache_dtype: it must be set first). Block 0 is the null block. Every layer
+  // must keep a KV cache (a recurrent layer: Error). 0 blocks frees the pool.
+  void set_kv_pool(int64_t blocks, int64_t block_size);
+  // Bytes one block of the pool takes (every layer's K and V rows, int8 rows' scales included).
+  int64_t kv_pool_block_bytes(int64_t block_size) const;
+  // Runs one step over several sequences of the pool at once: each weight matrix is read once for
+  // every sequence's rows; attention runs per sequence against its own blocks. The rows of all
+  // sequences together are at most max_step_tokens(). Returns the logits (vocab_size each) of each
+  // sequence's last token, or of all its tokens when all_logits, sequence after sequence. A
+  // sequence's results do not depend on the others in the step (row-wise products, per-sequence
+  // attention: the same bits alone or batched). Checked before anything is written: an Error
+  // leaves the pool as it was. The decoder's own position and caches are not touched.
+  const std::vector<float>& forward_paged(std::span<const PagedSequence> sequences);
+  int64_t max_step_tokens() const;  // rows one step holds (forward() splits longer inputs)
   // Forgets the context (caches and states to zero).
   void reset();
   int64_t position() const;  // tokens run since reset()

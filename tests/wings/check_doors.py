@@ -22,7 +22,7 @@ SOURCES = (".cpp", ".hpp", ".inl", ".inc")
 # the public headers of each upper wing (include/attn/<name>.hpp); every other one is the attention library's
 PUBLIC = {
     "blocks": {"blocks", "output_softmax", "refinement", "sana", "titans"},
-    "llm": {"llm", "gguf", "model", "moe", "safetensors", "sampler", "tokenizer"},
+    "llm": {"llm", "engine", "gguf", "model", "moe", "safetensors", "sampler", "tokenizer"},
 }
 # which wings each wing may see (itself included)
 SEES = {"attention": {"attention"}, "blocks": {"blocks", "attention"}, "llm": {"llm", "attention"}}

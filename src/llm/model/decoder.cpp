@@ -14,6 +14,7 @@
 #include "attn/error.hpp"
 #include "attn/gguf.hpp"
 #include "attn/info.hpp"
+#include "attn/kv_cache.hpp"
 #include "attn/kv_quant.hpp"
 #include "attn/model.hpp"
 #include "attn/rope.hpp"
@@ -110,6 +111,7 @@ struct Decoder::Impl final : model::LayerRun {
   bool full_caches = false;  // every KV layer keeps every row (set_full_caches)
   int64_t pos = 0;
   int64_t step_n = 0, step_pos = 0;  // the rows and first position of the step being run
+  bool row_wise = false;  // a paged step: products row by row (model::matmul's row_wise)
   std::vector<LayerMemory> memory;
   // Activations for one step of up to kStepTokens tokens.
   int64_t step = 0;
@@ -146,9 +148,9 @@ struct Decoder::Impl final : model::LayerRun {
     const DecoderConfig& c = w.config;
     const model::LayerWeights& l = w.layers[i];
     const int64_t n = step_n;
-    model::matmul_many(h.data(), n, {{&l.w1, gated.data()}, {&l.w3, up.data()}}, threads, isa, activations);
-    model::gated_activation(act, gated.data(), up.data(), n * c.hidden_dim, threads, isa);
-    model::matmul(gated.data(), n, l.w2, tmp.data(), threads, isa, activations);
+    model::matmul_many(h.data(), n, {{&l.w1, gated.data()}, {&l.w3, up.data()}}, threads, isa, activations, row_wise);
+    model::gated_activation(act, gated.data(), up.data(), n, c.hidden_dim, threads, isa);
+    model::matmul(gated.data(), n, l.w2, tmp.data(), threads, isa, activations, row_wise);
   }
   void norm_output(const std::vector<float>& weight) override {
     const DecoderConfig& c = w.config;
@@ -233,23 +235,29 @@ struct Decoder::Impl final : model::LayerRun {
     return o;
   }
 
-  // RoPE's cos and sin of the step's n positions p.. for base theta, as apply_rope computes them
+  // RoPE's cos and sin of the step's rows' positions for base theta, as apply_rope computes them
   // (angle = position * theta^(-2c / head_dim) in float64, then rounded): computed once per step
   // and base, not once per layer and tensor (a prompt's sines and cosines took a tenth of it).
   struct RopeAngles {
     double theta = 0;
-    int64_t pos = -1, n = 0;
-    std::vector<float> cos, sin;  // (n, head_dim / 2)
+    std::vector<int64_t> positions;
+    std::vector<float> cos, sin;  // (rows, head_dim / 2)
   };
   std::vector<RopeAngles> rope_angles;  // one per base the layers use
   std::vector<int64_t> rope_rows;       // 0 .. n-1: the step's tokens' rows of the tables
-  const RopeAngles& rope_angles_for(double theta, int64_t p, int64_t n) {
+  std::vector<int64_t> step_positions;  // each row's position (contiguous: step_pos..; paged: per sequence)
+  const RopeAngles& rope_angles_for(double theta) {
     auto it = std::find_if(rope_angles.begin(), rope_angles.end(), [&](const RopeAngles& a) { return a.theta == theta; });
-    if (it == rope_angles.end()) it = rope_angles.insert(rope_angles.end(), RopeAngles{theta});
+    if (it == rope_angles.end()) {
+      RopeAngles fresh;
+      fresh.theta = theta;
+      it = rope_angles.insert(rope_angles.end(), std::move(fresh));
+    }
     RopeAngles& a = *it;
+    const int64_t n = static_cast<int64_t>(step_positions.size());
     rope_rows.resize(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) rope_rows[static_cast<size_t>(i)] = i;
-    if (a.pos == p && a.n == n) return a;
+    if (a.positions == step_positions) return a;
     const int64_t half = w.config.head_dim / 2;
     std::vector<double> inv_freq(static_cast<size_t>(half));
     for (int64_t c = 0; c < half; ++c)
@@ -258,12 +266,12 @@ struct Decoder::Impl final : model::LayerRun {
     a.cos.resize(static_cast<size_t>(n * half)), a.sin.resize(static_cast<size_t>(n * half));
     parallel_for(n, resolve_threads(threads, n / 16 + 1), [&](int64_t i, int) {
       for (int64_t c = 0; c < half; ++c) {
-        const double angle = static_cast<double>(p + i) * inv_freq[static_cast<size_t>(c)];
+        const double angle = static_cast<double>(step_positions[static_cast<size_t>(i)]) * inv_freq[static_cast<size_t>(c)];
         a.cos[static_cast<size_t>(i * half + c)] = static_cast<float>(std::cos(angle));
         a.sin[static_cast<size_t>(i * half + c)] = static_cast<float>(std::sin(angle));
       }
     });
-    a.pos = p, a.n = n;
+    a.positions = step_positions;
     return a;
   }
 
@@ -276,7 +284,7 @@ struct Decoder::Impl final : model::LayerRun {
     // q, k, v (and a lightning layer's output gate) from h in one parallel region
     std::vector<model::Product> from_h{{&l.wq, q.data()}, {&l.wk, k.data()}, {&l.wv, v.data()}};
     if (spec.lightning) from_h.push_back({&l.gate, gate.data()});
-    model::matmul_many(h.data(), n, from_h, threads, isa, activations);
+    model::matmul_many(h.data(), n, from_h, threads, isa, activations, row_wise);
     const int64_t kv_width = l.kv_heads * c.head_dim, q_width = c.heads * c.head_dim;
     if (spec.lightning) {
       for (int64_t i = 0; i < n * q_width; ++i) q[i] = model::silu(q[i]);
@@ -291,25 +299,19 @@ struct Decoder::Impl final : model::LayerRun {
       model::rms_norm(k.data(), n * l.kv_heads, c.head_dim, c.head_dim, l.k_norm, c.norm_eps, k.data(), threads);
     }
     if (spec.rope) {
-      const RopeAngles& a = rope_angles_for(spec.rope_theta > 0 ? spec.rope_theta : c.rope_theta, p, n);
+      const RopeAngles& a = rope_angles_for(spec.rope_theta > 0 ? spec.rope_theta : c.rope_theta);
       const TensorView cos = make_view(const_cast<float*>(a.cos.data()), DType::f32, 1, 1, n, c.head_dim / 2);
       const TensorView sin = make_view(const_cast<float*>(a.sin.data()), DType::f32, 1, 1, n, c.head_dim / 2);
       apply_rope_table(qv, cos, sin, c.rope_style, rope_rows), apply_rope_table(kv, cos, sin, c.rope_style, rope_rows);
     }
     AttendOptions o = layer_options(li);
-    if (mem.state.defined()) {
+    if (!paged_rows.empty()) {
+      paged_attention(li, queries_for(cache_dtype, n), kv, vv, out, o);
+    } else if (mem.state.defined()) {
       attend_into(qv, kv, vv, spec.mechanism, o, out, nullptr, nullptr, &mem.state.view());
     } else {
-      // the queries in a 16-bit cache's dtype (attention takes q, k and v in one float dtype;
-      // with int8 rows q stays float32)
-      TensorView qc = qv;
+      const TensorView qc = queries_for(mem.k.view().dtype, n);
       const bool int8_rows = mem.k_scale.defined();
-      if (mem.k.view().dtype != DType::f32 && !int8_rows) {
-        const int64_t count = n * q_width;
-        if (static_cast<int64_t>(q16.size()) < count) q16.resize(static_cast<size_t>(count));
-        for (int64_t i = 0; i < count; ++i) store_from_float(q16.data(), mem.k.view().dtype, i, q[static_cast<size_t>(i)]);
-        qc = token_major(q16.data(), c.heads, n, c.head_dim, mem.k.view().dtype);
-      }
       // Bounded caches take the step's queries in runs of at most sub_step (their rows fit).
       for (int64_t i0 = 0; i0 < n; i0 += mem.sub_step) {
         const int64_t m = std::min(mem.sub_step, n - i0);
@@ -345,30 +347,165 @@ struct Decoder::Impl final : model::LayerRun {
       model::rms_norm(att.data(), n, q_width, q_width, l.out_norm, c.norm_eps, att.data(), threads);
       for (int64_t i = 0; i < n * q_width; ++i) att[i] *= model::sigmoid(gate[i]);
     }
-    model::matmul(att.data(), n, l.wo, tmp.data(), threads, isa, activations);
+    model::matmul(att.data(), n, l.wo, tmp.data(), threads, isa, activations, row_wise);
+  }
+
+  // The step's n queries as attention takes them beside a cache of `dtype`: float32 for float32
+  // and int8 caches (int8 rows take float32 queries), else converted to the 16-bit dtype.
+  TensorView queries_for(DType dtype, int64_t n) {
+    const DecoderConfig& c = w.config;
+    if (dtype == DType::f32 || dtype == DType::i8) return token_major(q.data(), c.heads, n, c.head_dim);
+    const int64_t count = n * c.heads * c.head_dim;
+    if (static_cast<int64_t>(q16.size()) < count) q16.resize(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) store_from_float(q16.data(), dtype, i, q[static_cast<size_t>(i)]);
+    return token_major(q16.data(), c.heads, n, c.head_dim, dtype);
+  }
+
+  // ---- the paged pool (set_kv_pool, forward_paged) ----------------------------------------
+  // Per layer: K and V pools (blocks, Hkv, block_size, hd) in the cache dtype; int8 rows'
+  // scales (blocks, Hkv, block_size, 1).
+  struct KvPool {
+    Tensor k, v, k_scale, v_scale;
+  };
+  std::vector<KvPool> pool;
+  int64_t pool_blocks = 0, pool_block_size = 0;
+  // The step's sequences (forward_paged): each one's rows of the step buffers; empty otherwise.
+  struct PagedRows {
+    const PagedSequence* seq = nullptr;
+    int64_t row0 = 0, n = 0;
+  };
+  std::vector<PagedRows> paged_rows;
+  std::vector<int32_t> paged_table;  // a run of decoding sequences' block tables, padded with 0
+  std::vector<int64_t> paged_lengths;
+
+  // Writes the step's K and V rows of layer li into each sequence's blocks, then attends each
+  // sequence's queries to its positions 0..pos+n-1: a run of consecutive one-token sequences in
+  // one call (each sequence still its own attend(): the same bits as alone), others one each.
+  void paged_attention(size_t li, const TensorView& qc, const TensorView& kv, const TensorView& vv, const TensorView& out,
+                       AttendOptions& o) {
+    const DecoderConfig& c = w.config;
+    const int64_t kv_heads = w.layers[li].kv_heads, hd = c.head_dim, bs = pool_block_size;
+    KvPool& pl = pool[li];
+    const TensorView kp = pl.k.view(), vp = pl.v.view();
+    const bool int8_rows = pl.k_scale.defined();
+    const int64_t rows = step_n;
+    parallel_for(rows * kv_heads, resolve_threads(threads, rows * kv_heads / 64 + 1), [&](int64_t item, int) {
+      const int64_t r = item / kv_heads, hk = item % kv_heads;
+      const PagedRows& pr = *std::find_if(paged_rows.begin(), paged_rows.end(),
+                                          [&](const PagedRows& x) { return r < x.row0 + x.n; });
+      const int64_t pos = pr.seq->pos + (r - pr.row0);
+      const int64_t block = pr.seq->blocks[static_cast<size_t>(pos / bs)], slot = pos % bs;
+      if (int8_rows) {
+        static_cast<float*>(pl.k_scale.view().data)[pl.k_scale.view().offset(block, hk, slot, 0)] = quantize_row(
+            reinterpret_cast<const float*>(kv.ptr(0, hk, r)), hd, reinterpret_cast<int8_t*>(kp.ptr(block, hk, slot)));
+        static_cast<float*>(pl.v_scale.view().data)[pl.v_scale.view().offset(block, hk, slot, 0)] = quantize_row(
+            reinterpret_cast<const float*>(vv.ptr(0, hk, r)), hd, reinterpret_cast<int8_t*>(vp.ptr(block, hk, slot)));
+        return;
+      }
+      for (int64_t e = 0; e < hd; ++e) {
+        store_from_float(kp.data, kp.dtype, kp.offset(block, hk, slot, e), kv.at(0, hk, r, e));
+        store_from_float(vp.data, vp.dtype, vp.offset(block, hk, slot, e), vv.at(0, hk, r, e));
+      }
+    });
+    if (int8_rows) o.kv_scales = KvScales{pl.k_scale.view(), pl.v_scale.view()};
+    const Mechanism& mechanism = c.layers[li].mechanism;
+    for (size_t s = 0; s < paged_rows.size();) {
+      size_t e = s + 1;  // [s, e): one sequence, or a run of one-token sequences
+      if (paged_rows[s].n == 1)
+        while (e < paged_rows.size() && paged_rows[e].n == 1) ++e;
+      const int64_t count = static_cast<int64_t>(e - s), row0 = paged_rows[s].row0, n = paged_rows[s].n;
+      int64_t per_seq = 0;
+      for (size_t i = s; i < e; ++i) per_seq = std::max<int64_t>(per_seq, static_cast<int64_t>(paged_rows[i].seq->blocks.size()));
+      paged_table.assign(static_cast<size_t>(count * per_seq), 0);
+      paged_lengths.resize(static_cast<size_t>(count));
+      for (size_t i = s; i < e; ++i) {
+        const PagedSequence& q_seq = *paged_rows[i].seq;
+        std::copy(q_seq.blocks.begin(), q_seq.blocks.end(), paged_table.begin() + static_cast<int64_t>(i - s) * per_seq);
+        paged_lengths[i - s] = q_seq.pos + paged_rows[i].n;
+      }
+      KvCacheUpdate update;
+      update.cache_seqlens = paged_lengths;
+      update.paged = PagedKv{paged_table, per_seq, -1};
+      // (count, H, n, hd) over rows row0..: one-token sequences are consecutive rows
+      TensorView qs = make_view(qc.ptr(0, 0, row0), qc.dtype, count, c.heads, n, hd, Layout::bnhd);
+      TensorView os = make_view(out.ptr(0, 0, row0), out.dtype, count, c.heads, n, hd, Layout::bnhd);
+      attend_with_kvcache_into(qs, kp, vp, update, mechanism, o, os, nullptr);
+      s = e;
+    }
+  }
+
+  // x = the embeddings of the step's n tokens (scaled as the architecture asks).
+  void embed(const int32_t* tokens, int64_t n, float* rows) {
+    const DecoderConfig& c = w.config;
+    for (int64_t i = 0; i < n; ++i) model::matrix_row(w.embed, tokens[i], rows + i * c.dim, isa);
+    if (c.embed_scale != 1.0) {
+      const float scale = static_cast<float>(c.embed_scale);
+      for (int64_t i = 0; i < n * c.dim; ++i) rows[i] *= scale;
+    }
+  }
+
+  // logits_out = the output layer on `rows` rows of the residual stream (packed, in `from`).
+  void output_logits(const float* from, int64_t rows, bool prompt_step, float* logits_out) {
+    const DecoderConfig& c = w.config;
+    model::rms_norm(from, rows, c.dim, c.dim, w.final_norm, c.norm_eps, h.data(), threads);
+    // the rows of a prompt step multiply as a prompt's, the last one alone included (q8-decode:
+    // float panels give the first token of a reply, not the 8-bit decode products)
+    const model::Activations a =
+        prompt_step && activations == model::Activations::q8_decode ? model::Activations::f32 : activations;
+    model::matmul(h.data(), rows, w.output, logits_out, threads, isa, a, row_wise);
+    if (c.final_softcap > 0) {
+      const float cap = static_cast<float>(c.final_softcap);
+      for (int64_t i = 0; i < rows * c.vocab_size; ++i) logits_out[i] = cap * std::tanh(logits_out[i] / cap);
+    }
   }
 
   // Runs n <= step tokens at positions p..; logits of rows [first, n) go to `logits_out`.
   void run_step(const int32_t* tokens, int64_t n, int64_t p, int64_t first, float* logits_out) {
     const DecoderConfig& c = w.config;
-    for (int64_t i = 0; i < n; ++i) model::matrix_row(w.embed, tokens[i], x.data() + i * c.dim, isa);
-    if (c.embed_scale != 1.0) {
-      const float scale = static_cast<float>(c.embed_scale);
-      for (int64_t i = 0; i < n * c.dim; ++i) x[i] *= scale;
-    }
+    embed(tokens, n, x.data());
     step_n = n, step_pos = p;
+    step_positions.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) step_positions[static_cast<size_t>(i)] = p + i;
+    paged_rows.clear();
     for (size_t li = 0; li < c.layers.size(); ++li) arch->run_layer(*this, li);
     if (first >= n) return;
-    model::rms_norm(x.data() + first * c.dim, n - first, c.dim, c.dim, w.final_norm, c.norm_eps, h.data(), threads);
-    // the rows of a prompt step multiply as a prompt's, the last one alone included (q8-decode:
-    // float panels give the first token of a reply, not the 8-bit decode products)
-    const bool prompt = n >= model::kPromptRows;
-    const model::Activations a = prompt && activations == model::Activations::q8_decode ? model::Activations::f32 : activations;
-    model::matmul(h.data(), n - first, w.output, logits_out, threads, isa, a);
-    if (c.final_softcap > 0) {
-      const float cap = static_cast<float>(c.final_softcap);
-      for (int64_t i = 0; i < (n - first) * c.vocab_size; ++i) logits_out[i] = cap * std::tanh(logits_out[i] / cap);
+    output_logits(x.data() + first * c.dim, n - first, n >= model::kPromptRows, logits_out);
+  }
+
+  // One step over the pool's sequences (forward_paged, checked): their rows one after another.
+  void run_paged(std::span<const PagedSequence> seqs) {
+    const DecoderConfig& c = w.config;
+    paged_rows.clear();
+    step_positions.clear();
+    int64_t rows = 0, out_rows = 0;
+    for (const PagedSequence& sq : seqs) {
+      const int64_t n = static_cast<int64_t>(sq.tokens.size());
+      paged_rows.push_back({&sq, rows, n});
+      embed(sq.tokens.data(), n, x.data() + rows * c.dim);
+      for (int64_t i = 0; i < n; ++i) step_positions.push_back(sq.pos + i);
+      rows += n, out_rows += sq.all_logits ? n : 1;
     }
+    step_n = rows, step_pos = 0;
+    // matmul and the gated activation are row-wise (bitwise: a row's result does not depend on
+    // the other rows): the integer products for quantized matrices serve any row count alike;
+    // float matrices take the decode path (never the prompt panels) so that a row multiplies
+    // the same way whatever the step holds
+    const model::Activations saved = activations;
+    if (activations == model::Activations::q8_decode) activations = model::Activations::q8;
+    row_wise = true;
+    for (size_t li = 0; li < c.layers.size(); ++li) arch->run_layer(*this, li);
+    // the rows whose logits are asked, packed in tmp
+    int64_t r = 0, o = 0;
+    for (const PagedRows& pr : paged_rows) {
+      const int64_t first = pr.seq->all_logits ? 0 : pr.n - 1;
+      std::memcpy(tmp.data() + o * c.dim, x.data() + (r + first) * c.dim, static_cast<size_t>((pr.n - first) * c.dim) * sizeof(float));
+      o += pr.n - first, r += pr.n;
+    }
+    logits.resize(static_cast<size_t>(out_rows * c.vocab_size));
+    output_logits(tmp.data(), out_rows, false, logits.data());
+    activations = saved;
+    row_wise = false;
+    paged_rows.clear();
   }
 
   // Every layer's attention call for a step of n tokens at position p, checked (validate_call()
@@ -604,6 +741,115 @@ const std::vector<float>& Decoder::forward(const std::vector<int32_t>& tokens, i
     s.run_step(tokens.data() + t0, m, pos + t0, first, out);
     s.pos = pos + t0 + m;
   }
+  return s.logits;
+}
+
+int64_t Decoder::max_step_tokens() const { return impl_->step; }
+
+int64_t Decoder::kv_pool_block_bytes(int64_t block_size) const {
+  const DecoderConfig& c = impl_->w.config;
+  const int64_t value = static_cast<int64_t>(dtype_size(impl_->cache_dtype));
+  const int64_t scale = impl_->cache_dtype == DType::i8 ? static_cast<int64_t>(sizeof(float)) : 0;
+  int64_t bytes = 0;
+  for (const model::LayerWeights& l : impl_->w.layers) bytes += 2 * l.kv_heads * (c.head_dim * value + scale);
+  return bytes * block_size;
+}
+
+void Decoder::set_kv_pool(int64_t blocks, int64_t block_size) {
+  Impl& s = *impl_;
+  const DecoderConfig& c = s.w.config;
+  if (blocks < 0) fail("kv pool", "blocks must be >= 0, got " + std::to_string(blocks));
+  if (blocks == 0) {
+    s.pool.clear(), s.pool_blocks = 0, s.pool_block_size = 0;
+    return;
+  }
+  if (blocks < 2) fail("kv pool", "blocks must be at least 2 (block 0 is the null block), got " + std::to_string(blocks));
+  if (block_size < 1 || block_size > 4096)
+    fail("kv pool", "block_size must be in [1, 4096], got " + std::to_string(block_size));
+  for (size_t i = 0; i < c.layers.size(); ++i)
+    if (info(c.layers[i].mechanism).cache != CacheKind::kv)
+      fail("kv pool", "layer " + std::to_string(i) + " (" + to_string(c.layers[i].mechanism) +
+                          ") keeps a recurrent state, not a KV cache: a paged pool holds KV rows only");
+  std::vector<Impl::KvPool> pool(c.layers.size());
+  for (size_t i = 0; i < c.layers.size(); ++i) {
+    const int64_t hkv = s.w.layers[i].kv_heads;
+    pool[i].k = Tensor(s.cache_dtype, {blocks, hkv, block_size, c.head_dim});
+    pool[i].v = Tensor(s.cache_dtype, {blocks, hkv, block_size, c.head_dim});
+    if (s.cache_dtype == DType::i8) {
+      pool[i].k_scale = Tensor(DType::f32, {blocks, hkv, block_size, 1});
+      pool[i].v_scale = Tensor(DType::f32, {blocks, hkv, block_size, 1});
+    }
+    for (Tensor* t : {&pool[i].k, &pool[i].v, &pool[i].k_scale, &pool[i].v_scale})  // the null block: zeros
+      if (t->defined()) std::memset(t->view().data, 0, static_cast<size_t>(t->view().numel() / blocks) * dtype_size(t->view().dtype));
+  }
+  // every layer's mechanism reads a paged pool in this dtype: one query against the null block
+  const int64_t hd = c.head_dim;
+  std::vector<float> zeros(static_cast<size_t>(c.heads * hd), 0.0f), out(zeros.size());
+  std::vector<int32_t> table{0};
+  for (size_t i = 0; i < c.layers.size(); ++i) {
+    Impl::KvPool& p = pool[i];
+    KvCacheUpdate update;
+    update.cache_seqlens = {1};
+    update.paged = PagedKv{table, 1, -1};
+    AttendOptions o = s.layer_options(i);
+    o.threads = 1;
+    if (p.k_scale.defined()) o.kv_scales = KvScales{p.k_scale.view(), p.v_scale.view()};
+    const DType qt = s.cache_dtype == DType::i8 ? DType::f32 : s.cache_dtype;
+    std::vector<uint16_t> q16(zeros.size(), 0), out16(zeros.size());
+    void* qd = qt == DType::f32 ? static_cast<void*>(zeros.data()) : static_cast<void*>(q16.data());
+    void* od = qt == DType::f32 ? static_cast<void*>(out.data()) : static_cast<void*>(out16.data());
+    try {
+      attend_with_kvcache_into(make_view(qd, qt, 1, c.heads, 1, hd, Layout::bnhd), p.k.view(), p.v.view(), update,
+                               c.layers[i].mechanism, o, make_view(od, qt, 1, c.heads, 1, hd, Layout::bnhd), nullptr);
+    } catch (const Error& e) {
+      fail("kv pool", "layer " + std::to_string(i) + " (" + to_string(c.layers[i].mechanism) + ") cannot read a paged " +
+                          dtype_name(s.cache_dtype) + " pool: " + e.what());
+    }
+  }
+  s.pool = std::move(pool), s.pool_blocks = blocks, s.pool_block_size = block_size;
+}
+
+const std::vector<float>& Decoder::forward_paged(std::span<const PagedSequence> seqs) {
+  Impl& s = *impl_;
+  const DecoderConfig& c = s.w.config;
+  const std::string where = "forward_paged";
+  if (s.pool_blocks == 0) fail(where, "the decoder has no KV pool (set_kv_pool first)");
+  if (seqs.empty()) fail(where, "sequences must not be empty");
+  int64_t rows = 0;
+  std::vector<int32_t> written;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const PagedSequence& q = seqs[i];
+    const std::string at = "sequences[" + std::to_string(i) + "]";
+    const int64_t n = static_cast<int64_t>(q.tokens.size());
+    if (n == 0) fail(where, at + ".tokens must not be empty");
+    if (q.pos < 0 || q.pos + n > c.max_seq_len)
+      fail(where, at + ": positions " + std::to_string(q.pos) + ".." + std::to_string(q.pos + n - 1) +
+                      " must be in [0, max_seq_len " + std::to_string(c.max_seq_len) + ")");
+    for (int64_t t = 0; t < n; ++t)
+      if (q.tokens[static_cast<size_t>(t)] < 0 || q.tokens[static_cast<size_t>(t)] >= c.vocab_size)
+        fail(where, at + ".tokens[" + std::to_string(t) + "] must be in [0, " + std::to_string(c.vocab_size) +
+                        "), got " + std::to_string(q.tokens[static_cast<size_t>(t)]));
+    const int64_t need = (q.pos + n + s.pool_block_size - 1) / s.pool_block_size;
+    if (static_cast<int64_t>(q.blocks.size()) < need)
+      fail(where, at + ".blocks must cover " + std::to_string(q.pos + n) + " positions (" + std::to_string(need) +
+                      " blocks of " + std::to_string(s.pool_block_size) + "), got " + std::to_string(q.blocks.size()));
+    for (size_t b = 0; b < q.blocks.size(); ++b)
+      if (q.blocks[b] < 0 || q.blocks[b] >= s.pool_blocks)
+        fail(where, at + ".blocks[" + std::to_string(b) + "] must be in [0, " + std::to_string(s.pool_blocks) +
+                        "), got " + std::to_string(q.blocks[b]));
+    for (int64_t b = q.pos / s.pool_block_size; b < need; ++b) {
+      const int32_t id = q.blocks[static_cast<size_t>(b)];
+      if (id == 0) fail(where, at + ".blocks[" + std::to_string(b) + "] is the null block 0, and the step writes it");
+      written.push_back(id);
+    }
+    rows += n;
+  }
+  if (rows > s.step)
+    fail(where, "the sequences hold " + std::to_string(rows) + " tokens, more than a step's " + std::to_string(s.step));
+  std::sort(written.begin(), written.end());
+  if (const auto twice = std::adjacent_find(written.begin(), written.end()); twice != written.end())
+    fail(where, "block " + std::to_string(*twice) + " is written by two sequences (or twice by one) in this step");
+  s.run_paged(seqs);
   return s.logits;
 }
 

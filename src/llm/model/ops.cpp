@@ -73,15 +73,16 @@ void matmul_tiles(const float* x, int64_t n, const Matrix& w, float* y, int t, c
 // as integers with 8-bit inputs). From 16 input rows on, matmul_tiles, except quantized rows with
 // q8 activations: the integer products serve any number of input rows (each output summed in the
 // same order as for one row).
-void matmul(const float* x, int64_t n, const Matrix& w, float* y, int threads, Isa isa, Activations activations) {
-  matmul_many(x, n, {{&w, y}}, threads, isa, activations);
+void matmul(const float* x, int64_t n, const Matrix& w, float* y, int threads, Isa isa, Activations activations,
+            bool row_wise) {
+  matmul_many(x, n, {{&w, y}}, threads, isa, activations, row_wise);
 }
 
 void matmul_many(const float* x, int64_t n, const std::vector<Product>& products, int threads, Isa isa,
-                 Activations activations) {
+                 Activations activations, bool row_wise) {
   const kernels::TileKernels& k = kernels::kernels_for(isa);
   const kernels::QuantKernels& qk = kernels::quant_kernels_for(isa);
-  const bool prompt = n >= kPromptRows;
+  const bool prompt = n >= kPromptRows && !row_wise;
   const bool integer = activations == Activations::q8 || (activations == Activations::q8_decode && !prompt);
   // Products of the rows path below: every one for decode, the integer ones for a prompt.
   thread_local std::vector<Product> rows_path;
@@ -119,6 +120,12 @@ void matmul_many(const float* x, int64_t n, const std::vector<Product>& products
   if (rebuilt.size() < static_cast<size_t>(t)) rebuilt.resize(static_cast<size_t>(t));
   for (int i = 0; i < t && rebuilt_bytes; ++i) rebuilt[static_cast<size_t>(i)].resize(static_cast<size_t>(rebuilt_bytes));
   std::vector<uint8_t>* buffers = rebuilt.data();
+  thread_local std::vector<std::vector<float>> row_pads;  // row_wise: a padded group of four rows and its outputs
+  int64_t widest = 0;
+  for (const Product& p : rows_path) widest = std::max(widest, p.w->rows);
+  if (row_wise && row_pads.size() < static_cast<size_t>(t)) row_pads.resize(static_cast<size_t>(t));
+  for (int i = 0; i < t && row_wise; ++i) row_pads[static_cast<size_t>(i)].resize(static_cast<size_t>(4 * (cols + widest)));
+  std::vector<float>* pads = row_pads.data();
   const Product* work = rows_path.data();
   const size_t count = rows_path.size();
   parallel_for(items, t, [&](int64_t item, int thread) {
@@ -126,13 +133,29 @@ void matmul_many(const float* x, int64_t n, const std::vector<Product>& products
     const Matrix& w = *work[pi].w;
     float* y = work[pi].y;
     const int64_t j0 = (item - starts[pi]) * kRowsOfW, nj = std::min(kRowsOfW, w.rows - j0);
-    if (!w.quant) return k.qk_rows(x, n, w.cols, w.row_ptrs.data() + j0, w.dtype, nj, y + j0, w.rows, nullptr, 0);
-    if (integer) {
+    if (w.quant && integer) {
       if (w.packed) return qk.q8_packed_rows(xb, n, w.packed->view(), j0 / kernels::kPackedRows, nj, y + j0, w.rows);
       return qk.q8_dot_rows(xb, n, w.cols / 32, w.row_ptrs.data() + j0, *w.quant, nj, y + j0, w.rows);
     }
     const void* ptrs[kRowsOfW];
-    qk.qdot_rows(x, n, w.cols, ggml_rows(w, j0, nj, buffers[thread].data(), ptrs), *w.quant, nj, y + j0, w.rows);
+    const void* const* rows = w.quant ? ggml_rows(w, j0, nj, buffers[thread].data(), ptrs) : w.row_ptrs.data() + j0;
+    auto float_rows = [&](const float* xr, int64_t m, float* yr) {
+      if (!w.quant) return k.qk_rows(xr, m, w.cols, rows, w.dtype, nj, yr, w.rows, nullptr, 0);
+      qk.qdot_rows(xr, m, w.cols, rows, *w.quant, nj, yr, w.rows);
+    };
+    if (!row_wise) return float_rows(x, n, y + j0);
+    // row-wise: every group of four input rows in its own call, the last one padded with zero
+    // rows (a kernel sums a row of a full group alike at any of its four places; fewer rows, or
+    // more per call, take other paths)
+    const int64_t full = n / 4 * 4;
+    for (int64_t r = 0; r < full; r += 4) float_rows(x + r * cols, 4, y + r * w.rows + j0);
+    if (full == n) return;
+    float* pad_x = pads[thread].data();
+    float* pad_y = pad_x + 4 * cols;
+    std::fill(pad_x, pad_x + 4 * cols, 0.0f);
+    std::copy(x + full * cols, x + n * cols, pad_x);
+    float_rows(pad_x, 4, pad_y);
+    for (int64_t r = full; r < n; ++r) std::copy(pad_y + (r - full) * w.rows, pad_y + (r - full) * w.rows + nj, y + r * w.rows + j0);
   });
 }
 
@@ -143,14 +166,16 @@ void matrix_row(const Matrix& w, int64_t r, float* dst, Isa isa) {
   kernels::quant_kernels_for(isa).dequantize_rows(w.row_ptrs.data() + r, *w.quant, 1, w.cols, dst, w.cols);
 }
 
-void gated_activation(GateActivation act, float* gate, const float* up, int64_t n, int threads, Isa isa) {
+void gated_activation(GateActivation act, float* gate, const float* up, int64_t rows, int64_t width, int threads,
+                      Isa isa) {
   const kernels::TileKernels& k = kernels::kernels_for(isa);
   const auto fn = act == GateActivation::silu ? k.silu_gate : k.gelu_tanh_gate;
-  constexpr int64_t kPiece = 4096;  // a multiple of every vector width: the split never moves the tail
-  const int64_t pieces = (n + kPiece - 1) / kPiece;
-  parallel_for(pieces, resolve_threads(threads, pieces), [&](int64_t p, int) {
-    const int64_t i0 = p * kPiece;
-    fn(gate + i0, up + i0, std::min(kPiece, n - i0));
+  constexpr int64_t kGroupValues = 4096;  // values per work item (whole rows, one at least)
+  const int64_t per_item = std::max<int64_t>(1, kGroupValues / std::max<int64_t>(width, 1));
+  const int64_t items = (rows + per_item - 1) / per_item;
+  parallel_for(items, resolve_threads(threads, items), [&](int64_t item, int) {
+    for (int64_t r = item * per_item; r < std::min(rows, (item + 1) * per_item); ++r)
+      fn(gate + r * width, up + r * width, width);
   });
 }
 
