@@ -124,14 +124,22 @@ struct Decoder::Impl final : model::LayerRun {
     const DecoderConfig& c = w.config;
     arch = &model::architecture(c.architecture, kWhere);
     step = std::min(kStepTokens, c.max_seq_len);
-    const int64_t qdim = c.heads * c.head_dim;
-    auto rows = [&](int64_t width) { return std::vector<float>(static_cast<size_t>(step * width)); };
-    x = rows(c.dim), h = rows(c.dim), tmp = rows(c.dim);
-    q = rows(qdim), k = rows(qdim), v = rows(qdim), att = rows(qdim), gate = rows(qdim);
-    gated = rows(c.hidden_dim), up = rows(c.hidden_dim);
+    allocate_step_buffers(step);
     memory.resize(c.layers.size());
     for (size_t i = 0; i < c.layers.size(); ++i) allocate_memory(i);
   }
+
+  // Activation buffers for `rows` rows (a step's; a paged step's rows come from several sequences).
+  void allocate_step_buffers(int64_t rows_per_step) {
+    const DecoderConfig& c = w.config;
+    const int64_t qdim = c.heads * c.head_dim;
+    auto rows = [&](int64_t width) { return std::vector<float>(static_cast<size_t>(rows_per_step * width)); };
+    x = rows(c.dim), h = rows(c.dim), tmp = rows(c.dim);
+    q = rows(qdim), k = rows(qdim), v = rows(qdim), att = rows(qdim), gate = rows(qdim);
+    gated = rows(c.hidden_dim), up = rows(c.hidden_dim);
+    buffer_rows = rows_per_step;
+  }
+  int64_t buffer_rows = 0;
 
   // ---- the shared blocks (model::LayerRun): h, the normed rows; f (tmp), a block's output ----
   const DecoderConfig& config() const override { return w.config; }
@@ -744,7 +752,7 @@ const std::vector<float>& Decoder::forward(const std::vector<int32_t>& tokens, i
   return s.logits;
 }
 
-int64_t Decoder::max_step_tokens() const { return impl_->step; }
+int64_t Decoder::max_step_tokens() const { return impl_->pool_blocks > 0 ? impl_->buffer_rows : impl_->step; }
 
 int64_t Decoder::kv_pool_block_bytes(int64_t block_size) const {
   const DecoderConfig& c = impl_->w.config;
@@ -807,6 +815,8 @@ void Decoder::set_kv_pool(int64_t blocks, int64_t block_size) {
     }
   }
   s.pool = std::move(pool), s.pool_blocks = blocks, s.pool_block_size = block_size;
+  // a paged step's rows come from several sequences: as many as a step of a long context has
+  if (s.buffer_rows < model::kStepTokens) s.allocate_step_buffers(model::kStepTokens);
 }
 
 const std::vector<float>& Decoder::forward_paged(std::span<const PagedSequence> seqs) {
@@ -844,8 +854,8 @@ const std::vector<float>& Decoder::forward_paged(std::span<const PagedSequence> 
     }
     rows += n;
   }
-  if (rows > s.step)
-    fail(where, "the sequences hold " + std::to_string(rows) + " tokens, more than a step's " + std::to_string(s.step));
+  if (rows > s.buffer_rows)
+    fail(where, "the sequences hold " + std::to_string(rows) + " tokens, more than a step's " + std::to_string(s.buffer_rows));
   std::sort(written.begin(), written.end());
   if (const auto twice = std::adjacent_find(written.begin(), written.end()); twice != written.end())
     fail(where, "block " + std::to_string(*twice) + " is written by two sequences (or twice by one) in this step");

@@ -26,6 +26,7 @@
 
 #include "attn/error.hpp"
 #include "attn/info.hpp"
+#include "model/memory_need.hpp"
 #include "serve/kv_blocks.hpp"
 #include "serve/token_logprobs.hpp"
 
@@ -163,15 +164,15 @@ struct Engine::Impl {
     if (o.max_context < 1 || o.max_context > c.max_seq_len)
       fail(where, "max_context must be in [1, " + std::to_string(c.max_seq_len) + "] (the decoder's max_seq_len), got " +
                       std::to_string(o.max_context));
-    const int64_t step = d.max_step_tokens();
-    if (o.parallel >= step)
-      fail(where, "parallel must be below the decoder's step of " + std::to_string(step) + " tokens, got " +
-                      std::to_string(o.parallel));
-    const int64_t room = (step - o.parallel) / kChunk * kChunk;
-    if (o.prefill_budget == 0) o.prefill_budget = std::max<int64_t>(room, std::min<int64_t>(kChunk, step - o.parallel));
-    if (o.prefill_budget < 1 || o.prefill_budget + o.parallel > step)
-      fail(where, "prefill_budget must be in [1, " + std::to_string(step - o.parallel) + "] (the step of " +
-                      std::to_string(step) + " tokens less parallel), got " + std::to_string(o.prefill_budget));
+    const int64_t step = model::kStepTokens;  // Decoder::max_step_tokens() once the pool is set
+    if (o.parallel > step - kChunk)
+      fail(where, "parallel must be at most " + std::to_string(step - kChunk) + " (a step's " + std::to_string(step) +
+                      " tokens less one prompt chunk of " + std::to_string(kChunk) + "), got " + std::to_string(o.parallel));
+    if (o.prefill_budget == 0) o.prefill_budget = (step - o.parallel) / kChunk * kChunk;
+    if (o.prefill_budget < kChunk || o.prefill_budget % kChunk != 0 || o.prefill_budget + o.parallel > step)
+      fail(where, "prefill_budget must be a multiple of " + std::to_string(kChunk) + " in [" + std::to_string(kChunk) + ", " +
+                      std::to_string(step - o.parallel) + "] (a step's " + std::to_string(step) +
+                      " tokens less parallel), got " + std::to_string(o.prefill_budget));
     const int64_t block_bytes = d.kv_pool_block_bytes(o.block_size);
     if (o.kv_memory_mib < 1) fail(where, "kv_memory_mib must be >= 1, got " + std::to_string(o.kv_memory_mib));
     const int64_t count = (o.kv_memory_mib << 20) / block_bytes;
@@ -208,8 +209,12 @@ struct Engine::Impl {
     if (n + r.max_tokens > options.max_context)
       fail(where, "the prompt's " + std::to_string(n) + " tokens and max_tokens " + std::to_string(r.max_tokens) +
                       " exceed the context of " + std::to_string(options.max_context) + " tokens");
-    const int64_t need = (n + r.max_tokens + options.block_size - 1) / options.block_size;
-    if (lookback < 0 && need > blocks.total())
+    // blocks held at once at most: every position, or a bounded model's sinks, window and chunk
+    int64_t need = (n + r.max_tokens + options.block_size - 1) / options.block_size;
+    if (lookback >= 0)
+      need = std::min(need, (sinks + options.block_size - 1) / options.block_size +
+                                (lookback + align + kChunk + options.block_size - 1) / options.block_size + 2);
+    if (need > blocks.total())
       fail(where, "the prompt's " + std::to_string(n) + " tokens and max_tokens " + std::to_string(r.max_tokens) +
                       " need " + std::to_string(need) + " KV blocks; the pool holds " + std::to_string(blocks.total()));
     if (r.logprobs < -1 || r.logprobs > 5) fail(where, "logprobs must be in [-1, 5], got " + std::to_string(r.logprobs));

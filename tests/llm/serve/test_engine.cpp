@@ -319,6 +319,22 @@ TEST(Engine, BadRequestsAndAFullQueueAreRefused) {
   }
 }
 
+TEST(Engine, AModelOfShortContextStillBatchesAStepOfManySequences) {
+  EngineOptions o;
+  o.parallel = 12;
+  Engine e(small_decoder(Softmax{.causal = true}, 48), o);  // a step of 256 rows, contexts of 48
+  EXPECT_EQ(e.options().max_context, 48);
+  std::vector<std::shared_ptr<EngineStream>> streams;
+  for (int i = 0; i < 12; ++i) streams.push_back(e.submit(request(random_tokens(30, i), 18)));
+  for (auto& s : streams) EXPECT_EQ(collect(*s).tokens.size(), 18u);
+  EngineOptions too_many;
+  too_many.parallel = 200;
+  expect_error([&] { Engine(small_decoder(), too_many); }, "parallel must be at most 192");
+  EngineOptions odd_budget;
+  odd_budget.prefill_budget = 100;
+  expect_error([&] { Engine(small_decoder(), odd_budget); }, "prefill_budget must be a multiple of 64");
+}
+
 TEST(Engine, ShutdownEndsWhatStillRuns) {
   Engine e(small_decoder(), EngineOptions{});
   auto s = e.submit(request(random_tokens(10, 1), 1000));
