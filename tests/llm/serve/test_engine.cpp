@@ -5,6 +5,7 @@
 // finishes every request, windows free their past, bad requests are Errors.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <random>
 #include <thread>
@@ -333,6 +334,45 @@ TEST(Engine, AModelOfShortContextStillBatchesAStepOfManySequences) {
   EngineOptions odd_budget;
   odd_budget.prefill_budget = 100;
   expect_error([&] { Engine(small_decoder(), odd_budget); }, "prefill_budget must be a multiple of 64");
+}
+
+// Many client threads at once, as the HTTP server's handlers are: submitting, reading, cancelling
+// and reading the metrics while the engine runs (the ThreadSanitizer build runs this suite).
+TEST(Engine, ClientThreadsSubmitReadAndCancelAtOnce) {
+  EngineOptions o;
+  o.parallel = 6, o.queue = 64;
+  Engine e(small_decoder(), o);
+  std::atomic<int> done{0}, cancelled{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 8; ++c)
+    clients.emplace_back([&, c] {
+      for (int i = 0; i < 3; ++i) {
+        auto s = e.submit(request(random_tokens(10 + 30 * c + i, c * 10 + i), 40, c % 2 ? 0.7 : 0.0, c));
+        EngineEvent ev;
+        int tokens = 0;
+        while (s->next(ev, 60s)) {
+          if (ev.kind == EngineEvent::Kind::done) {
+            (ev.finish_reason == "cancelled" ? cancelled : done)++;
+            break;
+          }
+          if (++tokens == 5 && (c + i) % 3 == 0) s->cancel();
+        }
+      }
+    });
+  std::atomic<bool> stop{false};
+  std::thread watcher([&] {
+    while (!stop) {
+      const EngineMetrics m = e.metrics();
+      EXPECT_LE(m.kv_blocks_in_use + m.kv_blocks_cached, m.kv_blocks_total);
+      std::this_thread::sleep_for(1ms);
+    }
+  });
+  for (auto& t : clients) t.join();
+  stop = true;
+  watcher.join();
+  EXPECT_EQ(done + cancelled, 24);
+  EXPECT_GT(cancelled, 0);
+  EXPECT_EQ(settled(e).kv_blocks_in_use, 0);
 }
 
 TEST(Engine, ShutdownEndsWhatStillRuns) {
