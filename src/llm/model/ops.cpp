@@ -96,13 +96,18 @@ void matmul_many(const float* x, int64_t n, const std::vector<Product>& products
     matmul_tiles(x, n, *p.w, p.y, resolve_threads(threads, blocks), k, qk);
   }
   if (rows_path.empty()) return;
-  // Work items: the blocks of 64 rows of every product, in order.
+  // Work items: the blocks of weight rows of every product, in order: 64 rows for one to three
+  // input rows (a decode step: the weights stream from memory), 32 (two packed groups) from four
+  // on, where the products are compute-bound and finer items balance the threads (SmolLM2's
+  // 576-row matrices are 9 items of 64, 18 of 32: 16 serving streams ~4 % faster on Zen 5). A
+  // row's sums do not depend on the split.
+  const int64_t per_item = n >= 4 ? 32 : kRowsOfW;
   thread_local std::vector<int64_t> first_block;
   first_block.assign(1, 0);
   bool any_q8 = false;
   int64_t rebuilt_bytes = 0;  // float activations with a packed matrix: its rows rebuilt per item
   for (const Product& p : rows_path) {
-    first_block.push_back(first_block.back() + (p.w->rows + kRowsOfW - 1) / kRowsOfW);
+    first_block.push_back(first_block.back() + (p.w->rows + per_item - 1) / per_item);
     any_q8 |= p.w->quant && integer;
     if (p.w->packed && !integer) rebuilt_bytes = std::max(rebuilt_bytes, kRowsOfW * p.w->quant_row_bytes());
   }
@@ -132,7 +137,7 @@ void matmul_many(const float* x, int64_t n, const std::vector<Product>& products
     const size_t pi = static_cast<size_t>(std::upper_bound(starts, starts + count + 1, item) - starts - 1);
     const Matrix& w = *work[pi].w;
     float* y = work[pi].y;
-    const int64_t j0 = (item - starts[pi]) * kRowsOfW, nj = std::min(kRowsOfW, w.rows - j0);
+    const int64_t j0 = (item - starts[pi]) * per_item, nj = std::min(per_item, w.rows - j0);
     if (w.quant && integer) {
       if (w.packed) return qk.q8_packed_rows(xb, n, w.packed->view(), j0 / kernels::kPackedRows, nj, y + j0, w.rows);
       return qk.q8_dot_rows(xb, n, w.cols / 32, w.row_ptrs.data() + j0, *w.quant, nj, y + j0, w.rows);
