@@ -3,9 +3,10 @@
 # also what only the tests need.
 set -euo pipefail
 packages=(cmake ninja-build g++ clang libclang-rt-14-dev libomp-dev libgtest-dev libcli11-dev libfmt-dev
-          nlohmann-json3-dev libopenblas-dev python3 python3-venv python3-dev)
+          nlohmann-json3-dev libopenblas-dev libcpp-httplib-dev python3 python3-venv python3-dev)
 if [ "${1:-}" = --test ]; then
   packages+=(chromium)  # headless, to render attn report's page in python/tests/test_report.py
+  packages+=(chromium-driver)  # Selenium drives it through attn serve's chat page (python/tests/test_serve.py)
   packages+=(pkg-config)  # builds examples/cpp_consumer against the installed attn.pc
   packages+=(openmpi-bin libopenmpi-dev)  # attn_distributed and its tests under mpirun (optional to build)
 fi

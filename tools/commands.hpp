@@ -23,6 +23,7 @@ Runner add_generate_random(CLI::App& app);
 Runner add_gguf(CLI::App& app);
 Runner add_tokenize(CLI::App& app);
 Runner add_chat(CLI::App& app);
+Runner add_serve(CLI::App& app);
 Runner add_eval_ppl(CLI::App& app);
 Runner add_concentration(CLI::App& app);
 Runner add_report(CLI::App& app);

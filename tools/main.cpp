@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
       "  attn gguf     what a GGUF model file holds (metadata, tensors), checked\n"
       "  attn tokenize a GGUF file's tokenizer: text -> ids (--chat: its chat prompt), --decode ids -> text\n"
       "  attn chat     turns with a GGUF language model (e.g. SmolLM2-135M), any attention mechanism\n"
+      "  attn serve    an OpenAI-compatible HTTP server (completions, chat, streaming, metrics, a chat page)\n"
       "  attn eval-ppl what each mechanism costs a real model: perplexity, time, KV cache (table + chart)\n"
       "  attn concentration curves|needle|scale|model|train   can attention concentrate? tables and plots\n"
       "  attn report   those experiments on one self-contained HTML page (figures, tables, findings)\n"
@@ -98,6 +99,7 @@ int main(int argc, char** argv) {
   add(attn::cli::add_gguf, "gguf");
   add(attn::cli::add_tokenize, "tokenize");
   add(attn::cli::add_chat, "chat");
+  add(attn::cli::add_serve, "serve");
   add(attn::cli::add_eval_ppl, "eval-ppl");
   add(attn::cli::add_concentration, "concentration");
   add(attn::cli::add_report, "report");

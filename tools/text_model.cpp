@@ -83,16 +83,17 @@ DType cache_dtype(const std::string& name) {
 
 }  // namespace
 
-TextModel::TextModel(const TextModelOptions& o)
-    : tokenizer_(Tokenizer::from_gguf(GgufFile::open(o.path))),
-      decoder_(Decoder::from_gguf(o.path, {o.threads, dequantize(o.dtype), o.max_context, o.activations,
-                                           cache_dtype(o.cache_type), o.repack})) {
-  if (!o.mechanism.empty()) decoder_.set_mechanism(-1, parse_mechanism(o.mechanism));
+TextModelParts load_text_model(const TextModelOptions& o) {
+  TextModelParts p{Tokenizer::from_gguf(GgufFile::open(o.path)),
+                   Decoder::from_gguf(o.path, {o.threads, dequantize(o.dtype), o.max_context, o.activations,
+                                               cache_dtype(o.cache_type), o.repack}),
+                   {}};
+  if (!o.mechanism.empty()) p.decoder.set_mechanism(-1, parse_mechanism(o.mechanism));
   for (const auto& [local, text] : {std::pair{true, &o.local_mechanism}, std::pair{false, &o.global_mechanism}}) {
     if (text->empty()) continue;
     const Mechanism m = parse_mechanism(*text);
-    for (size_t i = 0; i < decoder_.config().layers.size(); ++i)
-      if (decoder_.config().layers[i].local == local) decoder_.set_mechanism(static_cast<int64_t>(i), m);
+    for (size_t i = 0; i < p.decoder.config().layers.size(); ++i)
+      if (p.decoder.config().layers[i].local == local) p.decoder.set_mechanism(static_cast<int64_t>(i), m);
   }
   if (logs(LogLevel::debug)) {
     std::map<std::string, int64_t> types;  // tensor type -> count
@@ -104,7 +105,7 @@ TextModel::TextModel(const TextModelOptions& o)
     }
     std::string kinds;
     for (const auto& [name, n] : types) kinds += (kinds.empty() ? "" : ", ") + name + " x " + std::to_string(n);
-    const DecoderConfig& c = decoder_.config();
+    const DecoderConfig& c = p.decoder.config();
     fmt::print(stderr,
                "[debug] load {}: {} architecture, {} layers, dim {}, vocab {}; {} tensors ({}), {}\n"
                "[debug] dtype {}, activations {}, cache {}, repack {}, context {} tokens; {} threads, isa {}\n",
@@ -112,12 +113,18 @@ TextModel::TextModel(const TextModelOptions& o)
                bytes_text(static_cast<double>(bytes)), o.dtype, o.activations, o.cache_type, o.repack ? "yes" : "no",
                c.max_seq_len, resolve_threads(o.threads, int64_t{1} << 30), isa_name(active_isa()));
   }
-  stop_.insert(tokenizer_.eos_id());
+  if (p.tokenizer.eos_id() >= 0) p.stop_tokens.insert(p.tokenizer.eos_id());
   for (const char* special : {"<|im_end|>", "<|endoftext|>", "<end_of_turn>"}) {
-    const std::vector<int32_t> ids = tokenizer_.encode(special, true);
-    if (ids.size() == 1) stop_.insert(ids[0]);
+    const std::vector<int32_t> ids = p.tokenizer.encode(special, true);
+    if (ids.size() == 1) p.stop_tokens.insert(ids[0]);
   }
+  return p;
 }
+
+TextModel::TextModel(const TextModelOptions& o) : TextModel(load_text_model(o)) {}
+
+TextModel::TextModel(TextModelParts parts)
+    : tokenizer_(std::move(parts.tokenizer)), decoder_(std::move(parts.decoder)), stop_(std::move(parts.stop_tokens)) {}
 
 std::vector<int32_t> TextModel::reply(const std::vector<int32_t>& prompt, int64_t max_tokens, const SamplingOptions& sampling,
                                       const std::function<void(const std::string&)>& piece, ReplyStats& stats) {
@@ -163,12 +170,7 @@ std::vector<int32_t> TextModel::reply(const std::vector<int32_t>& prompt, int64_
   return out;
 }
 
-std::vector<int32_t> TextModel::prompt_ids(const std::string& text) const {
-  std::vector<int32_t> ids = tokenizer_.encode(text, true);
-  const int32_t bos = tokenizer_.bos_id();
-  if (tokenizer_.add_bos() && bos >= 0 && (ids.empty() || ids.front() != bos)) ids.insert(ids.begin(), bos);
-  return ids;
-}
+std::vector<int32_t> TextModel::prompt_ids(const std::string& text) const { return text_prompt_ids(tokenizer_, text); }
 
 std::string TextModel::stats_line(const ReplyStats& s) const {
   return fmt::format("prefill {} tokens {:.1f} tok/s, decode {} tokens {:.1f} tok/s; cache {} at {} tokens ({})",

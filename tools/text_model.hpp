@@ -46,6 +46,25 @@ void check_sampling_options(const SamplingOptions& s);
 // "45.0 KiB": a byte count for people.
 std::string bytes_text(double bytes);
 
+// What a TextModel is made of, for callers that run the decoder themselves (attn serve hands it to
+// an Engine): the tokenizer, the decoder (its mechanisms set as the options say, its context
+// options.max_context) and the tokens that end a reply (EOS, and the end-of-turn tokens the
+// vocabulary has: <|im_end|>, <|endoftext|>, <end_of_turn>).
+struct TextModelParts {
+  Tokenizer tokenizer;
+  Decoder decoder;
+  std::set<int32_t> stop_tokens;
+};
+TextModelParts load_text_model(const TextModelOptions& options);
+// The token ids of a prompt's text, BOS first when the file asks for it (Gemma). Inline: attn
+// serve's request parsing (and its fuzzer) use it without the rest of this file.
+inline std::vector<int32_t> text_prompt_ids(const Tokenizer& tokenizer, const std::string& text) {
+  std::vector<int32_t> ids = tokenizer.encode(text, true);
+  const int32_t bos = tokenizer.bos_id();
+  if (tokenizer.add_bos() && bos >= 0 && (ids.empty() || ids.front() != bos)) ids.insert(ids.begin(), bos);
+  return ids;
+}
+
 class TextModel {
  public:
   explicit TextModel(const TextModelOptions& options);
@@ -63,6 +82,7 @@ class TextModel {
   std::string stats_line(const ReplyStats& s) const;
 
  private:
+  explicit TextModel(TextModelParts parts);
   Tokenizer tokenizer_;
   Decoder decoder_;
   std::set<int32_t> stop_;

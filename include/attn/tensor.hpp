@@ -54,6 +54,7 @@ class Tensor {
 
  private:
   struct Free {
+    size_t mapped;  // bytes of an mmap'ed block (large tensors); 0 (value-initialised): malloc'ed
     void operator()(void* p) const;
   };
   std::unique_ptr<void, Free> storage_;

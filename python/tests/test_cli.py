@@ -280,6 +280,7 @@ USAGE_TABLE = {
     "gguf": (["--dequantize"], None, None),
     "tokenize": (["--decode"], None, None),
     "chat": (["--system"], ["--top-p", "nan"], ["--temperature", "100.5"]),
+    "serve": (["--port"], ["--parallel", "four"], ["--port", "65536"]),
     "eval-ppl": (["--out"], ["--tokens", "many"], ["--tokens", "1"]),
     "concentration": (["--out"], ["nope"], None),
     "report": (["--run"], None, None),

@@ -120,7 +120,10 @@ struct Decoder::Impl final : model::LayerRun {
   model::MoeScratch moe_scratch;  // the MoE feed-forward's buffers, kept between steps
   std::map<std::string, size_t> replaced;  // set_weight's matrices: name -> their copy in w.owned
 
-  explicit Impl(model::DecoderWeights weights, int thread_count) : w(std::move(weights)), threads(thread_count) {
+  // `cache`: the KV caches' dtype from the start (not float32 replaced later: a freed cache raises
+  // malloc's mmap threshold, and the next caches' zeroing would then touch every page)
+  explicit Impl(model::DecoderWeights weights, int thread_count, DType cache = DType::f32)
+      : w(std::move(weights)), threads(thread_count), cache_dtype(cache) {
     const DecoderConfig& c = w.config;
     arch = &model::architecture(c.architecture, kWhere);
     step = std::min(kStepTokens, c.max_seq_len);
@@ -598,8 +601,11 @@ Decoder Decoder::from_gguf(const std::string& path, const GgufLoadOptions& optio
   // dequantized: float32; else packed copies and decode-only types converted to Q8_0 blocks
   model::check_memory_need(config, options.dequantize ? 128 : 34, path);
   const bool repack = options.repack && options.activations != "f32";
+  const DType cache = options.cache_dtype;
+  if (cache != DType::f32 && cache != DType::f16 && cache != DType::bf16 && cache != DType::i8)
+    fail("cache_dtype", "expected float32, float16, bfloat16 or int8, got " + dtype_name(cache));
   Decoder d(std::make_unique<Impl>(model::load_gguf_weights(std::move(file), config, options.dequantize, repack),
-                                   options.threads));
+                                   options.threads, cache));
   d.set_activations(options.activations);
   d.set_cache_dtype(options.cache_dtype);
   return d;
