@@ -7,9 +7,9 @@ once GET /health answers 200, meets: one warm-up request, a prefix-cache check (
 prompt" plus a short distinct suffix, sent twice in turn: the time to first token of each and their
 ratio), then for each --concurrency C, C client threads each sending --requests-per-client streamed
 completions (POST /v1/completions, prompt as token ids of lengths drawn from 128-1024, the same seeded ids
-for every engine, max_tokens 128, temperature 0, "ignore_eos": true and "cache_prompt": true: llama-server
-honours both; attn serve ignores fields it does not know and has no ignore_eos, so a reply may end at
-EOS: the "short" column counts those, and tok/s counts the tokens each usage reports).
+for every engine, max_tokens 128, temperature 0, "ignore_eos": true (both servers honour it; a reply that
+still ends early is counted in the "short" column) and "cache_prompt": true (llama-server's; attn serve
+caches prefixes always); tok/s counts the tokens each usage reports).
 Per request: time to first token (the first SSE chunk with text), the gaps between chunks (inter-token
 latency), the total, the completion tokens its usage reports. Per level: generated tokens/s over the
 level's wall time, p50/p99 of time to first token and inter-token latency, errors (HTTP status != 200,
