@@ -499,9 +499,13 @@ struct Decoder::Impl final : model::LayerRun {
     step_n = rows, step_pos = 0;
     // matmul and the gated activation are row-wise (bitwise: a row's result does not depend on
     // the other rows): the integer products for quantized matrices serve any row count alike;
-    // float matrices take the decode path (never the prompt panels) so that a row multiplies
-    // the same way whatever the step holds
-    const model::Activations saved = activations;
+    // float matrices go in groups of four rows (model::matmul's row_wise), never the prompt
+    // panels. The decoder's own mode comes back however the step ends (an Error included).
+    struct Restore {
+      Impl& s;
+      model::Activations activations;
+      ~Restore() { s.activations = activations, s.row_wise = false, s.paged_rows.clear(); }
+    } restore{*this, activations};
     if (activations == model::Activations::q8_decode) activations = model::Activations::q8;
     row_wise = true;
     for (size_t li = 0; li < c.layers.size(); ++li) arch->run_layer(*this, li);
@@ -514,9 +518,6 @@ struct Decoder::Impl final : model::LayerRun {
     }
     logits.resize(static_cast<size_t>(out_rows * c.vocab_size));
     output_logits(tmp.data(), out_rows, false, logits.data());
-    activations = saved;
-    row_wise = false;
-    paged_rows.clear();
   }
 
   // Every layer's attention call for a step of n tokens at position p, checked (validate_call()
