@@ -303,6 +303,18 @@ namespace {
 
 Json null_or(const std::string& s) { return s.empty() ? Json(nullptr) : Json(s); }
 
+// The fields every response and stream chunk carries around its choices (usage: the token counts).
+Json envelope(const Reply& reply, const ServedModel& m, const char* object, Json choices, bool usage) {
+  Json j = {{"id", reply.id},
+            {"object", object},
+            {"created", reply.created},
+            {"model", m.name},
+            {"system_fingerprint", nullptr},
+            {"choices", std::move(choices)}};
+  if (usage) j["usage"] = usage_json(reply.prompt_tokens, reply.completion_tokens);
+  return j;
+}
+
 }  // namespace
 
 Json completion_response(const CompletionRequest& r, const Reply& reply, const ServedModel& m) {
@@ -323,13 +335,7 @@ Json completion_response(const CompletionRequest& r, const Reply& reply, const S
                  {"text", (r.echo ? r.prompt_text : "") + reply.text},
                  {"logprobs", logprobs},
                  {"finish_reason", null_or(reply.finish_reason)}};
-  return {{"id", reply.id},
-          {"object", "text_completion"},
-          {"created", reply.created},
-          {"model", m.name},
-          {"system_fingerprint", nullptr},
-          {"choices", Json::array({choice})},
-          {"usage", usage_json(reply.prompt_tokens, reply.completion_tokens)}};
+  return envelope(reply, m, "text_completion", Json::array({choice}), true);
 }
 
 Json chat_response(const CompletionRequest& r, const Reply& reply, const ServedModel& m) {
@@ -337,45 +343,23 @@ Json chat_response(const CompletionRequest& r, const Reply& reply, const ServedM
                  {"message", {{"role", "assistant"}, {"content", reply.text}, {"refusal", nullptr}}},
                  {"logprobs", r.logprobs >= 0 ? chat_logprobs(*m.tokenizer, reply.tokens) : Json(nullptr)},
                  {"finish_reason", null_or(reply.finish_reason)}};
-  return {{"id", reply.id},
-          {"object", "chat.completion"},
-          {"created", reply.created},
-          {"model", m.name},
-          {"system_fingerprint", nullptr},
-          {"choices", Json::array({choice})},
-          {"usage", usage_json(reply.prompt_tokens, reply.completion_tokens)}};
+  return envelope(reply, m, "chat.completion", Json::array({choice}), true);
 }
 
 Json completion_chunk(const Reply& reply, const ServedModel& m, const std::string& text, const Json& logprobs,
                       const std::string& finish) {
   Json choice = {{"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", null_or(finish)}};
-  return {{"id", reply.id},
-          {"object", "text_completion"},
-          {"created", reply.created},
-          {"model", m.name},
-          {"system_fingerprint", nullptr},
-          {"choices", Json::array({choice})}};
+  return envelope(reply, m, "text_completion", Json::array({choice}), false);
 }
 
 Json chat_chunk(const Reply& reply, const ServedModel& m, const Json& delta, const Json& logprobs,
                 const std::string& finish) {
   Json choice = {{"index", 0}, {"delta", delta}, {"logprobs", logprobs}, {"finish_reason", null_or(finish)}};
-  return {{"id", reply.id},
-          {"object", "chat.completion.chunk"},
-          {"created", reply.created},
-          {"model", m.name},
-          {"system_fingerprint", nullptr},
-          {"choices", Json::array({choice})}};
+  return envelope(reply, m, "chat.completion.chunk", Json::array({choice}), false);
 }
 
 Json usage_chunk(const CompletionRequest& r, const Reply& reply, const ServedModel& m) {
-  return {{"id", reply.id},
-          {"object", r.chat ? "chat.completion.chunk" : "text_completion"},
-          {"created", reply.created},
-          {"model", m.name},
-          {"system_fingerprint", nullptr},
-          {"choices", Json::array()},
-          {"usage", usage_json(reply.prompt_tokens, reply.completion_tokens)}};
+  return envelope(reply, m, r.chat ? "chat.completion.chunk" : "text_completion", Json::array(), true);
 }
 
 Json models_json(const ServedModel& m) {
