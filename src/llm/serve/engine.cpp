@@ -282,7 +282,6 @@ struct Engine::Impl {
       running.push_back(std::move(s));
     }
     publish_counts();
-    if (waiting.empty() && running.empty()) wake.notify_all();  // shutdown() waits for this
   }
 
   bool ended(bool cancelled, const Sequence& s) const {
@@ -298,23 +297,15 @@ struct Engine::Impl {
     if (options.prefix_cache && !s.request.prompt_logprobs) {
       // whole chunks, and never the last token (its logits are needed)
       const int64_t usable = (n - 1) / kChunk * kChunk;
-      auto [ids, key] = blocks.match(s.tokens, usable / options.block_size);
+      serve::KvBlocks::Match found = blocks.match(s.tokens, usable / options.block_size);
       const int64_t unit = std::lcm(options.block_size, kChunk);
-      const int64_t whole = static_cast<int64_t>(ids.size()) * options.block_size / unit * unit;
-      while (static_cast<int64_t>(ids.size()) * options.block_size > whole) {  // keep whole chunks only
-        blocks.release(ids.back());
-        ids.pop_back();
+      const int64_t whole = static_cast<int64_t>(found.ids.size()) * options.block_size / unit * unit;
+      while (static_cast<int64_t>(found.ids.size()) * options.block_size > whole) {  // keep whole chunks only
+        blocks.release(found.ids.back());
+        found.ids.pop_back(), found.keys.pop_back();
       }
-      s.blocks = ids;
-      s.keys.clear();
-      uint64_t parent = 0;
-      for (int64_t b = 0; b < static_cast<int64_t>(ids.size()); ++b) {
-        parent = serve::KvBlocks::chain(
-            parent, std::span<const int32_t>(s.tokens).subspan(static_cast<size_t>(b * options.block_size),
-                                                              static_cast<size_t>(options.block_size)));
-        s.keys.push_back(parent);
-      }
-      (void)key;
+      s.blocks = std::move(found.ids);
+      s.keys = std::move(found.keys);
       reuse = whole;
     }
     s.computed = reuse;
@@ -355,11 +346,14 @@ struct Engine::Impl {
     s.stream->push(std::move(e));
   }
 
+  // (under mu) The gauges; and when nothing waits or runs any more, shutdown() is woken: every
+  // path that empties the engine passes here.
   void publish_counts() {
     m.queue_length = static_cast<int64_t>(waiting.size());
     m.running_sequences = static_cast<int64_t>(running.size());
     m.kv_blocks_in_use = blocks.in_use();
     m.kv_blocks_cached = blocks.cached();
+    if (waiting.empty() && running.empty()) wake.notify_all();
   }
 
   // Frees the blocks a bounded model's windows have left (every layer sees at most `lookback`
@@ -504,7 +498,6 @@ struct Engine::Impl {
       ++it;
     }
     publish_counts();
-    if (running.empty()) wake.notify_all();  // shutdown() waits for this
   }
 
   // The logprobs of the prompt tokens after the chunk's rows (row r predicts token pos + r + 1).

@@ -77,13 +77,9 @@ uint64_t KvBlocks::publish(int32_t id, uint64_t parent, std::span<const int32_t>
   const uint64_t key = chain(parent, tokens);
   Block& b = blocks_[static_cast<size_t>(id)];
   if (b.key == key) return key;
-  const auto it = by_key_.find(key);
-  if (it != by_key_.end()) {
-    const Block& other = blocks_[static_cast<size_t>(it->second)];
-    if (other.parent == parent && std::equal(other.tokens.begin(), other.tokens.end(), tokens.begin(), tokens.end()))
-      return key;  // the same tokens are published already: this copy stays unkeyed
-    return key;    // a collision: the first block keeps the key, this one none
-  }
+  // the same tokens published already, or (rarely) a collision: the first block keeps the key,
+  // this one none (match compares tokens, so a collision is never shared)
+  if (by_key_.count(key)) return key;
   forget_key(id);
   b.key = key, b.parent = parent;
   b.tokens.assign(tokens.begin(), tokens.end());
@@ -91,8 +87,8 @@ uint64_t KvBlocks::publish(int32_t id, uint64_t parent, std::span<const int32_t>
   return key;
 }
 
-std::pair<std::vector<int32_t>, uint64_t> KvBlocks::match(std::span<const int32_t> tokens, int64_t max_blocks) {
-  std::vector<int32_t> ids;
+KvBlocks::Match KvBlocks::match(std::span<const int32_t> tokens, int64_t max_blocks) {
+  Match m;
   uint64_t parent = 0;
   const int64_t full = std::min<int64_t>(max_blocks, static_cast<int64_t>(tokens.size()) / block_size_);
   for (int64_t i = 0; i < full; ++i) {
@@ -102,11 +98,12 @@ std::pair<std::vector<int32_t>, uint64_t> KvBlocks::match(std::span<const int32_
     if (it == by_key_.end()) break;
     const Block& b = blocks_[static_cast<size_t>(it->second)];
     if (b.parent != parent || !std::equal(b.tokens.begin(), b.tokens.end(), part.begin(), part.end())) break;
-    ids.push_back(it->second);
+    m.ids.push_back(it->second);
+    m.keys.push_back(key);
     parent = key;
   }
-  for (const int32_t id : ids) hold(id);
-  return {ids, ids.empty() ? 0 : parent};
+  for (const int32_t id : m.ids) hold(id);
+  return m;
 }
 
 }  // namespace attn::serve

@@ -35,8 +35,12 @@ class KvBlocks {
   // one stays unkeyed (it is freed, not cached, when released) and the existing key is returned.
   uint64_t publish(int32_t id, uint64_t parent, std::span<const int32_t> tokens);
   // The published blocks that hold tokens[0 .. k*block_size) for the largest k <= max_blocks,
-  // each held once more for the caller, with the key of the last (0 when none).
-  std::pair<std::vector<int32_t>, uint64_t> match(std::span<const int32_t> tokens, int64_t max_blocks);
+  // each held once more for the caller, with their keys (the chain a sequence publishes on from).
+  struct Match {
+    std::vector<int32_t> ids;
+    std::vector<uint64_t> keys;
+  };
+  Match match(std::span<const int32_t> tokens, int64_t max_blocks);
 
   int64_t block_size() const { return block_size_; }
   int64_t total() const { return static_cast<int64_t>(blocks_.size()) - 1; }  // the null block excluded

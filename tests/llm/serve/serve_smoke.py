@@ -117,6 +117,12 @@ s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: applicati
            f"Content-Length: {len(payload)}\r\n\r\n{payload}").encode())
 s.recv(200)
 s.close()
+for _ in range(600):  # its log line (prompt "a" is one token) says the server is done with it
+    if any(l.startswith("POST /v1/completions 200 prompt 1 ") for l in log):
+        break
+    time.sleep(0.05)
+else:
+    fail("the hung-up request was never logged")
 for _ in range(600):
     m = metrics()
     if m.get("attn_running_sequences") == 0 and m.get("attn_kv_blocks_in_use") == 0:

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <random>
 #include <thread>
 
@@ -373,6 +374,21 @@ TEST(Engine, ClientThreadsSubmitReadAndCancelAtOnce) {
   EXPECT_EQ(done + cancelled, 24);
   EXPECT_GT(cancelled, 0);
   EXPECT_EQ(settled(e).kv_blocks_in_use, 0);
+}
+
+// shutdown() begun while a cancelled sequence is still in the engine returns once the engine has
+// let it go (a step that ends with nothing to run wakes it), not at the end of its grace.
+TEST(Engine, ShutdownReturnsOnceACancelledSequenceHasGone) {
+  for (int round = 0; round < 5; ++round) {
+    Engine e(small_decoder(), EngineOptions{});
+    auto s = e.submit(request(random_tokens(10, round), 1000));
+    EngineEvent ev;
+    ASSERT_TRUE(s->next(ev, 60s));
+    s->cancel();
+    auto stopped = std::async(std::launch::async, [&] { e.shutdown(90s); });
+    ASSERT_EQ(stopped.wait_for(60s), std::future_status::ready) << "round " << round;
+    EXPECT_EQ(collect(*s).finish, "cancelled");
+  }
 }
 
 TEST(Engine, ShutdownEndsWhatStillRuns) {

@@ -37,21 +37,21 @@ TEST(KvBlocks, APublishedPrefixIsMatchedAndSharedAndCachedWhenReleased) {
   const uint64_t ka = b.publish(a, 0, std::span(prompt).subspan(0, 4));
   const uint64_t kc = b.publish(c, ka, std::span(prompt).subspan(4, 4));
   EXPECT_NE(ka, kc);
-  auto [ids, key] = b.match(prompt, 10);
-  EXPECT_EQ(ids, (std::vector<int32_t>{a, c}));
-  EXPECT_EQ(key, kc);
+  const KvBlocks::Match both = b.match(prompt, 10);
+  EXPECT_EQ(both.ids, (std::vector<int32_t>{a, c}));
+  EXPECT_EQ(both.keys, (std::vector<uint64_t>{ka, kc}));
   EXPECT_EQ(b.holders(a), 2);
   // a prompt that differs in the second block shares the first only
   std::vector<int32_t> other = prompt;
   other[5] = 99;
-  EXPECT_EQ(b.match(other, 10).first, (std::vector<int32_t>{a}));
-  EXPECT_EQ(b.match(prompt, 1).first, (std::vector<int32_t>{a}));  // max_blocks
+  EXPECT_EQ(b.match(other, 10).ids, (std::vector<int32_t>{a}));
+  EXPECT_EQ(b.match(prompt, 1).ids, (std::vector<int32_t>{a}));  // max_blocks
   for (int i = 0; i < 4; ++i) b.release(a);  // the first take and three matches
   b.release(c), b.release(c);
   EXPECT_EQ(b.in_use(), 0);
   EXPECT_EQ(b.cached(), 2);
   // cached blocks are found again and held out of the free list
-  EXPECT_EQ(b.match(prompt, 10).first.size(), 2u);
+  EXPECT_EQ(b.match(prompt, 10).ids.size(), 2u);
   EXPECT_EQ(b.cached(), 0);
   EXPECT_EQ(b.in_use(), 2);
 }
@@ -64,8 +64,8 @@ TEST(KvBlocks, UnkeyedBlocksGoFirstThenTheLeastRecentlyReleasedCachedOne) {
   b.release(x), b.release(y), b.release(z);  // x released before y; z has no key
   EXPECT_EQ(b.take(), z);
   EXPECT_EQ(b.take(), x);  // evicted: t1 is no longer cached
-  EXPECT_TRUE(b.match(t1, 1).first.empty());
-  EXPECT_EQ(b.match(t2, 1).first, (std::vector<int32_t>{y}));
+  EXPECT_TRUE(b.match(t1, 1).ids.empty());
+  EXPECT_EQ(b.match(t2, 1).ids, (std::vector<int32_t>{y}));
 }
 
 TEST(KvBlocks, AnEqualBlockPublishedTwiceKeepsTheFirstAndTheCopyIsFreedNotCached) {
@@ -76,7 +76,7 @@ TEST(KvBlocks, AnEqualBlockPublishedTwiceKeepsTheFirstAndTheCopyIsFreedNotCached
   EXPECT_EQ(b.publish(y, 0, t), first);
   b.release(y);
   EXPECT_EQ(b.cached(), 0);
-  EXPECT_EQ(b.match(t, 1).first, (std::vector<int32_t>{x}));
+  EXPECT_EQ(b.match(t, 1).ids, (std::vector<int32_t>{x}));
 }
 
 }  // namespace
