@@ -180,7 +180,7 @@ void softmax_bad_cases(std::vector<BadCase>& out) {
   add("param_missing", "softmax:score=additive", [](Inputs& in) { in.options.params.clear(); }, "softmax:score=additive needs params['wq']");
   add("forced_form_refuses", "softmax:dropout=0.5", [](Inputs& in) { in.options.form = "rows"; },
       "form 'rows' cannot run softmax:dropout=0.5 for these inputs; forms: rows: dropout");
-  add("unknown_form", "softmax", [](Inputs& in) { in.options.form = "fast"; }, "form must be one of rows, tiled, reference");
+  add("unknown_form", "softmax", [](Inputs& in) { in.options.form = "fast"; }, "form must be one of rows, tiled_bf16, tiled, reference");
   add("stats_topk_zero", "softmax", [](Inputs& in) { in.options.return_stats = true, in.options.stats_topk = 0; },
       "stats_topk must be in [1, 1024], got 0");
   add("stats_topk_beyond_limit", "softmax", [](Inputs& in) { in.options.return_stats = true, in.options.stats_topk = 1025; },

@@ -164,9 +164,14 @@ Result compare(const Run& run, const Inputs& in, const References& ref, const st
 
 }  // namespace
 
+bool bf16_products(const std::string& form) { return form.size() > 5 && form.ends_with("_bf16"); }
+
 void check_out(const Case& c, const TensorView& out, const References& ref, const std::string& form, Outcome& o) {
   double err = 0;
-  const bool half = c.dtype == DType::bf16 || c.dtype == DType::f16;
+  // bf16 products (tiled_bf16) round the weights P to bf16 before P V: each output element then
+  // carries up to ~2^-9 of its row's sum of |p v|, more than 0.6 ulps of a small output; they are
+  // held to the max-error rule (twice the plain bf16 implementation's error) alone.
+  const bool half = (c.dtype == DType::bf16 || c.dtype == DType::f16) && !bf16_products(form);
   const double floor32 = float32_floor(ref.f64);
   for (int64_t b = 0; b < c.B; ++b)
     for (int64_t h = 0; h < c.H; ++h)

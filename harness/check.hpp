@@ -43,6 +43,9 @@ References references_for(const Case& c, const Inputs& in);
 // bf16/fp16 outputs: every element within this many units in the last place of the storage dtype
 // at its float64 value (plus the float32 floor), whatever the other elements' errors.
 inline constexpr double kHalfUlps = 0.6;
+// Forms whose products take bf16 operands (named "<form>_bf16", AttendOptions::precision): their
+// outputs are held to the max-error rule only, not kHalfUlps per element (check_out).
+bool bf16_products(const std::string& form);
 
 struct Outcome {
   bool pass = true;

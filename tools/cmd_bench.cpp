@@ -19,6 +19,7 @@
 #include "json_lines.hpp"
 #include "roofline.hpp"
 #include "timed_backward.hpp"
+#include "harness/check.hpp"
 #include "harness/inputs.hpp"
 #include "workload.hpp"
 
@@ -40,6 +41,18 @@ struct BenchArgs {
   int64_t page = 0;              // > 0: the --decode caches are read as pools of pages of this many rows
   harness::Filter filter;
   std::string case_options;  // the options that shape the cases, as typed (for messages)
+  std::string precision = "auto";  // AttendOptions::precision of every forward case
+};
+
+// The same-run ceilings a row's ratio divides by: OpenBLAS sgemm for float32 products, the bf16
+// dot-product peak (vdpbf16ps) for rows computed in bf16 where the CPU has it.
+struct Rooflines {
+  std::map<int, double> sgemm, f32_fma, bf16_dot, int8_dot;
+  // The roofline of a row of `form` on `threads` threads: its name and GFLOP/s.
+  std::pair<const char*, double> of(const std::string& form, int threads) const {
+    if (harness::bf16_products(form) && bf16_dot.at(threads) > 0) return {"bf16-dot", bf16_dot.at(threads)};
+    return {"sgemm", sgemm.at(threads)};
+  }
 };
 
 DType dtype_of(const std::string& s) {
@@ -81,11 +94,12 @@ struct Timed {
   harness::Inputs in;
   Tensor out;
   std::string form;
-  explicit Timed(const harness::Run& r) {
+  Timed(const harness::Run& r, Precision precision) {
     const harness::Case& c = *r.c;
     harness::make_inputs(c, in);
     in.options.return_lse = false;
     in.options.form = r.form;
+    in.options.precision = precision;
     out = Tensor(c.dtype, {c.B, c.H, c.N, c.Dv});
     form = explain(in.q.view, in.k.view, in.v.view, in.mechanism, in.options).chosen;
   }
@@ -159,14 +173,18 @@ void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
 // One JSON row of the throughput table: `direction` "forward" (attend) or "backward"
 // (attend_backward); flops is what the row's gflops and ratio count (backward: 2.5 x the forward's).
+// `roofline` names what roofline_gflops and ratio are measured against ("sgemm" or "bf16-dot");
+// sgemm_ratio is always against sgemm, so rows of either precision compare.
 nlohmann::json row_json(const harness::Case& c, const Mechanism& m, const char* direction, const std::string& form,
-                        int threads, double secs, double flops, double roof, double bw) {
+                        int threads, double secs, double flops, const Rooflines& roofs, double bw) {
   const double gflops = flops / secs / 1e9;
+  const auto [roof_name, roof] = roofs.of(form, threads);
   return {{"mechanism", to_string(m)}, {"dtype", short_name(c.dtype)}, {"batch", c.B}, {"heads", c.H},
           {"kv_heads", c.Hkv}, {"q_len", c.N}, {"kv_len", c.M}, {"head_dim", c.D}, {"causal", info(m).causal},
           {"direction", direction}, {"form", form}, {"threads", threads}, {"seconds", secs}, {"flops", flops},
-          {"gflops", gflops}, {"roofline_gflops", roof}, {"ratio", gflops / roof}, {"isa", isa_name(active_isa())},
-          {"bandwidth_gbs", bw}};
+          {"gflops", gflops}, {"roofline", roof_name}, {"roofline_gflops", roof}, {"ratio", gflops / roof},
+          {"sgemm_gflops", roofs.sgemm.at(threads)}, {"sgemm_ratio", gflops / roofs.sgemm.at(threads)},
+          {"isa", isa_name(active_isa())}, {"bandwidth_gbs", bw}};
 }
 
 int run(const BenchArgs& a) {
@@ -200,12 +218,13 @@ int run(const BenchArgs& a) {
   const auto runs = forward(a.filter), druns = decode(a.filter);
   check_runs_start(joined(runs, druns), a.case_options);
 
+  const Precision precision = parse_precision(a.precision, "--precision");
   JsonLines json("--json", a.json);  // checked and opened now; replaced at its first line
   fmt::print("roofline (same run): ");
-  std::map<int, double> roof;
+  Rooflines roofs;
   for (int t : a.threads) {
-    roof[t] = sgemm_gflops(2048, t);
-    fmt::print("sgemm n=2048 {}T {:.1f} GFLOP/s; ", t, roof[t]);
+    roofs.sgemm[t] = sgemm_gflops(2048, t);
+    fmt::print("sgemm n=2048 {}T {:.1f} GFLOP/s; ", t, roofs.sgemm[t]);
   }
   std::map<int, double> bws;
   for (int t : a.threads) {
@@ -213,16 +232,24 @@ int run(const BenchArgs& a) {
     fmt::print("{}read bandwidth {}T {:.1f} GB/s", t == a.threads.front() ? "" : "; ", t, bws[t]);
   }
   const double bw = bws[a.threads.back()];
-  fmt::print("\n");
+  fmt::print("\npeaks (same run, register-resident chains; 0: not on this CPU): ");
+  for (int t : a.threads) {
+    roofs.f32_fma[t] = f32_fma_gflops(t);
+    roofs.bf16_dot[t] = bf16_dot_gflops(t);
+    roofs.int8_dot[t] = int8_dot_gops(t);
+    fmt::print("{}{}T f32 FMA {:.0f}, bf16 dot {:.0f} GFLOP/s, int8 dot {:.0f} GOP/s", t == a.threads.front() ? "" : "; ",
+               t, roofs.f32_fma[t], roofs.bf16_dot[t], roofs.int8_dot[t]);
+  }
+  fmt::print("\nratio: to sgemm, or to the bf16 dot peak for rows computed in bf16 (roof column)\n");
   fmt::print("isa {}, OpenBLAS core {}\n\n", isa_name(active_isa()), openblas_get_corename());
 
-  fmt::print("{:>7} {:>6} {:>5} {:<32} {:>5} {:<6} {:<3} {:>3} {:>10} {:>9} {:>8}\n", "case", "N=M", "d", "mechanism",
-             "dtype", "form", "dir", "T", "ms", "GFLOP/s", "ratio");
+  fmt::print("{:>7} {:>6} {:>5} {:<32} {:>5} {:<10} {:<3} {:>3} {:>10} {:>9} {:>8} {:<8}\n", "case", "N=M", "d",
+             "mechanism", "dtype", "form", "dir", "T", "ms", "GFLOP/s", "ratio", "roof");
   const size_t total = runs.size() * a.threads.size();
   size_t idx = 0;
   for (const harness::Run& r : runs) {
     const harness::Case& c = *r.c;
-    Timed run(r);
+    Timed run(r, precision);
     const harness::Inputs& in = run.in;
     const std::string& form = run.form;
     const double flops = c.flops();
@@ -230,9 +257,10 @@ int run(const BenchArgs& a) {
       ++idx;
       const double secs = run.seconds(t, a.reps);
       const double gflops = flops / secs / 1e9;
-      const double ratio = gflops / roof[t];
-      fmt::print("{:>3}/{:<3} {:>6} {:>5} {:<32} {:>5} {:<6} {:<3} {:>3} {:>10.2f} {:>9.1f} {:>8.3f}\n", idx, total, c.N,
-                 c.D, c.mechanism, short_name(c.dtype), form, "fwd", t, secs * 1e3, gflops, ratio);
+      const auto [roof_name, roof] = roofs.of(form, t);
+      fmt::print("{:>3}/{:<3} {:>6} {:>5} {:<32} {:>5} {:<10} {:<3} {:>3} {:>10.2f} {:>9.1f} {:>8.3f} {:<8}\n", idx,
+                 total, c.N, c.D, c.mechanism, short_name(c.dtype), form, "fwd", t, secs * 1e3, gflops, gflops / roof,
+                 roof_name);
       double stats_secs = 0;
       if (a.stats) {
         stats_secs = run.seconds(t, a.reps, true);
@@ -241,7 +269,8 @@ int run(const BenchArgs& a) {
       }
       std::fflush(stdout);
       if (json) {
-        nlohmann::json j = row_json(c, in.mechanism, "forward", form, t, secs, flops, roof[t], bw);
+        nlohmann::json j = row_json(c, in.mechanism, "forward", form, t, secs, flops, roofs, bw);
+        j["precision"] = a.precision;
         if (a.stats) j["seconds_with_stats"] = stats_secs;
         json.line(j.dump());
       }
@@ -256,10 +285,12 @@ int run(const BenchArgs& a) {
       for (int t : a.threads) {
         const double secs = back.seconds(t, a.reps);
         const double gflops = bflops / secs / 1e9;
-        fmt::print("{:>7} {:>6} {:>5} {:<32} {:>5} {:<6} {:<3} {:>3} {:>10.2f} {:>9.1f} {:>8.3f}\n", "", c.N, c.D,
-                   c.mechanism, short_name(c.dtype), back.form, "bwd", t, secs * 1e3, gflops, gflops / roof[t]);
+        const auto [roof_name, roof] = roofs.of(back.form, t);
+        fmt::print("{:>7} {:>6} {:>5} {:<32} {:>5} {:<10} {:<3} {:>3} {:>10.2f} {:>9.1f} {:>8.3f} {:<8}\n", "", c.N,
+                   c.D, c.mechanism, short_name(c.dtype), back.form, "bwd", t, secs * 1e3, gflops, gflops / roof,
+                   roof_name);
         std::fflush(stdout);
-        if (json) json.line(row_json(c, back.in.mechanism, "backward", back.form, t, secs, bflops, roof[t], bw).dump());
+        if (json) json.line(row_json(c, back.in.mechanism, "backward", back.form, t, secs, bflops, roofs, bw).dump());
       }
     }
   }
@@ -273,7 +304,7 @@ int run(const BenchArgs& a) {
                "form", "T", "ms", "GB/s", "roof GB/s", "ratio");
     for (const harness::Run& r : druns) {
       const harness::Case& c = *r.c;
-      Timed run(r);
+      Timed run(r, precision);
       run.cycle_kv(1 << 30);  // each call reads its cache from memory, not from the last level cache
       if (a.page > 0) run.page_kv(a.page);  // only with cache lengths (checked above)
       const harness::Inputs& in = run.in;
@@ -418,6 +449,11 @@ Runner add_bench(CLI::App& app) {
   c->add_flag("--backward", args->backward,
               "Also time the backward (attend_backward, training) of every case whose mechanism has one, on 2.5 x the "
               "forward's FLOPs; JSON rows carry \"direction\": \"backward\" (forward rows \"forward\")");
+  c->add_option("--precision", args->precision,
+                "Products of exact attention (AttendOptions::precision): auto (bf16 when q, k, v are bf16), f32, bf16; "
+                "rows computed in bf16 report their ratio to the bf16 dot peak")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}))
+      ->capture_default_str();
   c->add_flag("--memory", args->memory, "Also report peak RSS at N=M=32768, d=64");
   c->add_flag("--stats", args->stats,
               "Also time each case with streamed row statistics (return_stats, k = 8) and report the extra time");

@@ -9,6 +9,8 @@
 #include <chrono>
 #include <vector>
 
+#include "attn/isa.hpp"
+
 namespace attn::cli {
 
 static double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -89,6 +91,22 @@ __attribute__((target("avx512f"))) float f32_chain() {
   return _mm512_reduce_add_ps(sum);
 }
 
+__attribute__((target("avx2,fma"))) float f32_chain256() {
+  __m256 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm256_setzero_ps();
+  const __m256 a = _mm256_set1_ps(1.0f), b = _mm256_set1_ps(0.5f);
+  for (int64_t s = 0; s < kSteps; ++s)
+#pragma GCC unroll 32
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm256_fmadd_ps(a, b, acc[c]);
+  __m256 sum = acc[0];
+  for (int c = 1; c < kChains; ++c) sum = _mm256_add_ps(sum, acc[c]);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, sum);
+  float total = 0;
+  for (const float x : lanes) total += x;
+  return total;
+}
+
 __attribute__((target("avx512f,avx512bf16"))) float bf16_chain() {
   __m512 acc[kChains];
   for (int c = 0; c < kChains; ++c) acc[c] = _mm512_setzero_ps();
@@ -132,18 +150,19 @@ __attribute__((target("avx2,avxvnni"))) float int8_chain256() {
 }  // namespace
 
 double f32_fma_gflops(int threads) {
-  if (!__builtin_cpu_supports("avx512f")) return 0;
-  return peak(threads, 32.0 * kChains * static_cast<double>(kSteps), f32_chain);
+  if (best_supported_isa() >= Isa::avx512) return peak(threads, 32.0 * kChains * static_cast<double>(kSteps), f32_chain);
+  if (best_supported_isa() >= Isa::avx2) return peak(threads, 16.0 * kChains * static_cast<double>(kSteps), f32_chain256);
+  return 0;
 }
 
 double bf16_dot_gflops(int threads) {
-  if (!__builtin_cpu_supports("avx512bf16")) return 0;
+  if (best_supported_isa() < Isa::avx512 || !__builtin_cpu_supports("avx512bf16")) return 0;
   return peak(threads, 64.0 * kChains * static_cast<double>(kSteps), bf16_chain);
 }
 
 double int8_dot_gops(int threads) {
-  if (__builtin_cpu_supports("avx512vnni")) return peak(threads, 128.0 * kChains * static_cast<double>(kSteps), int8_chain512);
-  if (__builtin_cpu_supports("avxvnni")) return peak(threads, 64.0 * kChains * static_cast<double>(kSteps), int8_chain256);
+  if (best_supported_isa() >= Isa::avx512 && __builtin_cpu_supports("avx512vnni")) return peak(threads, 128.0 * kChains * static_cast<double>(kSteps), int8_chain512);
+  if (best_supported_isa() >= Isa::avx2 && __builtin_cpu_supports("avxvnni")) return peak(threads, 64.0 * kChains * static_cast<double>(kSteps), int8_chain256);
   return 0;
 }
 

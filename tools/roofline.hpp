@@ -14,7 +14,8 @@ double memory_bandwidth_gbs(int threads);
 //   int8: VNNI's vpdpbusd (64 u8 x s8 products into 16 int32 lanes; AVX-VNNI's 256-bit form when
 //         only that is present)
 double bf16_dot_gflops(int threads);
-// The float32 FMA peak the same way (AVX-512 vfmadd; 0 without AVX-512): how far sgemm is from it.
+// The float32 FMA peak the same way (AVX-512 vfmadd, or AVX2's on 256 bits; 0 on neither): how far
+// sgemm is from the cores' own ceiling.
 double f32_fma_gflops(int threads);
 double int8_dot_gops(int threads);
 

@@ -58,6 +58,22 @@ struct KvScales {
   TensorView k, v;  // float32 (B, Hkv, M, 1) each, any strides
 };
 
+// The arithmetic of exact softmax attention's two products, Q K^T and P V:
+//   f32   the operands widened to float32, float32 products (the most accurate; every form);
+//   bf16  the operands rounded to bfloat16, products of bf16 pairs summed into float32 (AVX512-
+//         BF16's vdpbf16ps where the CPU has it, else the same exact products on float32
+//         instructions), the weights P rounded to bf16 for P V as flash-attention does on GPUs;
+//         the online softmax, the scale, masks and biases stay float32. The tiled form only.
+//   automatic (the default): bf16 when q, k and v are all bfloat16 and the tiled form runs the
+//         call, else f32 (what PyTorch's SDPA does with bf16 tensors).
+// bf16 is ~2x faster where the CPU has AVX512-BF16; its error is bounded by twice that of a plain
+// bf16 implementation (docs/numerics.md, "bf16 products"). Other families compute in float32
+// and refuse bf16.
+enum class Precision { automatic, f32, bf16 };
+std::string precision_name(Precision p);  // "auto", "f32", "bf16"
+// "auto", "f32" or "bf16"; anything else throws Error naming `where`.
+Precision parse_precision(const std::string& name, const std::string& where);
+
 struct AttendOptions {
   // Keys j >= key_padding_lengths[b] are hidden from every query of batch b (length B).
   std::vector<int64_t> key_padding_lengths;
@@ -102,6 +118,7 @@ struct AttendOptions {
   int64_t stats_topk = 8;     // k of topk_mass, in [1, 1024]
   int threads = 0;            // 0: the CPUs this process may use (OMP_NUM_THREADS lowers it)
   std::optional<Isa> isa;     // kernel set; default active_isa()
+  Precision precision = Precision::automatic;  // exact attention's products (see Precision)
   // Force one implementation ("reference", "tiled", "rows" for softmax); empty: the first in
   // priority order that supports the call. A forced form that cannot run it is an Error
   // listing every form with its reasons (see explain()).

@@ -336,7 +336,7 @@ CLI_REFUSALS = [
     (["bench", "--heads", "3", "--kv-heads", "2"], "attn bench: --heads 3 --kv-heads 2: ", "does not divide q's 3"),
     (["bench", "--dtypes", "f64"], "attn bench: --dtypes: expected f32, bf16 or f16, got 'f64'"),
     (["demo", "-d", "3"], "attn demo: -n 512 -d 3 --heads 8: ", "needs an even head dim", "got D = 3"),
-    (["demo", "--form", "recurrent", "--op", "softmax"], "attn demo: ", "form must be one of rows, tiled, reference for softmax, got 'recurrent'"),
+    (["demo", "--form", "recurrent", "--op", "softmax"], "attn demo: ", "form must be one of rows, tiled_bf16, tiled, reference for softmax, got 'recurrent'"),
     (["generate-random", "--arch", "minimax", "--experts", "4", "--top-k", "9"],
      "attn generate-random: --experts-per-token: expected an integer in [1, --experts = 4], got 9"),
     (["generate-random", "--experts", "4"],

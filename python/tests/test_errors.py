@@ -47,7 +47,7 @@ def _odd_strides(q):
     (lambda q, k, v: attn.attend(q, k, v, "softmax:score=additive", params={"wq": np.ones((3, 8), np.float32),
                                  "wk": np.ones((3, 7), np.float32), "w": np.ones(3, np.float32)}), ValueError,
      "params['wk'] must have shape (A, D) with D = 8, got (3, 7)"),
-    (lambda q, k, v: attn.attend(q, k, v, form="fast"), ValueError, "form must be one of rows, tiled, reference"),
+    (lambda q, k, v: attn.attend(q, k, v, form="fast"), ValueError, "form must be one of rows, tiled_bf16, tiled, reference"),
     (lambda q, k, v: attn.attend(q, k, v, "softmax:dropout=0.5", form="rows"), ValueError,
      "form 'rows' cannot run softmax:dropout=0.5 for these inputs; forms: rows: dropout; tiled: supported"),
     (lambda q, k, v: attn.attend(q, k, v, isa="sse9"), ValueError, "isa: expected portable (or scalar), avx2 or avx512"),

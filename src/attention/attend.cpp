@@ -22,10 +22,21 @@ Layout layout_of(const TensorView& q) {
 using families::has_lse;
 using families::has_state;
 
+// bf16 products are the softmax family's (its tiled form); the others compute in float32.
+template <class Family>
+void check_precision(const Mechanism& m, const AttendOptions& options) {
+  if constexpr (!families::computes_in_bf16<Family>())
+    if (options.precision == Precision::bf16)
+      fail("precision", std::string(kind_of(m)) +
+                            " computes in float32 only; bf16 products are exact softmax attention's (softmax, "
+                            "longformer, bigbird): use precision f32 or auto");
+}
+
 // The outputs a family cannot give are errors, not silently missing arrays.
 template <class Family>
 void check_outputs(const typename Family::Problem& p, const Mechanism& m, const AttendOptions& options,
                    const core::Outputs& outs) {
+  check_precision<Family>(m, options);
   if constexpr (!has_lse<Family>())
     if (options.return_lse || outs.lse)
       fail("attend",
@@ -57,6 +68,22 @@ void run(const typename Family::Problem& p, const Mechanism& mechanism, const At
 }
 
 }  // namespace
+
+std::string precision_name(Precision p) {
+  switch (p) {
+    case Precision::automatic: return "auto";
+    case Precision::f32: return "f32";
+    case Precision::bf16: return "bf16";
+  }
+  return "?";
+}
+
+Precision parse_precision(const std::string& name, const std::string& where) {
+  if (name == "auto") return Precision::automatic;
+  if (name == "f32") return Precision::f32;
+  if (name == "bf16") return Precision::bf16;
+  fail(where, "expected auto, f32 or bf16, got '" + name + "'");
+}
 
 void attend_into(const TensorView& q, const TensorView& k, const TensorView& v, const Mechanism& mechanism,
                  const AttendOptions& options, const TensorView& out, const TensorView* lse, const TensorView* probs,

@@ -26,6 +26,8 @@ void check_options(const AttendOptions& o) {
                     : o.return_stats ? "return_stats" : nullptr;
   if (asked) fail(kWhere, std::string(asked) + " does not apply: the backward returns dq, dk and dv");
   if (o.paged) fail(kWhere, "paged K/V (a block table) have no backward: pass k and v as tensors");
+  if (o.precision == Precision::bf16)
+    fail("precision", "the backward computes in float32 (bf16 products are the forward's): use precision auto or f32");
 }
 
 // The family's validation of the forward inputs, its messages said as attend_backward's (the

@@ -195,6 +195,7 @@ const std::vector<Case>& cases() {
   static const std::vector<Case> list = {
       {"softmax", "tiled", 150, 150},
       {"softmax", "tiled", 150, 150, DType::bf16},
+      {"softmax:causal", "tiled_bf16", 150, 150, DType::bf16},
       {"softmax", "rows", 3, 200},
       {"softmax:causal", "tiled", 150, 150},
       {"softmax:causal", "rows", 2, 200},

@@ -81,7 +81,7 @@ TEST(CaseListShape, NamesAreUniqueAndEveryFastFormIsCovered) {
     EXPECT_TRUE(names.insert(r.name()).second) << "duplicate run " << r.name();
     forms.insert(r.form);
   }
-  EXPECT_EQ(forms, (std::set<std::string>{"rows", "tiled", "projected", "chunked", "parts", "right", "recurrent"}));
+  EXPECT_EQ(forms, (std::set<std::string>{"rows", "tiled", "tiled_bf16", "projected", "chunked", "parts", "right", "recurrent"}));
   EXPECT_GE(names.size(), 450u);  // 150 cases before the list existed, each on 3 ISAs at least once
 }
 

@@ -51,7 +51,10 @@ static CpuExtras detect_extras() {
   unsigned a, b, c, d;
   const Isa level = detect_isa();  // the OS saves the registers the extras use
   if (level >= Isa::avx512 && __get_cpuid_count(7, 0, &a, &b, &c, &d)) e.avx512_vnni = c & (1u << 11);
-  if (level >= Isa::avx2 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) e.avx_vnni = a & (1u << 4);
+  if (level >= Isa::avx2 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) {
+    e.avx_vnni = a & (1u << 4);
+    e.avx512_bf16 = level >= Isa::avx512 && (a & (1u << 5));
+  }
   return e;
 }
 

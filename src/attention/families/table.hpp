@@ -57,6 +57,15 @@ constexpr bool has_lse() {
   else
     return true;
 }
+// Families with forms that compute in bf16 (AttendOptions::precision) say
+// `static constexpr bool computes_in_bf16 = true`.
+template <class Family>
+constexpr bool computes_in_bf16() {
+  if constexpr (requires { Family::computes_in_bf16; })
+    return Family::computes_in_bf16;
+  else
+    return false;
+}
 template <class Family>
 constexpr bool has_state() {
   return requires(const typename Family::Problem& p) { Family::state_shape(p); };

@@ -25,6 +25,14 @@ struct Problem : core::Dims {
   // score=additive: w^T tanh(Wq q + Wk k), from params wq (A, D), wk (A, D), w (A)
   std::vector<float> wq, wk, w;
   int64_t A = 0;
+  Precision precision = Precision::automatic;  // the caller's (AttendOptions::precision)
+
+  // Whether the products run in bf16: asked for, or automatic with q, k and v all bfloat16.
+  bool bf16_products() const {
+    return precision == Precision::bf16 ||
+           (precision == Precision::automatic && q.dtype == DType::bf16 && k.dtype == DType::bf16 &&
+            v.dtype == DType::bf16);
+  }
 
   // The definition the reference uses: padding, the pattern, the user's masks.
   bool visible(int64_t b, int64_t h, int64_t i, int64_t j) const;

@@ -17,6 +17,7 @@ std::vector<core::ParamSpec> softmax_params(const Softmax& m);
 
 struct SoftmaxFamily {
   using Problem = exact::Problem;
+  static constexpr bool computes_in_bf16 = true;  // the tiled_bf16 form (AttendOptions::precision)
   // Softmax, Longformer or BigBird: exact attention over the mechanism's pattern.
   template <class M>
   static Problem validate(const TensorView& q, const TensorView& k, const TensorView& v, const M& m,

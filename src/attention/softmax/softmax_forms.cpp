@@ -21,15 +21,38 @@ void refuse_tiled(const Problem& p, const core::Outputs&, core::Reasons& why) {
     });
 }
 
+void refuse_tiled_f32(const Problem& p, const core::Outputs& o, core::Reasons& why) {
+  if (p.precision == Precision::bf16) why.push_back("precision bf16 (tiled_bf16 computes in bf16)");
+  refuse_tiled(p, o, why);
+}
+
+void refuse_tiled_bf16(const Problem& p, const core::Outputs& o, core::Reasons& why) {
+  if (p.precision == Precision::f32) why.push_back("precision f32");
+  if (p.precision == Precision::automatic && !p.bf16_products())
+    why.push_back([&] {
+      return "q, k, v are " + dtype_name(p.q.dtype) + ", " + dtype_name(p.k.dtype) + ", " + dtype_name(p.v.dtype) +
+             " (precision auto computes in bf16 when all three are bfloat16)";
+    });
+  if (p.mech.score != ScoreKind::dot) why.push_back([&] { return "score=" + to_string(p.mech.score) + " (dot only)"; });
+  if (p.k_scale) why.push_back("int8 K/V rows (kv_scales)");
+  refuse_tiled(p, o, why);
+}
+
+void refuse_float64(const Problem& p, const core::Outputs&, core::Reasons& why) {
+  if (p.precision == Precision::bf16) why.push_back("precision bf16 (reference computes in float64)");
+}
+
 }  // namespace
 
 const std::vector<core::Form<Problem>>& SoftmaxFamily::forms() {
   static const std::vector<core::Form<Problem>> list = {
       {"rows", "split-K over key chunks for few query rows per kv head (decode-shaped calls)", refuse_rows,
        softmax_rows},
-      {"tiled", "tiled online softmax, 64 queries x 64 keys per tile, no N x M buffer", refuse_tiled,
+      {"tiled_bf16", "the tiled form with bf16 products (vdpbf16ps), float32 softmax and sums", refuse_tiled_bf16,
+       softmax_tiled_bf16},
+      {"tiled", "tiled online softmax, 64 queries x 64 keys per tile, no N x M buffer", refuse_tiled_f32,
        softmax_tiled},
-      {"reference", "float64 full score rows (slow, exact)", core::refuse_nothing<Problem>, softmax_reference_form},
+      {"reference", "float64 full score rows (slow, exact)", refuse_float64, softmax_reference_form},
   };
   return list;
 }

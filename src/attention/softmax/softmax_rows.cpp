@@ -318,6 +318,7 @@ class Chunk {
 
 void refuse_rows(const Problem& p, const core::Outputs& o, core::Reasons& why) {
   if (p.N == 0) why.push_back("no queries (N = 0)");
+  if (p.precision == Precision::bf16) why.push_back("precision bf16 (rows computes in float32)");
   if (p.group * p.N > kMaxRowsPerKvHead)
     why.push_back([&] {
       return std::to_string(p.group * p.N) + " query rows per kv head (group " + std::to_string(p.group) + " x N " +

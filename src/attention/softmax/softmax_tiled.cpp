@@ -22,6 +22,7 @@
 #include "core/nonfinite_rows.hpp"
 #include "core/kv_rows.hpp"
 #include "core/lane_stats.hpp"
+#include "kernels/bf16_tiles.hpp"
 #include "softmax/score_tile.hpp"
 #include "softmax/softmax_rows.hpp"
 #include "mask/block_mask.hpp"
@@ -68,18 +69,38 @@ struct RowCache {
   }
 };
 
+// How the two products run (AttendOptions::precision): float32; bf16 operands on the float32
+// kernels (every product exact, so only the sums' rounding differs from the instruction); bf16
+// pairs on vdpbf16ps (kernels/bf16_tiles.hpp).
+enum class Products { f32, bf16_on_f32, bf16_dot };
+
+bool is_plain_bf16(const core::KvRows& t) { return t.dtype() == DType::bf16 && t.elem_stride() == 1; }
+
 struct Scratch {
   AlignedFloats qt, st, ot, kbuf, vbuf, qp, kp, qrows;
-  AlignedFloats m{L}, l{L}, alpha{L}, inv{L};
+  AlignedFloats m{L}, l{L}, alpha{L}, inv{L}, lane_scale{L};
+  std::vector<float> ones = std::vector<float>(L, 1.0f);  // bf16_on_f32: Q^T packed unscaled
+  AlignedFloats qt2, k16, vp, p2;  // bf16_dot: 32-bit pairs (k16: bf16 rows), bf16_tiles.hpp's layouts
   std::vector<float> row_scale = std::vector<float>(L);
   std::vector<float> row;
   std::vector<uint8_t> live, vis;
   RowCache kcache, vcache;
   core::LaneStats stats;  // row statistics, when asked for
-  void reserve(const Problem& p, int64_t row_cache_bytes, int64_t topk) {
+  void reserve(const Problem& p, int64_t row_cache_bytes, int64_t topk, Products products) {
     if (topk > 0) stats.reserve(topk);
-    if (!is_plain_f32(p.k)) kcache.reserve(p.M, p.D, row_cache_bytes);
-    if (!is_plain_f32(p.v)) vcache.reserve(p.M, p.Dv, row_cache_bytes);
+    const bool dot = products == Products::bf16_dot;
+    // bf16_dot reads plain bf16 rows in place: no float32 copies of them to keep
+    if (!is_plain_f32(p.k) && !(dot && p.k.dtype == DType::bf16 && p.k.strides[3] == 1))
+      kcache.reserve(p.M, p.D, row_cache_bytes);
+    if (!is_plain_f32(p.v) && !(dot && p.v.dtype == DType::bf16 && p.v.strides[3] == 1))
+      vcache.reserve(p.M, p.Dv, row_cache_bytes);
+    if (dot) {
+      const auto pairs = [](int64_t n) { return static_cast<size_t>((n + 1) / 2); };
+      qt2.resize(pairs(p.D) * L);
+      k16.resize(pairs(kKeyTile * p.D));
+      vp.resize(pairs(kKeyTile) * static_cast<size_t>(p.Dv));
+      p2.resize(pairs(kKeyTile) * L);
+    }
     qt.resize(static_cast<size_t>(p.D * L));
     if (!is_plain_f32(p.q)) qrows.resize(static_cast<size_t>(L * p.D));
     st.resize(static_cast<size_t>(kKeyTile * L));
@@ -98,9 +119,11 @@ struct Scratch {
 
 class Block {
  public:
-  Block(const Problem& p, const mask::BlockMask& mask, const kernels::TileKernels& kern, Scratch& s, int64_t b,
-        int64_t h, int64_t i0, const core::NonFiniteRows& nonfinite)
-      : p_(p), kern_(kern), s_(s), nonfinite_(nonfinite), b_(b), h_(h), hk_(p.kv_head(h)), i0_(i0),
+  Block(const Problem& p, const mask::BlockMask& mask, const kernels::TileKernels& kern,
+        const kernels::Bf16TileKernels* dot, Products products, Scratch& s, int64_t b, int64_t h, int64_t i0,
+        const core::NonFiniteRows& nonfinite)
+      : p_(p), kern_(kern), dot_(dot), products_(products), s_(s), nonfinite_(nonfinite), b_(b), h_(h),
+        hk_(p.kv_head(h)), i0_(i0),
         nq_(std::min<int64_t>(L, p.N - i0)), runs_(mask.runs(i0 / L)), krows_(p.keys(b, hk_)), vrows_(p.values(b, hk_)) {}
 
   void run(const TensorView& out, const TensorView* lse, const TensorView* probs, const core::StatsSink* stats) {
@@ -118,11 +141,8 @@ class Block {
       else
         kern_.softmax_update(s_.st.data(), bc, m, l, s_.alpha.data(), lo, hi);
       if (p_.mech.dropout > 0) apply_dropout(j0, bc);
-      int64_t vs;
-      const float* v = values(j0, bc, all_live, vs);
       const bool poisoned = nonfinite_.any(b_, hk_, j0, bc);
-      if (poisoned) v = finite_values(v, j0, bc, vs);
-      kern_.pv(s_.st.data(), bc, v, vs, p_.Dv, s_.ot.data(), s_.alpha.data(), lo, hi);
+      weigh_values(j0, bc, all_live, poisoned, lo, hi);
       if (poisoned) poison_lanes(j0, bc, lo, hi);
     };
     for_each_tile([&](int64_t j0, int64_t bc, bool full) {
@@ -166,8 +186,103 @@ class Block {
       s_.row_scale[i] = static_cast<float>(scale);
       if (p_.mech.score == ScoreKind::additive) project(rows + i * stride, p_.wq.data(), s_.qp.data() + i * p_.A);
     }
-    if (p_.mech.score != ScoreKind::additive)
-      kern_.pack_qt(rows, stride, static_cast<int>(nq_), p_.D, s_.row_scale.data(), s_.qt.data());
+    if (p_.mech.score == ScoreKind::additive) return;
+    const int n = static_cast<int>(nq_);
+    if (products_ == Products::f32) return kern_.pack_qt(rows, stride, n, p_.D, s_.row_scale.data(), s_.qt.data());
+    // bf16: q itself rounded, its scale applied to the float32 scores (qk_bf16)
+    float* lane_scale = s_.lane_scale.data();
+    for (int64_t i = 0; i < L; ++i) lane_scale[i] = i < nq_ ? s_.row_scale[i] : 0.0f;
+    if (products_ == Products::bf16_dot)
+      return dot_->pack_qt(rows, stride, n, p_.D, reinterpret_cast<uint32_t*>(s_.qt2.data()));
+    kern_.pack_qt(rows, stride, n, p_.D, s_.ones.data(), s_.qt.data());
+    kernels::round_to_bf16(s_.qt.data(), p_.D * L);
+  }
+
+  // St = K Q^T in float32 (dot, cosine or additive scores).
+  void qk_f32(int64_t j0, int64_t bc, int lo, int hi) {
+    float* st = s_.st.data();
+    int64_t ks;
+    const float* k = rows_f32(krows_, s_.kcache, j0, bc, s_.kbuf.data(), ks);
+    if (p_.mech.score == ScoreKind::additive) return additive_scores(k, ks, bc);
+    kern_.qk(s_.qt.data(), p_.D, k, ks, bc, st, lo, hi);
+    if (p_.mech.score == ScoreKind::cosine)
+      for (int64_t j = 0; j < bc; ++j) {
+        const float inv = static_cast<float>(1.0 / std::sqrt(std::max(sum_sq(k + j * ks, p_.D), 1e-30)));
+        for (int64_t i = 0; i < L; ++i) st[j * L + i] *= inv;
+      }
+  }
+
+  // St = K Q^T with bf16 operands, scaled per lane (lanes [lo, hi)).
+  void qk_bf16(int64_t j0, int64_t bc, int lo, int hi) {
+    float* st = s_.st.data();
+    if (products_ == Products::bf16_dot) {
+      const uint16_t* k;
+      int64_t ks;
+      if (is_plain_bf16(krows_) && krows_.run_end(j0) >= j0 + bc) {  // in place
+        k = reinterpret_cast<const uint16_t*>(krows_.row(j0));
+        ks = krows_.row_stride_bytes() / static_cast<int64_t>(sizeof(uint16_t));
+      } else {
+        int64_t fs;
+        const float* f = rows_f32(krows_, s_.kcache, j0, bc, s_.kbuf.data(), fs);
+        uint16_t* k16 = reinterpret_cast<uint16_t*>(s_.k16.data());
+        dot_->round_rows(f, fs, bc, p_.D, k16);
+        k = k16, ks = p_.D;
+      }
+      dot_->qk(reinterpret_cast<const uint32_t*>(s_.qt2.data()), p_.D, k, ks, bc, s_.lane_scale.data(), st, lo, hi);
+      return;
+    }
+    int64_t ks;
+    const float* k = rounded_rows(krows_, s_.kcache, j0, bc, s_.kbuf.data(), ks);
+    kern_.qk(s_.qt.data(), p_.D, k, ks, bc, st, lo, hi);
+    const float* scale = s_.lane_scale.data();
+    for (int64_t j = 0; j < bc; ++j)
+      for (int i = lo; i < hi; ++i) st[j * L + i] *= scale[i];
+  }
+
+  // rows_f32's rows with every value rounded to bf16 (a copy in buf unless they already are).
+  const float* rounded_rows(const core::KvRows& t, RowCache& cache, int64_t j0, int64_t bc, float* buf,
+                            int64_t& stride) const {
+    const float* f = rows_f32(t, cache, j0, bc, buf, stride);
+    if (t.dtype() == DType::bf16) return f;  // widened bf16: exact
+    return rounded_copy(f, stride, bc, t.dim(), buf, stride);
+  }
+
+  static const float* rounded_copy(const float* f, int64_t fs, int64_t rows, int64_t dim, float* buf,
+                                   int64_t& stride) {
+    for (int64_t j = 0; j < rows; ++j)
+      for (int64_t c = 0; c < dim; ++c) buf[j * dim + c] = kernels::round_to_bf16(f[j * fs + c]);
+    stride = dim;
+    return buf;
+  }
+
+  // Ot = alpha Ot + V^T Pt for the tile's keys, in the call's products.
+  void weigh_values(int64_t j0, int64_t bc, bool all_live, bool poisoned, int lo, int hi) {
+    float* st = s_.st.data();
+    float* ot = s_.ot.data();
+    const float* alpha = s_.alpha.data();
+    if (products_ == Products::bf16_dot) {
+      uint32_t* vp = reinterpret_cast<uint32_t*>(s_.vp.data());
+      if (all_live && !poisoned && is_plain_bf16(vrows_) && vrows_.run_end(j0) >= j0 + bc) {  // straight from bf16
+        dot_->pack_v(vrows_.row(j0), DType::bf16, vrows_.row_stride_bytes() / static_cast<int64_t>(sizeof(uint16_t)),
+                     bc, p_.Dv, vp);
+      } else {
+        int64_t vs;
+        const float* v = values(j0, bc, all_live, vs);
+        if (poisoned) v = finite_values(v, j0, bc, vs);
+        dot_->pack_v(v, DType::f32, vs, bc, p_.Dv, vp);
+      }
+      dot_->pv(st, bc, vp, p_.Dv, ot, alpha, reinterpret_cast<uint32_t*>(s_.p2.data()), lo, hi);
+      return;
+    }
+    int64_t vs;
+    const float* v = values(j0, bc, all_live, vs);
+    if (poisoned) v = finite_values(v, j0, bc, vs);
+    if (products_ == Products::bf16_on_f32) {
+      if (vrows_.dtype() != DType::bf16) v = rounded_copy(v, vs, bc, p_.Dv, s_.vbuf.data(), vs);
+      for (int64_t j = 0; j < bc; ++j)
+        for (int i = lo; i < hi; ++i) st[j * L + i] = kernels::round_to_bf16(st[j * L + i]);
+    }
+    kern_.pv(st, bc, v, vs, p_.Dv, ot, alpha, lo, hi);
   }
 
   void project(const float* x, const float* w, float* y) const {
@@ -204,18 +319,10 @@ class Block {
   // be skipped).
   bool scores(int64_t j0, int64_t bc, bool full, int lo = 0, int hi = L) {
     float* st = s_.st.data();
-    int64_t ks;
-    const float* k = rows_f32(krows_, s_.kcache, j0, bc, s_.kbuf.data(), ks);
-    if (p_.mech.score == ScoreKind::additive) {
-      additive_scores(k, ks, bc);
-    } else {
-      kern_.qk(s_.qt.data(), p_.D, k, ks, bc, st, lo, hi);
-      if (p_.mech.score == ScoreKind::cosine)
-        for (int64_t j = 0; j < bc; ++j) {
-          const float inv = static_cast<float>(1.0 / std::sqrt(std::max(sum_sq(k + j * ks, p_.D), 1e-30)));
-          for (int64_t i = 0; i < L; ++i) st[j * L + i] *= inv;
-        }
-    }
+    if (products_ == Products::f32)
+      qk_f32(j0, bc, lo, hi);
+    else
+      qk_bf16(j0, bc, lo, hi);
     if (p_.mech.softcap > 0) kern_.softcap(st, bc * L, static_cast<float>(p_.mech.softcap));
     add_score_terms(p_, b_, h_, i0_, nq_, j0, bc, st);
     if (full) return true;
@@ -346,6 +453,8 @@ class Block {
 
   const Problem& p_;
   const kernels::TileKernels& kern_;
+  const kernels::Bf16TileKernels* dot_;  // bf16_dot only
+  Products products_;
   Scratch& s_;
   const core::NonFiniteRows& nonfinite_;
   int64_t b_, h_, hk_, i0_, nq_;
@@ -357,20 +466,23 @@ class Block {
 
 namespace {
 
-void tiled_blocks(const Problem& p, const core::Outputs& o, const core::Context& ctx) {
+void tiled_blocks(const Problem& p, const core::Outputs& o, const core::Context& ctx, bool bf16) {
+  const kernels::Bf16TileKernels* dot = bf16 ? kernels::bf16_kernels_for(ctx.kern->isa) : nullptr;
+  const Products products = !bf16 ? Products::f32 : dot ? Products::bf16_dot : Products::bf16_on_f32;
   const int64_t q_blocks = (p.N + L - 1) / L;
   const int64_t items = p.B * p.H * q_blocks;
   const int nthreads = resolve_threads(ctx.threads, items);
   // Scratch is allocated here, before the parallel region, so no allocation (and no
   // exception) can happen inside it.
   std::vector<Scratch> scratch(static_cast<size_t>(nthreads));
-  for (Scratch& s : scratch) s.reserve(p, ctx.row_cache_bytes, o.stats ? o.stats->topk() : 0);
+  for (Scratch& s : scratch) s.reserve(p, ctx.row_cache_bytes, o.stats ? o.stats->topk() : 0, products);
   const mask::BlockMask mask(p.pattern, p.N, p.M, p.offset, L, kKeyTile);
   const core::NonFiniteRows nonfinite(p, ctx.threads);
   parallel_for(items, nthreads, [&](int64_t item, int tid) {
     Scratch& s = scratch[static_cast<size_t>(tid)];
     const int64_t qb = item % q_blocks, bh = item / q_blocks;
-    Block(p, mask, *ctx.kern, s, bh / p.H, bh % p.H, qb * L, nonfinite).run(*o.out, o.lse, o.probs, o.stats);
+    Block(p, mask, *ctx.kern, dot, products, s, bh / p.H, bh % p.H, qb * L, nonfinite)
+        .run(*o.out, o.lse, o.probs, o.stats);
   });
 }
 
@@ -416,13 +528,23 @@ void global_rows(const Problem& p, const core::Outputs& o, const core::Context& 
 
 }  // namespace
 
-void softmax_tiled(const Problem& p, const core::Outputs& o, const core::Context& ctx) {
+namespace {
+
+void tiled(const Problem& p, const core::Outputs& o, const core::Context& ctx, bool bf16) {
   if (p.B == 0 || p.N == 0) return;
-  if (!global_rows_apart(p, o)) return tiled_blocks(p, o, ctx);
+  if (!global_rows_apart(p, o)) return tiled_blocks(p, o, ctx, bf16);
   Problem rest = p;  // the global rows' blocks computed as if they were not global, then overwritten
   rest.pattern.global_queries = false;
-  tiled_blocks(rest, o, ctx);
-  global_rows(p, o, ctx);
+  tiled_blocks(rest, o, ctx, bf16);
+  global_rows(p, o, ctx);  // float32 products (the rows form's)
+}
+
+}  // namespace
+
+void softmax_tiled(const Problem& p, const core::Outputs& o, const core::Context& ctx) { tiled(p, o, ctx, false); }
+
+void softmax_tiled_bf16(const Problem& p, const core::Outputs& o, const core::Context& ctx) {
+  tiled(p, o, ctx, true);
 }
 
 }  // namespace attn::exact

@@ -9,5 +9,9 @@
 namespace attn::exact {
 
 void softmax_tiled(const Problem& p, const core::Outputs& o, const core::Context& ctx);
+// The same with both products on bf16 operands (AttendOptions::precision; kernels/bf16_tiles.hpp):
+// vdpbf16ps where the CPU has AVX512-BF16, else the float32 kernels on rounded operands. The
+// global rows of a pattern that run apart (Longformer) keep float32 products.
+void softmax_tiled_bf16(const Problem& p, const core::Outputs& o, const core::Context& ctx);
 
 }  // namespace attn::exact

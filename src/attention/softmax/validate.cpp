@@ -39,6 +39,7 @@ Problem validate_scores(const TensorView& q, const TensorView& k, const TensorVi
   Problem p;
   static_cast<core::Dims&>(p) = core::check_io(q, k, v, outs, opt, core::KvStorage::rows);
   p.offset = p.M - p.N;
+  p.precision = opt.precision;
 
   // mechanism parameters
   p.mech = mech;

@@ -132,8 +132,9 @@ TEST(Validation, HugeHeadDimKeepsScratchSmall) {
   o.return_probs = true;  // rows refuses (probabilities), tiled refuses (scratch): the reference runs
   const Explanation e = explain(q.view, k.view, v.view, Softmax{}, o);
   EXPECT_EQ(e.chosen, "reference");
-  ASSERT_EQ(e.forms[1].reasons.size(), 1u);
-  EXPECT_NE(e.forms[1].reasons[0].find("MiB of scratch per thread, more than 4x the inputs"), std::string::npos);
+  ASSERT_EQ(e.forms[2].form, "tiled");
+  ASSERT_EQ(e.forms[2].reasons.size(), 1u);
+  EXPECT_NE(e.forms[2].reasons[0].find("MiB of scratch per thread, more than 4x the inputs"), std::string::npos);
   o.return_probs = false;
   EXPECT_EQ(explain(q.view, k.view, v.view, Softmax{}, o).chosen, "rows");
   const auto r = attend(q.view, k.view, v.view, Softmax{}, o);  // one key: the output is v
@@ -181,10 +182,11 @@ TEST(Forms, ForcedFormThatRefusesListsEveryReason) {
   o.return_probs = true;
   expect_error([&] { attend(s.q.view, s.k.view, s.v.view, parse_mechanism("softmax:dropout=0.1"), o); },
                "form 'rows' cannot run softmax:dropout=0.1 for these inputs; forms: rows: probabilities requested, "
-               "dropout; tiled: supported; reference: supported");
+               "dropout; tiled_bf16: q, k, v are float32, float32, float32 (precision auto computes in bf16 when all three "
+               "are bfloat16); tiled: supported; reference: supported");
   o.form = "fast";
   expect_error([&] { attend(s.q.view, s.k.view, s.v.view, Softmax{}, o); },
-               "form must be one of rows, tiled, reference for softmax, got 'fast'");
+               "form must be one of rows, tiled_bf16, tiled, reference for softmax, got 'fast'");
 }
 
 TEST(Forms, ExplainSaysWhichFormRunsAndWhy) {
@@ -192,7 +194,7 @@ TEST(Forms, ExplainSaysWhichFormRunsAndWhy) {
   AttendOptions o;
   Explanation e = explain(s.q.view, s.k.view, s.v.view, Softmax{}, o);
   EXPECT_EQ(e.chosen, "rows");
-  ASSERT_EQ(e.forms.size(), 3u);
+  ASSERT_EQ(e.forms.size(), 4u);
   EXPECT_TRUE(e.forms[0].reasons.empty());
   o.return_probs = true;
   e = explain(s.q.view, s.k.view, s.v.view, Softmax{}, o);
