@@ -20,6 +20,7 @@
 #include "roofline.hpp"
 #include "timed_backward.hpp"
 #include "harness/check.hpp"
+#include "kernels/bf16_tiles.hpp"
 #include "harness/inputs.hpp"
 #include "workload.hpp"
 
@@ -50,7 +51,10 @@ struct Rooflines {
   std::map<int, double> sgemm, f32_fma, bf16_dot, int8_dot;
   // The roofline of a row of `form` on `threads` threads: its name and GFLOP/s.
   std::pair<const char*, double> of(const std::string& form, int threads) const {
-    if (harness::bf16_products(form) && bf16_dot.at(threads) > 0) return {"bf16-dot", bf16_dot.at(threads)};
+    // bf16 products on vdpbf16ps: the bf16 peak; on float32 instructions (no AVX512-BF16 on the
+    // active ISA): sgemm's, like every float32 row
+    if (harness::bf16_products(form) && kernels::bf16_kernels_for(active_isa()) && bf16_dot.at(threads) > 0)
+      return {"bf16-dot", bf16_dot.at(threads)};
     return {"sgemm", sgemm.at(threads)};
   }
 };

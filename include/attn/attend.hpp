@@ -66,9 +66,9 @@ struct KvScales {
 //         the online softmax, the scale, masks and biases stay float32. The tiled form only.
 //   automatic (the default): bf16 when q, k and v are all bfloat16 and the tiled form runs the
 //         call, else f32 (what PyTorch's SDPA does with bf16 tensors).
-// bf16 is ~2x faster where the CPU has AVX512-BF16; its error is bounded by twice that of a plain
-// bf16 implementation (docs/numerics.md, "bf16 products"). Other families compute in float32
-// and refuse bf16.
+// bf16 is ~1.5x faster where the CPU has AVX512-BF16; its error is bounded by twice that of a
+// plain bf16 implementation (docs/testing.md, "bf16 products"). Other families compute in float32
+// and refuse bf16; attend_backward computes in float32 and refuses it.
 enum class Precision { automatic, f32, bf16 };
 std::string precision_name(Precision p);  // "auto", "f32", "bf16"
 // "auto", "f32" or "bf16"; anything else throws Error naming `where`.

@@ -2,6 +2,7 @@
 // aligned operator new, so failure is std::bad_alloc like every other allocation (and a test's
 // replacement operator new sees it).
 #pragma once
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -22,6 +23,8 @@ class AlignedFloats {
     size_ = n;
   }
   float* data() { return data_.get(); }
+  // The same storage as 32-bit words (bf16 pairs).
+  uint32_t* data_u32() { return reinterpret_cast<uint32_t*>(data_.get()); }
   size_t size() const { return size_; }
 
  private:

@@ -985,6 +985,17 @@ void weight_row_stats(const float* a, int64_t n, WeightRowAcc& acc, uint64_t* ca
   }
 }
 
+// ---- bf16 operands on float32 instructions (the tiled_bf16 form where vdpbf16ps is absent) ----
+void scale_lanes(float* st, int64_t bc, const float* scale, int lo, int hi) {
+  for (int64_t j = 0; j < bc; ++j)
+    for (int i = lo; i < hi; i += Vec::W)
+      (Vec::load(st + j * kLanes + i) * Vec::load(scale + i)).store(st + j * kLanes + i);
+}
+
+void round_bf16_lanes(float* st, int64_t bc, int lo, int hi) {
+  for (int64_t j = 0; j < bc; ++j) round_to_bf16(st + j * kLanes + lo, hi - lo);  // vectorised at this ISA
+}
+
 inline const TileKernels& table(Isa isa) {
   static const TileKernels t{.isa = isa,
                              .qk = qk,
@@ -1009,6 +1020,8 @@ inline const TileKernels& table(Isa isa) {
                              .gelu_tanh_gate = gelu_tanh_gate,
                              .weight_row_stats = weight_row_stats,
                              .qk_rows = qk_rows,
-                             .pv_rows = pv_rows};
+                             .pv_rows = pv_rows,
+                             .scale_lanes = scale_lanes,
+                             .round_bf16_lanes = round_bf16_lanes};
   return t;
 }

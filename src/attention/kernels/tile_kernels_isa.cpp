@@ -16,6 +16,7 @@
 #include <immintrin.h>
 #endif
 
+#include "kernels/bf16_tiles.hpp"
 #include "kernels/kernel_table.hpp"
 
 namespace attn::kernels::ATTN_KERNEL_ISA {

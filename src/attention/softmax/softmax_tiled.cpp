@@ -69,6 +69,40 @@ struct RowCache {
   }
 };
 
+// bf16_dot: V rows of the kv head a thread is working on, packed as key pairs (Vp) once per
+// key tile of 64 instead of once per query block. Only whole tiles starting at multiples of 64
+// with every key live (the pairs are the same for every query block then); bounded per thread
+// like RowCache.
+struct PairCache {
+  int64_t b = -1, h = -1, dv = 0;
+  AlignedFloats words;           // (ceil(M / 2), dv) 32-bit pairs
+  std::vector<int32_t> packed;   // per tile: the number of keys packed (0: none yet)
+  bool enabled = false;
+  void reserve(int64_t m, int64_t dim, int64_t limit_bytes) {
+    const int64_t pairs = (m + 1) / 2;
+    enabled = pairs * dim * static_cast<int64_t>(sizeof(uint32_t)) <= limit_bytes;
+    if (!enabled) return;
+    dv = dim;
+    words.resize(static_cast<size_t>(pairs * dim));
+    packed.resize(static_cast<size_t>((m + kKeyTile - 1) / kKeyTile));
+  }
+  // Vp of keys [j0, j0 + bc) of head (b, h) (j0 a multiple of kKeyTile), packing them if needed.
+  const uint32_t* get(const kernels::Bf16TileKernels& kern, const core::KvRows& t, int64_t b, int64_t h, int64_t j0,
+                      int64_t bc) {
+    if (b != this->b || h != this->h) {
+      std::fill(packed.begin(), packed.end(), 0);
+      this->b = b, this->h = h;
+    }
+    uint32_t* out = reinterpret_cast<uint32_t*>(words.data()) + j0 / 2 * dv;
+    int32_t& done = packed[static_cast<size_t>(j0 / kKeyTile)];
+    if (done != bc) {
+      kern.pack_v(t.row(j0), DType::bf16, t.row_stride_bytes() / static_cast<int64_t>(sizeof(uint16_t)), bc, dv, out);
+      done = static_cast<int32_t>(bc);
+    }
+    return out;
+  }
+};
+
 // How the two products run (AttendOptions::precision): float32; bf16 operands on the float32
 // kernels (every product exact, so only the sums' rounding differs from the instruction); bf16
 // pairs on vdpbf16ps (kernels/bf16_tiles.hpp).
@@ -85,6 +119,7 @@ struct Scratch {
   std::vector<float> row;
   std::vector<uint8_t> live, vis;
   RowCache kcache, vcache;
+  PairCache vpairs;
   core::LaneStats stats;  // row statistics, when asked for
   void reserve(const Problem& p, int64_t row_cache_bytes, int64_t topk, Products products) {
     if (topk > 0) stats.reserve(topk);
@@ -100,6 +135,7 @@ struct Scratch {
       k16.resize(pairs(kKeyTile * p.D));
       vp.resize(pairs(kKeyTile) * static_cast<size_t>(p.Dv));
       p2.resize(pairs(kKeyTile) * L);
+      if (p.v.dtype == DType::bf16 && p.v.strides[3] == 1) vpairs.reserve(p.M, p.Dv, row_cache_bytes);
     }
     qt.resize(static_cast<size_t>(p.D * L));
     if (!is_plain_f32(p.q)) qrows.resize(static_cast<size_t>(L * p.D));
@@ -189,13 +225,16 @@ class Block {
     if (p_.mech.score == ScoreKind::additive) return;
     const int n = static_cast<int>(nq_);
     if (products_ == Products::f32) return kern_.pack_qt(rows, stride, n, p_.D, s_.row_scale.data(), s_.qt.data());
-    // bf16: q itself rounded, its scale applied to the float32 scores (qk_bf16)
+    // bf16: q itself rounded, its scale applied in float32 (to the scores, or to the rounded q)
     float* lane_scale = s_.lane_scale.data();
     for (int64_t i = 0; i < L; ++i) lane_scale[i] = i < nq_ ? s_.row_scale[i] : 0.0f;
     if (products_ == Products::bf16_dot)
       return dot_->pack_qt(rows, stride, n, p_.D, reinterpret_cast<uint32_t*>(s_.qt2.data()));
+    // bf16_on_f32: q rounded, then times its scale in float32 (a float32 rounding of each
+    // product, not bf16's): the tiles need no pass of their own for it
     kern_.pack_qt(rows, stride, n, p_.D, s_.ones.data(), s_.qt.data());
     kernels::round_to_bf16(s_.qt.data(), p_.D * L);
+    kern_.scale_lanes(s_.qt.data(), p_.D, lane_scale, 0, L);
   }
 
   // St = K Q^T in float32 (dot, cosine or additive scores).
@@ -234,9 +273,6 @@ class Block {
     int64_t ks;
     const float* k = rounded_rows(krows_, s_.kcache, j0, bc, s_.kbuf.data(), ks);
     kern_.qk(s_.qt.data(), p_.D, k, ks, bc, st, lo, hi);
-    const float* scale = s_.lane_scale.data();
-    for (int64_t j = 0; j < bc; ++j)
-      for (int i = lo; i < hi; ++i) st[j * L + i] *= scale[i];
   }
 
   // rows_f32's rows with every value rounded to bf16 (a copy in buf unless they already are).
@@ -261,15 +297,20 @@ class Block {
     float* ot = s_.ot.data();
     const float* alpha = s_.alpha.data();
     if (products_ == Products::bf16_dot) {
-      uint32_t* vp = reinterpret_cast<uint32_t*>(s_.vp.data());
-      if (all_live && !poisoned && is_plain_bf16(vrows_) && vrows_.run_end(j0) >= j0 + bc) {  // straight from bf16
-        dot_->pack_v(vrows_.row(j0), DType::bf16, vrows_.row_stride_bytes() / static_cast<int64_t>(sizeof(uint16_t)),
-                     bc, p_.Dv, vp);
+      const uint32_t* vp = reinterpret_cast<uint32_t*>(s_.vp.data());
+      // Straight from bf16 rows, hidden keys too: their weights are exactly 0 and, in a tile
+      // that is not poisoned, their values finite (NonFiniteRows covers every row below kv_len).
+      if (!poisoned && is_plain_bf16(vrows_) && vrows_.run_end(j0) >= j0 + bc) {
+        if (s_.vpairs.enabled && j0 % kKeyTile == 0)
+          vp = s_.vpairs.get(*dot_, vrows_, b_, hk_, j0, bc);
+        else
+          dot_->pack_v(vrows_.row(j0), DType::bf16,
+                       vrows_.row_stride_bytes() / static_cast<int64_t>(sizeof(uint16_t)), bc, p_.Dv, s_.vp.data_u32());
       } else {
         int64_t vs;
         const float* v = values(j0, bc, all_live, vs);
         if (poisoned) v = finite_values(v, j0, bc, vs);
-        dot_->pack_v(v, DType::f32, vs, bc, p_.Dv, vp);
+        dot_->pack_v(v, DType::f32, vs, bc, p_.Dv, s_.vp.data_u32());
       }
       dot_->pv(st, bc, vp, p_.Dv, ot, alpha, reinterpret_cast<uint32_t*>(s_.p2.data()), lo, hi);
       return;
@@ -279,8 +320,7 @@ class Block {
     if (poisoned) v = finite_values(v, j0, bc, vs);
     if (products_ == Products::bf16_on_f32) {
       if (vrows_.dtype() != DType::bf16) v = rounded_copy(v, vs, bc, p_.Dv, s_.vbuf.data(), vs);
-      for (int64_t j = 0; j < bc; ++j)
-        for (int i = lo; i < hi; ++i) st[j * L + i] = kernels::round_to_bf16(st[j * L + i]);
+      kern_.round_bf16_lanes(st, bc, lo, hi);
     }
     kern_.pv(st, bc, v, vs, p_.Dv, ot, alpha, lo, hi);
   }
