@@ -280,7 +280,7 @@ int run(const BenchArgs& a) {
       }
     }
     if (a.backward) {  // the same case's backward, from its forward's out and lse
-      TimedBackward back(c);
+      TimedBackward back(c, precision);
       if (!back.refusal.empty()) {
         fmt::print("{:>7} no backward: {}\n", "", back.refusal);
         continue;

@@ -26,8 +26,9 @@ struct TimedBackward {
   std::string form;     // the backward walk's choice; "" when the mechanism has no backward
   std::string refusal;  // why it has none
 
-  explicit TimedBackward(const harness::Case& c) {
+  explicit TimedBackward(const harness::Case& c, Precision precision = Precision::automatic) {
     harness::make_inputs(c, in);
+    in.options.precision = precision;
     in.options.return_final_state = in.options.return_probs = in.options.return_stats = false;
     AttendOptions o = in.options;
     o.return_lse = false;

@@ -22,21 +22,11 @@ Layout layout_of(const TensorView& q) {
 using families::has_lse;
 using families::has_state;
 
-// bf16 products are the softmax family's (its tiled form); the others compute in float32.
-template <class Family>
-void check_precision(const Mechanism& m, const AttendOptions& options) {
-  if constexpr (!families::computes_in_bf16<Family>())
-    if (options.precision == Precision::bf16)
-      fail("precision", std::string(kind_of(m)) +
-                            " computes in float32 only; bf16 products are exact softmax attention's (softmax, "
-                            "longformer, bigbird): use precision f32 or auto");
-}
-
 // The outputs a family cannot give are errors, not silently missing arrays.
 template <class Family>
 void check_outputs(const typename Family::Problem& p, const Mechanism& m, const AttendOptions& options,
                    const core::Outputs& outs) {
-  check_precision<Family>(m, options);
+  families::check_precision<Family>(m, options);
   if constexpr (!has_lse<Family>())
     if (options.return_lse || outs.lse)
       fail("attend",

@@ -26,8 +26,6 @@ void check_options(const AttendOptions& o) {
                     : o.return_stats ? "return_stats" : nullptr;
   if (asked) fail(kWhere, std::string(asked) + " does not apply: the backward returns dq, dk and dv");
   if (o.paged) fail(kWhere, "paged K/V (a block table) have no backward: pass k and v as tensors");
-  if (o.precision == Precision::bf16)
-    fail("precision", "the backward computes in float32 (bf16 products are the forward's): use precision auto or f32");
 }
 
 // The family's validation of the forward inputs, its messages said as attend_backward's (the
@@ -85,6 +83,7 @@ template <class Family>
 const core::BackwardForm<typename Family::Problem>& choose_backward(const typename Family::Problem& p,
                                                                      const Mechanism& mechanism,
                                                                      const AttendOptions& options) {
+  families::check_precision<Family>(mechanism, options);
   if (const std::string why = Family::backward_refusal(p); !why.empty()) fail(kWhere, to_string(mechanism) + ": " + why);
   return core::choose(Family::backward_forms(), p, core::Outputs{}, options.form, core::mechanism_text(mechanism),
                       kWhere);

@@ -3,6 +3,7 @@
 // (core/facts.hpp), checked here by the concept for every mechanism it serves. Nothing in core/
 // includes this file: the families sit above core/, the entry point and the edges above them.
 #pragma once
+#include "attn/error.hpp"
 #include "attn/mechanism.hpp"
 #include "core/facts.hpp"
 #include "softmax/softmax_family.hpp"
@@ -66,6 +67,17 @@ constexpr bool computes_in_bf16() {
   else
     return false;
 }
+
+// bf16 products are the softmax family's (its tiled forms); the others compute in float32.
+template <class Family>
+void check_precision(const Mechanism& m, const AttendOptions& options) {
+  if constexpr (!computes_in_bf16<Family>())
+    if (options.precision == Precision::bf16)
+      fail("precision", std::string(kind_of(m)) +
+                            " computes in float32 only; bf16 products are exact softmax attention's (softmax, "
+                            "longformer, bigbird): use precision f32 or auto");
+}
+
 template <class Family>
 constexpr bool has_state() {
   return requires(const typename Family::Problem& p) { Family::state_shape(p); };

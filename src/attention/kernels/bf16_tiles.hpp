@@ -42,6 +42,12 @@ struct Bf16TileKernels {
   // made from Pt (bc, 64) floats into `p2` (ceil(bc/2) * 64 words, 64-byte aligned) first.
   void (*pv)(const float* pt, int64_t bc, const uint32_t* vp, int64_t dv, float* ot, const float* alpha, uint32_t* p2,
              int lo, int hi);
+  // The backward's dV and dK products, a sum over the lanes:
+  //   out[j * ldo + c] += sum_{t in [lo/2, hi/2)} (A[j][2t], A[j][2t+1]) . bp[t * n + c]   j < bc, c < n
+  // with A[j][i] = bf16(at[j][i] * (scale ? scale[i] : 1)) from a lane-major tile at (bc, 64), and
+  // bp 32 pairs of rows (pack_v's layout of the 64 lane rows, n values each). a2: bc * 32 words.
+  void (*rows_gemm)(const float* at, int64_t bc, const float* scale, int lo, int hi, const uint32_t* bp, int64_t n,
+                    float* out, int64_t ldo, uint32_t* a2);
 };
 
 // The bf16 kernel set for `isa`: vdpbf16ps when isa is avx512 and the CPU has AVX512-BF16, else

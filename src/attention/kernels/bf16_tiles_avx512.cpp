@@ -204,10 +204,73 @@ void pack_v(const void* v, DType vt, int64_t v_stride, int64_t bc, int64_t dv, u
   }
 }
 
+// out rows [j0, j0 + N) x channels [c0, c0 + 16 MV) (the last vector masked by `tail`).
+template <int N, int MV>
+void rows_micro(const uint32_t* a2, int t0, int t1, const uint32_t* bp, int64_t n, float* out, int64_t ldo,
+                int64_t c0, __mmask16 tail) {
+  __m512 acc[N][MV];
+  for (int r = 0; r < N; ++r)
+    for (int m = 0; m < MV; ++m)
+      acc[r][m] = _mm512_maskz_loadu_ps(m == MV - 1 ? tail : __mmask16(0xffff), out + r * ldo + c0 + m * 16);
+  for (int t = t0; t < t1; ++t) {
+    __m512bh b[MV];
+    for (int m = 0; m < MV; ++m)
+      b[m] = as_bh(_mm512_maskz_loadu_epi32(m == MV - 1 ? tail : __mmask16(0xffff), bp + t * n + c0 + m * 16));
+    for (int r = 0; r < N; ++r) {
+      const __m512bh a = as_bh(_mm512_set1_epi32(static_cast<int>(a2[r * 32 + t])));
+      for (int m = 0; m < MV; ++m) acc[r][m] = _mm512_dpbf16_ps(acc[r][m], a, b[m]);
+    }
+  }
+  for (int r = 0; r < N; ++r)
+    for (int m = 0; m < MV; ++m)
+      _mm512_mask_storeu_ps(out + r * ldo + c0 + m * 16, m == MV - 1 ? tail : __mmask16(0xffff), acc[r][m]);
+}
+
+template <int N>
+void rows_block(const uint32_t* a2, int t0, int t1, const uint32_t* bp, int64_t n, float* out, int64_t ldo) {
+  int64_t c = 0;
+  for (; c + 64 <= n; c += 64) rows_micro<N, 4>(a2, t0, t1, bp, n, out, ldo, c, 0xffff);
+  const int64_t left = n - c;  // 0..63 channels: whole vectors, the last one masked
+  if (left == 0) return;
+  const int vecs = static_cast<int>((left + 15) / 16);
+  const __mmask16 tail = static_cast<__mmask16>(left % 16 == 0 ? 0xffff : (1u << (left % 16)) - 1);
+  switch (vecs) {
+    case 1: rows_micro<N, 1>(a2, t0, t1, bp, n, out, ldo, c, tail); break;
+    case 2: rows_micro<N, 2>(a2, t0, t1, bp, n, out, ldo, c, tail); break;
+    case 3: rows_micro<N, 3>(a2, t0, t1, bp, n, out, ldo, c, tail); break;
+    default: rows_micro<N, 4>(a2, t0, t1, bp, n, out, ldo, c, tail); break;
+  }
+}
+
+void rows_gemm(const float* at, int64_t bc, const float* scale, int lo, int hi, const uint32_t* bp, int64_t n,
+               float* out, int64_t ldo, uint32_t* a2) {
+  // A's rows as lane pairs: 16 lanes of a row are 8 consecutive pairs once rounded
+  for (int64_t j = 0; j < bc; ++j)
+    for (int g = lo; g < hi; g += 16) {
+      __m512 x = _mm512_load_ps(at + j * kLanes + g);
+      if (scale) x = _mm512_mul_ps(x, _mm512_load_ps(scale + g));
+      const __m256bh h = _mm512_cvtneps_pbh(x);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a2 + j * 32 + g / 2), reinterpret_cast<const __m256i&>(h));
+    }
+  const int t0 = lo / 2, t1 = hi / 2;
+  int64_t j = 0;
+  for (; j + NR <= bc; j += NR) rows_block<NR>(a2 + j * 32, t0, t1, bp, n, out + j * ldo, ldo);
+  const uint32_t* ar = a2 + j * 32;
+  float* orow = out + j * ldo;
+  switch (bc - j) {
+    case 1: rows_block<1>(ar, t0, t1, bp, n, orow, ldo); break;
+    case 2: rows_block<2>(ar, t0, t1, bp, n, orow, ldo); break;
+    case 3: rows_block<3>(ar, t0, t1, bp, n, orow, ldo); break;
+    case 4: rows_block<4>(ar, t0, t1, bp, n, orow, ldo); break;
+    case 5: rows_block<5>(ar, t0, t1, bp, n, orow, ldo); break;
+    default: break;
+  }
+}
+
 }  // namespace
 
 const Bf16TileKernels& kernel_table() {
-  static const Bf16TileKernels table{"avx512-bf16", pack_qt, round_rows, qk, pack_v, pv};
+  static const Bf16TileKernels table{"avx512-bf16", pack_qt, round_rows, qk, pack_v, pv, rows_gemm};
   return table;
 }
 

@@ -236,15 +236,36 @@ std::string SoftmaxFamily::backward_refusal(const Problem& p) {
   return "";
 }
 
+namespace {
+
+// The backward computes in the forward's precision (AttendOptions::precision): bf16 products on
+// tiled_bf16, float32 on the others.
+void refuse_bf16(const Problem& p, const core::Outputs&, core::Reasons& why) {
+  if (p.precision == Precision::f32) why.push_back("precision f32");
+  if (p.precision == Precision::automatic && !p.bf16_products())
+    why.push_back([&] {
+      return "q, k, v are " + dtype_name(p.q.dtype) + ", " + dtype_name(p.k.dtype) + ", " + dtype_name(p.v.dtype) +
+             " (precision auto computes in bf16 when all three are bfloat16)";
+    });
+}
+
+void refuse_unless_float(const Problem& p, const core::Outputs&, core::Reasons& why) {
+  if (p.precision == Precision::bf16) why.push_back("precision bf16 (tiled_bf16 computes in bf16)");
+}
+
+}  // namespace
+
 const std::vector<core::BackwardForm<Problem>>& SoftmaxFamily::backward_forms() {
   static const std::vector<core::BackwardForm<Problem>> list = {
+      {"tiled_bf16", "the tiled backward with bf16 products (vdpbf16ps), float32 sums", refuse_bf16,
+       softmax_backward_tiled_bf16},
       {"tiled", "float32, flash-style on the tile products: 64 query rows against the key tiles of the block mask",
-       core::refuse_nothing<Problem>, softmax_backward_tiled},
+       refuse_unless_float, softmax_backward_tiled},
       {"rows", "float32, flash-style from the forward's LSE, one task per (batch entry, kv head)",
-       core::refuse_nothing<Problem>, [](const Problem& p, const BackwardViews& g, const core::Context& c) {
+       refuse_unless_float, [](const Problem& p, const BackwardViews& g, const core::Context& c) {
          softmax_backward_rows(p, g, c.threads);
        }},
-      {"reference", "float64 full score rows (slow, exact)", core::refuse_nothing<Problem>,
+      {"reference", "float64 full score rows (slow, exact)", refuse_unless_float,
        [](const Problem& p, const BackwardViews& g, const core::Context&) {
          softmax_backward_reference(p, g, core::RefPrecision::f64);
        }},

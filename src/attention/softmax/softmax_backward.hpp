@@ -18,5 +18,7 @@ void softmax_backward_rows(const Problem& p, const BackwardViews& g, int threads
 // float32, flash-style on the kernel table's tile products (softmax_backward_tiled.cpp): blocks of
 // 64 query rows against the key tiles of the forward's block mask.
 void softmax_backward_tiled(const Problem& p, const BackwardViews& g, const core::Context& ctx);
+// The same with bf16 products (AttendOptions::precision), as the forward's tiled_bf16.
+void softmax_backward_tiled_bf16(const Problem& p, const BackwardViews& g, const core::Context& ctx);
 
 }  // namespace attn::exact

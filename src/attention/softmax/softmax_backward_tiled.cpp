@@ -12,6 +12,13 @@
 //
 // Tasks: core::KvGradientTasks (bitwise the same for any thread count).
 //
+// bf16 products (the tiled_bf16 form, AttendOptions::precision): q, k, v and dO rounded to bf16
+// (D_i from the rounded dO), P and dS rounded for their products, every sum float32. On vdpbf16ps
+// (kernels/bf16_tiles.hpp): St and dPt by qk on pair-packed Qt2 and dOt2 (the scale applied to
+// the float32 scores), dV and dK by rows_gemm against q and dO packed as pairs of rows (dK's dS
+// times the row's scale before rounding), dQ lane-major by pv against the tile's K pairs, scaled
+// at the end. Elsewhere the float32 kernels on the rounded operands (q rounded, then scaled).
+//
 // Non-finite inputs (q, k, v, dout, out, lse, dlse): 0 * NaN in the tile products would carry a
 // hidden key's or a dropped weight's poison into gradients that do not depend on it, so such calls
 // are computed by the rows form, which visits exactly the visible pairs (one pass over the inputs
@@ -25,6 +32,7 @@
 #include "base/parallel.hpp"
 #include "core/kv_gradient_tasks.hpp"
 #include "core/nonfinite_rows.hpp"
+#include "kernels/bf16_tiles.hpp"
 #include "softmax/score_tile.hpp"
 #include "softmax/softmax_backward.hpp"
 
@@ -46,12 +54,65 @@ const float* kv_f32(const kernels::TileKernels& kern, const core::KvRows& t, int
   return buf.data();
 }
 
+// How the products run (as the forward's, softmax_tiled.cpp).
+enum class Products { f32, bf16_on_f32, bf16_dot };
+
+// The float32 rows of kv_f32, every value rounded to bf16 (a copy in buf unless already bf16).
+const float* kv_rounded(const kernels::TileKernels& kern, const core::KvRows& t, int64_t len, AlignedFloats& buf,
+                        int64_t& stride) {
+  const float* f = kv_f32(kern, t, len, buf, stride);
+  if (t.dtype() == DType::bf16) return f;
+  float* out = buf.data();
+  for (int64_t j = 0; j < len; ++j)
+    for (int64_t c = 0; c < t.dim(); ++c) out[j * t.dim() + c] = kernels::round_to_bf16(f[j * stride + c]);
+  stride = t.dim();
+  return out;
+}
+
+// bf16 rows [0, len) of a kv head: in place when the input is bf16 with unit inner stride, else
+// converted and rounded once per task into `buf` (`row`: one float row of scratch).
+const uint16_t* kv_bf16(const kernels::TileKernels& kern, const kernels::Bf16TileKernels& dot, const core::KvRows& t,
+                        int64_t len, AlignedFloats& buf, float* row, int64_t& stride) {
+  if (t.dtype() == DType::bf16 && t.elem_stride() == 1) {
+    stride = t.row_stride_bytes() / static_cast<int64_t>(sizeof(uint16_t));
+    return reinterpret_cast<const uint16_t*>(t.row(0));
+  }
+  stride = t.dim();
+  uint16_t* out = reinterpret_cast<uint16_t*>(buf.data());
+  for (int64_t j = 0; j < len; ++j) {
+    t.to_float(kern.to_float, j, row);
+    dot.round_rows(row, t.dim(), 1, t.dim(), out + j * stride);
+  }
+  return out;
+}
+
 struct Scratch {
   AlignedFloats qt, dot, qs, dor, orows, dq, st, ds, pd, capped, kall, vall;
   AlignedFloats sub{L}, di{L}, scale{L}, ones{L};
+  // bf16_dot: Qt2, dOt2 (pairs over channels), q and dO as pairs of rows, the tile's K pairs,
+  // A rows of rows_gemm, P2 of pv, dQ lane-major, unscaled q rows
+  AlignedFloats qt2, dot2, qp, dop, kp, a2, p2, dqt, qrows;
   std::vector<float> row;
   std::vector<uint8_t> vis, live;
-  void reserve(const Problem& p) {
+  void reserve(const Problem& p, Products products) {
+    if (products == Products::bf16_dot) {
+      const auto pairs = [](int64_t n) { return static_cast<size_t>((n + 1) / 2); };
+      qt2.resize(pairs(p.D) * L);
+      dot2.resize(pairs(p.Dv) * L);
+      qp.resize(pairs(L) * static_cast<size_t>(p.D));
+      dop.resize(pairs(L) * static_cast<size_t>(p.Dv));
+      kp.resize(pairs(kKeyTile) * static_cast<size_t>(p.D));
+      a2.resize(static_cast<size_t>(kKeyTile) * pairs(L));
+      p2.resize(pairs(kKeyTile) * L);
+      dqt.resize(static_cast<size_t>(p.D * L));
+      qrows.resize(static_cast<size_t>(L * p.D));
+      // K and V read in place when bf16 with unit inner stride, else rounded once per task
+      if (!(p.k.dtype == DType::bf16 && p.k.strides[3] == 1)) kall.resize(static_cast<size_t>((p.M * p.D + 1) / 2));
+      if (!(p.v.dtype == DType::bf16 && p.v.strides[3] == 1)) vall.resize(static_cast<size_t>((p.M * p.Dv + 1) / 2));
+    } else if (products == Products::bf16_on_f32) {
+      kall.resize(static_cast<size_t>(p.M * p.D));
+      vall.resize(static_cast<size_t>(p.M * p.Dv));
+    }
     qt.resize(static_cast<size_t>(p.D * L));
     dot.resize(static_cast<size_t>(p.Dv * L));
     qs.resize(static_cast<size_t>(L * p.D));
@@ -62,8 +123,8 @@ struct Scratch {
     ds.resize(static_cast<size_t>(kKeyTile * L));
     if (p.mech.dropout > 0) pd.resize(static_cast<size_t>(kKeyTile * L));
     if (p.mech.softcap > 0) capped.resize(static_cast<size_t>(kKeyTile * L));
-    if (!p.keys(0, 0).plain_f32()) kall.resize(static_cast<size_t>(p.M * p.D));
-    if (!p.values(0, 0).plain_f32()) vall.resize(static_cast<size_t>(p.M * p.Dv));
+    if (products == Products::f32 && !p.keys(0, 0).plain_f32()) kall.resize(static_cast<size_t>(p.M * p.D));
+    if (products == Products::f32 && !p.values(0, 0).plain_f32()) vall.resize(static_cast<size_t>(p.M * p.Dv));
     std::fill(ones.data(), ones.data() + L, 1.0f);
     row.resize(static_cast<size_t>(std::max(p.D, p.Dv)));
     vis.resize(L);
@@ -75,13 +136,23 @@ struct Scratch {
 class Task {
  public:
   Task(const Problem& p, const BackwardViews& g, const mask::BlockMask& mask, const kernels::TileKernels& kern,
-       Scratch& s, int64_t b, int64_t hk, float* dk, float* dv)
-      : p_(p), g_(g), mask_(mask), kern_(kern), s_(s), b_(b), hk_(hk), dk_(dk), dv_(dv) {}
+       const kernels::Bf16TileKernels* dot, Products products, Scratch& s, int64_t b, int64_t hk, float* dk, float* dv)
+      : p_(p), g_(g), mask_(mask), kern_(kern), dot_(dot), products_(products), s_(s), b_(b), hk_(hk), dk_(dk),
+        dv_(dv) {}
 
   void run(int64_t qb0, int64_t qb1) {
     const int64_t len = p_.kv_len[static_cast<size_t>(b_)];
-    k_ = kv_f32(kern_, p_.keys(b_, hk_), len, s_.kall, ks_);
-    v_ = kv_f32(kern_, p_.values(b_, hk_), len, s_.vall, vs_);
+    const core::KvRows keys = p_.keys(b_, hk_), values = p_.values(b_, hk_);
+    if (products_ == Products::bf16_dot) {
+      k16_ = kv_bf16(kern_, *dot_, keys, len, s_.kall, s_.row.data(), ks_);
+      v16_ = kv_bf16(kern_, *dot_, values, len, s_.vall, s_.row.data(), vs_);
+    } else if (products_ == Products::bf16_on_f32) {
+      k_ = kv_rounded(kern_, keys, len, s_.kall, ks_);
+      v_ = kv_rounded(kern_, values, len, s_.vall, vs_);
+    } else {
+      k_ = kv_f32(kern_, keys, len, s_.kall, ks_);
+      v_ = kv_f32(kern_, values, len, s_.vall, vs_);
+    }
     for (int64_t h = hk_ * p_.group; h < (hk_ + 1) * p_.group; ++h)
       for (int64_t qb = qb0; qb < qb1; ++qb) query_block(h, qb * L);
   }
@@ -91,15 +162,18 @@ class Task {
     const int64_t nq = std::min<int64_t>(L, p_.N - i0);
     pack(h, i0, nq);
     std::fill(s_.dq.data(), s_.dq.data() + L * p_.D, 0.0f);
+    if (products_ == Products::bf16_dot) std::fill(s_.dqt.data(), s_.dqt.data() + p_.D * L, 0.0f);
     for_each_key_tile(p_, mask_.runs(i0 / L), b_, h, i0, nq, [&](int64_t j0, int64_t bc, bool full) {
       if (full) return tile(h, i0, nq, j0, bc, true, 0, L);
       for_each_lane_group(p_, i0, nq, j0, bc,
                           [&](int64_t a, int64_t n, int lo, int hi) { tile(h, i0, nq, a, n, false, lo, hi); });
     });
     float* row = s_.row.data();
+    const bool lanes = products_ == Products::bf16_dot;  // dQ lane-major (dqt) or by rows (dq)
     for (int64_t i = 0; i < nq; ++i) {
       const float scale = s_.scale.data()[i];
-      for (int64_t c = 0; c < p_.D; ++c) row[c] = s_.dq.data()[i * p_.D + c] * scale;
+      for (int64_t c = 0; c < p_.D; ++c)
+        row[c] = (lanes ? s_.dqt.data()[c * L + i] : s_.dq.data()[i * p_.D + c]) * scale;
       kern_.from_float(row, g_.dq.dtype, g_.dq.strides[3], p_.D, g_.dq.ptr(b_, h, i0 + i));
     }
   }
@@ -127,12 +201,27 @@ class Task {
       s_.sub.data()[i] = lse;
       float* q = qs + i * p_.D;
       kern_.to_float(p_.q.ptr(b_, h, i0 + i), p_.q.dtype, p_.q.strides[3], p_.D, q);
-      for (int64_t c = 0; c < p_.D; ++c) q[c] *= scale;
       kern_.to_float(g_.dout.ptr(b_, h, i0 + i), g_.dout.dtype, g_.dout.strides[3], p_.Dv, dor + i * p_.Dv);
+      if (products_ != Products::f32) {  // the operands rounded: q (before its scale) and dO
+        kernels::round_to_bf16(q, p_.D);
+        kernels::round_to_bf16(dor + i * p_.Dv, p_.Dv);
+        if (products_ == Products::bf16_dot) std::copy(q, q + p_.D, s_.qrows.data() + i * p_.D);
+      }
+      for (int64_t c = 0; c < p_.D; ++c) q[c] *= scale;
       kern_.to_float(g_.out.ptr(b_, h, i0 + i), g_.out.dtype, g_.out.strides[3], p_.Dv, out + i * p_.Dv);
     }
     kern_.pack_qt(qs, p_.D, static_cast<int>(nq), p_.D, s_.ones.data(), s_.qt.data());
     kern_.pack_qt(dor, p_.Dv, static_cast<int>(nq), p_.Dv, s_.ones.data(), s_.dot.data());
+    if (products_ == Products::bf16_dot) {
+      float* qrows = s_.qrows.data();
+      std::fill(qrows + nq * p_.D, qrows + L * p_.D, 0.0f);
+      for (int64_t i = 0; i < nq; ++i)  // rows without keys: 0, as in qs
+        if (s_.sub.data()[i] == inf) std::fill(qrows + i * p_.D, qrows + (i + 1) * p_.D, 0.0f);
+      dot_->pack_qt(qrows, p_.D, static_cast<int>(nq), p_.D, s_.qt2.data_u32());
+      dot_->pack_qt(dor, p_.Dv, static_cast<int>(nq), p_.Dv, s_.dot2.data_u32());
+      dot_->pack_v(qrows, DType::f32, p_.D, L, p_.D, s_.qp.data_u32());
+      dot_->pack_v(dor, DType::f32, p_.Dv, L, p_.Dv, s_.dop.data_u32());
+    }
     // D_i = dO_i . O_i by the kernel that makes dP_ij = dO_i . v_j, summed in the same order: where
     // the weights are one-hot, O_i = v_j and dP_ij - D_i cancels exactly, as in a plain backward
     // (the diagonal of O dOt; the rest of the tile is not used).
@@ -151,10 +240,14 @@ class Task {
   void tile(int64_t h, int64_t i0, int64_t nq, int64_t j0, int64_t bc, bool full, int lo, int hi) {
     float* st = s_.st.data();
     float* ds = s_.ds.data();
-    const float* k = k_ + j0 * ks_;
-    const float* v = v_ + j0 * vs_;
+    const bool dot = products_ == Products::bf16_dot;
+    const float* k = dot ? nullptr : k_ + j0 * ks_;
+    const float* v = dot ? nullptr : v_ + j0 * vs_;
     const int64_t w = hi - lo;
-    kern_.qk(s_.qt.data(), p_.D, k, ks_, bc, st, lo, hi);
+    if (dot)
+      dot_->qk(s_.qt2.data_u32(), p_.D, k16_ + j0 * ks_, ks_, bc, s_.scale.data(), st, lo, hi);
+    else
+      kern_.qk(s_.qt.data(), p_.D, k, ks_, bc, st, lo, hi);
     const float cap = static_cast<float>(p_.mech.softcap);
     if (cap > 0)
       for (int64_t j = 0; j < bc; ++j) {
@@ -171,7 +264,10 @@ class Task {
       }
     }
     kern_.exp_rows(st, bc * L, s_.sub.data());  // st = P
-    kern_.qk(s_.dot.data(), p_.Dv, v, vs_, bc, ds, lo, hi);  // ds = dP
+    if (dot)  // ds = dP
+      dot_->qk(s_.dot2.data_u32(), p_.Dv, v16_ + j0 * vs_, vs_, bc, s_.ones.data(), ds, lo, hi);
+    else
+      kern_.qk(s_.dot.data(), p_.Dv, v, vs_, bc, ds, lo, hi);
     const float* pd = st;  // the weights dV sums: P, or P keep / (1 - dropout)
     if (p_.mech.dropout > 0) {
       dropout(h, i0, nq, j0, bc, lo, hi);
@@ -193,6 +289,18 @@ class Task {
           dr[i] *= 1.0f - th * th;
         }
       }
+    }
+    if (dot) {
+      uint32_t* a2 = s_.a2.data_u32();
+      dot_->rows_gemm(pd, bc, nullptr, lo, hi, s_.dop.data_u32(), p_.Dv, dv_ + j0 * p_.Dv, p_.Dv, a2);
+      dot_->rows_gemm(ds, bc, s_.scale.data(), lo, hi, s_.qp.data_u32(), p_.D, dk_ + j0 * p_.D, p_.D, a2);
+      dot_->pack_v(k16_ + j0 * ks_, DType::bf16, ks_, bc, p_.D, s_.kp.data_u32());
+      dot_->pv(ds, bc, s_.kp.data_u32(), p_.D, s_.dqt.data(), s_.ones.data(), s_.p2.data_u32(), lo, hi);
+      return;
+    }
+    if (products_ == Products::bf16_on_f32) {  // P and dS rounded for their products
+      kern_.round_bf16_lanes(const_cast<float*>(pd), bc, lo, hi);
+      kern_.round_bf16_lanes(ds, bc, lo, hi);
     }
     kern_.gemm(bc, p_.Dv, w, pd + lo, L, 1, s_.dor.data() + lo * p_.Dv, p_.Dv, dv_ + j0 * p_.Dv, p_.Dv, true);
     kern_.gemm(bc, p_.D, w, ds + lo, L, 1, s_.qs.data() + lo * p_.D, p_.D, dk_ + j0 * p_.D, p_.D, true);
@@ -218,10 +326,13 @@ class Task {
   const BackwardViews& g_;
   const mask::BlockMask& mask_;
   const kernels::TileKernels& kern_;
+  const kernels::Bf16TileKernels* dot_;  // bf16_dot only
+  Products products_;
   Scratch& s_;
   int64_t b_, hk_;
   float *dk_, *dv_;
   const float *k_ = nullptr, *v_ = nullptr;
+  const uint16_t *k16_ = nullptr, *v16_ = nullptr;  // bf16_dot
   int64_t ks_ = 0, vs_ = 0;
 };
 
@@ -242,19 +353,29 @@ bool finite_inputs(const Problem& p, const BackwardViews& g, int threads) {
          core::all_finite(g.out, threads) && finite_lse(g.lse) && core::all_finite(g.dlse, threads);
 }
 
-}  // namespace
-
-void softmax_backward_tiled(const Problem& p, const BackwardViews& g, const core::Context& ctx) {
+void backward_tiled(const Problem& p, const BackwardViews& g, const core::Context& ctx, bool bf16) {
   if (p.B == 0 || p.Hkv == 0 || p.N == 0) return;  // dk and dv are 0 (fresh tensors are zeroed)
   if (!finite_inputs(p, g, ctx.threads)) return softmax_backward_rows(p, g, ctx.threads);
+  const kernels::Bf16TileKernels* dot = bf16 ? kernels::bf16_kernels_for(ctx.kern->isa) : nullptr;
+  const Products products = !bf16 ? Products::f32 : dot ? Products::bf16_dot : Products::bf16_on_f32;
   const core::KvGradientTasks tasks(p, (p.N + L - 1) / L, ctx.threads);
   // Everything is sized here: the parallel regions allocate nothing.
   std::vector<Scratch> scratch(static_cast<size_t>(tasks.threads()));
-  for (Scratch& s : scratch) s.reserve(p);
+  for (Scratch& s : scratch) s.reserve(p, products);
   const mask::BlockMask mask(p.pattern, p.N, p.M, p.offset, L, kKeyTile);
   tasks.run(g, *ctx.kern, [&](int64_t b, int64_t hk, int64_t qb0, int64_t qb1, float* dk, float* dv, int tid) {
-    Task(p, g, mask, *ctx.kern, scratch[static_cast<size_t>(tid)], b, hk, dk, dv).run(qb0, qb1);
+    Task(p, g, mask, *ctx.kern, dot, products, scratch[static_cast<size_t>(tid)], b, hk, dk, dv).run(qb0, qb1);
   });
+}
+
+}  // namespace
+
+void softmax_backward_tiled(const Problem& p, const BackwardViews& g, const core::Context& ctx) {
+  backward_tiled(p, g, ctx, false);
+}
+
+void softmax_backward_tiled_bf16(const Problem& p, const BackwardViews& g, const core::Context& ctx) {
+  backward_tiled(p, g, ctx, true);
 }
 
 }  // namespace attn::exact

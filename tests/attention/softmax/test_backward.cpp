@@ -254,7 +254,7 @@ TEST(BackwardShape, BadInputIsNamed) {
   AttendOptions form;
   form.form = "fast";
   testing::expect_error([&] { call(s.dout.view, s.m, form); },
-                        "attend_backward: form must be one of tiled, rows, reference for softmax, got 'fast'");
+                        "attend_backward: form must be one of tiled_bf16, tiled, rows, reference for softmax, got 'fast'");
   testing::expect_error([&] { call(s.dout.view, parse_mechanism("linear"), {}); }, "lse does not apply to linear");
   testing::expect_error([&] { call(s.dout.view, parse_mechanism("softmax:score=cosine"), {}); },
                         "score=cosine has no backward yet");
@@ -268,8 +268,10 @@ TEST(BackwardShape, ExplainListsTheBackwardFormsWithTheirReasons) {
   pr.mech = "softmax:causal";
   const Inputs s = make(pr, 5);
   const Explanation e = explain_backward(s.q.view, s.k.view, s.v.view, s.m);
-  ASSERT_FALSE(e.forms.empty());
-  EXPECT_EQ(e.chosen, e.forms.front().form);
+  ASSERT_EQ(e.forms.size(), 4u);
+  EXPECT_EQ(e.chosen, "tiled");  // float32 inputs: tiled_bf16, first, refuses (precision auto)
+  EXPECT_EQ(e.forms.front().form, "tiled_bf16");
+  EXPECT_FALSE(e.forms.front().reasons.empty());
   EXPECT_EQ(e.forms.back().form, "reference");
   AttendOptions forced;
   forced.form = "reference";
