@@ -122,6 +122,7 @@ struct Options {
   int64_t threads = 0;
   std::string form;  // empty: the first form that supports the call
   std::string isa;   // empty: the active kernel set
+  std::string precision = "auto";  // exact attention's products: auto, f32 or bf16 (attn::Precision)
   bool return_lse = false, return_probs = false, return_final_state = false, return_stats = false;
   int64_t stats_topk = 8;
   bool torch = false;  // outputs as torch tensors (else NumPy arrays)
@@ -168,6 +169,7 @@ attn::AttendOptions attend_options(const Options& o) {
   opt.threads = to_int(o.threads, "threads");
   opt.form = o.form;
   if (!o.isa.empty()) opt.isa = attn::parse_isa(o.isa, "isa");
+  opt.precision = attn::parse_precision(o.precision, "precision");
   opt.key_padding_lengths = o.key_padding_lengths;
   if (o.mask) opt.mask = mask_view(*o.mask, "attn_mask", true);
   if (o.bias) opt.bias = mask_view(*o.bias, "attn_mask", false);  // a float attn_mask in Python
@@ -467,6 +469,7 @@ NB_MODULE(_attn, m) {
       .def_rw("threads", &Options::threads)
       .def_rw("form", &Options::form)
       .def_rw("isa", &Options::isa)
+      .def_rw("precision", &Options::precision)
       .def_rw("return_lse", &Options::return_lse)
       .def_rw("return_probs", &Options::return_probs)
       .def_rw("return_final_state", &Options::return_final_state)

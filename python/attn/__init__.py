@@ -158,7 +158,7 @@ def _as_float32_1d(x: Any, name: str) -> Optional[_np.ndarray]:
 def _call_args(q: Any, k: Any, v: Any, layout: str, attn_mask: Any, key_padding_lengths: Any,
                alibi_slopes: Any, params: Optional[Mapping[str, Any]], additive_weights: Any,
                form: Optional[str], use_reference: bool, isa: Optional[str], block_mask: Any, block_size: Any,
-               kv_scales: Any = None, **scalars: Any):
+               kv_scales: Any = None, precision: Optional[str] = None, **scalars: Any):
     """(q, k, v, options): zero-copy views and the one _attn.Options shared by attend() and explain().
     Python converts types (TypeError); ranges, shapes and names are checked by C++ (ValueError)."""
     if not isinstance(layout, str) or layout not in ("bnhd", "bhnd"):
@@ -225,9 +225,11 @@ def _call_args(q: Any, k: Any, v: Any, layout: str, attn_mask: Any, key_padding_
         raise TypeError(f"form must be a str such as 'tiled', got {type(form).__name__}")
     if isa is not None and not isinstance(isa, str):
         raise TypeError(f"isa must be a str such as 'avx2', got {type(isa).__name__}")
+    if precision is not None and not isinstance(precision, str):
+        raise TypeError(f"precision must be a str such as 'bf16', got {type(precision).__name__}")
     opts = _options(layout=layout, key_padding_lengths=lengths, mask=mask, bias=bias,
                     alibi_slopes=_as_float32_1d(alibi_slopes, "alibi_slopes"), block_mask=blocks, block_size=(bq, bk),
-                    params=named, form=form, isa=isa, torch=_is_torch(q), **scales, **scalars)
+                    params=named, form=form, isa=isa, precision=precision, torch=_is_torch(q), **scales, **scalars)
     return q, k, v, opts
 
 
@@ -279,8 +281,8 @@ def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any
            params: Optional[Mapping[str, Any]] = None, additive_weights: Optional[Tuple[Any, Any, Any]] = None,
            layout: str = "bnhd", return_lse: bool = False, return_probs: bool = False,
            return_final_state: bool = False, return_stats: bool = False, stats_topk: int = 8, threads: int = 0,
-           form: Optional[str] = None, isa: Optional[str] = None, use_reference: bool = False,
-           kv_scales: Optional[Tuple[Any, Any]] = None, **named_params: Any):
+           form: Optional[str] = None, isa: Optional[str] = None, precision: Optional[str] = None,
+           use_reference: bool = False, kv_scales: Optional[Tuple[Any, Any]] = None, **named_params: Any):
     """Attention by mechanism text form.
 
     Args:
@@ -330,6 +332,9 @@ def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any
         form: force an implementation ("rows", "tiled", "reference" for softmax); None = the
             first that supports the call. See :func:`explain`.
         isa: kernel set for this call ("portable", "avx2", "avx512"); None = the active one.
+        precision: products of exact attention: "auto" (None, the default: bf16 when q, k, v are
+            all bfloat16), "f32", "bf16" (operands rounded to bf16, float32 sums; ~1.5x faster on
+            CPUs with AVX512-BF16). Other families compute in float32 and refuse "bf16".
         use_reference: same as form="reference": the float64 reference (slow, for checking).
         kv_scales: (k_scale, v_scale) for an 8-bit KV cache: k and v are then int8 rows and row j
             stands for scale[j] * row, the scales float32 shaped as k without its head_dim
@@ -357,13 +362,13 @@ def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any
                                       dict(block_mask=block_mask, additive_weights=additive_weights,
                                            return_probs=return_probs, return_final_state=return_final_state,
                                            return_stats=return_stats, threads=threads, form=form, isa=isa,
-                                           use_reference=use_reference))
+                                           precision=precision, use_reference=use_reference))
     scalars = _check_scalars(mechanism, threads, stats_topk, return_lse=return_lse, return_probs=return_probs,
                              return_final_state=return_final_state, return_stats=return_stats,
                              use_reference=use_reference)
     q, k, v, opts = _call_args(q, k, v, layout, attn_mask, key_padding_lengths, alibi_slopes,
                                {**(params or {}), **named_params}, additive_weights, form, use_reference, isa,
-                               block_mask, block_size, kv_scales, **scalars)
+                               block_mask, block_size, kv_scales, precision=precision, **scalars)
     out, lse, probs, state, stats = _attn.attend(q, k, v, mechanism, opts)  # C++ allocates every output
     extra = tuple(x for x in (lse, probs, state, None if stats is None else Stats(*stats)) if x is not None)
     return (out,) + extra if extra else out
@@ -373,7 +378,8 @@ def attend_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, mecha
                     attn_mask: Any = None, key_padding_lengths: Optional[Sequence[int]] = None,
                     alibi_slopes: Any = None, block_mask: Any = None, block_size: Tuple[int, int] = (128, 128),
                     layout: str = "bnhd", threads: int = 0, form: Optional[str] = None, dlse: Any = None,
-                    params: Optional[Mapping[str, Any]] = None, dfinal_state: Any = None):
+                    params: Optional[Mapping[str, Any]] = None, dfinal_state: Any = None,
+                    precision: Optional[str] = None):
     """Gradients of :func:`attend`'s output with respect to q, k and v (training).
 
     As flash-attention's backward, nothing of size N x M is kept: the scores are recomputed from
@@ -397,6 +403,8 @@ def attend_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, mecha
             family, "projected" for linformer), "rows" (softmax: row by row, float32) or "reference"
             (float64, for checking);
             :func:`explain` lists a mechanism's forward forms, ``attn check --backward`` the backward's.
+        precision: the arithmetic of the backward's products, as in :func:`attend` ("auto", "f32",
+            "bf16"; None = "auto"); a family or form without bf16 products refuses "bf16".
         dlse: the loss's gradient with respect to lse, (B, H, N) float32, when the loss uses lse
             (merging partial results); None = 0.
         params: the forward's named params (linear: "decay" per head, "initial_state"; linformer: its
@@ -422,7 +430,7 @@ def attend_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, mecha
     scalars = _check_scalars(mechanism, threads)
     q, k, v, opts = _call_args(q, k, v, layout, attn_mask, key_padding_lengths, alibi_slopes,
                                params, None, form,
-                               False, None, block_mask, block_size, **scalars)
+                               False, None, block_mask, block_size, precision=precision, **scalars)
     dout, out = _prepare(dout, "dout"), _prepare(out, "out")
     lse, dlse = (None if x is None else _prepare(x, name) for name, x in (("lse", lse), ("dlse", dlse)))
     dfinal_state = None if dfinal_state is None else _prepare(dfinal_state, "dfinal_state")
@@ -643,7 +651,8 @@ def linear_attention(q: Any, k: Any, v: Any, *, feature_map: str = "elu", causal
                      decay: Any = None, chunk_size: int = 64, initial_state: Any = None,
                      output_final_state: bool = False, normalize: bool = True, scale: Optional[float] = None,
                      key_padding_lengths: Optional[Sequence[int]] = None, layout: str = "bnhd", threads: int = 0,
-                     form: Optional[str] = None, isa: Optional[str] = None) -> Tuple[Any, Any]:
+                     form: Optional[str] = None, isa: Optional[str] = None,
+                     precision: Optional[str] = None) -> Tuple[Any, Any]:
     """Linear attention with flash-linear-attention's argument names; returns (o, final_state).
 
     Weights w_ij = scale * phi(q_i) . phi(k_j) * decay^(i - j) over the keys j <= i (causal) or
@@ -665,6 +674,9 @@ def linear_attention(q: Any, k: Any, v: Any, *, feature_map: str = "elu", causal
         scale: multiplies every weight; None = 1 (the formula's plain phi(q).phi(k); fla's ops
             default to D^-0.5, which only matters with normalize=False).
         key_padding_lengths: valid tokens per batch entry; the state stops at the last one.
+        layout, threads, form, isa: as in :func:`attend`.
+        precision: "auto" (None) or "f32": linear attention computes in float32 ("bf16" is a
+            ValueError).
 
     Returns:
         (o, final_state): o like q with v's head dim; final_state None unless asked for.
@@ -683,7 +695,7 @@ def linear_attention(q: Any, k: Any, v: Any, *, feature_map: str = "elu", causal
     if _wants_autograd(q, k, v, *(() if initial_state is None else (initial_state,))):
         return _linear_differentiable(q, k, v, feature_map, causal, decay, chunk_size, initial_state,
                                       output_final_state, normalize, scale, key_padding_lengths, layout,
-                                      dict(threads=threads, form=form, isa=isa))
+                                      dict(threads=threads, form=form, isa=isa, precision=precision))
     if not isinstance(feature_map, str):
         raise TypeError(f"feature_map must be a str such as 'elu', got {type(feature_map).__name__}")
     _flag(output_final_state, "output_final_state")
@@ -706,7 +718,8 @@ def linear_attention(q: Any, k: Any, v: Any, *, feature_map: str = "elu", causal
         chunk=_integer(chunk_size, "chunk_size"), scale=None if scale is None else _real(scale, "scale"))
     try:
         res = attend(q, k, v, mechanism, params=params, key_padding_lengths=key_padding_lengths,
-                     layout=layout, return_final_state=output_final_state, threads=threads, form=form, isa=isa)
+                     layout=layout, return_final_state=output_final_state, threads=threads, form=form, isa=isa,
+                     precision=precision)
     except (TypeError, ValueError) as e:  # attend's names for what this function's caller named
         text = str(e)
         for inner, outer in _LINEAR_NAMES:
@@ -721,13 +734,13 @@ def explain(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: An
             params: Optional[Mapping[str, Any]] = None, additive_weights: Optional[Tuple[Any, Any, Any]] = None,
             layout: str = "bnhd", return_lse: bool = False, return_probs: bool = False,
             return_stats: bool = False, stats_topk: int = 8, threads: int = 0,
-            form: Optional[str] = None, isa: Optional[str] = None, use_reference: bool = False,
-            **named_params: Any) -> str:
+            form: Optional[str] = None, isa: Optional[str] = None, precision: Optional[str] = None,
+            use_reference: bool = False, **named_params: Any) -> str:
     """Which form :func:`attend` would run for these arguments, and why each other form would not.
 
     Takes exactly :func:`attend`'s arguments (q, k, v, mechanism, attn_mask, key_padding_lengths,
     alibi_slopes, block_mask, block_size, params, additive_weights, layout, return_lse, return_probs, return_stats,
-    stats_topk, threads, form, isa, use_reference, **named_params) and validates them the same way (bad input raises the same
+    stats_topk, threads, form, isa, precision, use_reference, **named_params) and validates them the same way (bad input raises the same
     error), but computes nothing. Example::
 
         >>> print(attn.explain(q, k, v, "softmax:causal", return_probs=True))
@@ -740,7 +753,7 @@ def explain(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: An
                              return_stats=return_stats, use_reference=use_reference)
     q, k, v, opts = _call_args(q, k, v, layout, attn_mask, key_padding_lengths, alibi_slopes,
                                {**(params or {}), **named_params}, additive_weights, form, use_reference, isa,
-                               block_mask, block_size, **scalars)
+                               block_mask, block_size, precision=precision, **scalars)
     return _attn.explain(q, k, v, mechanism, opts)
 
 
@@ -775,7 +788,8 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_scale: Op
               window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0, alibi_slopes: Any = None,
               attn_mask: Any = None, key_padding_lengths: Optional[Sequence[int]] = None,
               dropout_p: float = 0.0, seed: int = 0, layout: str = "bnhd", return_lse: bool = False,
-              return_probs: bool = False, return_stats: bool = False, stats_topk: int = 8, threads: int = 0):
+              return_probs: bool = False, return_stats: bool = False, stats_topk: int = 8, threads: int = 0,
+              precision: Optional[str] = None):
     """Exact softmax attention, O = softmax(scale * q k^T + mask) v, with flash-attn's names.
 
     Args:
@@ -800,6 +814,9 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_scale: Op
         return_stats / stats_topk: also return each row's concentration, :class:`Stats`
             (see :func:`attend`), streamed without the weights.
         threads: 0 = the CPUs this process may use.
+        precision: the products' arithmetic: "auto" (None, the default: bf16 when q, k, v are all
+            bfloat16), "f32", "bf16" (operands rounded to bf16, float32 sums; ~1.5x faster on CPUs
+            with AVX512-BF16). See :func:`attend`.
 
     Returns:
         out with q's layout, dtype and kind; or (out[, lse][, probs][, stats]) when requested.
@@ -821,11 +838,13 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_scale: Op
                 str(_softmax_mechanism(causal, softmax_scale, window_size, softcap, dropout_p, seed)))
         return _attend_differentiable(q, k, v, text, attn_mask, key_padding_lengths, alibi_slopes,
                                       layout, return_lse, {}, dict(return_probs=return_probs,
-                                                                   return_stats=return_stats, threads=threads))
+                                                                   return_stats=return_stats, threads=threads,
+                                                                   precision=precision))
     mechanism = _softmax_mechanism(causal, softmax_scale, window_size, softcap, dropout_p, seed)
     return attend(q, k, v, mechanism, attn_mask=attn_mask, key_padding_lengths=key_padding_lengths,
                   alibi_slopes=alibi_slopes, layout=layout, return_lse=return_lse,
-                  return_probs=return_probs, return_stats=return_stats, stats_topk=stats_topk, threads=threads)
+                  return_probs=return_probs, return_stats=return_stats, stats_topk=stats_topk, threads=threads,
+                  precision=precision)
 
 
 def info(text: str, context: Optional[int] = None) -> dict:

@@ -133,7 +133,11 @@ def assert_half_ulps(ours, oracle64, dtype, what="out"):
         f"{ulps.max().item():.3g} {dtype} ulps > {HALF_ULPS}")
 
 
-def assert_rule(ours, oracle64, plain, dtype, what="out"):
+def assert_rule(ours, oracle64, plain, dtype, what="out", per_element=True):
+    """The max-error rule, then (per_element) each element within HALF_ULPS ulps of a half dtype.
+    per_element=False for results whose weights P were rounded to bf16 (precision bf16, the default
+    for bfloat16 inputs): a rounded weight moves an output that cancels to ~0 by many of its ulps,
+    so per-element ulps do not apply there (as in the C++ case list); the max-error rule does."""
     ours = torch.as_tensor(ours).double()
     oracle64 = torch.as_tensor(oracle64).double()
     plain = torch.as_tensor(plain).double()
@@ -142,7 +146,8 @@ def assert_rule(ours, oracle64, plain, dtype, what="out"):
     plain_err = (plain - oracle64).abs().max().item() if ours.numel() else 0.0
     floor = 1e-6 * max(1.0, oracle64.abs().max().item() if ours.numel() else 1.0) + rounding_floor(oracle64, dtype)
     assert err <= 2 * plain_err + floor, f"{what}: error {err:.3g} > 2 * plain {plain_err:.3g} + {floor:.3g}"
-    assert_half_ulps(ours, oracle64, dtype, what)
+    if per_element:
+        assert_half_ulps(ours, oracle64, dtype, what)
 
 
 def cli_path() -> Path:

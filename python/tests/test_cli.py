@@ -324,7 +324,7 @@ def test_cli_usage_errors_exit_2_in_the_projects_format():
 TINY_TOKENIZER = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "data", "tiny_tokenizer.gguf")
 CLI_REFUSALS = [
     (["check", "--isa", "bogus"], "attn check: --isa: expected portable (or scalar), avx2 or avx512, got 'bogus'"),
-    (["check", "--form", "bogus"], "attn check: --form: expected rows, tiled,", "got 'bogus'"),
+    (["check", "--form", "bogus"], "attn check: --form: expected rows, tiled_bf16, tiled,", "got 'bogus'"),
     (["check", "--op", "nosuch"], "attn check: --op: expected softmax,", "got 'nosuch'"),
     (["check", "--backward", "--op", "lsh"], "attn check: --op: expected", "(the backward runs on this CPU), got 'lsh'"),
     (["check", "--op", "softmax", "--form", "recurrent"], "--op softmax --form recurrent: select no check runs together"),

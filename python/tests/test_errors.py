@@ -49,7 +49,7 @@ def _odd_strides(q):
      "params['wk'] must have shape (A, D) with D = 8, got (3, 7)"),
     (lambda q, k, v: attn.attend(q, k, v, form="fast"), ValueError, "form must be one of rows, tiled_bf16, tiled, reference"),
     (lambda q, k, v: attn.attend(q, k, v, "softmax:dropout=0.5", form="rows"), ValueError,
-     "form 'rows' cannot run softmax:dropout=0.5 for these inputs; forms: rows: dropout; tiled: supported"),
+     "form 'rows' cannot run softmax:dropout=0.5 for these inputs; forms: rows: dropout; tiled_bf16: q, k, v are float32, float32, float32 (precision auto computes in bf16 when all three are bfloat16); tiled: supported"),
     (lambda q, k, v: attn.attend(q, k, v, isa="sse9"), ValueError, "isa: expected portable (or scalar), avx2 or avx512"),
     (lambda q, k, v: attn.attend(q, k, v, use_reference=True, form="tiled"), ValueError, "conflicts with form='tiled'"),
     (lambda q, k, v: attn.explain(q, k[..., :7], v), ValueError, "k has head_dim 7, q has 8"),

@@ -170,7 +170,7 @@ std::string Explanation::text() const {
   std::string o = mechanism + " (isa " + isa + "): runs form '" + chosen + "'\n";
   bool after_chosen = false;
   for (const auto& f : forms) {
-    o += "  " + f.form + std::string(f.form.size() < 10 ? 10 - f.form.size() : 1, ' ');
+    o += "  " + f.form + std::string(f.form.size() < 12 ? 12 - f.form.size() : 1, ' ');
     if (f.form == chosen) {
       o += "chosen";
       after_chosen = true;

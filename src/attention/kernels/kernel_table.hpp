@@ -128,6 +128,9 @@ struct TileKernels {
   // accumulators held in registers across the keys.
   void (*pv_rows)(const float* p, int64_t ldp, int64_t R, const void* const* v, DType vt, int64_t n, int64_t dv,
                   float* acc);
+  // The softmax backward's dS from P and dP, lanes [lo, hi) of bc tile rows (64-byte aligned):
+  // dst[j][i] = pt[j][i] * (dst[j][i] - di[i])   (dst holds dP on entry).
+  void (*dsoftmax_lanes)(const float* pt, float* dst, const float* di, int64_t bc, int lo, int hi);
   // bf16 products on float32 instructions (softmax_tiled.cpp where vdpbf16ps is absent), lanes
   // [lo, hi) of bc tile rows (64-byte aligned): x[j][i] *= scale[i]; x[j][i] = round_to_bf16(x[j][i]).
   void (*scale_lanes)(float* st, int64_t bc, const float* scale, int lo, int hi);

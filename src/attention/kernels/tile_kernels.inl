@@ -992,6 +992,14 @@ void scale_lanes(float* st, int64_t bc, const float* scale, int lo, int hi) {
       (Vec::load(st + j * kLanes + i) * Vec::load(scale + i)).store(st + j * kLanes + i);
 }
 
+void dsoftmax_lanes(const float* pt, float* dst, const float* di, int64_t bc, int lo, int hi) {
+  for (int64_t j = 0; j < bc; ++j)
+    for (int i = lo; i < hi; i += Vec::W) {
+      const Vec p = Vec::load(pt + j * kLanes + i), dp = Vec::load(dst + j * kLanes + i);
+      (p * (dp - Vec::load(di + i))).store(dst + j * kLanes + i);
+    }
+}
+
 void round_bf16_lanes(float* st, int64_t bc, int lo, int hi) {
   for (int64_t j = 0; j < bc; ++j) round_to_bf16(st + j * kLanes + lo, hi - lo);  // vectorised at this ISA
 }
@@ -1021,6 +1029,7 @@ inline const TileKernels& table(Isa isa) {
                              .weight_row_stats = weight_row_stats,
                              .qk_rows = qk_rows,
                              .pv_rows = pv_rows,
+                             .dsoftmax_lanes = dsoftmax_lanes,
                              .scale_lanes = scale_lanes,
                              .round_bf16_lanes = round_bf16_lanes};
   return t;

@@ -91,7 +91,7 @@ struct Scratch {
   AlignedFloats sub{L}, di{L}, scale{L}, ones{L};
   // bf16_dot: Qt2, dOt2 (pairs over channels), q and dO as pairs of rows, the tile's K pairs,
   // A rows of rows_gemm, P2 of pv, dQ lane-major, unscaled q rows
-  AlignedFloats qt2, dot2, qp, dop, kp, a2, p2, dqt, qrows;
+  AlignedFloats qt2, dot2, qp, dop, kp, a2, p2, dqt, qrows, kpall;
   std::vector<float> row;
   std::vector<uint8_t> vis, live;
   void reserve(const Problem& p, Products products) {
@@ -102,6 +102,7 @@ struct Scratch {
       qp.resize(pairs(L) * static_cast<size_t>(p.D));
       dop.resize(pairs(L) * static_cast<size_t>(p.Dv));
       kp.resize(pairs(kKeyTile) * static_cast<size_t>(p.D));
+      kpall.resize(pairs(p.M) * static_cast<size_t>(p.D));
       a2.resize(static_cast<size_t>(kKeyTile) * pairs(L));
       p2.resize(pairs(kKeyTile) * L);
       dqt.resize(static_cast<size_t>(p.D * L));
@@ -146,6 +147,10 @@ class Task {
     if (products_ == Products::bf16_dot) {
       k16_ = kv_bf16(kern_, *dot_, keys, len, s_.kall, s_.row.data(), ks_);
       v16_ = kv_bf16(kern_, *dot_, values, len, s_.vall, s_.row.data(), vs_);
+      // K as pairs of rows once per task: a tile starting at an even key reads its pairs here (a
+      // tile of odd length pairs its last key with the next one, whose weight is 0 and value
+      // finite: non-finite inputs never reach the tiles)
+      dot_->pack_v(k16_, DType::bf16, ks_, len, p_.D, s_.kpall.data_u32());
     } else if (products_ == Products::bf16_on_f32) {
       k_ = kv_rounded(kern_, keys, len, s_.kall, ks_);
       v_ = kv_rounded(kern_, values, len, s_.vall, vs_);
@@ -273,12 +278,7 @@ class Task {
       dropout(h, i0, nq, j0, bc, lo, hi);
       pd = s_.pd.data();
     }
-    const float* di = s_.di.data();
-    for (int64_t j = 0; j < bc; ++j) {
-      const float* pr = st + j * L;
-      float* dr = ds + j * L;
-      for (int64_t i = lo; i < hi; ++i) dr[i] = pr[i] * (dr[i] - di[i]);
-    }
+    kern_.dsoftmax_lanes(st, ds, s_.di.data(), bc, lo, hi);
     if (cap > 0) {  // d cap tanh(s / cap) / ds = 1 - tanh^2 = 1 - (t / cap)^2
       const float inv = 1.0f / cap;
       for (int64_t j = 0; j < bc; ++j) {
@@ -294,8 +294,12 @@ class Task {
       uint32_t* a2 = s_.a2.data_u32();
       dot_->rows_gemm(pd, bc, nullptr, lo, hi, s_.dop.data_u32(), p_.Dv, dv_ + j0 * p_.Dv, p_.Dv, a2);
       dot_->rows_gemm(ds, bc, s_.scale.data(), lo, hi, s_.qp.data_u32(), p_.D, dk_ + j0 * p_.D, p_.D, a2);
-      dot_->pack_v(k16_ + j0 * ks_, DType::bf16, ks_, bc, p_.D, s_.kp.data_u32());
-      dot_->pv(ds, bc, s_.kp.data_u32(), p_.D, s_.dqt.data(), s_.ones.data(), s_.p2.data_u32(), lo, hi);
+      const uint32_t* kp = s_.kpall.data_u32() + j0 / 2 * p_.D;
+      if (j0 % 2 != 0) {
+        dot_->pack_v(k16_ + j0 * ks_, DType::bf16, ks_, bc, p_.D, s_.kp.data_u32());
+        kp = s_.kp.data_u32();
+      }
+      dot_->pv(ds, bc, kp, p_.D, s_.dqt.data(), s_.ones.data(), s_.p2.data_u32(), lo, hi);
       return;
     }
     if (products_ == Products::bf16_on_f32) {  // P and dS rounded for their products
