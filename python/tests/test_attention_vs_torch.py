@@ -152,7 +152,7 @@ def test_forced_forms_agree_with_the_walk():
         assert torch.allclose(forced, walk, atol=2e-6), form
     assert torch.equal(attn.attend(q, k, v, "softmax:causal", form="rows"), walk)
     text = attn.explain(q, k, v, "softmax:causal", return_probs=True)
-    assert "runs form 'tiled'" in text and "rows      refused: probabilities requested" in text
+    assert "runs form 'tiled'" in text and "rows        refused: probabilities requested" in text
 
 
 def test_isa_argument_applies_to_one_call():

@@ -200,7 +200,7 @@ TEST(Forms, ExplainSaysWhichFormRunsAndWhy) {
   e = explain(s.q.view, s.k.view, s.v.view, Softmax{}, o);
   EXPECT_EQ(e.chosen, "tiled");
   EXPECT_EQ(e.forms[0].reasons, std::vector<std::string>{"probabilities requested"});
-  EXPECT_NE(e.text().find("rows      refused: probabilities requested"), std::string::npos) << e.text();
+  EXPECT_NE(e.text().find("rows        refused: probabilities requested"), std::string::npos) << e.text();
   EXPECT_NE(e.text().find("tiled       chosen"), std::string::npos) << e.text();
   o.form = "reference";
   EXPECT_EQ(explain(s.q.view, s.k.view, s.v.view, Softmax{}, o).chosen, "reference");
