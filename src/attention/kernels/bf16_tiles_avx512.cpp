@@ -168,12 +168,28 @@ void pv(const float* pt, int64_t bc, const uint32_t* vp, int64_t dv, float* ot, 
 void pack_qt(const float* src, int64_t src_stride, int n, int64_t d, uint32_t* qt2) {
   const int64_t pairs = (d + 1) / 2;
   std::memset(qt2, 0, static_cast<size_t>(pairs * kLanes) * sizeof(uint32_t));
+  alignas(64) uint16_t row16[2 * 2048 + 32];  // one row rounded (d <= 4096 here; larger d below)
   for (int i = 0; i < n; ++i) {
     const float* row = src + i * src_stride;
+    if (d > 2 * 2048) {  // very wide heads: one pair at a time
+      for (int64_t t = 0; t < pairs; ++t) {
+        const uint32_t lo = float_to_bf16(row[2 * t]);
+        const uint32_t hi = 2 * t + 1 < d ? float_to_bf16(row[2 * t + 1]) : 0u;
+        qt2[t * kLanes + i] = lo | (hi << 16);
+      }
+      continue;
+    }
+    int64_t c = 0;
+    for (; c + 16 <= d; c += 16) {
+      const __m256bh b = _mm512_cvtneps_pbh(_mm512_loadu_ps(row + c));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(row16 + c), reinterpret_cast<const __m256i&>(b));
+    }
+    for (; c < d; ++c) row16[c] = float_to_bf16(row[c]);
+    row16[d] = 0;  // the odd d's last high half
     for (int64_t t = 0; t < pairs; ++t) {
-      const uint32_t lo = float_to_bf16(row[2 * t]);
-      const uint32_t hi = 2 * t + 1 < d ? float_to_bf16(row[2 * t + 1]) : 0u;
-      qt2[t * kLanes + i] = lo | (hi << 16);
+      uint32_t w;
+      std::memcpy(&w, row16 + 2 * t, sizeof w);
+      qt2[t * kLanes + i] = w;
     }
   }
 }
