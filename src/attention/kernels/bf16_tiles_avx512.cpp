@@ -33,38 +33,38 @@ template <int N, int MV>
 void qk_micro(const uint32_t* qt2, int64_t d, const uint16_t* k, int64_t k_stride, const float* scale, float* st,
               int lane0) {
   __m512 acc[N][MV];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int n = 0; n < N; ++n)
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int m = 0; m < MV; ++m) acc[n][m] = _mm512_setzero_ps();
   const int64_t pairs = d / 2;
   const uint32_t* q = qt2 + lane0;
   for (int64_t t = 0; t < pairs; ++t, q += kLanes) {
     __m512bh qv[MV];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int m = 0; m < MV; ++m) qv[m] = as_bh(_mm512_load_si512(q + m * 16));
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int n = 0; n < N; ++n) {
       const __m512bh kb = as_bh(pair_at(k + n * k_stride + 2 * t));
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int m = 0; m < MV; ++m) acc[n][m] = _mm512_dpbf16_ps(acc[n][m], qv[m], kb);
     }
   }
   if (d & 1) {  // the last value alone (its pair's high half is 0 in Qt2); never read past the row
     __m512bh qv[MV];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int m = 0; m < MV; ++m) qv[m] = as_bh(_mm512_load_si512(q + m * 16));
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int n = 0; n < N; ++n) {
       const __m512bh kb = as_bh(_mm512_set1_epi32(k[n * k_stride + d - 1]));
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int m = 0; m < MV; ++m) acc[n][m] = _mm512_dpbf16_ps(acc[n][m], qv[m], kb);
     }
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int m = 0; m < MV; ++m) {
     const __m512 s = _mm512_load_ps(scale + lane0 + m * 16);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int n = 0; n < N; ++n) {
       const __m512 x = _mm512_mul_ps(acc[n][m], s);
       _mm512_store_ps(st + n * kLanes + lane0 + m * 16, _mm512_add_ps(x, _mm512_sub_ps(x, x)));  // +-inf: NaN
@@ -105,27 +105,27 @@ template <int N, int MV>
 void pv_micro(const uint32_t* p2, int64_t pairs, const uint32_t* vp, int64_t dv, float* ot, const float* alpha,
               int lane0) {
   __m512 acc[N][MV];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int m = 0; m < MV; ++m) {
     const __m512 a = _mm512_load_ps(alpha + lane0 + m * 16);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int n = 0; n < N; ++n) acc[n][m] = _mm512_mul_ps(_mm512_load_ps(ot + n * kLanes + lane0 + m * 16), a);
   }
   const uint32_t* p = p2 + lane0;
   for (int64_t t = 0; t < pairs; ++t, p += kLanes, vp += dv) {
     __m512bh pv[MV];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int m = 0; m < MV; ++m) pv[m] = as_bh(_mm512_load_si512(p + m * 16));
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int n = 0; n < N; ++n) {
       const __m512bh vb = as_bh(_mm512_set1_epi32(static_cast<int>(vp[n])));
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int m = 0; m < MV; ++m) acc[n][m] = _mm512_dpbf16_ps(acc[n][m], pv[m], vb);
     }
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int n = 0; n < N; ++n)
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int m = 0; m < MV; ++m) _mm512_store_ps(ot + n * kLanes + lane0 + m * 16, acc[n][m]);
 }
 
@@ -242,26 +242,26 @@ template <int N, int MV>
 void rows_micro(const uint32_t* a2, int t0, int t1, const uint32_t* bp, int64_t n, float* out, int64_t ldo,
                 int64_t c0, __mmask16 tail) {
   __m512 acc[N][MV];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int r = 0; r < N; ++r)
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int m = 0; m < MV; ++m)
       acc[r][m] = _mm512_maskz_loadu_ps(m == MV - 1 ? tail : __mmask16(0xffff), out + r * ldo + c0 + m * 16);
   for (int t = t0; t < t1; ++t) {
     __m512bh b[MV];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int m = 0; m < MV; ++m)
       b[m] = as_bh(_mm512_maskz_loadu_epi32(m == MV - 1 ? tail : __mmask16(0xffff), bp + t * n + c0 + m * 16));
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int r = 0; r < N; ++r) {
       const __m512bh a = as_bh(_mm512_set1_epi32(static_cast<int>(a2[r * 32 + t])));
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int m = 0; m < MV; ++m) acc[r][m] = _mm512_dpbf16_ps(acc[r][m], a, b[m]);
     }
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int r = 0; r < N; ++r)
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int m = 0; m < MV; ++m)
       _mm512_mask_storeu_ps(out + r * ldo + c0 + m * 16, m == MV - 1 ? tail : __mmask16(0xffff), acc[r][m]);
 }

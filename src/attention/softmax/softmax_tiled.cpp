@@ -70,9 +70,9 @@ struct RowCache {
 };
 
 // bf16_dot: V rows of the kv head a thread is working on, packed as key pairs (Vp) once per
-// key tile of 64 instead of once per query block. Only whole tiles starting at multiples of 64
-// with every key live (the pairs are the same for every query block then); bounded per thread
-// like RowCache.
+// key tile of 64 instead of once per query block: tiles starting at multiples of 64 that are not
+// poisoned (then every query block's tile there has the same pairs; a tile cut shorter by a lane
+// group packs again, and the next whole one too); bounded per thread like RowCache.
 struct PairCache {
   int64_t b = -1, h = -1, dv = 0;
   AlignedFloats words;           // (ceil(M / 2), dv) 32-bit pairs

@@ -12,6 +12,7 @@
 
 #include "base/aligned_buffer.hpp"
 #include "attn/isa.hpp"
+#include "kernels/bf16_tiles.hpp"
 #include "kernels/kernel_table.hpp"
 
 namespace attn::kernels {
@@ -665,6 +666,75 @@ TEST(TileKernels, VlogAccuracy) {
       EXPECT_NEAR(acc.e, want, std::abs(want) * 1e-3 + 3e-45) << isa_name(isa) << " x " << x;
     }
   }
+}
+
+// The bf16 kernels (vdpbf16ps) against float64 loops on the same bf16-rounded operands, odd sizes
+// (an odd head dim's lone last value, an odd tile's unpaired last key, channel tails) and partial
+// lane ranges; lanes outside the range untouched. Present exactly where the CPU has AVX512-BF16.
+TEST(Bf16TileKernels, QkPvAndRowsGemmMatchLoopsOnRoundedOperands) {
+  const Bf16TileKernels* k = bf16_kernels_for(best_supported_isa());
+  const bool has = best_supported_isa() == Isa::avx512 && __builtin_cpu_supports("avx512bf16");
+  ASSERT_EQ(k != nullptr, has);
+  EXPECT_EQ(bf16_kernels_for(Isa::portable), nullptr);
+  if (!k) return;  // nothing more runs these kernels on this CPU (the emulation is the case list's)
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const auto r = [](float x) { return round_to_bf16(x); };
+  for (int64_t dim : {1, 7, 17, 64})
+    for (int64_t bc : {1, 6, 13, 64})
+      for (auto [lo, hi] : {std::pair{0, 64}, {16, 48}, {48, 64}}) {
+        SCOPED_TRACE("d " + std::to_string(dim) + " bc " + std::to_string(bc) + " lanes " + std::to_string(lo));
+        std::vector<float> q(L * dim), keys(bc * dim), vals(bc * dim), a(bc * L), scale(L);
+        for (auto* v : {&q, &keys, &vals, &a})
+          for (float& x : *v) x = r(nd(rng));
+        for (int i = 0; i < L; ++i) scale[i] = 0.25f + i / 256.0f;
+        AlignedFloats qt2((dim + 1) / 2 * L), st(bc * L), sc(L), ot(dim * L), alpha(L), vp((bc + 1) / 2 * dim),
+            p2((bc + 1) / 2 * L), at(bc * L), a2(bc * 32), bp(32 * dim), out(bc * dim);
+        std::copy(scale.begin(), scale.end(), sc.data());
+        std::vector<uint16_t> k16(bc * dim);
+        k->pack_qt(q.data(), dim, L, dim, qt2.data_u32());
+        k->round_rows(keys.data(), dim, bc, dim, k16.data());
+        std::fill(st.data(), st.data() + bc * L, -7.0f);
+        k->qk(qt2.data_u32(), dim, k16.data(), dim, bc, sc.data(), st.data(), lo, hi);
+        for (int64_t j = 0; j < bc; ++j)
+          for (int i = 0; i < L; ++i) {
+            double s = 0;
+            for (int64_t c = 0; c < dim; ++c) s += double(q[i * dim + c]) * keys[j * dim + c];
+            const float got = st.data()[j * L + i];
+            if (i < lo || i >= hi) ASSERT_EQ(got, -7.0f) << "lane " << i << " outside the range was written";
+            else ASSERT_NEAR(got, s * scale[i], 1e-5 * (1 + std::abs(s))) << "qk j" << j << " i" << i;
+          }
+        // pv: Ot = alpha Ot + sum_j bf16(P[j][i]) V[j][c]
+        std::vector<float> p(bc * L), ot0(dim * L);
+        for (float& x : p) x = std::abs(nd(rng));
+        for (int64_t e = 0; e < dim * L; ++e) ot.data()[e] = ot0[e] = nd(rng);
+        for (int i = 0; i < L; ++i) alpha.data()[i] = 0.5f + i / 128.0f;
+        std::copy(p.begin(), p.end(), st.data());
+        k->pack_v(vals.data(), DType::f32, dim, bc, dim, vp.data_u32());
+        k->pv(st.data(), bc, vp.data_u32(), dim, ot.data(), alpha.data(), p2.data_u32(), lo, hi);
+        for (int64_t c = 0; c < dim; ++c)
+          for (int i = 0; i < L; ++i) {
+            double want = ot0[c * L + i];
+            if (i >= lo && i < hi) {
+              want *= alpha.data()[i];
+              for (int64_t j = 0; j < bc; ++j) want += double(r(p[j * L + i])) * vals[j * dim + c];
+            }
+            ASSERT_NEAR(ot.data()[c * L + i], want, 1e-5 * (1 + std::abs(want))) << "pv c" << c << " i" << i;
+          }
+        // rows_gemm: out[j][c] += sum_{i in [lo, hi)} bf16(a[j][i] scale[i]) B[i][c], B 64 rows
+        std::vector<float> b(L * dim), out0(bc * dim);
+        for (float& x : b) x = r(nd(rng));
+        std::copy(a.begin(), a.end(), at.data());
+        for (int64_t e = 0; e < bc * dim; ++e) out.data()[e] = out0[e] = nd(rng);
+        k->pack_v(b.data(), DType::f32, dim, L, dim, bp.data_u32());
+        k->rows_gemm(at.data(), bc, sc.data(), lo, hi, bp.data_u32(), dim, out.data(), dim, a2.data_u32());
+        for (int64_t j = 0; j < bc; ++j)
+          for (int64_t c = 0; c < dim; ++c) {
+            double want = out0[j * dim + c];
+            for (int i = lo; i < hi; ++i) want += double(r(a[j * L + i] * scale[i])) * b[i * dim + c];
+            ASSERT_NEAR(out.data()[j * dim + c], want, 1e-5 * (1 + std::abs(want))) << "rows_gemm j" << j << " c" << c;
+          }
+      }
 }
 
 }  // namespace
