@@ -16,6 +16,7 @@
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
@@ -55,18 +56,23 @@ void feature_aux(const LinearProblem& p, const T* x, T* aux) {
 }
 
 // PolaFormer's part of feature_backward (its comment): dx and, with dpower (D values), the powers'
-// gradient added. A NaN x poisons dx and dpower.
+// gradient added. A NaN x poisons dx and dpower. from_features (the fast forms): |x|^(p-1) as the
+// feature |x|^p over |x| (one division for a pow; std::pow where the feature under- or overflowed).
 template <class T>
 void polar_backward(const LinearProblem& p, bool query, int64_t n, const T* x, const T* a, const T* da, T factor,
-                    T* dx, T* dpower) {
+                    T* dx, T* dpower, bool from_features) {
   const int64_t D = p.D, F = p.F;
   const bool swap = !query && p.stream == 1;
+  // e |x|^(e - 1) for x != 0 whose feature is f = |x|^e
+  const auto slope = [from_features](T ax, T e, T f) {
+    return from_features && f > 0 && f < std::numeric_limits<T>::max() ? e * (f / ax) : e * std::pow(ax, e - 1);
+  };
   for (int64_t r = 0; r < n; ++r)
     for (int64_t c = 0; c < D; ++c) {
       const T xc = x[r * D + c], e = static_cast<T>(p.power[static_cast<size_t>(c)]);
       const T poison = xc - xc;  // 0, or NaN
-      const T up = xc > 0 ? e * std::pow(xc, e - 1) : poison, down = xc < 0 ? -e * std::pow(-xc, e - 1) : poison;
       const int64_t ip = r * F + (swap ? D + c : c), in = r * F + (swap ? c : D + c);
+      const T up = xc > 0 ? slope(xc, e, a[ip]) : poison, down = xc < 0 ? -slope(-xc, e, a[in]) : poison;
       dx[r * D + c] = factor * (da[ip] * up + da[in] * down);
       if (dpower && xc != 0) dpower[c] += (a[ip] * da[ip] + a[in] * da[in]) * std::log(std::abs(xc));
     }
@@ -81,7 +87,7 @@ void feature_backward(const LinearProblem& p, bool query, int64_t n, const T* au
                       T* dx, T* w, const kernels::TileKernels* kern = nullptr, const float* omega = nullptr,
                       T* dpower = nullptr) {
   const int64_t D = p.D, F = p.F;
-  if (p.polar()) return polar_backward(p, query, n, aux, a, da, factor, dx, dpower);
+  if (p.polar()) return polar_backward(p, query, n, aux, a, da, factor, dx, dpower, kern != nullptr);
   if (p.omega_t.empty()) {  // elementwise: F = D
     for (int64_t e = 0; e < n * D; ++e) dx[e] = da[e] * (factor * aux[e]);
     return;
