@@ -346,6 +346,18 @@ def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any
         out in the layout and dtype of q (same kind: NumPy or torch), or a tuple
         (out[, lse][, probs][, final_state][, stats]) when those are requested.
 
+    Gradients: given torch tensors that require grad (q, k, v or params), the call runs the custom
+    op ``torch.ops.attn.attend`` (attn/torch_ops.py) with the same options: gradients flow to q, k,
+    v and the params that have one, and through lse (softmax families). ``threads``, ``isa`` and
+    ``precision`` apply to the forward and the backward; ``form`` and ``use_reference`` choose the
+    forward's form only (the backward picks its own: ``attn check --backward`` lists its forms).
+    ``return_final_state`` (linear families, params ``initial_state`` and ``decay`` only) runs
+    ``torch.ops.attn.linear_attention``, differentiable through the state. ``return_stats`` gives
+    tensors without grad (the statistics carry no gradient), from a second forward call with the
+    same options. Refused by name, each with its reason: ``return_probs`` (the weights have no
+    gradient here), ``block_mask`` (the op carries attn_mask only) and ``kv_scales`` (int8 rows
+    have no backward).
+
     Example::
 
         >>> out, st = attn.attend(q, k, v, "softmax:causal", return_stats=True)
@@ -358,11 +370,11 @@ def attend(q: Any, k: Any, v: Any, mechanism: str = "softmax", *, attn_mask: Any
                          "run under torch.no_grad() or pass q.detach() (int8 rows are for inference)")
     if _wants_autograd(q, k, v, *given_params.values()):  # torch tensors that require grad: the custom op
         return _attend_differentiable(q, k, v, mechanism, attn_mask, key_padding_lengths, alibi_slopes, layout,
-                                      return_lse, given_params,
-                                      dict(block_mask=block_mask, additive_weights=additive_weights,
-                                           return_probs=return_probs, return_final_state=return_final_state,
-                                           return_stats=return_stats, threads=threads, form=form, isa=isa,
-                                           precision=precision, use_reference=use_reference))
+                                      return_lse, given_params, block_mask=block_mask, block_size=block_size,
+                                      additive_weights=additive_weights, return_probs=return_probs,
+                                      return_final_state=return_final_state, return_stats=return_stats,
+                                      stats_topk=stats_topk, threads=threads, form=form, isa=isa,
+                                      precision=precision, use_reference=use_reference)
     scalars = _check_scalars(mechanism, threads, stats_topk, return_lse=return_lse, return_probs=return_probs,
                              return_final_state=return_final_state, return_stats=return_stats,
                              use_reference=use_reference)
@@ -379,7 +391,7 @@ def attend_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, mecha
                     alibi_slopes: Any = None, block_mask: Any = None, block_size: Tuple[int, int] = (128, 128),
                     layout: str = "bnhd", threads: int = 0, form: Optional[str] = None, dlse: Any = None,
                     params: Optional[Mapping[str, Any]] = None, dfinal_state: Any = None,
-                    precision: Optional[str] = None):
+                    precision: Optional[str] = None, isa: Optional[str] = None):
     """Gradients of :func:`attend`'s output with respect to q, k and v (training).
 
     As flash-attention's backward, nothing of size N x M is kept: the scores are recomputed from
@@ -405,6 +417,7 @@ def attend_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, mecha
             :func:`explain` lists a mechanism's forward forms, ``attn check --backward`` the backward's.
         precision: the arithmetic of the backward's products, as in :func:`attend` ("auto", "f32",
             "bf16"; None = "auto"); a family or form without bf16 products refuses "bf16".
+        isa: kernel set for this call ("portable", "avx2", "avx512"); None = the active one.
         dlse: the loss's gradient with respect to lse, (B, H, N) float32, when the loss uses lse
             (merging partial results); None = 0.
         params: the forward's named params (linear: "decay" per head, "initial_state"; linformer: its
@@ -430,7 +443,7 @@ def attend_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, mecha
     scalars = _check_scalars(mechanism, threads)
     q, k, v, opts = _call_args(q, k, v, layout, attn_mask, key_padding_lengths, alibi_slopes,
                                params, None, form,
-                               False, None, block_mask, block_size, precision=precision, **scalars)
+                               False, isa, block_mask, block_size, precision=precision, **scalars)
     dout, out = _prepare(dout, "dout"), _prepare(out, "out")
     lse, dlse = (None if x is None else _prepare(x, name) for name, x in (("lse", lse), ("dlse", dlse)))
     dfinal_state = None if dfinal_state is None else _prepare(dfinal_state, "dfinal_state")
@@ -448,28 +461,96 @@ def _wants_autograd(*xs: Any) -> bool:
     return torch.is_grad_enabled() and any(getattr(x, "requires_grad", False) for x in xs)
 
 
+# What attend cannot do with tensors that require grad, and why (every other argument applies: the run
+# options threads, form, isa, precision and use_reference reach the custom op; return_stats gives
+# tensors without grad; return_final_state runs the linear op). The message names the argument.
+_NO_GRADIENT_PATH = {
+    "return_probs": "the weights have no gradient here (the backward recomputes them tile by tile and never "
+                    "returns them); call attn.attend(...) under torch.no_grad() for them",
+    "block_mask": "the differentiable op (torch.ops.attn.attend) carries attn_mask, an element mask, but no block "
+                  "mask; pass the blocks as a bool attn_mask (block_mask.repeat_interleave(bq, -2)"
+                  ".repeat_interleave(bk, -1), cut to (N, M)), or run attn.attend under torch.no_grad() and "
+                  "attn.attend_backward yourself",
+}
+
+
+def _refuse_without_gradient(name: str) -> None:
+    raise ValueError(f"{name} does not apply to tensors that require grad: {_NO_GRADIENT_PATH[name]}")
+
+
+def _run_options(threads: Any, form: Any, isa: Any, precision: Any, use_reference: Any = False) -> dict:
+    """threads, form, isa and precision as the custom ops take them, checked as the plain path
+    checks them (TypeError naming the argument); names and ranges are C++'s to check."""
+    for name, x, example in (("form", form, "'tiled'"), ("isa", isa, "'avx2'"), ("precision", precision, "'bf16'")):
+        if x is not None and not isinstance(x, str):
+            raise TypeError(f"{name} must be a str such as {example}, got {type(x).__name__}")
+    if _flag(use_reference, "use_reference"):
+        if form not in (None, "reference"):
+            raise ValueError(f"use_reference=True conflicts with form={form!r}")
+        form = "reference"
+    return dict(threads=_integer(threads, "threads"), form=form, isa=isa, precision=precision)
+
+
 def _attend_differentiable(q, k, v, mechanism, attn_mask, key_padding_lengths, alibi_slopes, layout, return_lse,
-                           params, others):
+                           params, *, block_mask=None, block_size=(128, 128), additive_weights=None,
+                           return_probs=False, return_final_state=False, return_stats=False, stats_topk=8,
+                           threads=0, form=None, isa=None, precision=None, use_reference=False):
     """attend through torch.ops.attn.attend (attn/torch_ops.py): gradients flow to q, k, v and the
-    params that have one (Linformer's E and F)."""
-    def given(x):  # by identity and type: a tensor must not be compared with == here
-        return not (x is None or x is False or (isinstance(x, (int, str, dict)) and not isinstance(x, bool) and not x))
-    unsupported = [name for name, x in others.items() if given(x)]
-    if unsupported:
-        raise ValueError(f"attend with tensors that require grad takes mechanism, attn_mask, key_padding_lengths, "
-                         f"alibi_slopes, params, layout and return_lse; got {', '.join(unsupported)} (detach the "
-                         f"inputs, or call attn.attend_backward yourself)")
+    params that have one (Linformer's E and F). Takes attend's arguments; see its "Gradients"."""
+    if _flag(return_probs, "return_probs"):
+        _refuse_without_gradient("return_probs")
+    if block_mask is not None:  # by identity: a tensor must not be compared with == here
+        _refuse_without_gradient("block_mask")
+    if not isinstance(block_size, (tuple, list)) or len(block_size) != 2:  # checked as without gradients
+        raise ValueError(f"block_size must be (query rows, keys) per block, got {block_size!r}")
+    for i, x in enumerate(block_size):
+        _integer(x, f"block_size[{i}]", 1)
+    return_lse, return_final_state, return_stats = (_flag(x, name) for name, x in (
+        ("return_lse", return_lse), ("return_final_state", return_final_state), ("return_stats", return_stats)))
+    stats_topk = _integer(stats_topk, "stats_topk")
+    run = _run_options(threads, form, isa, precision, use_reference)
     if isinstance(mechanism, _attn.Mechanism):
         mechanism = str(mechanism)  # its canonical text: the op's schema takes a str
     if not isinstance(mechanism, str):
         raise TypeError(f"mechanism must be a str such as 'softmax:causal', got {type(mechanism).__name__}")
+    if additive_weights is not None:  # the same as params for score=additive (as without gradients)
+        if len(additive_weights) != 3:
+            raise ValueError("additive_weights must be (wq, wk, w)")
+        for name in ("wq", "wk", "w"):
+            if name in params:
+                raise ValueError(f"{name} is given both in additive_weights and in params")
+        params = {**params, **dict(zip(("wq", "wk", "w"), additive_weights))}
     _args.constant(attn_mask, "attn_mask", _NO_MASK_GRADIENT.format("a float attn_mask"))
     _args.constant(alibi_slopes, "alibi_slopes", _NO_MASK_GRADIENT.format("alibi_slopes"))
     from . import torch_ops
-    if return_lse and not info(mechanism)["has_lse"]:  # the same error as without gradients
+    if return_lse and not torch_ops.has_lse(mechanism):  # the same error as without gradients
         attend(q.detach(), k.detach(), v.detach(), mechanism, layout=layout, return_lse=True)
-    out, lse = torch_ops.attend(q, k, v, mechanism, layout, attn_mask, key_padding_lengths, alibi_slopes, params)
-    return (out, lse) if return_lse else out
+    state = None
+    if return_final_state:  # the linear op: differentiable through the final state
+        if attn_mask is not None or alibi_slopes is not None:  # C++'s refusal, as without gradients
+            attend(q.detach(), k.detach(), v.detach(), mechanism, layout=layout, attn_mask=attn_mask,
+                   alibi_slopes=alibi_slopes, return_final_state=True)
+            raise ValueError("attn_mask and alibi_slopes do not apply with return_final_state to tensors that "
+                             "require grad: torch.ops.attn.linear_attention takes neither")
+        others = sorted(set(params) - {"initial_state", "decay"})
+        if others:
+            raise ValueError(f"return_final_state does not apply to tensors that require grad with params "
+                             f"{', '.join(others)}: the differentiable path through the final state "
+                             f"(torch.ops.attn.linear_attention) takes initial_state and decay only; detach the "
+                             f"inputs, or leave return_final_state out (torch.ops.attn.attend then gives the "
+                             f"params theirs)")
+        out, state = torch_ops.linear_attention(q, k, v, mechanism, layout, params.get("initial_state"),
+                                                params.get("decay"), key_padding_lengths, **run)
+        lse = None
+    else:
+        out, lse = torch_ops.attend(q, k, v, mechanism, layout, attn_mask, key_padding_lengths, alibi_slopes, params,
+                                    **run)
+    stats = None
+    if return_stats:  # no gradient: a second forward call with the same options, as tensors without grad
+        stats = Stats(*torch_ops.attend_stats(q, k, v, mechanism, layout, attn_mask, key_padding_lengths,
+                                              alibi_slopes, params, stats_topk, **run))
+    extra = tuple(x for x, asked in ((lse, return_lse), (state, return_final_state), (stats, return_stats)) if asked)
+    return (out,) + extra if extra else out
 
 
 def _int_list(x: Any, name: str, count: Optional[int] = None) -> list:
@@ -615,10 +696,7 @@ def _linear_differentiable(q, k, v, feature_map, causal, decay, chunk_size, init
     """linear_attention through torch.ops.attn.linear_attention (attn/torch_ops.py): gradients flow
     to q, k, v and initial_state, and in through the final state."""
     import torch
-    unsupported = [name for name, x in others.items() if x]
-    if unsupported:
-        raise ValueError(f"linear_attention with tensors that require grad takes no {', '.join(unsupported)} "
-                         f"(detach the inputs to choose them)")
+    run = _run_options(**others)
     # (isinstance only: torch.compile traces it, not _np.ndim)
     per_head_kinds = isinstance(decay, (torch.Tensor, list, tuple)) or (isinstance(decay, _np.ndarray) and decay.ndim > 0)
     per_head = decay if per_head_kinds else None
@@ -638,7 +716,8 @@ def _linear_differentiable(q, k, v, feature_map, causal, decay, chunk_size, init
             scale=None if scale is None else _real(scale, "scale")))
     from . import torch_ops
     try:
-        o, state = torch_ops.linear_attention(q, k, v, text, layout, initial_state, per_head, key_padding_lengths)
+        o, state = torch_ops.linear_attention(q, k, v, text, layout, initial_state, per_head, key_padding_lengths,
+                                              **run)
     except (TypeError, ValueError) as e:  # attend's names for what linear_attention's caller named
         text = str(e)
         for inner, outer in _LINEAR_NAMES:
@@ -683,8 +762,9 @@ def linear_attention(q: Any, k: Any, v: Any, *, feature_map: str = "elu", causal
 
     Gradients: given torch tensors that require grad (q, k, v or initial_state), the call runs the
     custom op ``torch.ops.attn.linear_attention`` (attn/torch_ops.py): gradients flow to q, k, v
-    and initial_state, and in through final_state; it traces under ``torch.compile``. NumPy users
-    call :func:`attend_backward` with ``lse=None``.
+    and initial_state, and in through final_state; it traces under ``torch.compile``. ``threads``,
+    ``isa`` and ``precision`` apply to the forward and the backward, ``form`` to the forward only
+    (the backward picks its own). NumPy users call :func:`attend_backward` with ``lse=None``.
 
     Example::
 
@@ -822,6 +902,12 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_scale: Op
         out with q's layout, dtype and kind; or (out[, lse][, probs][, stats]) when requested.
         A row that sees no key returns zeros and lse = -inf.
 
+    Gradients: given torch tensors that require grad, the call is differentiable (the custom op
+    ``torch.ops.attn.attend``) with every argument but ``return_probs`` (the weights have no
+    gradient here: a ValueError says so). ``threads`` and ``precision`` apply to the forward and
+    the backward; lse carries its gradient; ``return_stats`` gives tensors without grad (computed
+    by a second forward call with the same options). See :func:`attend`.
+
     Example:
         >>> import numpy as np, attn
         >>> q = _np.random.randn(1, 128, 8, 64).astype(_np.float32)
@@ -836,10 +922,9 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, softmax_scale: Op
         text = (_softmax_text(causal, softmax_scale, window_size, softcap, dropout_p, seed)
                 if torch.compiler.is_compiling() else
                 str(_softmax_mechanism(causal, softmax_scale, window_size, softcap, dropout_p, seed)))
-        return _attend_differentiable(q, k, v, text, attn_mask, key_padding_lengths, alibi_slopes,
-                                      layout, return_lse, {}, dict(return_probs=return_probs,
-                                                                   return_stats=return_stats, threads=threads,
-                                                                   precision=precision))
+        return _attend_differentiable(q, k, v, text, attn_mask, key_padding_lengths, alibi_slopes, layout,
+                                      return_lse, {}, return_probs=return_probs, return_stats=return_stats,
+                                      stats_topk=stats_topk, threads=threads, precision=precision)
     mechanism = _softmax_mechanism(causal, softmax_scale, window_size, softcap, dropout_p, seed)
     return attend(q, k, v, mechanism, attn_mask=attn_mask, key_padding_lengths=key_padding_lengths,
                   alibi_slopes=alibi_slopes, layout=layout, return_lse=return_lse,

@@ -1,7 +1,8 @@
 """attn's attention as torch custom operators, so autograd and torch.compile see through it.
 
 ``torch.ops.attn.attend(q, k, v, mechanism, layout, attn_mask, key_padding_lengths, alibi_slopes,
-param_names="", params=None)`` returns ``(out, lse)`` and has a registered backward
+param_names="", params=None, threads=0, form=None, isa=None, precision=None)`` returns ``(out, lse)``
+and has a registered backward
 (``torch.ops.attn.attend_backward``, which is :func:`attn.attend_backward`) and fake (meta) kernels,
 so ``torch.compile(fullgraph=True)`` traces it without a graph break and ``torch.library.opcheck``
 passes. :func:`attn.attend` and :func:`attn.attention` call it when given torch tensors that require
@@ -24,6 +25,19 @@ registered backward: gradients flow to q, k, v and initial_state, and in through
 (``decay`` per head and the padding are constants). :func:`attn.linear_attention` calls it when
 given torch tensors that require grad.
 
+Run options: both forward ops also take ``threads`` (0 = every CPU this process may use), ``form``,
+``isa`` and ``precision`` (None = the defaults of :func:`attn.attend`). ``threads``, ``isa`` and
+``precision`` reach the backward too (``torch.ops.attn.attend_backward(..., threads, isa,
+precision)``); ``form`` names a forward form and applies to the forward only: the backward picks its
+own form (its names differ: ``attn check --backward`` lists them). The results are bitwise the same
+for any thread count.
+
+``torch.ops.attn.attend_stats(q, k, v, mechanism, layout, attn_mask, key_padding_lengths,
+alibi_slopes, param_names, params, stats_topk, threads, form, isa, precision)`` returns the row
+statistics (sparsity, entropy, max_weight, topk_mass) of :func:`attn.attend`'s ``return_stats``, each
+(B, H, N) float32: a second forward call with the same options (the statistics have no gradient,
+and the differentiable op returns out and lse only); it has no backward.
+
 Both backward ops are first-order only: differentiating a gradient again (``create_graph=True``
 and a second backward) raises a RuntimeError naming the op.
 """
@@ -45,26 +59,35 @@ def _has_lse(mechanism: str) -> bool:
     return attn.info(mechanism)["has_lse"]
 
 
+@torch.compiler.assume_constant_result
+def has_lse(mechanism: str) -> bool:
+    """_has_lse, which torch.compile evaluates while tracing (a fact of the text, not a graph break)."""
+    return _has_lse(mechanism)
+
+
 def _names(param_names: str) -> List[str]:
     return param_names.split(",") if param_names else []
 
 
-def _kwargs(attn_mask, key_padding_lengths, alibi_slopes, param_names="", params=None):
+def _kwargs(attn_mask, key_padding_lengths, alibi_slopes, param_names="", params=None, **run):
+    """attn.attend's keyword arguments for the op's inputs; `run`: threads, form, isa, precision."""
     names, tensors = _names(param_names), list(params or [])
     if len(names) != len(tensors):
         raise ValueError(f"param_names names {len(names)} params ({param_names!r}), but {len(tensors)} tensors "
                          f"were given")
     return dict(attn_mask=attn_mask, key_padding_lengths=list(key_padding_lengths) or None,
-                alibi_slopes=alibi_slopes, params={n: t.detach() for n, t in zip(names, tensors)} or None)
+                alibi_slopes=alibi_slopes, params={n: t.detach() for n, t in zip(names, tensors)} or None, **run)
 
 
 @torch.library.custom_op("attn::attend", mutates_args=())
 def attend_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mechanism: str, layout: str,
               attn_mask: Optional[torch.Tensor], key_padding_lengths: List[int],
               alibi_slopes: Optional[torch.Tensor], param_names: str = "",
-              params: Optional[List[torch.Tensor]] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+              params: Optional[List[torch.Tensor]] = None, threads: int = 0, form: Optional[str] = None,
+              isa: Optional[str] = None, precision: Optional[str] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """(out, lse); lse is NaN for a family without one (its backward then says it has none)."""
-    kw = _kwargs(attn_mask, key_padding_lengths, alibi_slopes, param_names, params)
+    kw = _kwargs(attn_mask, key_padding_lengths, alibi_slopes, param_names, params, threads=threads, form=form,
+                 isa=isa, precision=precision)
     if _has_lse(mechanism):
         out, lse = attn.attend(q.detach(), k.detach(), v.detach(), mechanism, layout=layout, return_lse=True, **kw)
     else:
@@ -76,7 +99,7 @@ def attend_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mechanism: str,
 
 @attend_op.register_fake
 def _attend_fake(q, k, v, mechanism, layout, attn_mask, key_padding_lengths, alibi_slopes, param_names="",
-                 params=None):
+                 params=None, threads=0, form=None, isa=None, precision=None):
     if layout == "bnhd":
         b, n, h, _ = q.shape
         out = q.new_empty((b, n, h, v.shape[-1]))
@@ -91,17 +114,20 @@ def attend_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: 
                        lse: torch.Tensor, mechanism: str, layout: str, attn_mask: Optional[torch.Tensor],
                        key_padding_lengths: List[int], alibi_slopes: Optional[torch.Tensor],
                        dlse: Optional[torch.Tensor], param_names: str = "",
-                       params: Optional[List[torch.Tensor]] = None
+                       params: Optional[List[torch.Tensor]] = None, threads: int = 0, isa: Optional[str] = None,
+                       precision: Optional[str] = None
                        ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, List[torch.Tensor]]:
     """(dq, dk, dv, dparams): dparams one tensor per param in its dtype, or an empty tensor for a
-    param without a gradient (an op returns tensors, not None)."""
+    param without a gradient (an op returns tensors, not None). No form: the backward picks its own
+    (the forward's form names are not the backward's)."""
     if _has_lse(mechanism):
         lse, dlse = lse.detach(), None if dlse is None else dlse.detach()
     else:  # linear: no lse (the forward's is NaN) and so no gradient through it
         lse = dlse = None
     grads = attn.attend_backward(dout.detach(), q.detach(), k.detach(), v.detach(), out.detach(), lse,
                                  mechanism, layout=layout, dlse=dlse,
-                                 **_kwargs(attn_mask, key_padding_lengths, alibi_slopes, param_names, params))
+                                 **_kwargs(attn_mask, key_padding_lengths, alibi_slopes, param_names, params,
+                                           threads=threads, isa=isa, precision=precision))
     found = dict(grads[-1]) if isinstance(grads[-1], dict) else {}
     if "initial_state" in _names(param_names) and len(grads) > 3 and not isinstance(grads[3], dict):
         found["initial_state"] = grads[3]
@@ -118,21 +144,22 @@ def _has_gradient(mechanism: str, name: str) -> bool:
 
 @attend_backward_op.register_fake
 def _attend_backward_fake(dout, q, k, v, out, lse, mechanism, layout, attn_mask, key_padding_lengths, alibi_slopes,
-                          dlse, param_names="", params=None):
+                          dlse, param_names="", params=None, threads=0, isa=None, precision=None):
     dparams = [torch.empty_like(p) if _has_gradient(mechanism, n) else p.new_empty((0,))
                for n, p in zip(_names(param_names), params or [])]
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dparams
 
 
 def _setup_context(ctx, inputs, output):
-    # the trailing param_names and params may be left out of a call (their defaults)
-    q, k, v, mechanism, layout, attn_mask, key_padding_lengths, alibi_slopes, *rest = inputs
-    param_names = rest[0] if rest else ""
-    params = list(rest[1]) if len(rest) > 1 and rest[1] is not None else []
+    # torch gives every input, those left out of the call at their defaults
+    (q, k, v, mechanism, layout, attn_mask, key_padding_lengths, alibi_slopes, param_names, params, threads, form,
+     isa, precision) = inputs
+    params = list(params) if params is not None else []
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, *params)
     ctx.options = (mechanism, layout, attn_mask, key_padding_lengths, alibi_slopes, param_names)
-    ctx.shape_of_inputs = (len(inputs), len(rest) > 1 and rest[1] is not None)
+    ctx.run = (threads, isa, precision)  # not form: a forward form's name is not the backward's
+    ctx.shape_of_inputs = (len(inputs), inputs[9] is not None)
 
 
 def _backward(ctx, dout, dlse):
@@ -145,7 +172,8 @@ def _backward(ctx, dout, dlse):
                              f"pass {name}.detach()")
     dq, dk, dv, dparams = attend_backward_op(dout.contiguous(), q, k, v, out, lse, mechanism, layout, attn_mask,
                                              key_padding_lengths, alibi_slopes,
-                                             None if dlse is None else dlse.contiguous(), param_names, params)
+                                             None if dlse is None else dlse.contiguous(), param_names, params,
+                                             *ctx.run)
     wanted = ctx.needs_input_grad[9] if params_given else []
     grads = []
     for i, (name, p, g) in enumerate(zip(_names(param_names), params, dparams)):
@@ -153,9 +181,9 @@ def _backward(ctx, dout, dlse):
         if not has and wanted[i]:
             raise ValueError(f"attend_backward: {mechanism} returns no gradient for params['{name}'] (detach it)")
         grads.append(g if has and wanted[i] else None)
-    # one entry per input as given: an empty int list counts as an (empty) list of tensors
+    # one entry per input: an empty int list counts as an (empty) list of tensors
     result = [dq, dk, dv, None, None, None, [] if len(key_padding_lengths) == 0 else None, None, None,
-              grads if params_given else None]
+              grads if params_given else None, None, None, None, None]
     return tuple(result[:count])
 
 
@@ -180,19 +208,61 @@ attend_backward_op.register_autograd(_no_double_backward("attn.attend (torch.ops
                                      setup_context=_nothing_to_save)
 
 
-def attend(q, k, v, mechanism: str, layout: str, attn_mask=None, key_padding_lengths=None,
-           alibi_slopes=None, params=None) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(out, lse) through the custom op (differentiable in q, k, v and the params that have a
-    gradient); params: a dict of named tensors, or None."""
+def _op_inputs(attn_mask, key_padding_lengths, alibi_slopes, params):
+    """The ops' form of attend's mask, padding, slopes and params: (attn_mask, lengths, slopes,
+    param_names, params)."""
     if alibi_slopes is not None and not isinstance(alibi_slopes, torch.Tensor):
         alibi_slopes = torch.as_tensor(alibi_slopes, dtype=torch.float32)
     names = sorted(params or {})
     if any("," in n for n in names):
         raise ValueError(f"param names must not contain ',', got {names}")
     tensors = [params[n] if isinstance(params[n], torch.Tensor) else torch.as_tensor(params[n]) for n in names]
-    return attend_op(q, k, v, mechanism, layout, attn_mask,
-                     [] if key_padding_lengths is None else [int(x) for x in key_padding_lengths], alibi_slopes,
-                     ",".join(names), tensors or None)
+    return (attn_mask, [] if key_padding_lengths is None else [int(x) for x in key_padding_lengths], alibi_slopes,
+            ",".join(names), tensors or None)
+
+
+def attend(q, k, v, mechanism: str, layout: str, attn_mask=None, key_padding_lengths=None,
+           alibi_slopes=None, params=None, threads: int = 0, form: Optional[str] = None, isa: Optional[str] = None,
+           precision: Optional[str] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse) through the custom op (differentiable in q, k, v and the params that have a
+    gradient); params: a dict of named tensors, or None. threads, isa and precision apply to the
+    forward and the backward, form to the forward only."""
+    return attend_op(q, k, v, mechanism, layout, *_op_inputs(attn_mask, key_padding_lengths, alibi_slopes, params),
+                     threads, form, isa, precision)
+
+
+@torch.library.custom_op("attn::attend_stats", mutates_args=())
+def attend_stats_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mechanism: str, layout: str,
+                    attn_mask: Optional[torch.Tensor], key_padding_lengths: List[int],
+                    alibi_slopes: Optional[torch.Tensor], param_names: str = "",
+                    params: Optional[List[torch.Tensor]] = None, stats_topk: int = 8, threads: int = 0,
+                    form: Optional[str] = None, isa: Optional[str] = None, precision: Optional[str] = None
+                    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(sparsity, entropy, max_weight, topk_mass), each (B, H, N) float32: attn.attend's
+    return_stats for these inputs and options (no gradient: the op has no backward)."""
+    kw = _kwargs(attn_mask, key_padding_lengths, alibi_slopes, param_names, params, threads=threads, form=form,
+                 isa=isa, precision=precision)
+    *_, stats = attn.attend(q.detach(), k.detach(), v.detach(), mechanism, layout=layout, return_stats=True,
+                            stats_topk=stats_topk, **kw)
+    return tuple(x.contiguous() for x in stats)
+
+
+@attend_stats_op.register_fake
+def _attend_stats_fake(q, k, v, mechanism, layout, attn_mask, key_padding_lengths, alibi_slopes, param_names="",
+                       params=None, stats_topk=8, threads=0, form=None, isa=None, precision=None):
+    b, h, n = (q.shape[0], q.shape[2], q.shape[1]) if layout == "bnhd" else q.shape[:3]
+    return tuple(q.new_empty((b, h, n), dtype=torch.float32) for _ in range(4))
+
+
+def attend_stats(q, k, v, mechanism: str, layout: str, attn_mask=None, key_padding_lengths=None, alibi_slopes=None,
+                 params=None, stats_topk: int = 8, threads: int = 0, form: Optional[str] = None,
+                 isa: Optional[str] = None, precision: Optional[str] = None) -> Tuple[torch.Tensor, ...]:
+    """attn.attend's row statistics through the op (a second forward call with the same options),
+    as tensors without grad: the inputs are detached (the statistics have no gradient)."""
+    inputs = _op_inputs(attn_mask, key_padding_lengths, alibi_slopes, params)
+    return attend_stats_op(q.detach(), k.detach(), v.detach(), mechanism, layout, *inputs[:4],
+                           None if inputs[4] is None else [t.detach() for t in inputs[4]], stats_topk, threads, form,
+                           isa, precision)
 
 
 # ---- the linear family: (o, final_state) and its backward --------------------------------------
@@ -216,16 +286,20 @@ def _linear_params(initial_state, decay):
 @torch.library.custom_op("attn::linear_attention", mutates_args=())
 def linear_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mechanism: str, layout: str,
                         initial_state: Optional[torch.Tensor], decay: Optional[torch.Tensor],
-                        key_padding_lengths: List[int]) -> Tuple[torch.Tensor, torch.Tensor]:
+                        key_padding_lengths: List[int], threads: int = 0, form: Optional[str] = None,
+                        isa: Optional[str] = None, precision: Optional[str] = None
+                        ) -> Tuple[torch.Tensor, torch.Tensor]:
     """(o, final_state) of a linear mechanism; final_state (B, H, F, Dv [+ 1]) float32."""
     out, state = attn.attend(q.detach(), k.detach(), v.detach(), mechanism, layout=layout, return_final_state=True,
                              params=_linear_params(initial_state, decay),
-                             key_padding_lengths=list(key_padding_lengths) or None)
+                             key_padding_lengths=list(key_padding_lengths) or None, threads=threads, form=form,
+                             isa=isa, precision=precision)
     return out.contiguous(), state.contiguous()
 
 
 @linear_attention_op.register_fake
-def _linear_attention_fake(q, k, v, mechanism, layout, initial_state, decay, key_padding_lengths):
+def _linear_attention_fake(q, k, v, mechanism, layout, initial_state, decay, key_padding_lengths, threads=0, form=None,
+                           isa=None, precision=None):
     b, h = q.shape[0], (q.shape[2] if layout == "bnhd" else q.shape[1])
     out = q.new_empty(q.shape[:-1] + (v.shape[-1],))
     state = q.new_empty((b, h, q.shape[-1], v.shape[-1] + (1 if _normalizes(mechanism) else 0)), dtype=torch.float32)
@@ -236,14 +310,17 @@ def _linear_attention_fake(q, k, v, mechanism, layout, initial_state, decay, key
 def linear_attention_backward_op(dout: torch.Tensor, dfinal_state: Optional[torch.Tensor], q: torch.Tensor,
                                  k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, mechanism: str, layout: str,
                                  initial_state: Optional[torch.Tensor], decay: Optional[torch.Tensor],
-                                 key_padding_lengths: List[int]
+                                 key_padding_lengths: List[int], threads: int = 0, isa: Optional[str] = None,
+                                 precision: Optional[str] = None
                                  ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv, d_initial_state); d_initial_state in initial_state's dtype, or an empty tensor
-    when there is no initial state (an op returns tensors, not None)."""
+    when there is no initial state (an op returns tensors, not None). No form: the backward picks
+    its own."""
     grads = attn.attend_backward(dout.detach(), q.detach(), k.detach(), v.detach(), out.detach(), None, mechanism,
                                  layout=layout, params=_linear_params(initial_state, decay),
                                  key_padding_lengths=list(key_padding_lengths) or None,
-                                 dfinal_state=None if dfinal_state is None else dfinal_state.detach())
+                                 dfinal_state=None if dfinal_state is None else dfinal_state.detach(),
+                                 threads=threads, isa=isa, precision=precision)
     dq, dk, dv = (g.contiguous() for g in grads[:3])
     ds0 = grads[3].to(initial_state.dtype).contiguous() if initial_state is not None else q.new_empty((0,))
     return dq, dk, dv, ds0
@@ -251,16 +328,17 @@ def linear_attention_backward_op(dout: torch.Tensor, dfinal_state: Optional[torc
 
 @linear_attention_backward_op.register_fake
 def _linear_attention_backward_fake(dout, dfinal_state, q, k, v, out, mechanism, layout, initial_state, decay,
-                                    key_padding_lengths):
+                                    key_padding_lengths, threads=0, isa=None, precision=None):
     ds0 = torch.empty_like(initial_state) if initial_state is not None else q.new_empty((0,))
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), ds0
 
 
 def _linear_setup_context(ctx, inputs, output):
-    q, k, v, mechanism, layout, initial_state, decay, key_padding_lengths = inputs
+    q, k, v, mechanism, layout, initial_state, decay, key_padding_lengths, threads, form, isa, precision = inputs
     out, _ = output
     ctx.save_for_backward(q, k, v, out, initial_state, decay)
     ctx.options = (mechanism, layout, list(key_padding_lengths))
+    ctx.run = (threads, isa, precision)  # not form: a forward form's name is not the backward's
 
 
 def _linear_backward(ctx, dout, dfinal_state):
@@ -271,8 +349,8 @@ def _linear_backward(ctx, dout, dfinal_state):
                          "pass decay.detach()")
     dq, dk, dv, ds0 = linear_attention_backward_op(
         dout.contiguous(), None if dfinal_state is None else dfinal_state.contiguous(), q, k, v, out, mechanism,
-        layout, initial_state, decay, key_padding_lengths)
-    return dq, dk, dv, None, None, (ds0 if initial_state is not None else None), None, None
+        layout, initial_state, decay, key_padding_lengths, *ctx.run)
+    return dq, dk, dv, None, None, (ds0 if initial_state is not None else None), None, None, None, None, None, None
 
 
 linear_attention_op.register_autograd(_linear_backward, setup_context=_linear_setup_context)
@@ -281,9 +359,12 @@ linear_attention_backward_op.register_autograd(
 
 
 def linear_attention(q, k, v, mechanism: str, layout: str, initial_state=None, decay=None,
-                     key_padding_lengths=None) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(o, final_state) through the custom op (differentiable in q, k, v and initial_state)."""
+                     key_padding_lengths=None, threads: int = 0, form: Optional[str] = None, isa: Optional[str] = None,
+                     precision: Optional[str] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(o, final_state) through the custom op (differentiable in q, k, v and initial_state);
+    threads, isa and precision apply to the forward and the backward, form to the forward only."""
     if decay is not None and not isinstance(decay, torch.Tensor):
         decay = torch.as_tensor(decay, dtype=torch.float32)
     return linear_attention_op(q, k, v, mechanism, layout, initial_state, decay,
-                               [] if key_padding_lengths is None else [int(x) for x in key_padding_lengths])
+                               [] if key_padding_lengths is None else [int(x) for x in key_padding_lengths],
+                               threads, form, isa, precision)

@@ -108,11 +108,20 @@ def test_backward_takes_precision():
         attn.attend_backward(dout, q, k, v, out, lse, "softmax:causal", precision=b"bf16")
 
 
-def test_autograd_path_refuses_precision_as_it_refuses_isa():
-    """attend with tensors that require grad runs the torch op, whose schema takes no options."""
-    q, k, v = (x.requires_grad_() for x in _qkv(shape=(1, 16, 2, 8), seed=4))
-    with pytest.raises(ValueError, match="got precision"):
-        attn.attend(q, k, v, precision="f32")
+def test_autograd_path_takes_precision():
+    """attend with tensors that require grad takes precision like the plain path: its gradients are
+    those attend_backward gives with the same precision (bf16 products on float32 inputs here)."""
+    q, k, v = (x.requires_grad_() for x in _qkv(shape=(1, 2, 70, 32), seed=4))
+    for p in ("bf16", "f32"):
+        out = attn.attend(q, k, v, "softmax:causal", layout="bhnd", precision=p)
+        dout = torch.randn_like(out)
+        dq, dk, dv = torch.autograd.grad(out, (q, k, v), dout)
+        with torch.no_grad():
+            ref, lse = attn.attend(q, k, v, "softmax:causal", layout="bhnd", precision=p, return_lse=True)
+            assert torch.equal(out, ref), p
+            g = attn.attend_backward(dout, q, k, v, ref, lse, "softmax:causal", layout="bhnd", precision=p)
+        for got, want in zip((dq, dk, dv), g):
+            assert torch.equal(got, torch.as_tensor(want)), p
 
 
 def _save(tmp_path, **arrays):
