@@ -11,6 +11,7 @@
 #include "attn/error.hpp"
 #include "base/parallel.hpp"
 #include "softmax/softmax_family.hpp"
+#include "softmax/softmax_tiled.hpp"
 
 namespace attn::exact {
 namespace {
@@ -240,14 +241,7 @@ namespace {
 
 // The backward computes in the forward's precision (AttendOptions::precision): bf16 products on
 // tiled_bf16, float32 on the others.
-void refuse_bf16(const Problem& p, const core::Outputs&, core::Reasons& why) {
-  if (p.precision == Precision::f32) why.push_back("precision f32");
-  if (p.precision == Precision::automatic && !p.bf16_products())
-    why.push_back([&] {
-      return "q, k, v are " + dtype_name(p.q.dtype) + ", " + dtype_name(p.k.dtype) + ", " + dtype_name(p.v.dtype) +
-             " (precision auto computes in bf16 when all three are bfloat16)";
-    });
-}
+void refuse_bf16(const Problem& p, const core::Outputs&, core::Reasons& why) { refuse_unless_bf16_products(p, why); }
 
 void refuse_unless_float(const Problem& p, const core::Outputs&, core::Reasons& why) {
   if (p.precision == Precision::bf16) why.push_back("precision bf16 (tiled_bf16 computes in bf16)");

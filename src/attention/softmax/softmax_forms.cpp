@@ -27,12 +27,7 @@ void refuse_tiled_f32(const Problem& p, const core::Outputs& o, core::Reasons& w
 }
 
 void refuse_tiled_bf16(const Problem& p, const core::Outputs& o, core::Reasons& why) {
-  if (p.precision == Precision::f32) why.push_back("precision f32");
-  if (p.precision == Precision::automatic && !p.bf16_products())
-    why.push_back([&] {
-      return "q, k, v are " + dtype_name(p.q.dtype) + ", " + dtype_name(p.k.dtype) + ", " + dtype_name(p.v.dtype) +
-             " (precision auto computes in bf16 when all three are bfloat16)";
-    });
+  refuse_unless_bf16_products(p, why);
   if (p.mech.score != ScoreKind::dot) why.push_back([&] { return "score=" + to_string(p.mech.score) + " (dot only)"; });
   if (p.k_scale) why.push_back("int8 K/V rows (kv_scales)");
   refuse_tiled(p, o, why);
@@ -43,6 +38,15 @@ void refuse_float64(const Problem& p, const core::Outputs&, core::Reasons& why) 
 }
 
 }  // namespace
+
+void refuse_unless_bf16_products(const Problem& p, core::Reasons& why) {
+  if (p.precision == Precision::f32) why.push_back("precision f32");
+  if (p.precision == Precision::automatic && !p.bf16_products())
+    why.push_back([&] {
+      return "q, k, v are " + dtype_name(p.q.dtype) + ", " + dtype_name(p.k.dtype) + ", " + dtype_name(p.v.dtype) +
+             " (precision auto computes in bf16 when all three are bfloat16)";
+    });
+}
 
 const std::vector<core::Form<Problem>>& SoftmaxFamily::forms() {
   static const std::vector<core::Form<Problem>> list = {

@@ -14,4 +14,8 @@ void softmax_tiled(const Problem& p, const core::Outputs& o, const core::Context
 // global rows of a pattern that run apart (Longformer) keep float32 products.
 void softmax_tiled_bf16(const Problem& p, const core::Outputs& o, const core::Context& ctx);
 
+// Why a call's products are not bf16's (precision f32, or auto with an input that is not
+// bfloat16): the tiled_bf16 forms' refusal, forward and backward (softmax_forms.cpp).
+void refuse_unless_bf16_products(const Problem& p, core::Reasons& why);
+
 }  // namespace attn::exact
