@@ -127,8 +127,14 @@ __attribute__((target("avx512f,avx512vnni"))) float int8_chain512() {
 #pragma GCC unroll 32
     for (int c = 0; c < kChains; ++c) acc[c] = _mm512_dpbusd_epi32(acc[c], a, b);
   __m512i sum = acc[0];
-  for (int c = 1; c < kChains; ++c) sum = _mm512_add_epi32(sum, acc[c]);
-  return static_cast<float>(_mm512_reduce_add_epi32(sum));
+  for (int c = 1; c < kChains; ++c) sum = _mm512_add_epi32(sum, acc[c]);  // wraps (unsigned lanes): fine here
+  // the lanes summed in 64 bits (_mm512_reduce_add_epi32 adds them as int: 16 lanes of ~2^27
+  // overflow, undefined behaviour that UBSan reports)
+  alignas(64) int32_t lanes[16];
+  _mm512_store_si512(lanes, sum);
+  int64_t total = 0;
+  for (const int32_t x : lanes) total += x;
+  return static_cast<float>(total);
 }
 
 __attribute__((target("avx2,avxvnni"))) float int8_chain256() {
