@@ -68,5 +68,11 @@ inline float round_to_bf16(float x) {
 inline void round_to_bf16(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = round_to_bf16(x[i]);
 }
+// dst[r * dim + c] = round_to_bf16(src[r * src_stride + c]) for r < rows, c < dim (dst may be src
+// when src_stride is dim).
+inline void round_rows_to_bf16(const float* src, int64_t src_stride, int64_t rows, int64_t dim, float* dst) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < dim; ++c) dst[r * dim + c] = round_to_bf16(src[r * src_stride + c]);
+}
 
 }  // namespace attn::kernels

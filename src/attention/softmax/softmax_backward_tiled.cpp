@@ -35,6 +35,7 @@
 #include "kernels/bf16_tiles.hpp"
 #include "softmax/score_tile.hpp"
 #include "softmax/softmax_backward.hpp"
+#include "softmax/softmax_tiled.hpp"
 
 namespace attn::exact {
 namespace {
@@ -54,19 +55,14 @@ const float* kv_f32(const kernels::TileKernels& kern, const core::KvRows& t, int
   return buf.data();
 }
 
-// How the products run (as the forward's, softmax_tiled.cpp).
-enum class Products { f32, bf16_on_f32, bf16_dot };
-
 // The float32 rows of kv_f32, every value rounded to bf16 (a copy in buf unless already bf16).
 const float* kv_rounded(const kernels::TileKernels& kern, const core::KvRows& t, int64_t len, AlignedFloats& buf,
                         int64_t& stride) {
   const float* f = kv_f32(kern, t, len, buf, stride);
   if (t.dtype() == DType::bf16) return f;
-  float* out = buf.data();
-  for (int64_t j = 0; j < len; ++j)
-    for (int64_t c = 0; c < t.dim(); ++c) out[j * t.dim() + c] = kernels::round_to_bf16(f[j * stride + c]);
+  kernels::round_rows_to_bf16(f, stride, len, t.dim(), buf.data());
   stride = t.dim();
-  return out;
+  return buf.data();
 }
 
 // bf16 rows [0, len) of a kv head: in place when the input is bf16 with unit inner stride, else
@@ -360,8 +356,8 @@ bool finite_inputs(const Problem& p, const BackwardViews& g, int threads) {
 void backward_tiled(const Problem& p, const BackwardViews& g, const core::Context& ctx, bool bf16) {
   if (p.B == 0 || p.Hkv == 0 || p.N == 0) return;  // dk and dv are 0 (fresh tensors are zeroed)
   if (!finite_inputs(p, g, ctx.threads)) return softmax_backward_rows(p, g, ctx.threads);
-  const kernels::Bf16TileKernels* dot = bf16 ? kernels::bf16_kernels_for(ctx.kern->isa) : nullptr;
-  const Products products = !bf16 ? Products::f32 : dot ? Products::bf16_dot : Products::bf16_on_f32;
+  const kernels::Bf16TileKernels* dot;
+  const Products products = products_for(bf16, ctx.kern->isa, dot);
   const core::KvGradientTasks tasks(p, (p.N + L - 1) / L, ctx.threads);
   // Everything is sized here: the parallel regions allocate nothing.
   std::vector<Scratch> scratch(static_cast<size_t>(tasks.threads()));

@@ -103,11 +103,6 @@ struct PairCache {
   }
 };
 
-// How the two products run (AttendOptions::precision): float32; bf16 operands on the float32
-// kernels (every product exact, so only the sums' rounding differs from the instruction); bf16
-// pairs on vdpbf16ps (kernels/bf16_tiles.hpp).
-enum class Products { f32, bf16_on_f32, bf16_dot };
-
 bool is_plain_bf16(const core::KvRows& t) { return t.dtype() == DType::bf16 && t.elem_stride() == 1; }
 
 struct Scratch {
@@ -280,14 +275,8 @@ class Block {
                             int64_t& stride) const {
     const float* f = rows_f32(t, cache, j0, bc, buf, stride);
     if (t.dtype() == DType::bf16) return f;  // widened bf16: exact
-    return rounded_copy(f, stride, bc, t.dim(), buf, stride);
-  }
-
-  static const float* rounded_copy(const float* f, int64_t fs, int64_t rows, int64_t dim, float* buf,
-                                   int64_t& stride) {
-    for (int64_t j = 0; j < rows; ++j)
-      for (int64_t c = 0; c < dim; ++c) buf[j * dim + c] = kernels::round_to_bf16(f[j * fs + c]);
-    stride = dim;
+    kernels::round_rows_to_bf16(f, stride, bc, t.dim(), buf);
+    stride = t.dim();
     return buf;
   }
 
@@ -319,7 +308,10 @@ class Block {
     const float* v = values(j0, bc, all_live, vs);
     if (poisoned) v = finite_values(v, j0, bc, vs);
     if (products_ == Products::bf16_on_f32) {
-      if (vrows_.dtype() != DType::bf16) v = rounded_copy(v, vs, bc, p_.Dv, s_.vbuf.data(), vs);
+      if (vrows_.dtype() != DType::bf16) {
+        kernels::round_rows_to_bf16(v, vs, bc, p_.Dv, s_.vbuf.data());
+        v = s_.vbuf.data(), vs = p_.Dv;
+      }
       kern_.round_bf16_lanes(st, bc, lo, hi);
     }
     kern_.pv(st, bc, v, vs, p_.Dv, ot, alpha, lo, hi);
@@ -507,8 +499,8 @@ class Block {
 namespace {
 
 void tiled_blocks(const Problem& p, const core::Outputs& o, const core::Context& ctx, bool bf16) {
-  const kernels::Bf16TileKernels* dot = bf16 ? kernels::bf16_kernels_for(ctx.kern->isa) : nullptr;
-  const Products products = !bf16 ? Products::f32 : dot ? Products::bf16_dot : Products::bf16_on_f32;
+  const kernels::Bf16TileKernels* dot;
+  const Products products = products_for(bf16, ctx.kern->isa, dot);
   const int64_t q_blocks = (p.N + L - 1) / L;
   const int64_t items = p.B * p.H * q_blocks;
   const int nthreads = resolve_threads(ctx.threads, items);
