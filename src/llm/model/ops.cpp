@@ -188,8 +188,14 @@ void rms_norm(const float* x, int64_t n, int64_t cols, int64_t ld, const std::ve
               float* y, int threads) {
   auto norm_row = [&](int64_t i) {
     const float* xi = x + i * ld;
-    double ss = 0;
-    for (int64_t c = 0; c < cols; ++c) ss += static_cast<double>(xi[c]) * xi[c];
+    // eight running sums (each square exact in double), added in a fixed order: the same bits on
+    // every thread count and ISA, without one long chain of dependent additions
+    double part[8] = {};
+    int64_t c = 0;
+    for (; c + 8 <= cols; c += 8)
+      for (int l = 0; l < 8; ++l) part[l] += static_cast<double>(xi[c + l]) * xi[c + l];
+    for (; c < cols; ++c) part[c % 8] += static_cast<double>(xi[c]) * xi[c];
+    const double ss = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
     const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(cols) + eps));
     float* yi = y + i * ld;
     for (int64_t c = 0; c < cols; ++c) yi[c] = xi[c] * inv * weight[static_cast<size_t>(c)];

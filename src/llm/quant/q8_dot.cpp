@@ -40,7 +40,7 @@ void quantize_q8_rows(const float* x, int64_t R, int64_t cols, int64_t ld, Q8Blo
         finite &= std::isfinite(v[i]);
       }
       if (!finite) {  // a NaN or infinity: the block's products are NaN
-        b.d = NAN, b.s = NAN, b.sum = 0;
+        b.d = NAN, b.s = NAN, b.sum = 0, b.low = 0;
         std::memset(b.q, 0, sizeof b.q);
         continue;
       }
@@ -52,8 +52,9 @@ void quantize_q8_rows(const float* x, int64_t R, int64_t cols, int64_t ld, Q8Blo
         const int32_t q = static_cast<int32_t>(std::nearbyint(v[i] * inv));  // |q| <= 127
         b.q[i] = static_cast<int8_t>(q);
         sum += q;
+        if (i == 15) b.low = static_cast<int16_t>(sum);
       }
-      b.sum = sum;
+      b.sum = static_cast<int16_t>(sum);
       b.s = b.d * static_cast<float>(sum);
     }
 }

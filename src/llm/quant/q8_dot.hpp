@@ -23,10 +23,11 @@
 
 namespace attn::kernels {
 
-// One block of 32 activations rounded to 8 bits: x_i ~ d q_i, sum = sum_i q_i, s = d sum.
+// One block of 32 activations rounded to 8 bits: x_i ~ d q_i, sum = sum_i q_i, s = d sum, low =
+// the sum of q_0 .. q_15 (Q6_K's products take each half's sum apart; |sum| <= 32 * 127 fits 16 bits).
 struct Q8Block {
   float d = 0, s = 0;
-  int32_t sum = 0;
+  int16_t sum = 0, low = 0;
   int8_t q[32] = {};
 };
 static_assert(sizeof(Q8Block) == 44);

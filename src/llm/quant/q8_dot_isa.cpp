@@ -205,7 +205,7 @@ void quantize_rows(const float* x, int64_t R, int64_t cols, int64_t ld, Q8Block*
       const __mmask16 finite = _mm512_cmp_ps_mask(_mm512_sub_ps(a0, a0), zero, _CMP_EQ_OQ) &
                                _mm512_cmp_ps_mask(_mm512_sub_ps(a1, a1), zero, _CMP_EQ_OQ);
       if (finite != 0xFFFF) {
-        b.d = NAN, b.s = NAN, b.sum = 0;
+        b.d = NAN, b.s = NAN, b.sum = 0, b.low = 0;
         std::memset(b.q, 0, sizeof b.q);
         continue;
       }
@@ -216,7 +216,8 @@ void quantize_rows(const float* x, int64_t R, int64_t cols, int64_t ld, Q8Block*
       const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(a0, inv)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(a1, inv));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(b.q), _mm512_cvtepi32_epi8(q0));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(b.q + 16), _mm512_cvtepi32_epi8(q1));
-      b.sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+      b.low = static_cast<int16_t>(_mm512_reduce_add_epi32(q0));
+      b.sum = static_cast<int16_t>(b.low + _mm512_reduce_add_epi32(q1));
       b.s = b.d * static_cast<float>(b.sum);
     }
 #else

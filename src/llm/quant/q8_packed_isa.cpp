@@ -38,13 +38,6 @@ constexpr bool has_minimums(BlockQuant q) { return q == BlockQuant::q4_1 || q ==
 constexpr bool k_quant(BlockQuant q) { return q == BlockQuant::q4_k || q == BlockQuant::q5_k || q == BlockQuant::q6_k; }
 constexpr int64_t value_bytes(BlockQuant q) { return q == BlockQuant::q8_0 ? 512 : five_bits(q) ? 320 : 256; }
 
-// Sum of the activation bytes q[0 .. 15] of a block (Q6_K's first 16-value group).
-inline int32_t low_sum(const Q8Block& b) {
-  int32_t s = 0;
-  for (int i = 0; i < 16; ++i) s += b.q[i];
-  return s;
-}
-
 #if defined(__AVX2__)
 
 #if defined(__AVX512F__)
@@ -235,10 +228,11 @@ inline void store_rows(const VF* acc, int64_t valid, float* out, int64_t ldo) {
 }
 
 // out[r * ldo + i] = x_r . W_i for r < NR and the kLanes rows i of one group starting at lane
-// `half` * kLanes; `valid` of them are written.
+// `half` * kLanes; `valid` of them are written. `stream`: the group is read for the first time in
+// this call (it comes from memory: its lines are prefetched); later rows of a prompt find it in cache.
 template <BlockQuant Q, int NR>
 inline void group_rows(const Q8Block* x, int64_t blocks, const PackedView& w, const uint8_t* group, int half,
-                       int64_t valid, float* out, int64_t ldo) {
+                       int64_t valid, float* out, int64_t ldo, bool stream) {
   VF acc[NR];
   for (int r = 0; r < NR; ++r) acc[r] = zero_f();
   const int64_t lane0 = half * kLanes * 4, scale0 = half * kLanes * 2;
@@ -250,7 +244,8 @@ inline void group_rows(const Q8Block* x, int64_t blocks, const PackedView& w, co
     // (prefetcht2), each block taking its share of the group's lines, header included. One line
     // per block and the hardware prefetcher read 11.5 GB/s on one Zen 4 thread, every value line
     // 4 KiB ahead into L1 16.5, 16 KiB ahead into L2 17-23 (31 for a plain read).
-    for (int64_t line = 0; line < ahead_step; line += 64) __builtin_prefetch(ahead + b * ahead_step + line, 0, 1);
+    if (stream)
+      for (int64_t line = 0; line < ahead_step; line += 64) __builtin_prefetch(ahead + b * ahead_step + line, 0, 1);
     const Q8Block* xb[NR];
     for (int r = 0; r < NR; ++r) xb[r] = x + r * blocks + b;
     VI isum[NR];
@@ -275,7 +270,7 @@ inline VI step_dot(VI acc, VI u, const int8_t* x) { return add32(acc, widen(pair
 // group_rows for the K-quants (Q4_K, Q5_K, Q6_K): one unit of 16 rows x 256 values at a time.
 template <BlockQuant Q, int NR>
 inline void super_rows(const Q8Block* x, int64_t blocks, const uint8_t* group, int half, int64_t valid, float* out,
-                       int64_t ldo) {
+                       int64_t ldo, bool stream) {
   VF acc[NR];
   for (int r = 0; r < NR; ++r) acc[r] = zero_f();
   const int64_t lane0 = half * kLanes * 4, scale0 = half * kLanes * 2, byte0 = half * kLanes;
@@ -284,7 +279,8 @@ inline void super_rows(const Q8Block* x, int64_t blocks, const uint8_t* group, i
   const VI low = splat_bytes(0x0F), top = splat_bytes(0x30);
   for (int64_t s = 0; s < blocks / 8; ++s) {
     const uint8_t* u = group + s * unit;
-    for (int64_t line = 0; line < unit; line += 64) __builtin_prefetch(u + 16384 + line, 0, 1);  // as group_rows
+    if (stream)  // as group_rows
+      for (int64_t line = 0; line < unit; line += 64) __builtin_prefetch(u + 16384 + line, 0, 1);
     const Q8Block* xs[NR];
     for (int r = 0; r < NR; ++r) xs[r] = x + r * blocks + 8 * s;
     if constexpr (Q != BlockQuant::q6_k) {
@@ -340,7 +336,7 @@ inline void super_rows(const Q8Block* x, int64_t blocks, const uint8_t* group, i
         const VI sc1 = lane_i8(u + packed_q6_k::scales + 32 * b + 16 + byte0);
         for (int r = 0; r < NR; ++r) {
           const Q8Block& xb = xs[r][b];
-          const int32_t first = low_sum(xb);
+          const int32_t first = xb.low;
           const VI isum = add32(mul32(sub32(s0[r], splat_i(32 * first)), sc0),
                                 mul32(sub32(s1[r], splat_i(32 * (xb.sum - first))), sc1));
           acc[r] = fma_f(to_float(isum), mul_f(d, splat_f(xb.d)), acc[r]);
@@ -352,7 +348,7 @@ inline void super_rows(const Q8Block* x, int64_t blocks, const uint8_t* group, i
 }
 
 template <BlockQuant Q, int NR>
-void groups_of(const Q8Block* x, const PackedView& w, int64_t g0, int64_t n, float* y, int64_t ldy) {
+void groups_of(const Q8Block* x, const PackedView& w, int64_t g0, int64_t n, float* y, int64_t ldy, bool stream) {
   for (int64_t j = 0; j < n; j += kPackedRows) {
     const uint8_t* group = w.data + (g0 + j / kPackedRows) * w.group_bytes;
     for (int half = 0; half * kLanes < kPackedRows; ++half) {
@@ -360,9 +356,9 @@ void groups_of(const Q8Block* x, const PackedView& w, int64_t g0, int64_t n, flo
       if (first >= n) break;
       const int64_t valid = std::min<int64_t>(kLanes, n - first);
       if constexpr (k_quant(Q))
-        super_rows<Q, NR>(x, w.blocks, group, half, valid, y + first, ldy);
+        super_rows<Q, NR>(x, w.blocks, group, half, valid, y + first, ldy, stream);
       else
-        group_rows<Q, NR>(x, w.blocks, w, group, half, valid, y + first, ldy);
+        group_rows<Q, NR>(x, w.blocks, w, group, half, valid, y + first, ldy, stream);
     }
   }
 }
@@ -370,8 +366,9 @@ void groups_of(const Q8Block* x, const PackedView& w, int64_t g0, int64_t n, flo
 template <BlockQuant Q>
 void rows_t(const Q8Block* x, int64_t R, const PackedView& w, int64_t g0, int64_t n, float* y, int64_t ldy) {
   int64_t r = 0;
-  for (; r + kMaxRows <= R; r += kMaxRows) groups_of<Q, kMaxRows>(x + r * w.blocks, w, g0, n, y + r * ldy, ldy);
-  for (; r < R; ++r) groups_of<Q, 1>(x + r * w.blocks, w, g0, n, y + r * ldy, ldy);
+  for (; r + kMaxRows <= R; r += kMaxRows)
+    groups_of<Q, kMaxRows>(x + r * w.blocks, w, g0, n, y + r * ldy, ldy, r == 0);
+  for (; r < R; ++r) groups_of<Q, 1>(x + r * w.blocks, w, g0, n, y + r * ldy, ldy, r == 0);
 }
 
 #else  // plain C++: the same sums, one row at a time

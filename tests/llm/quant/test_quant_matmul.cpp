@@ -157,7 +157,8 @@ TEST(QuantMatmul, EmbeddingRowLookup) {
 
 using kernels::Q8Block;
 
-// Each block's values are d q to within d / 2, with |q| <= 127 and s = d sum q.
+// Each block's values are d q to within d / 2, with |q| <= 127, s = d sum q, sum and low the sums
+// of the 32 and of the first 16 q.
 TEST(QuantActivations, BlocksRoundToNearestWithinHalfAStep) {
   std::vector<float> x = random_rows(3, 96, 4);
   x[40] = 0.0f;
@@ -171,7 +172,9 @@ TEST(QuantActivations, BlocksRoundToNearestWithinHalfAStep) {
       ASSERT_LE(std::abs(b[blk].q[i]), 127);
       ASSERT_LE(std::abs(v - b[blk].d * b[blk].q[i]), b[blk].d * 0.5f * (1 + 1e-5f)) << blk << " " << i;
       sum += b[blk].q[i];
+      if (i == 15) EXPECT_EQ(b[blk].low, sum) << blk;
     }
+    EXPECT_EQ(b[blk].sum, sum) << blk;
     EXPECT_FLOAT_EQ(b[blk].s, b[blk].d * static_cast<float>(sum));
   }
   EXPECT_EQ(b[2].d, 0.0f);
@@ -196,6 +199,7 @@ TEST(QuantActivations, EveryVariantRoundsToThePlainBlocks) {
     for (size_t i = 0; i < b.size(); ++i) {
       EXPECT_EQ(std::memcmp(b[i].q, plain[i].q, 32), 0) << v.name << " block " << i;
       EXPECT_EQ(b[i].sum, plain[i].sum) << v.name << " block " << i;
+      EXPECT_EQ(b[i].low, plain[i].low) << v.name << " block " << i;
       EXPECT_TRUE(b[i].d == plain[i].d || (std::isnan(b[i].d) && std::isnan(plain[i].d))) << v.name << " block " << i;
       EXPECT_TRUE(b[i].s == plain[i].s || (std::isnan(b[i].s) && std::isnan(plain[i].s))) << v.name << " block " << i;
     }
