@@ -46,6 +46,7 @@ using VF = __m512;
 constexpr int kLanes = 16;  // rows per register: the whole group
 constexpr int kMaxRows = 4;  // activation rows sharing each weight load (32 registers)
 inline VI load_i(const uint8_t* p) { return _mm512_loadu_si512(p); }
+inline void store_i(uint8_t* p, VI v) { _mm512_storeu_si512(p, v); }
 inline VI splat_i(int32_t v) { return _mm512_set1_epi32(v); }
 inline VI splat_bytes(char v) { return _mm512_set1_epi8(v); }
 inline VI zero_i() { return _mm512_setzero_si512(); }
@@ -86,6 +87,7 @@ using VF = __m256;
 constexpr int kLanes = 8;  // rows per register: half a group
 constexpr int kMaxRows = 2;  // 16 registers
 inline VI load_i(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline void store_i(uint8_t* p, VI v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); }
 inline VI splat_i(int32_t v) { return _mm256_set1_epi32(v); }
 inline VI splat_bytes(char v) { return _mm256_set1_epi8(v); }
 inline VI zero_i() { return _mm256_setzero_si256(); }
@@ -139,17 +141,31 @@ inline void fifth_bits(VI& lo, VI& hi, VI& high) {
 
 // Per activation row r < NR, the int32 sums of block b's products for kLanes rows (`lane0` the
 // first row's byte offset within each 64-byte step): Q8_0 and Q4_0 with their offsets applied.
+// Bytes (VNNI only): Q4_0 .. Q5_1 values already unpacked to bytes in Q8_0's 8 steps (unpack_group).
 //   VNNI: unsigned weight bytes x signed activation bytes, four per int32 lane (exact).
 //   Otherwise pairs in int16: the 4-bit values (Q8_0's bytes split into two nibbles) times |x| <= 127
 //   make pairs of at most 2 * 15 * 127 = 3810, and the 8 pairs a lane adds at most 30480 < 2^15;
 //   Q5_0's and Q5_1's 5-bit values pairs of at most 7874, four of them in each of s0, s1 (widened apart).
-template <BlockQuant Q, int NR>
+template <BlockQuant Q, int NR, bool Bytes = false>
 inline void block_sums(const uint8_t* values, int64_t lane0, const Q8Block* const* xb, VI* isum) {
   const VI low = splat_bytes(0x0F);
 #if defined(ATTN_PACKED_VNNI)
   VI s0[NR], s1[NR];
   for (int r = 0; r < NR; ++r) s0[r] = zero_i(), s1[r] = zero_i();
-  if constexpr (Q == BlockQuant::q8_0) {
+  if constexpr (Bytes) {
+    for (int t = 0; t < 8; t += 2) {
+      const VI w0 = load_i(values + 64 * t + lane0), w1 = load_i(values + 64 * (t + 1) + lane0);
+      for (int r = 0; r < NR; ++r) {
+        s0[r] = dot4(s0[r], w0, splat_i(four_bytes(xb[r]->q + 4 * t)));
+        s1[r] = dot4(s1[r], w1, splat_i(four_bytes(xb[r]->q + 4 * t + 4)));
+      }
+    }
+    for (int r = 0; r < NR; ++r) {
+      isum[r] = add32(s0[r], s1[r]);
+      if constexpr (Q == BlockQuant::q4_0) isum[r] = sub32(isum[r], splat_i(8 * xb[r]->sum));
+      if constexpr (Q == BlockQuant::q5_0) isum[r] = sub32(isum[r], splat_i(16 * xb[r]->sum));
+    }
+  } else if constexpr (Q == BlockQuant::q8_0) {
     for (int t = 0; t < 8; t += 2) {
       const VI w0 = load_i(values + 64 * t + lane0), w1 = load_i(values + 64 * (t + 1) + lane0);
       for (int r = 0; r < NR; ++r) {
@@ -230,7 +246,7 @@ inline void store_rows(const VF* acc, int64_t valid, float* out, int64_t ldo) {
 // out[r * ldo + i] = x_r . W_i for r < NR and the kLanes rows i of one group starting at lane
 // `half` * kLanes; `valid` of them are written. `stream`: the group is read for the first time in
 // this call (it comes from memory: its lines are prefetched); later rows of a prompt find it in cache.
-template <BlockQuant Q, int NR>
+template <BlockQuant Q, int NR, bool Bytes = false>
 inline void group_rows(const Q8Block* x, int64_t blocks, const PackedView& w, const uint8_t* group, int half,
                        int64_t valid, float* out, int64_t ldo, bool stream) {
   VF acc[NR];
@@ -239,7 +255,7 @@ inline void group_rows(const Q8Block* x, int64_t blocks, const PackedView& w, co
   const uint8_t* values = group + w.header_bytes;
   const uint8_t* ahead = group + 16384;
   const int64_t ahead_step = (w.group_bytes / blocks + 63) / 64 * 64;
-  for (int64_t b = 0; b < blocks; ++b, values += value_bytes(Q)) {
+  for (int64_t b = 0; b < blocks; ++b, values += Bytes ? 512 : value_bytes(Q)) {
     // The groups stream from memory once: every line is asked for 16 KiB ahead, into L2
     // (prefetcht2), each block taking its share of the group's lines, header included. One line
     // per block and the hardware prefetcher read 11.5 GB/s on one Zen 4 thread, every value line
@@ -249,7 +265,7 @@ inline void group_rows(const Q8Block* x, int64_t blocks, const PackedView& w, co
     const Q8Block* xb[NR];
     for (int r = 0; r < NR; ++r) xb[r] = x + r * blocks + b;
     VI isum[NR];
-    block_sums<Q, NR>(values, lane0, xb, isum);
+    block_sums<Q, NR, Bytes>(values, lane0, xb, isum);
     const VF dw = halves(group + 32 * b + scale0);
     for (int r = 0; r < NR; ++r) {
       acc[r] = fma_f(to_float(isum[r]), mul_f(dw, splat_f(xb[r]->d)), acc[r]);
@@ -363,8 +379,64 @@ void groups_of(const Q8Block* x, const PackedView& w, int64_t g0, int64_t n, flo
   }
 }
 
+#if defined(ATTN_PACKED_VNNI)
+// Prompts (many activation rows against each group): a group's 4- and 5-bit values unpacked once to
+// bytes in Q8_0's steps (step t: values 4t .. 4t+3 of each row), its header copied, so every further
+// group of rows multiplies without unpacking (about half the instructions per product for Q5_0).
+// The integer sums are the same, so every bit of the outputs is.
+constexpr int64_t kUnpackedBytes = 40 * 1024;  // on the stack: groups of up to 72 blocks (2304 columns)
+constexpr int64_t kUnpackFromRows = 8;          // activation rows from which unpacking pays
+constexpr bool unpacks(BlockQuant q) {
+  return q == BlockQuant::q4_0 || q == BlockQuant::q4_1 || q == BlockQuant::q5_0 || q == BlockQuant::q5_1;
+}
+
+template <BlockQuant Q>
+void unpack_group(const PackedView& w, const uint8_t* group, uint8_t* out) {
+  std::memcpy(out, group, static_cast<size_t>(w.header_bytes));
+  const VI low = splat_bytes(0x0F);
+  for (int64_t b = 0; b < w.blocks; ++b) {
+    const uint8_t* values = group + w.header_bytes + b * value_bytes(Q);
+    uint8_t* bytes = out + w.header_bytes + b * 512;
+    for (int64_t lane0 = 0; lane0 < 64; lane0 += static_cast<int64_t>(sizeof(VI))) {
+      VI high = five_bits(Q) ? load_i(values + 256 + lane0) : zero_i();
+      for (int t = 0; t < 4; ++t) {
+        const VI v = load_i(values + 64 * t + lane0);
+        VI lo = and_i(v, low), hi = and_i(shr4(v), low);
+        if constexpr (five_bits(Q)) fifth_bits(lo, hi, high);
+        store_i(bytes + 64 * t + lane0, lo);
+        store_i(bytes + 64 * (4 + t) + lane0, hi);
+      }
+    }
+  }
+}
+
+// rows_t with each group unpacked once (unpack_group), then every activation row against it.
+template <BlockQuant Q>
+void unpacked_rows(const Q8Block* x, int64_t R, const PackedView& w, int64_t g0, int64_t n, float* y, int64_t ldy) {
+  alignas(64) uint8_t bytes[kUnpackedBytes];
+  for (int64_t j = 0; j < n; j += kPackedRows) {
+    unpack_group<Q>(w, w.data + (g0 + j / kPackedRows) * w.group_bytes, bytes);
+    for (int half = 0; half * kLanes < kPackedRows; ++half) {
+      const int64_t first = j + half * kLanes;
+      if (first >= n) break;
+      const int64_t valid = std::min<int64_t>(kLanes, n - first);
+      int64_t r = 0;
+      for (; r + kMaxRows <= R; r += kMaxRows)
+        group_rows<Q, kMaxRows, true>(x + r * w.blocks, w.blocks, w, bytes, half, valid, y + r * ldy + first, ldy, false);
+      for (; r < R; ++r)
+        group_rows<Q, 1, true>(x + r * w.blocks, w.blocks, w, bytes, half, valid, y + r * ldy + first, ldy, false);
+    }
+  }
+}
+#endif
+
 template <BlockQuant Q>
 void rows_t(const Q8Block* x, int64_t R, const PackedView& w, int64_t g0, int64_t n, float* y, int64_t ldy) {
+#if defined(ATTN_PACKED_VNNI)
+  if constexpr (unpacks(Q))
+    if (R >= kUnpackFromRows && w.header_bytes + 512 * w.blocks <= kUnpackedBytes)
+      return unpacked_rows<Q>(x, R, w, g0, n, y, ldy);
+#endif
   int64_t r = 0;
   for (; r + kMaxRows <= R; r += kMaxRows)
     groups_of<Q, kMaxRows>(x + r * w.blocks, w, g0, n, y + r * ldy, ldy, r == 0);

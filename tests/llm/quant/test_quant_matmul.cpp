@@ -368,15 +368,16 @@ TEST(QuantPacked, TakesAboutTheFilesBytes) {
 }
 
 // Every variant's packed kernel against the float64 oracle on the ggml rows, for any run of groups
-// (g0 > 0) and a last group with fewer than 16 rows.
+// (g0 > 0) and a last group with fewer than 16 rows; prompts of 8 rows and more take groups unpacked
+// to bytes (VNNI variants, up to 2304 columns: 2400 does not fit and falls back).
 TEST(QuantPacked, EveryVariantMatchesTheReference) {
   for (const kernels::Q8DotVariant& v : kernels::q8_dot_variants())
     for (const QuantType& t : kTypes)
-      for (int64_t cols : widths(t, {32, 96, 576, 640})) {
+      for (int64_t cols : widths(t, {32, 96, 576, 640, 2400})) {
         const int64_t rows = 70, blocks = cols / 32;
         const QuantMatrix q = random_matrix(t, rows, cols, 17);
         const kernels::PackedMatrix p(q.m.row_ptrs.data(), t.quant, rows, cols);
-        for (int64_t R : {1, 2, 3, 4, 5, 7})
+        for (int64_t R : {1, 2, 3, 4, 5, 7, 8, 13})
           for (int64_t g0 : {0, 1, 4}) {
             const int64_t n = rows - 16 * g0;
             const std::vector<float> x = random_rows(R, cols, static_cast<uint32_t>(R * 7 + cols));
@@ -396,6 +397,32 @@ TEST(QuantPacked, EveryVariantMatchesTheReference) {
                     << " col " << j;
               }
           }
+      }
+}
+
+// A row's outputs are the same bits whatever rows share the call (a prompt's rows, a batch of
+// sequences): every variant, row by row against 1, 4, 8 and 13 rows at once.
+TEST(QuantPacked, ARowsBitsDoNotDependOnTheRowsBesideIt) {
+  for (const kernels::Q8DotVariant& v : kernels::q8_dot_variants())
+    for (const QuantType& t : kTypes)
+      for (int64_t cols : widths(t, {256, 640})) {
+        const int64_t rows = 40, blocks = cols / 32;
+        const QuantMatrix q = random_matrix(t, rows, cols, 29);
+        const kernels::PackedMatrix p(q.m.row_ptrs.data(), t.quant, rows, cols);
+        const int64_t R = 13;
+        const std::vector<float> x = random_rows(R, cols, static_cast<uint32_t>(cols + 5));
+        std::vector<Q8Block> xb(static_cast<size_t>(R * blocks));
+        kernels::quantize_q8_rows(x.data(), R, cols, cols, xb.data());
+        std::vector<float> alone(static_cast<size_t>(R * rows));
+        for (int64_t r = 0; r < R; ++r) v.packed(xb.data() + r * blocks, 1, p.view(), 0, rows, alone.data() + r * rows, rows);
+        for (int64_t together : {4, 8, 13}) {
+          std::vector<float> y(static_cast<size_t>(together * rows));
+          v.packed(xb.data(), together, p.view(), 0, rows, y.data(), rows);
+          for (int64_t i = 0; i < together * rows; ++i)
+            ASSERT_EQ(y[static_cast<size_t>(i)], alone[static_cast<size_t>(i)])
+                << v.name << " " << t.name << " cols " << cols << " " << together << " rows: row " << i / rows << " col "
+                << i % rows;
+        }
       }
 }
 
