@@ -826,11 +826,16 @@ void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t
   int64_t j = 0;
   for (; j + panel <= n; j += panel) gemm_panel<Vec::MR>(m, k, a, a_rs, a_cs, b + j, ldb, c + j, ldc, accumulate);
   for (; j + Vec::W <= n; j += Vec::W) gemm_panel<1>(m, k, a, a_rs, a_cs, b + j, ldb, c + j, ldc, accumulate);
-  for (; j < n; ++j)  // columns left over: fewer than one vector
-    for (int64_t i = 0; i < m; ++i) {
-      float acc = accumulate ? c[i * ldc + j] : 0.0f;
-      for (int64_t p = 0; p < k; ++p) acc += a[i * a_rs + p * a_cs] * b[p * ldb + j];
-      c[i * ldc + j] = acc;
+  for (; j < n; ++j)  // columns left over: fewer than one vector; 8 rows' sums side by side, each
+    for (int64_t i0 = 0; i0 < m; i0 += 8) {  // still over p in order (one dependent chain per row was the cost)
+      const int64_t rows = std::min<int64_t>(8, m - i0);
+      float acc[8];
+      for (int64_t i = 0; i < rows; ++i) acc[i] = accumulate ? c[(i0 + i) * ldc + j] : 0.0f;
+      for (int64_t p = 0; p < k; ++p) {
+        const float bp = b[p * ldb + j];
+        for (int64_t i = 0; i < rows; ++i) acc[i] += a[(i0 + i) * a_rs + p * a_cs] * bp;
+      }
+      for (int64_t i = 0; i < rows; ++i) c[(i0 + i) * ldc + j] = acc[i];
     }
 }
 

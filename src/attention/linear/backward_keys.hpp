@@ -21,7 +21,7 @@ inline void load_features_and_aux(const kernels::TileKernels& kern, const Linear
   load_rows(kern, query ? p.q : p.k, b, h, r0, n, valid, raw, p.D);
   fast_features(kern, p, query, raw, n, out);  // an elementwise map leaves raw as it was; performer's is s x
   if (p.omega_t.empty() && !p.polar())
-    for (int64_t e = 0; e < n * p.F; ++e) aux[e] = feature_slope_from(p.mech.map, raw[e], out[e]);
+    feature_slopes_from(p.mech.map, raw, out, n * p.F, aux);
   else
     std::copy(raw, raw + n * p.D, aux);
   for (int64_t r = 0; r < n; ++r) {
@@ -114,8 +114,15 @@ inline void load_initial_state(const LinearProblem& p, int64_t b, int64_t h, flo
 
 // dst (cols x rows, leading dimension ld) = src (rows x cols)^T.
 inline void transpose(const float* src, int64_t rows, int64_t cols, float* dst, int64_t ld) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[c * ld + r] = src[r * cols + c];
+  // in 16 x 16 tiles: a row at a time would store a column of dst with a stride of ld floats
+  // (256 or 512 bytes: the same few cache sets for every store)
+  constexpr int64_t kTile = 16;
+  for (int64_t r0 = 0; r0 < rows; r0 += kTile)
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+      const int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
+      for (int64_t c = c0; c < c1; ++c)
+        for (int64_t r = r0; r < r1; ++r) dst[c * ld + r] = src[r * cols + c];
+    }
 }
 
 // Row r of y = g_r = dL/dy_r from dout's row (Dv values) and y_r (normalize: Dv + 1 values).

@@ -44,13 +44,20 @@ T feature_slope(FeatureMap f, T x) {
   return x;
 }
 
-// phi'(x) from x and fx = phi(x) (the fast backward's): elu's slope at or below 0 and exp's are
-// phi itself, so no second exp; NaN where fx is.
-inline float feature_slope_from(FeatureMap f, float x, float fx) {
+// slope[i] = phi'(x[i]) from x and fx = phi(x) (the fast backward's), i < n: elu's slope at or
+// below 0 and exp's are phi itself, so no second exp; NaN where fx is. One loop per map, without
+// branches in the elu one (random signs would mispredict every other element).
+inline void feature_slopes_from(FeatureMap f, const float* x, const float* fx, int64_t n, float* slope) {
   switch (f) {
-    case FeatureMap::elu: return x > 0 ? 1.0f + (fx - fx) : fx;
-    case FeatureMap::exp: return fx;
-    default: return feature_slope(f, x);
+    case FeatureMap::elu:
+      for (int64_t i = 0; i < n; ++i) {  // m a + (1 - m) fx: a (1, or NaN with fx) above 0, else fx (finite there)
+        const float m = x[i] > 0 ? 1.0f : 0.0f, above = 1.0f + (fx[i] - fx[i]);
+        slope[i] = m * above + (1.0f - m) * fx[i];
+      }
+      return;
+    case FeatureMap::exp: std::copy(fx, fx + n, slope); return;
+    default:
+      for (int64_t i = 0; i < n; ++i) slope[i] = feature_slope(f, x[i]);
   }
 }
 
