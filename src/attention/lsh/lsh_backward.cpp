@@ -11,15 +11,18 @@
 // The rounds' sets are disjoint, so the merged weights are one softmax over their union and the
 // second form of dS needs only the merged lse and D_i = dO_i . O_i - dlse_i.
 // Forms: "chunked" (float32: per (batch entry, kv head) task, every query head of its group in
-// order, per round the sorted chunks again with P from the forward's lse; dq, dk, dv accumulated
-// in a fixed order, so bitwise the same for any thread count) and "reference" (float64: each
+// order, per round the sorted queries in tiles of 64 against the key chunks they reach, 64 keys at
+// a time through the tile kernels (the forward's masking, P from the forward's lse; dV, dK, dQ as
+// small GEMMs); dq, dk, dv accumulated in a fixed order, so bitwise the same for any thread count) and "reference" (float64: each
 // round's softmax and the merge written out, differentiated as in the first lines above).
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "base/aligned_buffer.hpp"
 #include "base/parallel.hpp"
+#include "kernels/kernel_table.hpp"
 #include "lsh/lsh.hpp"
 
 namespace attn::lsh {
@@ -152,14 +155,26 @@ void reference_impl(const LshProblem& p, const core::BackwardViews& g, bool plai
 // Chunk indices no key has: "0 or 1 chunks behind" never holds for them.
 constexpr int32_t kNoKey = std::numeric_limits<int32_t>::max() / 2;
 
+constexpr int64_t L = kernels::kQueryTile;
+// Chunk indices no lane has (padding lanes): far from every key's.
+constexpr int32_t kNoChunk = std::numeric_limits<int32_t>::min() / 2;
+
 // One thread's buffers, sized before the parallel region (which allocates nothing).
 struct Scratch {
   LshWork hashing;
   std::vector<float> q, dout, dq, delta, lse;   // (N, D), (N, Dv), (N, D), N, N: by query position
   std::vector<float> k, v;                      // (M, D), (M, Dv): this round's valid keys, sorted
   std::vector<float> dk, dv;                    // (M, D), (M, Dv): by key position
+  std::vector<float> dks, dvs;                  // (M, D), (M, Dv): this round's, in sorted order
   std::vector<uint8_t> reached;                 // N: a round counted a key for the query
   std::vector<std::vector<int32_t>> query_chunk, key_chunk;  // [round][position]
+  // one tile of L sorted queries: rows (L, D), (L, Dv), (L, D); lane-major Qt (scaled), dOt;
+  // score and dS tiles (L keys x L lanes); per lane its lse (+inf: no pair), D_i, scale, 1
+  std::vector<float> qrows, drows, dqrows;
+  AlignedFloats qt, dot, st, ds, sub{L}, delta_l{L}, scale{L}, one{L};
+  std::vector<std::vector<int32_t>> lane_chunk;  // [round][lane]
+  int32_t lane_pos[L];
+  uint8_t keep[L], lane_reached[L];
 
   explicit Scratch(const LshProblem& p) {
     const size_t N = static_cast<size_t>(p.N), M = static_cast<size_t>(p.M), D = static_cast<size_t>(p.D),
@@ -167,8 +182,14 @@ struct Scratch {
     hashing.reserve(p);
     q.resize(N * D), dout.resize(N * Dv), dq.resize(N * D), delta.resize(N), lse.resize(N);
     k.resize(M * D), v.resize(M * Dv), dk.resize(M * D), dv.resize(M * Dv), reached.resize(N);
+    dks.resize(M * D), dvs.resize(M * Dv);
     query_chunk.assign(static_cast<size_t>(p.mech.rounds), std::vector<int32_t>(N));
     key_chunk.assign(static_cast<size_t>(p.mech.rounds), std::vector<int32_t>(M));
+    qrows.resize(L * D), drows.resize(L * Dv), dqrows.resize(L * D);
+    qt.resize(D * L), dot.resize(Dv * L), st.resize(L * L), ds.resize(L * L);
+    lane_chunk.assign(static_cast<size_t>(p.mech.rounds), std::vector<int32_t>(L));
+    std::fill(scale.data(), scale.data() + L, static_cast<float>(p.scale));
+    std::fill(one.data(), one.data() + L, 1.0f);
   }
 };
 
@@ -245,17 +266,13 @@ class TaskRun {
         kern_.to_float(p_.k.ptr(b_, hk_, j), p_.k.dtype, p_.k.strides[3], D, s_.k.data() + t * D);
         kern_.to_float(p_.v.ptr(b_, hk_, j), p_.v.dtype, p_.v.strides[3], Dv, s_.v.data() + t * Dv);
       }
-      for (int64_t c0 = 0; c0 * C < p_.N; ++c0) {  // sorted query chunk c0 against key chunks c0 - 1, c0
-        const int64_t k0 = std::max<int64_t>(0, (c0 - 1) * C), k1 = std::min(len_, (c0 + 1) * C);
-        for (int64_t t = c0 * C; t < std::min(p_.N, (c0 + 1) * C); ++t) {
-          const int64_t i = round.q_order[static_cast<size_t>(t)];
-          if (s_.lse[static_cast<size_t>(i)] == -std::numeric_limits<float>::infinity()) continue;  // sees no key
-          for (int64_t ks = k0; ks < k1; ++ks) {
-            const int64_t j = round.k_order[static_cast<size_t>(ks)];
-            if (!lsh_allowed(p_, i, j) || counted_earlier(r, i, j)) continue;
-            pair(i, j, s_.k.data() + ks * D, s_.v.data() + ks * Dv);
-          }
-        }
+      std::fill(s_.dks.begin(), s_.dks.begin() + len_ * D, 0.0f);
+      std::fill(s_.dvs.begin(), s_.dvs.begin() + len_ * Dv, 0.0f);
+      for (int64_t t0 = 0; t0 < p_.N; t0 += L) tile(r, round, t0, std::min(L, p_.N - t0));
+      for (int64_t t = 0; t < len_; ++t) {  // this round's sums, to the keys' positions
+        const int64_t j = round.k_order[static_cast<size_t>(t)];
+        for (int64_t c = 0; c < D; ++c) s_.dk[static_cast<size_t>(j * D + c)] += s_.dks[static_cast<size_t>(t * D + c)];
+        for (int64_t c = 0; c < Dv; ++c) s_.dv[static_cast<size_t>(j * Dv + c)] += s_.dvs[static_cast<size_t>(t * Dv + c)];
       }
     }
     if (p_.mech.shared_qk)  // a query no round reached attends to itself alone
@@ -269,14 +286,85 @@ class TaskRun {
       }
   }
 
-  // Whether a round before r counted (i, j): i's chunk in it was j's or the one after.
-  bool counted_earlier(int64_t r, int64_t i, int64_t j) const {
-    for (int64_t e = 0; e < r; ++e) {
-      const int32_t d = s_.query_chunk[static_cast<size_t>(e)][static_cast<size_t>(i)] -
-                        s_.key_chunk[static_cast<size_t>(e)][static_cast<size_t>(j)];
-      if (d == 0 || d == 1) return true;
+  // Sorted queries [t0, t0 + n) of round r against the key chunks their chunks see, 64 keys at a
+  // time: S = scale Q K^T, P = exp(S - lse) on the counted pairs, dP = dO V^T, dS = scale P (dP - D);
+  // dV += P^T dO, dK += dS^T Q (this round's sorted rows), dQ += dS K (the tile's rows).
+  void tile(int64_t r, const LshRound& round, int64_t t0, int64_t n) {
+    const int64_t D = p_.D, Dv = p_.Dv, C = p_.mech.chunk;
+    const float inf = std::numeric_limits<float>::infinity();
+    float *qrows = s_.qrows.data(), *drows = s_.drows.data(), *dqrows = s_.dqrows.data();
+    for (int64_t i = 0; i < L; ++i) {
+      const bool live = i < n;
+      const int64_t pos = live ? round.q_order[static_cast<size_t>(t0 + i)] : 0;
+      s_.lane_pos[i] = static_cast<int32_t>(pos);
+      s_.lane_reached[i] = 0;
+      const float lse = live ? s_.lse[static_cast<size_t>(pos)] : -inf;
+      s_.sub.data()[i] = lse == -inf ? inf : lse;  // no pair: every weight 0
+      s_.delta_l.data()[i] = live ? s_.delta[static_cast<size_t>(pos)] : 0.0f;
+      s_.lane_chunk[0][static_cast<size_t>(i)] = live ? static_cast<int32_t>((t0 + i) / C) : kNoChunk;
+      for (int64_t e = 0; e < r; ++e)
+        s_.lane_chunk[static_cast<size_t>(e + 1)][static_cast<size_t>(i)] =
+            live ? s_.query_chunk[static_cast<size_t>(e)][static_cast<size_t>(pos)] : kNoChunk;
+      if (live) {
+        std::copy(s_.q.data() + pos * D, s_.q.data() + (pos + 1) * D, qrows + i * D);
+        std::copy(s_.dout.data() + pos * Dv, s_.dout.data() + (pos + 1) * Dv, drows + i * Dv);
+      } else {
+        std::fill(qrows + i * D, qrows + (i + 1) * D, 0.0f);
+        std::fill(drows + i * Dv, drows + (i + 1) * Dv, 0.0f);
+      }
     }
-    return false;
+    std::fill(dqrows, dqrows + n * D, 0.0f);
+    kern_.pack_qt(qrows, D, static_cast<int>(n), D, s_.scale.data(), s_.qt.data());
+    kern_.pack_qt(drows, Dv, static_cast<int>(n), Dv, s_.one.data(), s_.dot.data());
+    const int64_t c0 = t0 / C, c1 = (t0 + n - 1) / C;
+    const int64_t k0 = std::max<int64_t>(0, (c0 - 1) * C), k1 = std::min(len_, (c1 + 1) * C);
+    float *st = s_.st.data(), *ds = s_.ds.data();
+    const float scale = static_cast<float>(p_.scale);
+    for (int64_t j0 = k0; j0 < k1; j0 += L) {
+      const int64_t bc = std::min(L, k1 - j0);
+      kern_.qk(s_.qt.data(), D, s_.k.data() + j0 * D, D, bc, st, 0, static_cast<int>(L));
+      for (int64_t jj = 0; jj < bc; ++jj) hide_uncounted(r, round, j0 + jj, st + jj * L);
+      kern_.exp_rows(st, bc * L, s_.sub.data());  // P
+      kern_.qk(s_.dot.data(), Dv, s_.v.data() + j0 * Dv, Dv, bc, ds, 0, static_cast<int>(L));  // dP
+      for (int64_t jj = 0; jj < bc; ++jj) {
+        const float* P = st + jj * L;
+        float* dS = ds + jj * L;
+        for (int64_t i = 0; i < L; ++i) dS[i] = P[i] * (dS[i] - s_.delta_l.data()[i]) * scale;
+      }
+      kern_.gemm(bc, Dv, L, st, L, 1, drows, Dv, s_.dvs.data() + j0 * Dv, Dv, true);
+      kern_.gemm(bc, D, L, ds, L, 1, qrows, D, s_.dks.data() + j0 * D, D, true);
+      kern_.gemm(n, D, bc, ds, 1, L, s_.k.data() + j0 * D, D, dqrows, D, true);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t pos = s_.lane_pos[i];
+      float* dq = s_.dq.data() + pos * D;
+      for (int64_t c = 0; c < D; ++c) dq[c] += dqrows[i * D + c];
+      s_.reached[static_cast<size_t>(pos)] |= s_.lane_reached[i];
+    }
+  }
+
+  // Hides, in the score row of sorted key ks, the lanes that do not count the pair in round r (the
+  // forward's rule): the key's chunk is not the lane's or the one before, the pattern forbids it
+  // (causal, self under shared_qk), or an earlier round had it.
+  void hide_uncounted(int64_t r, const LshRound& round, int64_t ks, float* srow) {
+    const int32_t j = round.k_order[static_cast<size_t>(ks)];
+    const auto near = [](int32_t lane_chunk, int32_t key_chunk) {
+      return static_cast<uint32_t>(lane_chunk - key_chunk) <= 1u;  // 0 or 1 chunks behind
+    };
+    const int32_t kc = static_cast<int32_t>(ks / p_.mech.chunk);
+    const auto last = static_cast<int32_t>(j - (p_.M - p_.N));  // causal: lanes at positions >= this
+    uint8_t* keep = s_.keep;
+    for (int64_t i = 0; i < L; ++i)
+      keep[i] = near(s_.lane_chunk[0][static_cast<size_t>(i)], kc) && (!p_.mech.causal || s_.lane_pos[i] >= last) &&
+                (!p_.mech.shared_qk || s_.lane_pos[i] != j);
+    for (int64_t e = 0; e < r; ++e) {
+      const int32_t ke = s_.key_chunk[static_cast<size_t>(e)][static_cast<size_t>(j)];
+      for (int64_t i = 0; i < L; ++i) keep[i] &= !near(s_.lane_chunk[static_cast<size_t>(e + 1)][static_cast<size_t>(i)], ke);
+    }
+    for (int64_t i = 0; i < L; ++i) {
+      srow[i] = keep[i] ? srow[i] : -std::numeric_limits<float>::infinity();
+      s_.lane_reached[i] |= keep[i];
+    }
   }
 
   // One counted pair (query position i, key position j with rows k, v).
