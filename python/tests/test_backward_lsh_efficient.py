@@ -2,12 +2,14 @@
 a literal float64 implementation written here (LSH: the dense mask of its buckets' chunks, the
 buckets held as constants; efficient: softmax over q's features times the per-feature softmax of
 k over the sequence, its initial state as one more key), torch.library.opcheck of both custom ops,
-and torch.compile(fullgraph=True) backward equal to eager."""
+and torch.compile(fullgraph=True) backward equal to eager (efficient attention's final state too,
+through torch.ops.attn.linear_attention)."""
 import numpy as np
 import pytest
 import torch
 
 import attn
+import attn.torch_ops  # noqa: F401  (registers torch.ops.attn.*)
 from test_lsh_dca import lsh_mask
 
 
@@ -193,12 +195,32 @@ def test_efficient_numpy_backward_takes_dfinal_state():
     for name, a, b in zip(["dq", "dk", "dv"], grads[:3], ref):
         close(torch.from_numpy(np.asarray(a)), b.grad, name)
 
+    # torch: the final state as an output that takes a gradient (torch.ops.attn.linear_attention), eager
+    # and under torch.compile(fullgraph=True)
+    def loss(q, k, v):
+        o, st = attn.attend(q, k, v, "efficient:causal", return_final_state=True)
+        return (o * dout.float()).sum() + (st * dS.float()).sum()
+
+    for fn in (loss, torch.compile(loss, fullgraph=True, backend="aot_eager")):
+        leaves = [x.float().detach().requires_grad_() for x in (q, k, v)]
+        fn(*leaves).backward()
+        for name, a, b in zip(["dq", "dk", "dv"], leaves, ref):
+            close(a.grad, b.grad, name)
+
 
 def test_efficient_custom_ops_pass_opcheck_and_compile_fullgraph():
     q, k, v, dout = (x.float() for x in qkv(35, N=17, M=17, scale=2.0))
     state = random_state(36, 2, 4, 12, 7).float()
+    # efficient attention has no lse (attend's second output is NaN, which opcheck cannot compare):
+    # its forward is checked through the op that returns (out, final_state), both backward ops too
+    state_args = (q, k, v, "efficient:causal", "bnhd", state, None, [17, 9])
+    torch.library.opcheck(torch.ops.attn.linear_attention.default, state_args)
+    o, final = torch.ops.attn.linear_attention(*state_args)
+    assert final.shape == (2, 4, 12, 9)
+    torch.library.opcheck(torch.ops.attn.linear_attention_backward.default,
+                          (torch.randn_like(o), torch.randn_like(final), q, k, v, o, "efficient:causal", "bnhd", state,
+                           None, [17, 9]))
     args = (q, k, v, "efficient:causal", "bnhd", None, [], None, "initial_state", [state])
-    torch.library.opcheck(torch.ops.attn.attend.default, args)
     out, lse = torch.ops.attn.attend(*args)
     torch.library.opcheck(torch.ops.attn.attend_backward.default,
                           (dout, q, k, v, out, lse, "efficient:causal", "bnhd", None, [], None, None, "initial_state",
