@@ -206,3 +206,36 @@ TEST(LshBackwardLimits, RotationsGetNoGradientAndTheFactsSaySo) {
 
 }  // namespace
 }  // namespace attn
+
+namespace attn {
+namespace {
+
+// A non-finite query makes its head's buckets undefined (the forward's rows are NaN): its dq rows
+// and its kv head's valid dk, dv rows are NaN in both forms, the other kv head's stay finite and
+// equal to a clean run's.
+TEST(LshBackwardLimits, ANonFiniteHeadPoisonsItsGroupOnly) {
+  Shape sh{"lsh:buckets=4,rounds=2,chunk=3,seed=6"};
+  sh.H = 4, sh.Hkv = 2, sh.N = 10, sh.M = 12;
+  Inputs s = make(sh, DType::f32, 44);
+  const AttendGradients clean_fast = backward(s, "chunked"), clean_ref = backward(s, "reference");
+  store_from_float(s.q.view.data, DType::f32, s.q.view.offset(0, 1, 3, 2), std::nanf(""));  // head 1: kv head 0
+  for (const char* form : {"chunked", "reference"}) {
+    SCOPED_TRACE(form);
+    const AttendGradients g = backward(s, form);
+    const AttendGradients& clean = std::string(form) == "chunked" ? clean_fast : clean_ref;
+    for (int64_t i = 0; i < sh.N; ++i) {
+      EXPECT_TRUE(std::isnan(g.dq.at(0, 1, i, 0)));
+      EXPECT_TRUE(std::isfinite(g.dq.at(0, 2, i, 0)));
+      EXPECT_EQ(g.dq.at(0, 3, i, 1), clean.dq.at(0, 3, i, 1));
+    }
+    for (int64_t j = 0; j < sh.M; ++j) {
+      EXPECT_TRUE(std::isnan(g.dk.at(0, 0, j, 0)) && std::isnan(g.dv.at(0, 0, j, 0)));
+      EXPECT_TRUE(std::isfinite(g.dk.at(0, 1, j, 0)) && std::isfinite(g.dv.at(0, 1, j, 0)));
+    }
+  }
+  const AttendGradients fast = backward(s, "chunked");
+  for (int64_t j = 0; j < sh.M; ++j) EXPECT_EQ(fast.dk.at(0, 1, j, 3), clean_fast.dk.at(0, 1, j, 3));
+}
+
+}  // namespace
+}  // namespace attn
