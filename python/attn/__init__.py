@@ -408,7 +408,8 @@ def attend_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, mecha
             "bigbird:..."); GAU ("gau:..."); linformer ("linformer:...", with E and F's gradients);
             the linear family ("linear:...", "retention:...", "sana:...", "normattn:...",
             "performer:...", "polaformer:...", every feature map, normalised or not, decays);
-            other families (lsh, dca, efficient, ...) have no backward yet (a ValueError says so).
+            lsh (the buckets are constants); efficient ("efficient:...", with its initial_state's
+            gradient); other families (dca, qsoftmax) have no backward yet (a ValueError says so).
         attn_mask, key_padding_lengths, alibi_slopes, block_mask, block_size, layout, threads: as
             in :func:`attend`.
         form: None (the walk's choice: "tiled" for softmax and GAU, "chunked" or "right" for the linear

@@ -14,8 +14,10 @@ of str), ``params`` the tensors in that order. Linformer's "E" and "F" get gradi
 and "coefficients" and a linear mechanism's "initial_state" (through the output); a param that
 requires grad but has none (decay, omega, ...) is a ValueError at backward time.
 
-Families with a backward today: softmax (score=dot) and the patterns over it, GAU, linformer and
-the linear family (linear, retention, sana, normattn, performer, polaformer); asking another family
+Families with a backward today: softmax (score=dot) and the patterns over it, GAU, linformer, LSH
+(its buckets are constants: LSH's "rotations" param gets no gradient), efficient attention (with
+its "initial_state") and the linear family (linear, retention, sana, normattn, performer,
+polaformer); asking another family
 for a gradient raises the ValueError that says so, at backward time.
 
 ``torch.ops.attn.linear_attention(q, k, v, mechanism, layout, initial_state, decay,
@@ -269,9 +271,11 @@ def attend_stats(q, k, v, mechanism: str, layout: str, attn_mask=None, key_paddi
 
 
 @functools.lru_cache(maxsize=256)
-def _normalizes(mechanism: str) -> bool:
-    """Whether the linear mechanism's state carries the normaliser column (Dv + 1 columns)."""
-    return attn.info(mechanism)["state_shape"].endswith("+ 1)")
+def _extra_state_columns(mechanism: str) -> int:
+    """The state's columns past Dv: 1 for a linear mechanism's normaliser (Dv + 1), 2 for efficient
+    attention's z and m (Dv + 2), else 0."""
+    shape = attn.info(mechanism)["state_shape"]
+    return int(shape[shape.rindex("+") + 1:-1]) if shape.endswith(")") and "+" in shape else 0
 
 
 def _linear_params(initial_state, decay):
@@ -289,7 +293,8 @@ def linear_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mecha
                         key_padding_lengths: List[int], threads: int = 0, form: Optional[str] = None,
                         isa: Optional[str] = None, precision: Optional[str] = None
                         ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(o, final_state) of a linear mechanism; final_state (B, H, F, Dv [+ 1]) float32."""
+    """(o, final_state) of a linear mechanism (or efficient attention); final_state (B, H, F, Dv [+ 1])
+    float32 (efficient: (B, H, D, Dv + 2))."""
     out, state = attn.attend(q.detach(), k.detach(), v.detach(), mechanism, layout=layout, return_final_state=True,
                              params=_linear_params(initial_state, decay),
                              key_padding_lengths=list(key_padding_lengths) or None, threads=threads, form=form,
@@ -302,7 +307,7 @@ def _linear_attention_fake(q, k, v, mechanism, layout, initial_state, decay, key
                            isa=None, precision=None):
     b, h = q.shape[0], (q.shape[2] if layout == "bnhd" else q.shape[1])
     out = q.new_empty(q.shape[:-1] + (v.shape[-1],))
-    state = q.new_empty((b, h, q.shape[-1], v.shape[-1] + (1 if _normalizes(mechanism) else 0)), dtype=torch.float32)
+    state = q.new_empty((b, h, q.shape[-1], v.shape[-1] + _extra_state_columns(mechanism)), dtype=torch.float32)
     return out, state
 
 

@@ -543,7 +543,8 @@ def test_attend_backward_arguments(data):
             "dlse": [np.zeros_like(lse), np.ones_like(lse)[..., None], np.zeros(lse.shape, np.float64), "abc"],
             "form": [None, "rows", "reference", "tiled", "chunked", "bogus", 3],
             "threads": [0, 1, 2, 257, -1, 2**40, 1.5, None, "2"],
-            "mechanism": ["linear:map=elu", "lsh", "efficient", "softmax:causal", "nope", None, 3, b"softmax", ""],
+            "mechanism": ["linear:map=elu", "lsh", "efficient", "qsoftmax", "softmax:causal", "nope", None, 3, b"softmax",
+                          ""],
         }[spoiled]
         bad = choices[pick % len(choices)]
         if isinstance(bad, str) and bad == "strided":
@@ -556,7 +557,7 @@ def test_attend_backward_arguments(data):
         if spoiled == "mechanism" and bad == "linear:map=elu" and coin(draw, 0.5):
             args["lse"] = None  # the linear family has no lse: answered without one
     extra = {key: args.pop(key) for key in ("dlse", "form", "threads") if key in args}
-    # "lsh has no backward yet" names the mechanism by the family the caller wrote
+    # "qsoftmax has no backward yet" names the mechanism by the family the caller wrote
     family = (args["mechanism"].split(":")[0],) if isinstance(args["mechanism"], str) and args["mechanism"] else ()
     grads = check_named(lambda: attn.attend_backward(args["dout"], q, k, v, args["out"], args["lse"],
                                                      args["mechanism"], **kw, **extra), BACKWARD + family)

@@ -109,8 +109,8 @@ def test_bad_input_is_named():
     args = [x.float().numpy() for x in (q, k, v)]
     out, lse = attn.attend(*args, layout="bhnd", return_lse=True)
     d = dout.float().numpy()
-    with pytest.raises(ValueError, match="efficient has no backward yet"):
-        attn.attend_backward(d, *args, out, lse, "efficient", layout="bhnd")
+    with pytest.raises(ValueError, match="qsoftmax has no backward yet"):
+        attn.attend_backward(d, *args, out, lse, "qsoftmax", layout="bhnd")
     with pytest.raises(ValueError, match="lse does not apply to linear"):
         attn.attend_backward(d, *args, out, lse, "linear", layout="bhnd")
     with pytest.raises(ValueError, match="dout must have out's shape"):

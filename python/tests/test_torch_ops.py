@@ -59,8 +59,8 @@ def test_unsupported_options_and_families_say_so():
         attn.attention(q, k, v, causal="no")
     with pytest.raises(ValueError, match="return_probs"):
         attn.attend(q, k, v, return_probs=True)
-    out = attn.attend(q, k, v, "efficient")
-    with pytest.raises(ValueError, match="efficient has no backward yet"):
+    out = attn.attend(q, k, v, "qsoftmax")
+    with pytest.raises(ValueError, match="qsoftmax has no backward yet"):
         out.sum().backward()
     with torch.no_grad():  # no gradient wanted: the ordinary path, every option
         assert attn.attend(q, k, v, return_probs=True)[1].shape == (2, 4, 9, 13)

@@ -43,7 +43,7 @@ typename Family::Problem validate_forward(const TensorView& q, const TensorView&
 
 [[noreturn]] void fail_no_backward(const Mechanism& mechanism) {
   fail(kWhere, std::string(kind_of(mechanism)) +
-                   " has no backward yet (softmax, longformer, bigbird, gau, linformer and the linear family "
+                   " has no backward yet (softmax, longformer, bigbird, gau, linformer, lsh, efficient and the linear family "
                    "have one)");
 }
 

@@ -5,8 +5,10 @@
 #pragma once
 #include <array>
 #include <optional>
+#include <string>
 #include <vector>
 
+#include "core/backward_views.hpp"
 #include "core/facts.hpp"
 #include "core/form.hpp"
 #include "core/io_checks.hpp"
@@ -34,6 +36,12 @@ struct EfficientFamily {
   static double flops(const Problem& p);
   static core::ReferenceResult reference(const Problem& p, core::RefPrecision precision);
   static std::array<int64_t, 4> state_shape(const Problem& p);
+  // dQ, dK, dV, the initial state's gradient and dfinal_state in (efficient_backward.cpp): forms
+  // online (float32: the states again forward, then one walk back over the keys) and reference
+  // (float64). Nothing refused.
+  static std::string backward_refusal(const Problem& p);
+  static const std::vector<core::BackwardForm<Problem>>& backward_forms();
+  static void backward_reference(const Problem& p, const core::BackwardViews& g, core::RefPrecision precision);
 };
 
 // The row statistics of the whole problem into o.stats, a second pass after the form (see

@@ -22,7 +22,7 @@ std::vector<core::OptionRange> EfficientFamily::ranges(const Efficient& m) { ret
 
 std::vector<core::ParamSpec> EfficientFamily::params(const Efficient&) {
   return {{"initial_state", {"B", "H", "D", "state_cols"},
-           "the per-feature state [C | z | m] a previous call returned as final_state", true, "state"}};
+           "the per-feature state [C | z | m] a previous call returned as final_state", true, "state", true}};
 }
 
 }  // namespace attn::efficient

@@ -25,9 +25,8 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int32_t kNoKey = std::numeric_limits<int32_t>::max() / 2;
 constexpr int32_t kNoChunk = std::numeric_limits<int32_t>::min() / 2;
 
-// Whether head h of batch entry b meets a non-finite input: its queries, or its kv head's valid
-// keys or values. Hashing a non-finite vector gives no bucket, so which rows meet which keys is
-// undefined: every row of such a head is NaN (output and LSE), in every form.
+}  // namespace
+
 bool head_not_finite(const LshProblem& p, int64_t b, int64_t h) {
   float probe = 0;  // x * 0 is NaN exactly when x is not finite
   for (int64_t i = 0; i < p.N; ++i)
@@ -39,8 +38,6 @@ bool head_not_finite(const LshProblem& p, int64_t b, int64_t h) {
   }
   return std::isnan(probe);
 }
-
-}  // namespace
 
 LshProblem LshFamily::validate(const TensorView& q, const TensorView& k, const TensorView& v, const Lsh& m,
                                const AttendOptions& opt, const core::Outputs& outs) {

@@ -3,8 +3,10 @@
 // chunk with the tile kernels; rounds merged through their log-sum-exp) and "reference"
 // (the union of the rounds' pairs as a dense mask, float64 softmax over it).
 #pragma once
+#include <string>
 #include <vector>
 
+#include "core/backward_views.hpp"
 #include "core/facts.hpp"
 #include "core/form.hpp"
 #include "core/io_checks.hpp"
@@ -46,6 +48,11 @@ struct LshWork {
   void reserve(const LshProblem& p);
 };
 void lsh_rounds_into(const LshProblem& p, int64_t b, int64_t h, LshWork& w);
+// Whether head h of batch entry b meets a non-finite input: its queries, or its kv head's valid
+// keys or values. Hashing a non-finite vector gives no bucket, so which rows meet which keys is
+// undefined: every row of such a head is NaN (output and LSE), in every form; in the backward,
+// the head's dq rows and its kv head's valid dk, dv rows.
+bool head_not_finite(const LshProblem& p, int64_t b, int64_t h);
 // Pairs the pattern allows before the rounds (causal, and not the token itself under shared_qk).
 inline bool lsh_allowed(const LshProblem& p, int64_t i, int64_t j) {
   return (!p.mech.causal || j <= i + p.M - p.N) && !(p.mech.shared_qk && i == j);
@@ -64,6 +71,12 @@ struct LshFamily {
   // What the chunked form computes: per round, every query against its two key chunks.
   static double flops(const Problem& p);
   static core::ReferenceResult reference(const Problem& p, core::RefPrecision precision);
+  // dQ, dK, dV (lsh_backward.cpp): the buckets are constants (no gradient through the hashing);
+  // forms chunked (float32, per (batch, kv head), the forward's lse) and reference (float64, per
+  // round, then the rounds' merge, differentiated by hand). Nothing refused.
+  static std::string backward_refusal(const Problem& p);
+  static const std::vector<core::BackwardForm<Problem>>& backward_forms();
+  static void backward_reference(const Problem& p, const core::BackwardViews& g, core::RefPrecision precision);
 };
 
 }  // namespace attn::lsh

@@ -324,11 +324,11 @@ TEST(LinearBackwardShape, BadInputIsNamed) {
   }, "lse does not apply to linear");
   {
     AttendOptions o;
-    const Mechanism mech = parse_mechanism("efficient");
+    const Mechanism mech = parse_mechanism("qsoftmax");
     const AttendResult f = attend(s.q.view, s.k.view, s.v.view, mech, o);
     testing::expect_error([&] {
       attend_backward(s.dout.view, s.q.view, s.k.view, s.v.view, f.out.view(), TensorView{}, mech, o);
-    }, "efficient has no backward yet");
+    }, "qsoftmax has no backward yet");
   }
   // and the softmax family does not take a final state's gradient
   Inputs t = make(Problem{"linear"}, 5);

@@ -278,8 +278,8 @@ TEST(BackwardShape, ExplainListsTheBackwardFormsWithTheirReasons) {
   EXPECT_EQ(explain_backward(s.q.view, s.k.view, s.v.view, s.m, forced).chosen, "reference");
   testing::expect_error([&] { explain_backward(s.q.view, s.k.view, s.v.view, parse_mechanism("softmax:score=cosine")); },
                         "score=cosine has no backward yet");
-  testing::expect_error([&] { explain_backward(s.q.view, s.k.view, s.v.view, parse_mechanism("efficient")); },
-                        "efficient has no backward yet");
+  testing::expect_error([&] { explain_backward(s.q.view, s.k.view, s.v.view, parse_mechanism("qsoftmax")); },
+                        "qsoftmax has no backward yet");
 }
 
 }  // namespace
