@@ -2,7 +2,8 @@
 // (the double one runs the plain reference of refinement_backward_reference.cpp).
 //
 // The float form recomputes the forward's P1, P2 (or X = [mu | sigma]) and U = A V, then in
-// blocks of 32 rows writes A^ and dS out (batch, n, n), and takes every product through the kernel
+// blocks of 32 rows writes A^ (stochastic: its scores by the differences x_i - x_j, more accurate
+// than the forward's expanded form) and dS out (batch, n, n), and takes every product through the kernel
 // table's gemm, which sums over its inner index in order per element; the transposed products
 // (A^^T dO, dS^T P1, A^T dU, A^T dP) read the stored matrices in place, columns from the block's
 // first row on (the rows above it hold exact zeros there). Each output element is written by one
@@ -63,10 +64,9 @@ void backward_fast(const float* dout, const float* a, const float* v, int64_t ba
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(r)));
   const int64_t blocks = (n + kBlockRows - 1) / kBlockRows, items = batch * blocks;
   const auto sz = [](int64_t e) { return static_cast<size_t>(e); };
-  // x: queries P1 (stochastic: X = [mu | sigma]); k: keys P2 (not stochastic); kt: the keys
-  // transposed per entry (rq, n); vt, ut: V^T and U^T per entry (dv, n)
-  std::vector<float> x(sz(batch * n * rq)), k(stoch ? 0 : sz(batch * n * r)), kt(sz(batch * n * rq));
-  std::vector<float> norms(stoch ? sz(batch * n) : 0), rs(stoch ? sz(batch * n) : 0);
+  // x: queries P1 (stochastic: X = [mu | sigma]); k: keys P2 and kt: them transposed per entry
+  // (r, n) (not stochastic); vt, ut: V^T and U^T per entry (dv, n)
+  std::vector<float> x(sz(batch * n * rq)), k(stoch ? 0 : sz(batch * n * r)), kt(stoch ? 0 : sz(batch * n * r));
   std::vector<float> u(need_u ? sz(batch * n * dv) : 0), du(need_u ? sz(batch * n * dv) : 0);
   std::vector<float> vt(sz(batch * dv * n)), ut(vw ? sz(batch * dv * n) : 0);
   std::vector<float> hat(sz(batch * n * n)), ds(sz(batch * n * n));
@@ -75,7 +75,7 @@ void backward_fast(const float* dout, const float* a, const float* v, int64_t ba
   transpose(w1.data, n, r, r, w1t.data());
   transpose(w2.data, n, r, r, w2t.data());
   const int nt = resolve_threads(o.threads, items);
-  const int64_t per_thread = kBlockRows * n + 2 * kBlockRows * rq;
+  const int64_t per_thread = kBlockRows * n + rq;
   std::vector<float> scratch(sz(nt * per_thread));
 
   // 1. the forward's products: P1, P2 (X), U = A V; additive: dU = (1 - gamma) dO
@@ -97,16 +97,9 @@ void backward_fast(const float* dout, const float* a, const float* v, int64_t ba
     if (add)
       for (int64_t e = (b * n + i0) * dv; e < (b * n + i0 + nb) * dv; ++e) du[e] = (1.0f - gamma) * dout[e];
   });
-  // 2. per entry: the keys transposed, |x_j|^2 (stochastic), V^T, U^T (value_weighted)
+  // 2. per entry: the keys transposed (not stochastic), V^T, U^T (value_weighted)
   parallel_for(batch, resolve_threads(o.threads, batch), [&](int64_t b, int) {
-    const float* keys = (stoch ? x.data() : k.data()) + b * n * rq;
-    transpose(keys, n, rq, rq, kt.data() + b * n * rq);
-    if (stoch)
-      for (int64_t j = 0; j < n; ++j) {
-        float s = 0;
-        for (int64_t e = 0; e < rq; ++e) s += keys[j * rq + e] * keys[j * rq + e];
-        norms[b * n + j] = s;
-      }
+    if (!stoch) transpose(k.data() + b * n * r, n, r, r, kt.data() + b * n * r);
     transpose(v + b * n * dv, n, dv, dv, vt.data() + b * dv * n);
     if (vw) transpose(u.data() + b * n * dv, n, dv, dv, ut.data() + b * dv * n);
   });
@@ -117,7 +110,7 @@ void backward_fast(const float* dout, const float* a, const float* v, int64_t ba
     float* h = hat.data() + (b * n + i0) * n;
     float* d = ds.data() + (b * n + i0) * n;
     float* dh = scratch.data() + t * per_thread;  // (nb, i1)
-    kern.gemm(nb, i1, rq, x.data() + (b * n + i0) * rq, rq, 1, kt.data() + b * n * rq, n, h, n, false);
+    if (!stoch) kern.gemm(nb, i1, r, x.data() + (b * n + i0) * r, r, 1, kt.data() + b * n * r, n, h, n, false);
     if (dv > 0)
       kern.gemm(nb, i1, dv, dout + (b * n + i0) * dv, dv, 1, (vw ? ut.data() : vt.data()) + b * dv * n, n, dh, i1,
                 false);
@@ -127,8 +120,15 @@ void backward_fast(const float* dout, const float* a, const float* v, int64_t ba
       const int64_t i = i0 + ii;
       float* row = h + ii * n;
       if (stoch) {
-        const float* nr = norms.data() + b * n;
-        for (int64_t j = 0; j <= i; ++j) row[j] = 2.0f * row[j] - nr[j];  // -|x_i|^2 cancels
+        // -|x_i - x_j|^2 by the differences (the forward's 2 x_i.x_j - |x_j|^2 loses digits to
+        // cancellation when |x| is large, and the gradients would carry that error)
+        const float* xi = x.data() + (b * n + i) * rq;
+        for (int64_t j = 0; j <= i; ++j) {
+          const float* xj = x.data() + (b * n + j) * rq;
+          float sum = 0;
+          for (int64_t e = 0; e < rq; ++e) sum += (xi[e] - xj[e]) * (xi[e] - xj[e]);
+          row[j] = -sum;
+        }
       } else {
         for (int64_t j = 0; j <= i; ++j) row[j] *= scale;
       }
@@ -138,13 +138,8 @@ void backward_fast(const float* dout, const float* a, const float* v, int64_t ba
       float dot = 0;
       for (int64_t j = 0; j <= i; ++j) dot += row[j] * (c * dhr[j]);
       float* dsr = d + ii * n;
-      float sum = 0;
-      for (int64_t j = 0; j <= i; ++j) {
-        dsr[j] = row[j] * (c * dhr[j] - dot);
-        sum += dsr[j];
-      }
+      for (int64_t j = 0; j <= i; ++j) dsr[j] = row[j] * (c * dhr[j] - dot);
       std::fill(dsr + i + 1, dsr + n, 0.0f);
-      if (stoch) rs[b * n + i] = sum;
     }
   });
   // 4. per block of rows j: dVt = c A^^T dO, dP1, dP2, dA = dP1 W1^T + dP2 W2^T + dU V^T
@@ -171,23 +166,24 @@ void backward_fast(const float* dout, const float* a, const float* v, int64_t ba
         d2[e] *= scale;
       }
     } else {
-      float* t1 = scratch.data() + t * per_thread + kBlockRows * n;  // (nb, rq): sum_j<=i dS_ij X_j
-      float* t2 = t1 + kBlockRows * rq;                              // (nb, rq): sum_i>=j dS_ij X_i
+      // dX_j = 2 (sum_i<=j dS_ji (x_i - x_j) + sum_i>=j dS_ij (x_i - x_j)), by the differences (the
+      // expanded (dS + dS^T) X - (rowsum + colsum) X cancels digits away)
+      float* acc = scratch.data() + t * per_thread + kBlockRows * n;  // rq values
       const float* xb = x.data() + b * n * rq;
-      causal_gemm(kern, nb, j0, ds.data() + (b * n + j0) * n, n, xb, rq, rq, t1, rq);
-      kern.gemm(nb, rq, tail, dsb, 1, n, xb + j0 * rq, rq, t2, rq, false);
+      const float* dsb_full = ds.data() + b * n * n;
       for (int64_t jj = 0; jj < nb; ++jj) {
         const int64_t j = j0 + jj;
-        float cs = 0;  // column sum of dS
-        for (int64_t i = j; i < n; ++i) cs += ds[(b * n + i) * n + j];
-        const float both = rs[b * n + j] + cs;
-        const float* xr = xb + j * rq;
-        for (int64_t e = 0; e < r; ++e)
-          d1[jj * r + e] = 2.0f * (t1[jj * rq + e] + t2[jj * rq + e] - both * xr[e]);
+        const float* xj = xb + j * rq;
+        std::fill(acc, acc + rq, 0.0f);
+        for (int64_t i = 0; i < n; ++i) {
+          const float gij = i <= j ? dsb_full[j * n + i] : dsb_full[i * n + j];  // the nonzero one of dS_ji, dS_ij
+          const float* xi = xb + i * rq;
+          for (int64_t e = 0; e < rq; ++e) acc[e] += gij * (xi[e] - xj[e]);
+        }
+        for (int64_t e = 0; e < r; ++e) d1[jj * r + e] = 2.0f * acc[e];
         for (int64_t e = 0; e < r; ++e) {
-          const float sig = xr[r + e];
-          const float dsig = 2.0f * (t1[jj * rq + r + e] + t2[jj * rq + r + e] - both * sig);
-          d2[jj * r + e] = dsig * (sig > 1.0f ? 1.0f : sig);  // elu'(p) = 1 for p > 0, else exp(p) = sigma
+          const float sig = xj[r + e];
+          d2[jj * r + e] = 2.0f * acc[r + e] * (sig > 1.0f ? 1.0f : sig);  // elu'(p) = 1 for p > 0, else exp(p) = sigma
         }
       }
     }
