@@ -1,7 +1,8 @@
 // attn._attn's attention-weight refinement (attn/refinement.hpp): refine_attention_{f32,f64},
-// refined_weights_{f32,f64} and refine_attention_backward_{f32,f64} (-> (da, dv, dw1, dw2)). The Python side (python/attn/refinement.py) checks the array shapes
-// and hands over C-contiguous arrays of one dtype; C++ checks the rest (causality, row sums,
-// gamma, weight shapes). Results are new NumPy arrays; the GIL is released while C++ computes.
+// refined_weights_{f32,f64} and refine_attention_backward_{f32,f64} (-> (da, dv, dw1, dw2)). The
+// Python side (python/attn/blocks/refinement.py) checks the array shapes and hands over
+// C-contiguous arrays of one dtype; C++ checks the rest (causality, row sums, gamma, weight shapes).
+// Results are new NumPy arrays; the GIL is released while C++ computes.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
@@ -80,7 +81,8 @@ void bind_type(nb::module_& m, const char* suffix) {
         if (dout.ndim() != 3 || dout.shape(0) != batch || dout.shape(1) != n || dout.shape(2) != dv)
           throw nb::value_error("refine_attention_backward: dout must have the output's shape (batch, N, dv)");
         const attn::RefineOptions o = options(form, gamma, tolerance, threads);
-        auto ga = std::make_unique<std::vector<T>>(batch * n * n), gv = std::make_unique<std::vector<T>>(batch * n * dv);
+        auto ga = std::make_unique<std::vector<T>>(batch * n * n);
+        auto gv = std::make_unique<std::vector<T>>(batch * n * dv);
         auto g1 = std::make_unique<std::vector<T>>(w1.shape(0) * r), g2 = std::make_unique<std::vector<T>>(g1->size());
         {
           nb::gil_scoped_release release;

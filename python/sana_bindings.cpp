@@ -1,8 +1,9 @@
 // attn._attn's SANA pieces (attn/sana.hpp): lite_la_{f32,f64}, mix_ffn_{f32,f64} and
-// sana_block_{f32,f64}; lite_la_backward_{f32,f64} (-> (dx, dqkv, dproj, dproj_bias or None)) and
-// mix_ffn_backward_{f32,f64} (-> (dx, dinverted, dinverted_bias, ddepth, ddepth_bias, dpoint)). The Python side (python/attn/sana.py) reshapes torch's conv weights to
-// matrices and hands over C-contiguous arrays of x's dtype; C++ checks every shape. Results are new
-// NumPy arrays; the GIL is released while C++ computes.
+// sana_block_{f32,f64}; lite_la_backward_{f32,f64} (-> (dx, dqkv, dproj, dproj_bias: zeros without a bias)) and
+// mix_ffn_backward_{f32,f64} (-> (dx, dinverted, dinverted_bias, ddepth, ddepth_bias, dpoint)).
+// The Python side (python/attn/blocks/sana.py) reshapes torch's conv weights to matrices and hands
+// over C-contiguous arrays of x's dtype; C++ checks every shape. Results are new NumPy arrays; the
+// GIL is released while C++ computes.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -135,9 +136,8 @@ void bind_backward(nb::module_& m, const std::string& suffix) {
           attn::lite_la_backward(dout.data(), x.data(), b, n, c, w, {gx->data(), gq->data(), gp->data(), gb->data()},
                                  threads);
         }
-        nb::object db = bias ? nb::object(owned_array(gb.release(), {c})) : nb::none();
         return nb::make_tuple(owned_array(gx.release(), {b, n, c}), owned_array(gq.release(), {3 * c, c}),
-                              owned_array(gp.release(), {c, c}), db);
+                              owned_array(gp.release(), {c, c}), owned_array(gb.release(), {c}));
       },
       "dout"_a, "x"_a, "qkv"_a, "proj"_a, "proj_bias"_a.none(), "head_dim"_a, "eps"_a, "threads"_a = 0);
   m.def(

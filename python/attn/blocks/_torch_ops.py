@@ -125,7 +125,7 @@ def lite_la_backward_op(dout: torch.Tensor, x: torch.Tensor, qkv: torch.Tensor, 
     fn = getattr(_attn, "lite_la_backward_" + _sfx(x))
     dx, dq, dp, db = fn(_np(dout), _np(x), _np(qkv), _np(proj), None if proj_bias is None else _np(proj_bias),
                         head_dim, eps, threads)
-    return _torch(dx), _torch(dq), _torch(dp), (x.new_empty((0,)) if db is None else _torch(db))
+    return _torch(dx), _torch(dq), _torch(dp), (x.new_empty((0,)) if proj_bias is None else _torch(db))
 
 
 @lite_la_backward_op.register_fake

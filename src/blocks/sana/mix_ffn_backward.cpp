@@ -34,11 +34,12 @@ void check_buffers(const T* dout, const T* x, int64_t rows, const MixFfnGradient
   if (rows > 0 && (dout == nullptr || x == nullptr))
     fail(kWhere, std::string(x == nullptr ? "x" : "dout") + " is null (batch * tokens * C values expected)");
   if (rows > 0 && g.x == nullptr) fail(kWhere, "grads.x is null (batch * tokens * C values expected)");
-  const std::pair<const T*, const char*> need[] = {{g.inverted, "grads.inverted is null ((2h, C) values expected)"},
-                                                   {g.inverted_bias, "grads.inverted_bias is null (2h values expected)"},
-                                                   {g.depth, "grads.depth is null ((2h, 9) values expected)"},
-                                                   {g.depth_bias, "grads.depth_bias is null (2h values expected)"},
-                                                   {g.point, "grads.point is null ((C, h) values expected)"}};
+  const std::pair<const T*, const char*> need[] = {
+      {g.inverted, "grads.inverted is null ((2h, C) values expected)"},
+      {g.inverted_bias, "grads.inverted_bias is null (2h values expected)"},
+      {g.depth, "grads.depth is null ((2h, 9) values expected)"},
+      {g.depth_bias, "grads.depth_bias is null (2h values expected)"},
+      {g.point, "grads.point is null ((C, h) values expected)"}};
   for (const auto& [p, text] : need)
     if (p == nullptr) fail(kWhere, text);
 }

@@ -68,7 +68,9 @@ struct Params {
     return {{qkv.data(), 3 * C, C}, {proj.data(), C, C}, bias ? std::span<const T>(proj_b) : std::span<const T>(),
             hd, 1e-15};
   }
-  MixFfnWeights<T> ffn() const { return {{in.data(), 2 * h, C}, in_b, {dw.data(), 2 * h, 9}, dw_b, {point.data(), C, h}}; }
+  MixFfnWeights<T> ffn() const {
+    return {{in.data(), 2 * h, C}, in_b, {dw.data(), 2 * h, 9}, dw_b, {point.data(), C, h}};
+  }
   LiteLaGradients<T> attention_grads(std::vector<T>& x) { return {x.data(), qkv.data(), proj.data(), proj_b.data()}; }
   MixFfnGradients<T> ffn_grads(std::vector<T>& x) {
     return {x.data(), in.data(), in_b.data(), dw.data(), dw_b.data(), point.data()};
