@@ -96,7 +96,8 @@ def grads_of(fn, xs, dout_seed=9):
     """The gradients of sum(dout * fn(*xs)) for a fixed random dout, and the output."""
     xs = leaves(xs)
     out = fn(*xs)
-    dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(dout_seed), dtype=out.dtype)
+    # drawn in float64 then rounded: the same dout for a float32 and a float64 run
+    dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(dout_seed), dtype=torch.float64).to(out.dtype)
     (out * dout).sum().backward()
     return out.detach(), [x.grad for x in xs]
 
