@@ -1,11 +1,13 @@
-// attn._attn's attention-weight refinement (attn/refinement.hpp): refine_attention_{f32,f64} and
-// refined_weights_{f32,f64}. The Python side (python/attn/refinement.py) checks the array shapes
-// and hands over C-contiguous arrays of one dtype; C++ checks the rest (causality, row sums,
-// gamma, weight shapes). Results are new NumPy arrays; the GIL is released while C++ computes.
+// attn._attn's attention-weight refinement (attn/refinement.hpp): refine_attention_{f32,f64},
+// refined_weights_{f32,f64} and refine_attention_backward_{f32,f64} (-> (da, dv, dw1, dw2)). The
+// Python side (python/attn/blocks/refinement.py) checks the array shapes and hands over
+// C-contiguous arrays of one dtype; C++ checks the rest (causality, row sums, gamma, weight shapes).
+// Results are new NumPy arrays; the GIL is released while C++ computes.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -71,6 +73,27 @@ void bind_type(nb::module_& m, const char* suffix) {
         return owned_array(out, {static_cast<size_t>(batch), static_cast<size_t>(n), static_cast<size_t>(n)});
       },
       "a"_a, "w1"_a, "w2"_a, "form"_a, "gamma"_a, "row_sum_tolerance"_a);
+  m.def(
+      (std::string("refine_attention_backward_") + suffix).c_str(),
+      [](In<T> dout, In<T> a, In<T> v, In<T> w1, In<T> w2, const std::string& form, double gamma, double tolerance,
+         int threads) {
+        const size_t batch = a.shape(0), n = a.shape(1), dv = v.shape(2), r = w1.shape(1);
+        if (dout.ndim() != 3 || dout.shape(0) != batch || dout.shape(1) != n || dout.shape(2) != dv)
+          throw nb::value_error("refine_attention_backward: dout must have the output's shape (batch, N, dv)");
+        const attn::RefineOptions o = options(form, gamma, tolerance, threads);
+        auto ga = std::make_unique<std::vector<T>>(batch * n * n);
+        auto gv = std::make_unique<std::vector<T>>(batch * n * dv);
+        auto g1 = std::make_unique<std::vector<T>>(w1.shape(0) * r), g2 = std::make_unique<std::vector<T>>(g1->size());
+        {
+          nb::gil_scoped_release release;
+          attn::refine_attention_backward(dout.data(), a.data(), v.data(), static_cast<int64_t>(batch),
+                                          static_cast<int64_t>(n), static_cast<int64_t>(dv), matrix(w1), matrix(w2),
+                                          ga->data(), gv->data(), g1->data(), g2->data(), o);
+        }
+        return nb::make_tuple(owned_array(ga.release(), {batch, n, n}), owned_array(gv.release(), {batch, n, dv}),
+                              owned_array(g1.release(), {w1.shape(0), r}), owned_array(g2.release(), {w1.shape(0), r}));
+      },
+      "dout"_a, "a"_a, "v"_a, "w1"_a, "w2"_a, "form"_a, "gamma"_a, "row_sum_tolerance"_a, "threads"_a = 0);
 }
 
 }  // namespace

@@ -62,4 +62,28 @@ void refined_weights(const float* a, int64_t batch, int64_t n, MatrixRef<float> 
 void refined_weights(const double* a, int64_t batch, int64_t n, MatrixRef<double> w1, MatrixRef<double> w2,
                      double* out, const RefineOptions& options = {});
 
+// Training: the gradients of refine_attention's output with respect to a, v, w1 and w2, given
+// dout = dL/dO (batch, n, dv). With P1 = A W1, P2 = A W2, S the scores of A^, Vt = V (A V for
+// value_weighted) and c = gamma (additive) or 1:
+//   dA^ = c dO Vt^T,  dS_ij = A^_ij (dA^_ij - sum_k A^_ik dA^_ik)   (j <= i),
+//   dP1 = dS P2 / sqrt(r), dP2 = dS^T P1 / sqrt(r)
+//   (stochastic: X = [mu | sigma], dX = 2 ((dS + dS^T) X - (rowsum dS + colsum dS) * X),
+//    dP2 = dsigma * elu'(P2)),
+//   dA = dP1 W1^T + dP2 W2^T + dU V^T,  dW1 = sum_b A^T dP1,  dW2 = sum_b A^T dP2 (over the batch),
+// where U = A V has dU = A^^T dO (value_weighted), (1 - gamma) dO (additive), 0 otherwise, and
+//   dV = A^T dU + (c A^^T dO unless value_weighted).
+// grad_a is the derivative of the formulas in every entry of a, those above the diagonal included
+// (what autograd of A @ W1 gives; an upstream causal softmax's backward zeroes them). Outputs:
+// grad_a (batch, n, n), grad_v (batch, n, dv), grad_w1 and grad_w2 (n, r); none may be null or
+// overlap an input. float: the fast form (products by the kernel table's gemm, parallel over
+// blocks of rows; every element summed in a fixed order, so bitwise the same for any thread
+// count); double: the plain reference (every matrix written out, differentiated by hand).
+// Non-finite inputs give non-finite gradients. Checks as refine_attention.
+void refine_attention_backward(const float* dout, const float* a, const float* v, int64_t batch, int64_t n,
+                               int64_t dv, MatrixRef<float> w1, MatrixRef<float> w2, float* grad_a, float* grad_v,
+                               float* grad_w1, float* grad_w2, const RefineOptions& options = {});
+void refine_attention_backward(const double* dout, const double* a, const double* v, int64_t batch, int64_t n,
+                               int64_t dv, MatrixRef<double> w1, MatrixRef<double> w2, double* grad_a,
+                               double* grad_v, double* grad_w1, double* grad_w2, const RefineOptions& options = {});
+
 }  // namespace attn

@@ -60,4 +60,52 @@ void sana_block(const double* x, int64_t batch, int64_t tokens, int64_t channels
                 const LiteLaWeights<double>& attention, const MixFfnWeights<double>& ffn, double* out,
                 int threads = 0, double norm_eps = 1e-6);
 
+// ---- training: gradients of lite_la and mix_ffn (sana_block's are their composition: python's
+// attn.blocks.sana_block differentiates it through these two and torch's layer norm) ----
+//
+// Given dout = dL/dout (batch, tokens, channels), each backward writes the gradient of x and of
+// every weight and bias, in the weights' layouts. Pointers must not be null (proj_bias: only when
+// the weights have a bias) and must not overlap the inputs. float: the fast form (products by the
+// kernel table's gemm, LiteLA's attention by the `sana` mechanism's backward; every element is
+// summed by one task in a fixed order, the weights' gradients over all rows in row order, so the
+// results are bitwise the same for any thread count); double: the plain reference (the forward
+// written out, differentiated by hand). Checks as the forwards, naming the function.
+//
+// lite_la:  o_i = sum_j w_ij v_j / (z_i + eps), w_ij = relu(q_i).relu(k_j), z_i = sum_j w_ij:
+//   d proj = dout^T o, d proj_bias = sum over rows of dout, do = dout proj,
+//   dv_j = sum_i w_ij do_i / (z_i + eps), dw_ij = (do_i . (v_j - o_i)) / (z_i + eps),
+//   dq_i = [q_i > 0] sum_j dw_ij relu(k_j), dk_j = [k_j > 0] sum_i dw_ij relu(q_i) (per head),
+//   d qkv = dqkv^T x, dx = dqkv qkv (dqkv = [dq | dk | dv] by channels).
+// mix_ffn:  the chain back through point, the gate a * silu(g), the depthwise conv (its
+//   transpose: each tap's weight times the output it fed; zero padding), silu and inverted.
+template <class T>
+struct LiteLaGradients {
+  T* x = nullptr;          // (batch, tokens, C)
+  T* qkv = nullptr;        // (3C, C)
+  T* proj = nullptr;       // (C, C)
+  T* proj_bias = nullptr;  // C values (when the weights have a bias)
+};
+
+template <class T>
+struct MixFfnGradients {
+  T* x = nullptr;              // (batch, tokens, C)
+  T* inverted = nullptr;       // (2h, C)
+  T* inverted_bias = nullptr;  // 2h
+  T* depth = nullptr;          // (2h, 9)
+  T* depth_bias = nullptr;     // 2h
+  T* point = nullptr;          // (C, h)
+};
+
+void lite_la_backward(const float* dout, const float* x, int64_t batch, int64_t tokens, int64_t channels,
+                      const LiteLaWeights<float>& w, const LiteLaGradients<float>& grads, int threads = 0);
+void lite_la_backward(const double* dout, const double* x, int64_t batch, int64_t tokens, int64_t channels,
+                      const LiteLaWeights<double>& w, const LiteLaGradients<double>& grads, int threads = 0);
+
+void mix_ffn_backward(const float* dout, const float* x, int64_t batch, int64_t tokens, int64_t channels,
+                      int64_t height, int64_t width, const MixFfnWeights<float>& w, const MixFfnGradients<float>& grads,
+                      int threads = 0);
+void mix_ffn_backward(const double* dout, const double* x, int64_t batch, int64_t tokens, int64_t channels,
+                      int64_t height, int64_t width, const MixFfnWeights<double>& w,
+                      const MixFfnGradients<double>& grads, int threads = 0);
+
 }  // namespace attn

@@ -217,3 +217,13 @@ def torch_if(a: np.ndarray, torch_out: bool) -> Any:
 
         return torch.from_numpy(a)
     return a
+
+
+def wants_grad(*xs: Any) -> bool:
+    """Whether any of xs is a torch tensor that requires grad, with grad enabled (a block then runs
+    its differentiable custom op)."""
+    if not any(is_torch(x) and getattr(x, "requires_grad", False) for x in xs):
+        return False
+    import torch
+
+    return torch.is_grad_enabled()

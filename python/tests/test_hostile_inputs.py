@@ -317,27 +317,24 @@ def _warned_at_the_call(w, name):
 def _no_grad_calls():
     p = lambda t: torch.from_numpy(t).requires_grad_()  # noqa: E731
     q, k, v = (torch.from_numpy(x) for x in _titans_qkv())
-    a, vv, w1, w2 = _refine_inputs()
-    x, qkv, proj = _sana_inputs()
+    a, _, w1, w2 = _refine_inputs()
     E, d, F = 4, 6, 8
     return {
         ("titans_memory", "theta"): lambda: attn.titans_memory(q, k, v, p(np.full((1, 2, 5), 0.1, np.float32)), 0.9, 0.0),
         ("titans_memory", "w0['W']"): lambda: attn.titans_memory(q, k, v, 0.1, 0.9, 0.0, "linear", {"W": p(f32(4, 4))}),
         ("titans_mag", "q"): lambda: attn.titans_mag(q.clone().requires_grad_(), k, v, 0.1, 0.9, 0.0),
-        ("refine_attention", "w1"): lambda: attn.refine_attention(a, vv, p(w1), w2),
+        ("refined_weights", "w1"): lambda: attn.refined_weights(a, p(w1), w2),
         ("moe_feed_forward", "router"): lambda: attn.moe_feed_forward(f32(3, d), p(f32(E, d)), f32(E, F, d),
                                                                       f32(E, d, F), f32(E, F, d)),
         ("moe_feed_forward", "w2"): lambda: attn.moe_feed_forward(f32(3, d), f32(E, d), f32(E, F, d),
                                                                   p(f32(E, d, F)), f32(E, F, d)),
-        ("lite_la", "qkv_weight"): lambda: attn.lite_la(x, p(qkv), proj),
-        ("lite_la", "x"): lambda: attn.lite_la(p(x), qkv, proj),
     }
 
 
 @pytest.mark.parametrize("call,name", list(_no_grad_calls()))
 def test_a_tensor_that_gets_no_gradient_is_named_in_a_warning(call, name):
     # before: Titans, the refinement's weights, the MoE's router and experts and LiteLA's weights were
-    # detached without a word
+    # detached without a word (refine_attention and LiteLA train now: they get gradients instead)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         _no_grad_calls()[(call, name)]()

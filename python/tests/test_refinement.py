@@ -111,10 +111,10 @@ def test_bad_input_names_the_argument():
         attn.refine_attention(a, v, np.ones((3, 2)), np.ones((3, 2)), form="stochastic")
 
 
-def test_a_torch_input_that_requires_grad_warns_and_is_detached():
+def test_refined_weights_of_a_torch_input_that_requires_grad_warn_and_are_detached():
+    # refine_attention trains (test_block_gradients_refinement_sana.py); refined_weights has no gradient
     n = 5
     a = torch.from_numpy(causal_weights((), n, 8)).requires_grad_()
     with pytest.warns(RuntimeWarning, match="the refinement functions have no backward pass"):
-        out = attn.refine_attention(a, torch.randn(n, 2, dtype=torch.float64), torch.randn(n, 2, dtype=torch.float64),
-                                    torch.randn(n, 2, dtype=torch.float64))
+        out = attn.refined_weights(a, torch.randn(n, 2, dtype=torch.float64), torch.randn(n, 2, dtype=torch.float64))
     assert not out.requires_grad

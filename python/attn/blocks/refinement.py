@@ -14,8 +14,13 @@ a causal attention-weight matrix A by treating its rows as features: trained mat
 
 The paper's equations were not found; these formulas are our reading of its text [unverified].
 float32 runs the fast C++ form (products through the kernel table's gemm), float64 the plain
-reference. NumPy in, NumPy out; torch in, torch out (no gradient: a tensor that requires grad
-gets a RuntimeWarning naming it).
+reference. NumPy in, NumPy out; torch in, torch out. :func:`refine_attention` trains: given torch
+tensors that require grad (grad enabled), it runs the custom op ``torch.ops.attn.refine_attention``
+(attn/blocks/_torch_ops.py) and gradients flow to a, v, w1 and w2 (C++
+``refine_attention_backward``: the fast float32 form or the float64 reference, by a's dtype);
+``torch.compile(fullgraph=True)`` traces it. a's gradient covers every entry, those above the
+diagonal too (what autograd of ``a @ w1`` gives). :func:`refined_weights` has no gradient (a tensor
+that requires grad gets a RuntimeWarning naming it).
 """
 from __future__ import annotations
 
@@ -59,7 +64,10 @@ def refine_attention(a: Any, v: Any, w1: Any, w2: Any, form: str = "simple", gam
     ``row_sum_tolerance``; rows holding NaN/inf are not checked and propagate). v: (..., N, dv)
     with a's leading dimensions. w1, w2: (N, r) (for ``form="stochastic"``: W_mu, W_Sigma).
     form: "simple", "value_weighted", "additive" or "stochastic"; gamma in [0, 1] (additive only).
-    Computes in a's dtype (float32: fast form; float64: reference); returns (..., N, dv)."""
+    Computes in a's dtype (float32: fast form; float64: reference); returns (..., N, dv).
+    Differentiable in a, v, w1 and w2 when given torch tensors that require grad."""
+    if _args.wants_grad(a, v, w1, w2):
+        return _refine_differentiable(a, v, w1, w2, form, gamma, row_sum_tolerance, threads)
     aa, m1, m2, lead, torch_in = _prepare(a, w1, w2, form)
     n = aa.shape[-1]
     vv = _floats(v, "v", aa.dtype, input=True, what="the refinement functions")
@@ -72,6 +80,34 @@ def refine_attention(a: Any, v: Any, w1: Any, w2: Any, form: str = "simple", gam
     out = fn(aa, np.ascontiguousarray(vv.reshape((aa.shape[0], n, dv))), m1, m2, form, _args.real(gamma, "gamma"),
              _args.real(row_sum_tolerance, "row_sum_tolerance"), _args.integer(threads, "threads", 0, 256))
     return _out(out.reshape(lead + (n, dv)), torch_in)
+
+
+def _refine_differentiable(a, v, w1, w2, form, gamma, row_sum_tolerance, threads):
+    """refine_attention through torch.ops.attn.refine_attention: differentiable in a, v, w1, w2
+    (NumPy arguments become constant tensors)."""
+    import torch
+
+    from . import _torch_ops
+
+    a, v, w1, w2 = [x if _is_torch(x) else torch.as_tensor(x) for x in (a, v, w1, w2)]
+    if not torch.compiler.is_compiling():  # the plain path's checks and messages, on detached views
+        aa, _, _, lead, _ = _prepare(a.detach(), w1.detach(), w2.detach(), form)
+        n = aa.shape[-1]
+        vv = _floats(v.detach(), "v", aa.dtype)
+        if vv.ndim != len(lead) + 2 or tuple(vv.shape[:-1]) != lead + (n,):
+            raise ValueError(f"v must have shape {lead + (n,)} + (dv,) to match a {tuple(lead) + (n, n)}, "
+                             f"got {tuple(vv.shape)}")
+        gamma, row_sum_tolerance = _args.real(gamma, "gamma"), _args.real(row_sum_tolerance, "row_sum_tolerance")
+        threads = _args.integer(threads, "threads", 0, 256)
+    lead, n, dv = tuple(a.shape[:-2]), a.shape[-1], v.shape[-1]
+    m = 1
+    for s in lead:
+        m *= s
+    dt = a.dtype
+    out = _torch_ops.refine_attention_op(a.reshape(m, n, n).contiguous(), v.to(dt).reshape(m, n, dv).contiguous(),
+                                         w1.to(dt).contiguous(), w2.to(dt).contiguous(), form, float(gamma),
+                                         float(row_sum_tolerance), int(threads))
+    return out.reshape(lead + (n, dv))
 
 
 def refined_weights(a: Any, w1: Any, w2: Any, form: str = "simple", gamma: float = 0.5,

@@ -179,6 +179,23 @@ void weights_impl(const T* a, int64_t batch, int64_t n, const MatrixRef<T>& w1, 
 
 }  // namespace
 
+namespace refinement {
+template <class T>
+void check_inputs(const char* where, const T* a, int64_t batch, int64_t n, int64_t dv, const MatrixRef<T>& w1,
+                  const MatrixRef<T>& w2, const RefineOptions& o) {
+  check(where, a, batch, n, dv, w1, w2, o);
+}
+template void check_inputs<float>(const char*, const float*, int64_t, int64_t, int64_t, const MatrixRef<float>&,
+                                  const MatrixRef<float>&, const RefineOptions&);
+template void check_inputs<double>(const char*, const double*, int64_t, int64_t, int64_t, const MatrixRef<double>&,
+                                   const MatrixRef<double>&, const RefineOptions&);
+
+void causal_gemm(const kernels::TileKernels& kern, int64_t nb, int64_t i0, const float* arows, int64_t lda,
+                 const float* bm, int64_t ldb, int64_t ncols, float* c, int64_t ldc) {
+  attn::causal_gemm(kern, nb, i0, arows, lda, bm, ldb, ncols, c, ldc);
+}
+}  // namespace refinement
+
 std::string_view refine_form_name(RefineForm form) {
   switch (form) {
     case RefineForm::simple: return "simple";

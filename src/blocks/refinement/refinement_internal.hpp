@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "attn/refinement.hpp"
+#include "kernels/kernel_table.hpp"
 
 namespace attn::refinement {
 
@@ -44,5 +45,22 @@ T elu1(T x) {
 // double (a (n, n), w1 and w2 (n, r)).
 void reference_weights(const double* a, int64_t n, const double* w1, const double* w2, int64_t r,
                        const RefineOptions& o, double* R);
+
+// refine_attention's checks (refinement.cpp): `where` names the function in the messages.
+template <class T>
+void check_inputs(const char* where, const T* a, int64_t batch, int64_t n, int64_t dv, const MatrixRef<T>& w1,
+                  const MatrixRef<T>& w2, const RefineOptions& o);
+
+// C rows = the causal rows i0 .. i0 + nb - 1 of a times B, each row summing over p <= i in order
+// (refinement.cpp; the float form's product, used by its backward too).
+void causal_gemm(const kernels::TileKernels& kern, int64_t nb, int64_t i0, const float* arows, int64_t lda,
+                 const float* bm, int64_t ldb, int64_t ncols, float* c, int64_t ldc);
+
+// The backward's formulas (attn/refinement.hpp) written plainly in T, every matrix out
+// (refinement_backward_reference.cpp): T = double is the reference; T = float is the plain float32
+// implementation the tests measure the fast form's error against. Inputs checked; outputs set.
+template <class T>
+void backward_plain(const T* dout, const T* a, const T* v, int64_t batch, int64_t n, int64_t dv, const T* w1,
+                    const T* w2, int64_t r, const RefineOptions& o, T* grad_a, T* grad_v, T* grad_w1, T* grad_w2);
 
 }  // namespace attn::refinement

@@ -205,6 +205,35 @@ void block_impl(const T* x, int64_t batch, int64_t tokens, int64_t C, int64_t H,
 
 }  // namespace
 
+namespace sana {
+template <class T>
+void check_lite_la_inputs(const char* where, int64_t batch, int64_t tokens, int64_t C, int threads,
+                          const LiteLaWeights<T>& w) {
+  check_common(where, batch, tokens, C, threads);
+  check_lite_la(where, C, w);
+}
+template <class T>
+int64_t check_mix_ffn_inputs(const char* where, int64_t batch, int64_t tokens, int64_t C, int64_t H, int64_t W,
+                             int threads, const MixFfnWeights<T>& w) {
+  check_common(where, batch, tokens, C, threads);
+  return check_mix_ffn(where, tokens, C, H, W, w);
+}
+template void check_lite_la_inputs<float>(const char*, int64_t, int64_t, int64_t, int, const LiteLaWeights<float>&);
+template void check_lite_la_inputs<double>(const char*, int64_t, int64_t, int64_t, int,
+                                           const LiteLaWeights<double>&);
+template int64_t check_mix_ffn_inputs<float>(const char*, int64_t, int64_t, int64_t, int64_t, int64_t, int,
+                                             const MixFfnWeights<float>&);
+template int64_t check_mix_ffn_inputs<double>(const char*, int64_t, int64_t, int64_t, int64_t, int64_t, int,
+                                              const MixFfnWeights<double>&);
+
+std::vector<float> transposed_float(const MatrixRef<float>& a) { return transposed(a); }
+
+void linear_rows(const kernels::TileKernels& kern, const float* x, int64_t rows, int64_t in, const float* wt,
+                 int64_t outc, std::span<const float> bias, float* out, int threads) {
+  attn::linear_rows(kern, x, rows, in, wt, outc, bias, out, threads);
+}
+}  // namespace sana
+
 void lite_la(const float* x, int64_t batch, int64_t tokens, int64_t channels, const LiteLaWeights<float>& w,
              float* out, int threads) {
   check_common("lite_la", batch, tokens, channels, threads);
