@@ -247,6 +247,17 @@ def _differentiable(q, k, v, theta, eta, alpha, memory, w0, batch_size, loss, s0
     return result + (unflat(s),) if return_momentum else result
 
 
+def _constants(theta: Any, eta: Any, alpha: Any, w0: Any) -> Tuple[Any, Any, Any, Any]:
+    """The attention forms have no backward: gates and w0 as NumPy (a tensor that requires grad
+    gets the RuntimeWarning), so their titans_memory calls take the plain path."""
+    gates = tuple(_array(g, n) for g, n in ((theta, "theta"), (eta, "eta"), (alpha, "alpha")))
+    if isinstance(w0, dict):
+        w0 = {n: _array(a, f"w0[{n!r}]") for n, a in w0.items()}
+    elif w0 is not None:
+        w0 = _array(w0, "w0")
+    return gates + (w0,)
+
+
 def _flat_weights_torch(w, name, memory, B, H, d, dt, tensor):
     """_flat_weights on torch tensors (differentiable: reshape and cat)."""
     import torch
@@ -378,9 +389,10 @@ def titans_read(weights: Dict[str, Any], q: Any, memory: str = "linear") -> Any:
     if _wants_grad(q, weights):  # differentiable in q and the weights
         import torch
 
-        z = torch.zeros((), dtype=q.dtype)
-        y, _ = titans_memory(q, q.detach(), torch.zeros_like(q), z, z, z, memory, weights,
-                             batch_size=max(int(q.shape[2]) if q.ndim == 4 else 1, 1))
+        qt = q if _is_torch(q) else torch.from_numpy(_array(q, "q"))
+        z = torch.zeros((), dtype=qt.dtype)
+        y, _ = titans_memory(qt, qt.detach(), torch.zeros_like(qt), z, z, z, memory, weights,
+                             batch_size=max(int(qt.shape[2]) if qt.ndim == 4 else 1, 1))
         return y
     qa = _array(q, "q")
     y, _ = titans_memory(qa, qa, np.zeros_like(qa), 0.0, 0.0, 0.0, memory, weights, batch_size=max(_bhnd(qa)[2], 1))
@@ -397,6 +409,7 @@ def titans_mag(q: Any, k: Any, v: Any, theta: Any, eta: Any, alpha: Any, *, wind
     k -> v (or memory_qkv = (mq, mk, mv), its own projections) and is read at q. Returns
     (o (B, H, N, d), final memory weights)."""
     torch_out = _is_torch(q)
+    theta, eta, alpha, w0 = _constants(theta, eta, alpha, w0)  # no backward here: detached, with a warning
     qa, ka, va = (_f32(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
     B, H, N, d = _bhnd(qa, ("k", ka), ("v", va))
     window = None if window is None else _args.integer(window, "window", 0)
@@ -427,6 +440,7 @@ def titans_mal(q: Any, k: Any, v: Any, theta: Any, eta: Any, alpha: Any, *, wind
     o = SWA([P | h]) (window None: exact causal attention) with h's projections proj = (Wq, Wk, Wv) ((d, d) each, applied as h @ W.T;
     None: identity). Returns (o (B, H, N, d), final memory weights)."""
     torch_out = _is_torch(q)
+    theta, eta, alpha, w0 = _constants(theta, eta, alpha, w0)  # no backward here: detached, with a warning
     qa, ka, va = (_f32(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
     B, H, N, d = _bhnd(qa, ("k", ka), ("v", va))
     window = None if window is None else _args.integer(window, "window", 0)
@@ -457,6 +471,7 @@ def titans_mac(q: Any, k: Any, v: Any, theta: Any, eta: Any, alpha: Any, *, segm
     from .. import attend
 
     torch_out = _is_torch(q)
+    theta, eta, alpha, w0 = _constants(theta, eta, alpha, w0)  # no backward here: detached, with a warning
     qa, ka, va = (_f32(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
     B, H, N, d = _bhnd(qa, ("k", ka), ("v", va))
     segment = _args.integer(segment, "segment", 1)

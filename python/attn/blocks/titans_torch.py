@@ -56,9 +56,9 @@ def titans_memory_backward_op(dy: torch.Tensor, dw: torch.Tensor, ds: torch.Tens
                               ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
                                          torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv, dtheta, deta, dalpha, dw0, ds0); dw0 / ds0 are empty when w0 / s0 is None."""
-    B, H = q.shape[0], q.shape[1]
+    B, H, d = q.shape[0], q.shape[1], q.shape[3]
     fn = _attn.titans_memory_backward_f32 if q.dtype == torch.float32 else _attn.titans_memory_backward_f64
-    flat = [_np(t.to(q.dtype).reshape(B * H, -1)) for t in (dw, ds)]
+    flat = [_np(t.to(q.dtype).reshape(B * H, count_of(memory, d))) for t in (dw, ds)]
     g = fn(*(_np(t) for t in (q, k, v, theta, eta, alpha, w0, s0)), _np(dy.to(q.dtype)), *flat, memory, loss,
            batch_size, threads)
     out = [torch.from_numpy(x) for x in g]

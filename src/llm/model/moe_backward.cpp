@@ -132,7 +132,8 @@ void moe_feed_forward_backward(const MoeSizes& z, std::span<const float> dy, dou
     }
   });
 
-  // 2 and 3: items (expert, block of rows), wider experts first.
+  // 2 and 3: items (expert, block of rows), wider experts first; nt threads at most (tmp's slices).
+  const int nt = resolve_threads(threads, E * ((std::max(H, d) + kRows - 1) / kRows));
   auto run_items = [&](int64_t rows, auto&& body) {
     const int64_t blocks = (rows + kRows - 1) / kRows;
     w.items.clear();
@@ -144,12 +145,11 @@ void moe_feed_forward_backward(const MoeSizes& z, std::span<const float> dy, dou
     });
     const int64_t* items = w.items.data();
     const int64_t count = static_cast<int64_t>(w.items.size());
-    parallel_for(count, resolve_threads(threads, count), [&](int64_t i, int thread) {
+    parallel_for(count, std::min(nt, resolve_threads(threads, count)), [&](int64_t i, int thread) {
       const int64_t e = items[i] / blocks, j0 = items[i] % blocks * kRows;
       body(e, j0, std::min(kRows, rows - j0), thread);
     });
   };
-  const int nt = resolve_threads(threads, E * ((std::max(H, d) + kRows - 1) / kRows));
   const int64_t per_thread = 3 * kRows * widest;
   w.tmp.resize(static_cast<size_t>(per_thread * std::max(nt, 1)));
   run_items(H, [&](int64_t e, int64_t j0, int64_t nj, int thread) {
