@@ -34,7 +34,7 @@ def _array(x: Any, name: str) -> np.ndarray:
         return np.asarray(x, dtype=np.float64)
     if not (_is_torch(x) or isinstance(x, np.ndarray)):
         raise TypeError(f"{name} must be a numpy.ndarray, torch.Tensor or number, got {type(x).__name__}")
-    _args.detached(x, name, "the Titans functions")
+    _args.detached(x, name, "the Titans attention forms (titans_mag, titans_mal, titans_mac)")
     x = _args.host(x, name, "float32 or float64")
     if x.dtype not in _FLOATS:
         raise TypeError(f"{name} must be float32 or float64, got {x.dtype}")

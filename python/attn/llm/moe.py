@@ -72,9 +72,8 @@ def _differentiable(x, router, w1, w2, w3, top_k, threads, return_routing):
 
     from . import moe_torch  # noqa: F401  (registers the ops)
 
-    if not _is_torch(x):
-        raise TypeError("x must be a torch.Tensor when a weight requires grad (the result is a torch tensor), "
-                        f"got {type(x).__name__}")
+    if not _is_torch(x):  # NumPy tokens with weights that require grad: a constant input, a torch result
+        x = torch.from_numpy(_floats(x, "x"))
     if x.dtype not in (torch.float32, torch.float64):
         raise TypeError(f"x must be float32 or float64, got {x.dtype}")
     if x.device.type != "cpu":
