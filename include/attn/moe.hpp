@@ -50,4 +50,28 @@ double moe_feed_forward(const MoeSizes& sizes, std::span<const double> x, std::s
                         std::span<const double> w1, std::span<const double> w2, std::span<const double> w3,
                         std::span<double> y, int threads = 0, MoeRouting<double>* routing = nullptr);
 
+// Gradients of moe_feed_forward. Given dy = dL/dy (tokens, dim) and daux = dL/d(aux loss), writes
+// dL/dx, dL/drouter, dL/dw1, dL/dw2, dL/dw3 (each the shape of its input; overwritten, not added
+// to). The routing choice is a constant (top_k picks the same experts as the forward); the chosen
+// experts' weights w = p_top / sum p_top carry their gradient through the renormalisation and the
+// softmax into the router and x, and daux flows through P_e (f_e counts tokens: a constant). An
+// expert no token chose gets zero gradients. The float32 form re-runs the forward's routing and
+// gathering (so it picks the experts the float32 forward picked), then runs each expert's backward
+// as matrix products over its gathered tokens, in blocks of weight rows over the threads; every
+// value is computed by one call in a fixed order: the same bits for any `threads`. The double form
+// is the plain per-token reference (every sum in double). Bad input throws attn::Error naming the
+// argument (moe_feed_forward's checks, and dy and each gradient's length).
+template <class T>
+struct MoeGradients {
+  std::span<T> dx, drouter, dw1, dw2, dw3;
+};
+void moe_feed_forward_backward(const MoeSizes& sizes, std::span<const float> dy, double daux,
+                               std::span<const float> x, std::span<const float> router, std::span<const float> w1,
+                               std::span<const float> w2, std::span<const float> w3, const MoeGradients<float>& grads,
+                               int threads = 0);
+void moe_feed_forward_backward(const MoeSizes& sizes, std::span<const double> dy, double daux,
+                               std::span<const double> x, std::span<const double> router, std::span<const double> w1,
+                               std::span<const double> w2, std::span<const double> w3,
+                               const MoeGradients<double>& grads, int threads = 0);
+
 }  // namespace attn

@@ -85,4 +85,42 @@ void titans_memory_reference(const TitansShape& shape, const TitansConfig& confi
 double titans_loss_and_gradient(TitansMemory memory, TitansLoss loss, int64_t dim, const double* weights,
                                 const double* k, const double* v, double* grad);
 
+// Gradients of titans_memory (issue 56): the write is part of the graph, so the outer gradient
+// differentiates through the memory's own gradient steps (second-order terms of the inner loss;
+// src/blocks/titans/titans_backward_sequence.hpp derives them). Given dy = dL/dy (B, H, N, d),
+// dw_out = dL/dM_N and ds_out = dL/dS_N ((B*H, count) each; any of the three may be null: zero),
+// writes dq, dk, dv (B, H, N, d), dtheta, deta, dalpha (B, H, N) and, when not null, dw0 = dL/dM_0
+// and ds0 = dL/dS_0 ((w0_groups, count): a group shared by several sequences gets their sum, added
+// in sequence order). Outputs are overwritten. Each sequence replays its forward from checkpoints
+// at mini-batch starts and runs the reverse token loop; sequences run in parallel, one per thread:
+// the same bits for any `threads`. The float32 form is that loop in float32 (it mirrors the float64
+// reference; the fast forward's batched products are not used). Errors as titans_memory's.
+struct TitansGrads {
+  float* dq = nullptr;
+  float* dk = nullptr;
+  float* dv = nullptr;
+  float* dtheta = nullptr;
+  float* deta = nullptr;
+  float* dalpha = nullptr;
+  float* dw0 = nullptr;
+  float* ds0 = nullptr;
+};
+void titans_memory_backward(const TitansShape& shape, const TitansConfig& config, const TitansArgs& in,
+                            const float* dy, const float* dw_out, const float* ds_out, const TitansGrads& grads,
+                            int threads = 0);
+struct TitansGrads64 {
+  double* dq = nullptr;
+  double* dk = nullptr;
+  double* dv = nullptr;
+  double* dtheta = nullptr;
+  double* deta = nullptr;
+  double* dalpha = nullptr;
+  double* dw0 = nullptr;
+  double* ds0 = nullptr;
+};
+// The float64 reference: the same reverse loop in double, one sequence after another.
+void titans_memory_backward_reference(const TitansShape& shape, const TitansConfig& config, const TitansArgs64& in,
+                                      const double* dy, const double* dw_out, const double* ds_out,
+                                      const TitansGrads64& grads);
+
 }  // namespace attn

@@ -3,9 +3,15 @@
 :func:`titans_memory` writes each token's key-value pair into a small network M by a gradient
 step on ``||M(k_t) - v_t||^2`` (with momentum and forgetting) and reads ``y_t = M_t(q_t)``.
 float32 inputs run the fast mini-batch form (batched matrix products); float64 inputs run the
-float64 reference, the plain token loop. NumPy in gives NumPy out, torch in gives torch out (no
-gradient flows back through the call: a tensor that requires grad gets a RuntimeWarning naming it;
-bfloat16 and float16 are refused, float32 or float64 only).
+float64 reference, the plain token loop. NumPy in gives NumPy out, torch in gives torch out
+(bfloat16 and float16 are refused, float32 or float64 only).
+
+:func:`titans_memory` and :func:`titans_read` train: given torch tensors that require grad, they run
+through the custom ops of :mod:`attn.blocks.titans_torch`, and gradients flow to q, k, v, the gates
+theta, eta, alpha, the initial weights w0 and momentum s0, from y and from the returned final
+weights and momentum, through the memory's own gradient steps (second-order terms of the inner
+loss included). The attention forms (:func:`titans_mag`, :func:`titans_mal`, :func:`titans_mac`)
+have no backward yet: a tensor that requires grad there gets a RuntimeWarning naming it.
 """
 from __future__ import annotations
 
@@ -28,7 +34,7 @@ def _array(x: Any, name: str) -> np.ndarray:
         return np.asarray(x, dtype=np.float64)
     if not (_is_torch(x) or isinstance(x, np.ndarray)):
         raise TypeError(f"{name} must be a numpy.ndarray, torch.Tensor or number, got {type(x).__name__}")
-    _args.detached(x, name, "the Titans functions")
+    _args.detached(x, name, "the Titans attention forms (titans_mag, titans_mal, titans_mac)")
     x = _args.host(x, name, "float32 or float64")
     if x.dtype not in _FLOATS:
         raise TypeError(f"{name} must be float32 or float64, got {x.dtype}")
@@ -91,7 +97,16 @@ def titans_memory(q: Any, k: Any, v: Any, theta: Any, eta: Any, alpha: Any, memo
     Update per token: S_t = eta_t S_{t-1} - theta_t grad, M_t = (1 - alpha_t) M_{t-1} + S_t
     (S_0 = 0); y_t = M_t(q_t), read after token t's update.
     Returns (y (B, H, N, d), weights: dict of the final M_N, arrays (B, H, ...)), plus the final
-    momentum S_N (a dict alike) with return_momentum=True."""
+    momentum S_N (a dict alike) with return_momentum=True.
+
+    Training: when q, k, v, a gate or an array of w0 or s0 is a torch tensor that requires grad
+    (grad enabled), the call goes through ``torch.ops.attn.titans_memory`` and y, the final weights
+    and the final momentum carry gradients back to every torch input (NumPy inputs are constants),
+    e.g. ``y, w = titans_memory(q, k, v, theta, eta, alpha, "mlp", w0={"W1": W1, "W2": W2});
+    y.square().mean().backward()`` fills q.grad, ..., W1.grad."""
+    if _wants_grad(q, k, v, theta, eta, alpha, w0, s0):
+        return _differentiable(q, k, v, theta, eta, alpha, memory, w0, batch_size, loss, s0, threads,
+                               return_momentum)
     torch_out = _is_torch(q)
     memory = _args.text(memory, "memory")
     loss = _args.text(loss, "loss")
@@ -146,6 +161,127 @@ def titans_memory(q: Any, k: Any, v: Any, theta: Any, eta: Any, alpha: Any, memo
 
     result = (_out(y, torch_out), unflat(w))
     return result + (unflat(s),) if return_momentum else result
+
+
+def _wants_grad(*xs: Any) -> bool:
+    """Whether a torch tensor among xs (or among a dict's values) requires grad, grad enabled."""
+    flat = []
+    for x in xs:
+        flat.extend(x.values() if isinstance(x, dict) else [x])
+    if not any(_is_torch(x) and x.requires_grad for x in flat):
+        return False
+    import torch
+
+    return torch.is_grad_enabled()
+
+
+def _differentiable(q, k, v, theta, eta, alpha, memory, w0, batch_size, loss, s0, threads, return_momentum):
+    """titans_memory through torch.ops.attn.titans_memory: the plain path's checks on torch tensors."""
+    import torch
+
+    from . import titans_torch  # noqa: F401  (registers the ops)
+
+    memory = _args.text(memory, "memory")
+    loss = _args.text(loss, "loss")
+    if memory not in ("linear", "mlp"):
+        raise ValueError(f"memory must be 'linear' or 'mlp', got {memory!r}")
+    if loss not in ("sum", "mean"):
+        raise ValueError(f"loss must be 'sum' or 'mean', got {loss!r}")
+    batch_size = _args.integer(batch_size, "batch_size", 1)
+    threads = _args.integer(threads, "threads", 0, 256)
+    return_momentum = _args.flag(return_momentum, "return_momentum")
+
+    def tensor(x, name, dtype=None):
+        if isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_)):
+            return torch.tensor(float(x), dtype=dtype)
+        if isinstance(x, np.ndarray):
+            x = torch.from_numpy(x)
+        if not _is_torch(x):
+            raise TypeError(f"{name} must be a numpy.ndarray, torch.Tensor or number, got {type(x).__name__}")
+        if x.dtype not in (torch.float32, torch.float64):
+            raise TypeError(f"{name} must be float32 or float64, got {x.dtype}")
+        if x.device.type != "cpu":
+            raise ValueError(f"{name} must be on the CPU, got {x.device}")
+        return x if dtype is None else x.to(dtype)
+
+    qt = tensor(q, "q")
+    dt = qt.dtype
+    if qt.ndim != 4:
+        raise ValueError(f"q must have 4 dimensions (B, H, N, d), got shape {tuple(qt.shape)}")
+    B, H, N, d = (int(n) for n in qt.shape)
+    ts = [qt.contiguous()]
+    for name, x in (("k", k), ("v", v)):
+        a = tensor(x, name, dt)
+        if a.shape != qt.shape:
+            raise ValueError(f"{name} must have q's shape (B, H, N, d) = {tuple(qt.shape)}, got {tuple(a.shape)}")
+        ts.append(a.contiguous())
+    for name, x in (("theta", theta), ("eta", eta), ("alpha", alpha)):
+        a = tensor(x, name, dt)
+        try:
+            a = torch.broadcast_to(a, (B, H, N))
+        except RuntimeError:
+            raise ValueError(f"{name} must have shape (B, H, N) = {(B, H, N)} (or broadcast to it), "
+                             f"got {tuple(a.shape)}") from None
+        ts.append(a.contiguous())
+    if w0 is None and (memory == "mlp" or s0 is not None):
+        w0 = titans_init(d, memory, dtype=np.float32 if dt == torch.float32 else np.float64)
+    flat = None if w0 is None else _flat_weights_torch(w0, "w0", memory, B, H, d, dt, tensor)
+    sflat = None if s0 is None else _flat_weights_torch(s0, "s0", memory, B, H, d, dt, tensor)
+    if sflat is not None and sflat.shape != flat.shape:  # one group count for both: per sequence
+        def per_sequence(x):
+            lead = (B, H) if x.shape[0] == B * H else (1, H) if x.shape[0] == H else (1, 1)
+            return torch.broadcast_to(x.reshape(*lead, x.shape[1]), (B, H, x.shape[1])).reshape(B * H, x.shape[1])
+
+        flat, sflat = per_sequence(flat).contiguous(), per_sequence(sflat).contiguous()
+    y, w, s = torch.ops.attn.titans_memory(*ts, flat, sflat, memory, loss, batch_size, threads)
+
+    def unflat(x):
+        out, at = {}, 0
+        for name, shp in zip(_names(memory), _shapes(memory, d)):
+            n = shp[0] * shp[1]
+            out[name] = x[:, :, at:at + n].reshape(B, H, *shp)
+            at += n
+        return out
+
+    result = (y, unflat(w))
+    return result + (unflat(s),) if return_momentum else result
+
+
+def _constants(theta: Any, eta: Any, alpha: Any, w0: Any) -> Tuple[Any, Any, Any, Any]:
+    """The attention forms have no backward: gates and w0 as NumPy (a tensor that requires grad
+    gets the RuntimeWarning), so their titans_memory calls take the plain path."""
+    gates = tuple(_array(g, n) for g, n in ((theta, "theta"), (eta, "eta"), (alpha, "alpha")))
+    if isinstance(w0, dict):
+        w0 = {n: _array(a, f"w0[{n!r}]") for n, a in w0.items()}
+    elif w0 is not None:
+        w0 = _array(w0, "w0")
+    return gates + (w0,)
+
+
+def _flat_weights_torch(w, name, memory, B, H, d, dt, tensor):
+    """_flat_weights on torch tensors (differentiable: reshape and cat)."""
+    import torch
+
+    if not isinstance(w, dict):
+        if memory != "linear":
+            raise TypeError(f"{name} for memory='mlp' must be a dict {{'W1': ..., 'W2': ...}}")
+        w = {"W": w}
+    names = _names(memory)
+    if set(w) != set(names):
+        raise ValueError(f"{name} must hold the keys {list(names)} for memory={memory!r}, got {sorted(w)}")
+    parts, groups = [], None
+    for key, shp in zip(names, _shapes(memory, d)):
+        a = tensor(w[key], f"{name}[{key!r}]", dt)
+        lead = tuple(a.shape[:-2])
+        if tuple(a.shape[-2:]) != shp or lead not in ((), (H,), (B, H)):
+            raise ValueError(f"{name}[{key!r}] must have shape {shp}, (H, *{shp}) or (B, H, *{shp}) with "
+                             f"B, H = {B}, {H}, got {tuple(a.shape)}")
+        g = int(np.prod(lead)) if lead else 1
+        if groups is not None and g != groups:
+            raise ValueError(f"{name}'s arrays must have the same leading axes, got {g} and {groups} sets")
+        groups = g
+        parts.append(a.reshape(g, shp[0] * shp[1]))
+    return torch.cat(parts, dim=1).contiguous()
 
 
 def _flat_weights(w: Any, name: str, memory: str, B: int, H: int, d: int, dt: np.dtype) -> np.ndarray:
@@ -250,6 +386,14 @@ def _swa(q: np.ndarray, k: np.ndarray, v: np.ndarray, window: Optional[int], pk:
 def titans_read(weights: Dict[str, Any], q: Any, memory: str = "linear") -> Any:
     """y = M(q) for q (B, H, N, d) with fixed weights (a dict as titans_memory takes for w0): no
     update (theta = eta = alpha = 0 keep M_0 as it is)."""
+    if _wants_grad(q, weights):  # differentiable in q and the weights
+        import torch
+
+        qt = q if _is_torch(q) else torch.from_numpy(_array(q, "q"))
+        z = torch.zeros((), dtype=qt.dtype)
+        y, _ = titans_memory(qt, qt.detach(), torch.zeros_like(qt), z, z, z, memory, weights,
+                             batch_size=max(int(qt.shape[2]) if qt.ndim == 4 else 1, 1))
+        return y
     qa = _array(q, "q")
     y, _ = titans_memory(qa, qa, np.zeros_like(qa), 0.0, 0.0, 0.0, memory, weights, batch_size=max(_bhnd(qa)[2], 1))
     return _out(y, _is_torch(q))
@@ -265,6 +409,7 @@ def titans_mag(q: Any, k: Any, v: Any, theta: Any, eta: Any, alpha: Any, *, wind
     k -> v (or memory_qkv = (mq, mk, mv), its own projections) and is read at q. Returns
     (o (B, H, N, d), final memory weights)."""
     torch_out = _is_torch(q)
+    theta, eta, alpha, w0 = _constants(theta, eta, alpha, w0)  # no backward here: detached, with a warning
     qa, ka, va = (_f32(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
     B, H, N, d = _bhnd(qa, ("k", ka), ("v", va))
     window = None if window is None else _args.integer(window, "window", 0)
@@ -295,6 +440,7 @@ def titans_mal(q: Any, k: Any, v: Any, theta: Any, eta: Any, alpha: Any, *, wind
     o = SWA([P | h]) (window None: exact causal attention) with h's projections proj = (Wq, Wk, Wv) ((d, d) each, applied as h @ W.T;
     None: identity). Returns (o (B, H, N, d), final memory weights)."""
     torch_out = _is_torch(q)
+    theta, eta, alpha, w0 = _constants(theta, eta, alpha, w0)  # no backward here: detached, with a warning
     qa, ka, va = (_f32(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
     B, H, N, d = _bhnd(qa, ("k", ka), ("v", va))
     window = None if window is None else _args.integer(window, "window", 0)
@@ -325,6 +471,7 @@ def titans_mac(q: Any, k: Any, v: Any, theta: Any, eta: Any, alpha: Any, *, segm
     from .. import attend
 
     torch_out = _is_torch(q)
+    theta, eta, alpha, w0 = _constants(theta, eta, alpha, w0)  # no backward here: detached, with a warning
     qa, ka, va = (_f32(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
     B, H, N, d = _bhnd(qa, ("k", ka), ("v", va))
     segment = _args.integer(segment, "segment", 1)

@@ -11,6 +11,7 @@
 namespace attn::titans {
 
 constexpr const char* kWhere = "titans_memory";
+constexpr const char* kWhereBackward = "titans_memory_backward";
 
 // gelu(z) = z Phi(z), exact (erf); gelu'(z) = Phi(z) + z phi(z).
 template <class T>
@@ -49,9 +50,10 @@ inline double grad_scale(TitansLoss loss, int64_t d) { return loss == TitansLoss
 // alpha in [0, 1]; NaN passes). T is float or double.
 template <class T>
 void check_args(const TitansShape& s, const TitansConfig& c, const T* q, const T* k, const T* v, const T* theta,
-                const T* eta, const T* alpha, int64_t w0_groups, const void* y, const void* w_out) {
-  auto need = [](int64_t x, const char* name, int64_t lo) {
-    if (x < lo) fail(kWhere, std::string(name) + " must be >= " + std::to_string(lo) + ", got " + std::to_string(x));
+                const T* eta, const T* alpha, int64_t w0_groups, const void* y, const void* w_out,
+                const char* where = kWhere) {
+  auto need = [where](int64_t x, const char* name, int64_t lo) {
+    if (x < lo) fail(where, std::string(name) + " must be >= " + std::to_string(lo) + ", got " + std::to_string(x));
   };
   need(s.batch, "batch (B)", 0);
   need(s.heads, "heads (H)", 0);
@@ -59,32 +61,32 @@ void check_args(const TitansShape& s, const TitansConfig& c, const T* q, const T
   need(s.dim, "dim (d)", 1);
   need(c.batch_size, "batch_size", 1);
   if (c.memory != TitansMemory::linear && c.memory != TitansMemory::mlp)
-    fail(kWhere, "memory must be linear or mlp, got " + std::to_string(static_cast<int>(c.memory)));
+    fail(where, "memory must be linear or mlp, got " + std::to_string(static_cast<int>(c.memory)));
   const int64_t seqs = s.batch * s.heads;
   if (w0_groups != 1 && w0_groups != s.heads && w0_groups != seqs)
-    fail(kWhere, "w0 (and s0) must hold 1, H = " + std::to_string(s.heads) + " or B*H = " + std::to_string(seqs) +
+    fail(where, "w0 (and s0) must hold 1, H = " + std::to_string(s.heads) + " or B*H = " + std::to_string(seqs) +
                      " sets of weights, got " + std::to_string(w0_groups));
   if (seqs == 0) return;
   if (s.tokens > 0) {
     const std::pair<const T*, const char*> arrays[] = {{q, "q"},         {k, "k"},     {v, "v"},
                                                        {theta, "theta"}, {eta, "eta"}, {alpha, "alpha"}};
     for (const auto& [p, name] : arrays)
-      if (p == nullptr) fail(kWhere, std::string(name) + " has no data");
-    if (y == nullptr) fail(kWhere, "y (the output) has no data");
+      if (p == nullptr) fail(where, std::string(name) + " has no data");
+    if (y == nullptr) fail(where, "y (the output) has no data");
   }
-  if (w_out == nullptr) fail(kWhere, "w_out (the final weights) has no data");
+  if (w_out == nullptr) fail(where, "w_out (the final weights) has no data");
   const int64_t n = seqs * s.tokens;
-  auto where = [&](int64_t i) {
+  auto at = [&](int64_t i) {
     const int64_t t = i % s.tokens, bh = i / s.tokens;
     return "[b=" + std::to_string(bh / s.heads) + ", h=" + std::to_string(bh % s.heads) + ", t=" + std::to_string(t) +
            "] = ";
   };
   for (int64_t i = 0; i < n; ++i) {
-    if (theta[i] < 0) fail(kWhere, "theta" + where(i) + std::to_string(double(theta[i])) + " must be >= 0");
+    if (theta[i] < 0) fail(where, "theta" + at(i) + std::to_string(double(theta[i])) + " must be >= 0");
     if (eta[i] < 0 || eta[i] > 1)
-      fail(kWhere, "eta" + where(i) + std::to_string(double(eta[i])) + " must be in [0, 1]");
+      fail(where, "eta" + at(i) + std::to_string(double(eta[i])) + " must be in [0, 1]");
     if (alpha[i] < 0 || alpha[i] > 1)
-      fail(kWhere, "alpha" + where(i) + std::to_string(double(alpha[i])) + " must be in [0, 1]");
+      fail(where, "alpha" + at(i) + std::to_string(double(alpha[i])) + " must be in [0, 1]");
   }
 }
 
@@ -94,6 +96,23 @@ const T* w0_of(const T* w0, int64_t w0_groups, int64_t bh, int64_t heads, int64_
   if (w0 == nullptr) return nullptr;
   const int64_t g = w0_groups == 1 ? 0 : (w0_groups == heads ? bh % heads : bh);
   return w0 + g * count;
+}
+
+// The group of M_0 (and S_0) sequence bh reads.
+inline int64_t group_of(int64_t w0_groups, int64_t bh, int64_t heads) {
+  return w0_groups == 1 ? 0 : (w0_groups == heads ? bh % heads : bh);
+}
+
+// The backward's checks: the forward's (under the backward's name), and every gradient output
+// that has to be written is there. Args: TitansArgs or TitansArgs64; Grads: TitansGrads(64).
+template <class Args, class Grads>
+void check_backward_args(const TitansShape& s, const TitansConfig& c, const Args& in, const Grads& out) {
+  check_args(s, c, in.q, in.k, in.v, in.theta, in.eta, in.alpha, in.w0_groups, &s, &s, kWhereBackward);
+  if (s.batch * s.heads == 0 || s.tokens == 0) return;
+  const std::pair<const void*, const char*> outs[] = {{out.dq, "dq"},         {out.dk, "dk"},     {out.dv, "dv"},
+                                                      {out.dtheta, "dtheta"}, {out.deta, "deta"}, {out.dalpha, "dalpha"}};
+  for (const auto& [p, name] : outs)
+    if (p == nullptr) fail(kWhereBackward, std::string(name) + " (a gradient output) has no data");
 }
 
 }  // namespace attn::titans

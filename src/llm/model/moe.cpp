@@ -1,6 +1,7 @@
 // Mixture-of-experts feed-forward (MiniMax-01): the gathered float32 form (model/moe.hpp), the
 // public entry points and the float64 per-token reference.
 #include "model/moe.hpp"
+#include "model/moe_top_k.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -22,25 +23,6 @@ constexpr int64_t kRowsOfW = 64;   // a work item: 64 weight rows of one expert
 constexpr int64_t kPad = 16;       // an expert's columns are padded to a multiple of this
 constexpr int64_t kRouteRows = 16; // tokens per router work item
 constexpr int64_t kChannels = 16;  // channels per gather / combine work item
-
-// The top_k largest of p[0..E) in descending order, ties to the lower id. A NaN logit makes the
-// whole softmax row NaN: it then chooses ids 0, 1, ... and its weights are NaN (propagated).
-// O(E log k) with a heap of the k best so far in `ids` itself (worst at the front; no allocation).
-template <class T>
-void top_k(const T* p, int64_t E, int64_t k, int32_t* ids) {
-  for (int64_t e = 0; e < k; ++e) ids[e] = static_cast<int32_t>(e);
-  for (int64_t e = 0; e < E; ++e)
-    if (std::isnan(p[e])) return;
-  auto before = [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); };  // a ranks first
-  std::make_heap(ids, ids + k, before);
-  for (int64_t e = k; e < E; ++e)
-    if (before(static_cast<int32_t>(e), ids[0])) {
-      std::pop_heap(ids, ids + k, before);
-      ids[k - 1] = static_cast<int32_t>(e);
-      std::push_heap(ids, ids + k, before);
-    }
-  std::sort_heap(ids, ids + k, before);
-}
 
 // 0.001 · E · sum_e f_e P_e from the routing (f_e: share of tokens with e in their top-k; P_e:
 // mean p_e), in double, in a fixed order.
@@ -86,7 +68,7 @@ double moe_forward(const float* x, int64_t n, const MoeExperts& w, int64_t k, fl
       for (int64_t e = 0; e < E; ++e) sum += p[e] = std::exp(p[e] - mx);
       for (int64_t e = 0; e < E; ++e) p[e] /= sum;
       int32_t* id = ids + t * k;
-      top_k(p, E, k, id);
+      moe_top_k(p, E, k, id);
       float top = 0;
       for (int64_t i = 0; i < k; ++i) top += p[id[i]];
       for (int64_t i = 0; i < k; ++i) rw[t * k + i] = p[id[i]] / top;
@@ -308,7 +290,7 @@ double moe_feed_forward(const MoeSizes& z, std::span<const double> x, std::span<
     for (int64_t e = 0; e < E; ++e) sum += p[e] = std::exp(p[e] - mx);
     for (int64_t e = 0; e < E; ++e) p[e] /= sum;
     int32_t* id = ids.data() + t * k;
-    top_k(p, E, k, id);
+    model::moe_top_k(p, E, k, id);
     double top = 0;
     for (int64_t i = 0; i < k; ++i) top += p[id[i]];
     double* yt = y.data() + t * d;
