@@ -35,17 +35,17 @@ struct AttendGradients {
 
 // dout: the loss's gradient with respect to out, (B, H, N, Dv) in q's dtype; out and lse: what
 // attend() returned for the same inputs, mechanism and options (lse (B, H, N, 1) float32).
-// Mechanisms: softmax (dot, cosine and additive scores) and the patterns over it (longformer, bigbird), with every
-// option of attend(): causal, windows, sinks, patterns, boolean, block and mask_mod masks, an
+// Mechanisms: softmax (dot, cosine and additive scores) and the patterns over it (longformer,
+// bigbird), with every option of attend(): causal, windows, sinks, patterns, boolean, block and mask_mod masks, an
 // additive bias, ALiBi, softcap, scale, the entropy-invariant scale, key padding, dropout (the
 // same seed regenerates the same mask), grouped heads; float32, bfloat16 and float16 storage.
 // Forms (options.form; explain_backward lists them with their reasons): "tiled" (the fast form:
 // 64 query rows against the key tiles of the forward's block mask, five tile products each),
-// "rows" (float32, row by row) and "reference" (float64 throughout); cosine and additive scores: "scores"
-// (float32, one (query, key) pair at a time from the forward's LSE) and "reference"; the additive
-// score's params "wq" (A, D), "wk" (A, D) and "w" (A) get their gradients in dparams (as (1, 1, A, D)
-// and (1, 1, 1, A)). GAU takes the same call with an
-// empty lse (forms tiled, reference). Other families (LSH, DCA, efficient, ...),
+// "rows" (float32, row by row) and "reference" (float64 throughout); cosine and additive scores:
+// "scores" (float32 from the forward's LSE: cosine as the tiled form on the normalised rows, additive
+// one (query, key) pair at a time) and "reference"; the additive score's params "wq" (A, D), "wk"
+// (A, D) and "w" (A) get their gradients in dparams (as (1, 1, A, D) and (1, 1, 1, A)). GAU takes
+// the same call with an empty lse (forms tiled, reference). Other families (LSH, DCA, efficient, ...),
 // int8 K/V rows and paged caches are an Error naming what has no backward yet. Packed sequences:
 // attend_varlen_backward (attn/kv_cache.hpp).
 // dlse: the loss's gradient with respect to lse, (B, H, N, 1) float32, when the loss uses it

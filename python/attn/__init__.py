@@ -412,8 +412,9 @@ def attend_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, mecha
             other families (lsh, dca, efficient, ...) have no backward yet (a ValueError says so).
         attn_mask, key_padding_lengths, alibi_slopes, block_mask, block_size, layout, threads: as
             in :func:`attend`.
-        form: None (the walk's choice: "tiled" for softmax and GAU, "chunked" or "right" for the linear
-            family, "projected" for linformer), "rows" (softmax: row by row, float32) or "reference"
+        form: None (the walk's choice: "tiled" for softmax and GAU, "scores" for cosine and additive
+            scores, "chunked" or "right" for the linear family, "projected" for linformer), "rows"
+            (softmax: row by row, float32) or "reference"
             (float64, for checking);
             :func:`explain` lists a mechanism's forward forms, ``attn check --backward`` the backward's.
         precision: the arithmetic of the backward's products, as in :func:`attend` ("auto", "f32",
