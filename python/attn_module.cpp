@@ -380,8 +380,9 @@ nb::tuple attend_with_kvcache(const Array& q, const OutArray& k_cache, const Out
   return nb::make_tuple(to_python(std::move(r.out), {0, 2, 1, 3}, o.torch), to_python(std::move(r.lse), {0, 1, 2}, o.torch));
 }
 
-// attn::attend_varlen on packed (total, H, D) arrays; C++ allocates out (total_q, H, Dv) and lse
-// (H, total_q). Returns (out, lse or None).
+// attn::attend_varlen on packed (total, H, D) arrays; C++ allocates out (total_q, H, Dv), lse
+// (H, total_q) and, with return_final_state (mechanisms with a state), each sequence's final state
+// (S, H, F, C). Returns (out, lse or None, final_state or None).
 nb::tuple attend_varlen(const Array& q, const Array& k, const Array& v, const std::vector<int64_t>& cu_q,
                         const std::vector<int64_t>& cu_k, int64_t max_q, int64_t max_k, nb::handle mechanism,
                         const Options& o) {
@@ -394,7 +395,59 @@ nb::tuple attend_varlen(const Array& q, const Array& k, const Array& v, const st
     nb::gil_scoped_release release;
     r = attn::attend_varlen(qv, kv, vv, cu_q, cu_k, max_q, max_k, mech, opt);
   }
-  return nb::make_tuple(to_python(std::move(r.out), {2, 1, 3}, o.torch), to_python(std::move(r.lse), {1, 2}, o.torch));
+  return nb::make_tuple(to_python(std::move(r.out), {2, 1, 3}, o.torch), to_python(std::move(r.lse), {1, 2}, o.torch),
+                        to_python(std::move(r.final_state), {0, 1, 2, 3}, o.torch));
+}
+
+// attn::attend_varlen_backward on packed (total, H, D) arrays: dout and out (total_q, H, Dv), lse
+// (H, total_q) or None, dlse likewise, dfinal_state (S, H, F, C) or None. Returns (dq, dk, dv) packed
+// as q, k and v, then d_initial_state (S, H, F, C) when params has an initial_state, then a dict of
+// the learned params' gradients (each in its param's shape) when the call has any.
+nb::tuple attend_varlen_backward(const Array& dout, const Array& q, const Array& k, const Array& v, const Array& out,
+                                 std::optional<Array> lse, const std::vector<int64_t>& cu_q,
+                                 const std::vector<int64_t>& cu_k, int64_t max_q, int64_t max_k, nb::handle mechanism,
+                                 const Options& o, std::optional<Array> dlse, std::optional<Array> dfinal_state) {
+  const attn::Mechanism mech = mechanism_of(mechanism);
+  const attn::AttendOptions opt = attend_options(o);
+  const attn::TensorView qv = packed_view(q, "q"), kv = packed_view(k, "k"), vv = packed_view(v, "v");
+  const attn::TensorView dv_ = packed_view(dout, "dout"), ov = packed_view(out, "out");
+  // lse (H, total_q) as (1, H, total_q, 1)
+  auto rows = [](const Array& a, const char* name) {
+    if (a.ndim() != 2)
+      throw nb::value_error((std::string(name) + " must have 2 dimensions (heads, total q tokens), got " +
+                             std::to_string(a.ndim())).c_str());
+    attn::TensorView l;
+    l.data = const_cast<void*>(a.data());
+    l.dtype = dtype_of(a, name);
+    l.shape = {1, static_cast<int64_t>(a.shape(0)), static_cast<int64_t>(a.shape(1)), 1};
+    l.strides = {0, a.stride(0), a.stride(1), 1};
+    return l;
+  };
+  const attn::TensorView l = lse ? rows(*lse, "lse") : attn::TensorView{};
+  std::optional<attn::TensorView> dl, ds;
+  if (dlse) dl = rows(*dlse, "dlse");
+  if (dfinal_state) ds = view_of(*dfinal_state, "dfinal_state", false);
+  attn::AttendGradients g;
+  {
+    nb::gil_scoped_release release;
+    g = attn::attend_varlen_backward(dv_, qv, kv, vv, ov, l, cu_q, cu_k, max_q, max_k, mech, opt, dl ? &*dl : nullptr,
+                                     ds ? &*ds : nullptr);
+  }
+  nb::list grads;
+  grads.append(to_python(std::move(g.dq), {2, 1, 3}, o.torch));
+  grads.append(to_python(std::move(g.dk), {2, 1, 3}, o.torch));
+  grads.append(to_python(std::move(g.dv), {2, 1, 3}, o.torch));
+  if (g.d_initial_state.defined()) grads.append(to_python(std::move(g.d_initial_state), {0, 1, 2, 3}, o.torch));
+  if (!g.dparams.empty()) {
+    nb::dict dparams;  // each held as (1, 1, rows, cols): returned in the param's shape
+    for (auto& [name, t] : g.dparams) {
+      const auto given = opt.params.find(name);
+      const bool vector = given != opt.params.end() && given->second.shape.size() == 1;
+      dparams[name.c_str()] = vector ? to_python(std::move(t), {3}, o.torch) : to_python(std::move(t), {2, 3}, o.torch);
+    }
+    grads.append(dparams);
+  }
+  return nb::tuple(grads);
 }
 
 void rope_inplace(const OutArray& x, const std::string& layout, int64_t offset, double theta, const std::string& style,
@@ -566,7 +619,11 @@ NB_MODULE(_attn, m) {
         "(out, lse or None).");
   m.def("attend_varlen", &attend_varlen, "q"_a, "k"_a, "v"_a, "cu_seqlens_q"_a, "cu_seqlens_k"_a, "max_seqlen_q"_a,
         "max_seqlen_k"_a, "mechanism"_a, "options"_a,
-        "attn::attend_varlen on packed (total, H, D) arrays; (out, lse or None).");
+        "attn::attend_varlen on packed (total, H, D) arrays; (out, lse or None, final_state or None).");
+  m.def("attend_varlen_backward", &attend_varlen_backward, "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(),
+        "cu_seqlens_q"_a, "cu_seqlens_k"_a, "max_seqlen_q"_a, "max_seqlen_k"_a, "mechanism"_a, "options"_a,
+        "dlse"_a = nb::none(), "dfinal_state"_a = nb::none(),
+        "attn::attend_varlen_backward on packed (total, H, D) arrays: (dq, dk, dv[, d_initial_state][, dparams]).");
   m.def("rope_inplace", &rope_inplace, "x"_a, "layout"_a, "offset"_a, "theta"_a, "style"_a, "rotary_dim"_a,
         "batch_offsets"_a, "Rotates x in place with RoPE (attn::apply_rope).");
   m.def("data_pointer", [](const Array& a) { return reinterpret_cast<uintptr_t>(a.data()); }, "a"_a,

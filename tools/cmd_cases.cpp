@@ -164,6 +164,9 @@ std::vector<std::string> form_names() {
   for (const MechanismInfo& i : family_infos())
     for (const std::string& f : i.forms)
       if (std::find(out.begin(), out.end(), f) == out.end()) out.push_back(f);
+  // and the backward's forms (--backward --form scores): those its runs use
+  for (const harness::Run& r : harness::expand_backward(harness::case_list(), {}))
+    if (std::find(out.begin(), out.end(), r.form) == out.end()) out.push_back(r.form);
   return out;
 }
 

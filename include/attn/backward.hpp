@@ -25,7 +25,8 @@ struct AttendGradients {
   // The linear family: the gradient of params["initial_state"], float32 of its shape
   // (B, H, state_rows, state_cols); empty when the call has no initial state.
   Tensor d_initial_state;
-  // The gradients of the call's learned params, by name (Linformer: "E" and "F", float32 (k, M),
+  // The gradients of the call's learned params, by name (additive scores: "wq", "wk" (1, 1, A, D), "w"
+  // (1, 1, 1, A); Linformer: "E" and "F", float32 (k, M),
   // held as (1, 1, k, M) tensors; PolaFormer: "power" (D) and "coefficients" (Dv) as (1, 1, 1, n);
   // filled when the call passes them in options.params); empty for
   // mechanisms without learned params. attn::info's ParamInfo::gradient says which params have one.
@@ -34,15 +35,19 @@ struct AttendGradients {
 
 // dout: the loss's gradient with respect to out, (B, H, N, Dv) in q's dtype; out and lse: what
 // attend() returned for the same inputs, mechanism and options (lse (B, H, N, 1) float32).
-// Mechanisms: softmax with score=dot and the patterns over it (longformer, bigbird), with every
-// option of attend(): causal, windows, sinks, patterns, boolean, block and mask_mod masks, an
+// Mechanisms: softmax (dot, cosine and additive scores) and the patterns over it (longformer,
+// bigbird), with every option of attend(): causal, windows, sinks, patterns, boolean, block and mask_mod masks, an
 // additive bias, ALiBi, softcap, scale, the entropy-invariant scale, key padding, dropout (the
 // same seed regenerates the same mask), grouped heads; float32, bfloat16 and float16 storage.
 // Forms (options.form; explain_backward lists them with their reasons): "tiled" (the fast form:
 // 64 query rows against the key tiles of the forward's block mask, five tile products each),
-// "rows" (float32, row by row) and "reference" (float64 throughout). GAU takes the same call with an
-// empty lse (forms tiled, reference). Other families (LSH, DCA, efficient, ...),
-// score=cosine/additive and paged caches are an Error naming what has no backward yet.
+// "rows" (float32, row by row) and "reference" (float64 throughout); cosine and additive scores:
+// "scores" (float32 from the forward's LSE: cosine as the tiled form on the normalised rows, additive
+// one (query, key) pair at a time) and "reference"; the additive score's params "wq" (A, D), "wk"
+// (A, D) and "w" (A) get their gradients in dparams (as (1, 1, A, D) and (1, 1, 1, A)). GAU takes
+// the same call with an empty lse (forms tiled, reference). Other families (LSH, DCA, efficient, ...),
+// int8 K/V rows and paged caches are an Error naming what has no backward yet. Packed sequences:
+// attend_varlen_backward (attn/kv_cache.hpp).
 // dlse: the loss's gradient with respect to lse, (B, H, N, 1) float32, when the loss uses it
 // (merging partial results, ring attention); none = 0.
 //

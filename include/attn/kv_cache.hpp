@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "attn/attend.hpp"
+#include "attn/backward.hpp"
 #include "attn/rope.hpp"
 #include "attn/tensor.hpp"
 
@@ -55,15 +56,40 @@ void attend_with_kvcache_into(const TensorView& q, const TensorView& k_cache, co
 // (1, Hkv, total_k, D), v (1, Hkv, total_k, Dv); sequence b is tokens
 // [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of q against [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of k
 // and v (each non-decreasing from 0 to the total; max_seqlen_* at least the longest). Any
-// mechanism; masks, key padding and params with a batch dimension are refused.
+// mechanism; masks and key padding are refused. Mechanisms with a recurrent state (the linear
+// family, as fla's cu_seqlens): the state starts afresh at each sequence, from params["initial_state"]
+// given per sequence (S, H, F, C) when the call passes one, and return_final_state gives each
+// sequence's final state, AttendResult::final_state (S, H, F, C) (an empty sequence's is its
+// initial state). Other params with a batch dimension are refused.
 AttendResult attend_varlen(const TensorView& q, const TensorView& k, const TensorView& v,
                            const std::vector<int64_t>& cu_seqlens_q, const std::vector<int64_t>& cu_seqlens_k,
                            int64_t max_seqlen_q, int64_t max_seqlen_k, const Mechanism& mechanism,
                            const AttendOptions& options = {});
-// Same, writing out (1, H, total_q, Dv) and, when given, lse (1, H, total_q, 1) float32.
+// Same, writing out (1, H, total_q, Dv) and, when given, lse (1, H, total_q, 1) float32 and
+// final_state (S, H, F, C) float32 (mechanisms with a recurrent state).
 void attend_varlen_into(const TensorView& q, const TensorView& k, const TensorView& v,
                         const std::vector<int64_t>& cu_seqlens_q, const std::vector<int64_t>& cu_seqlens_k,
                         int64_t max_seqlen_q, int64_t max_seqlen_k, const Mechanism& mechanism,
-                        const AttendOptions& options, const TensorView& out, const TensorView* lse);
+                        const AttendOptions& options, const TensorView& out, const TensorView* lse,
+                        const TensorView* final_state = nullptr);
+
+// The gradients of a packed call (attend_varlen with the same inputs, mechanism and options): each
+// sequence's attend_backward on views of the packed tensors (no copies of the inputs), so a packed
+// batch's gradients are exactly those of its sequences apart; for the linear family the recurrent
+// state resets at every boundary. dout, out (1, H, total_q, Dv) and lse (1, H, total_q, 1) float32
+// (an empty view for families without one) as attend_varlen returned them; dlse: lse's shape or
+// null; dfinal_state: (S, H, F, C) float32, the loss's gradient with respect to each sequence's
+// final state, or null. Returns dq (1, H, total_q, D), dk (1, Hkv, total_k, D), dv (1, Hkv,
+// total_k, Dv) in the inputs' dtypes, bhnd; d_initial_state (S, H, F, C) when params has a
+// per-sequence initial_state; dparams (learned params shared by the sequences) summed over the
+// sequences in order. options.form picks each sequence's backward form ("reference": float64).
+// Every sequence is validated before the first is computed.
+AttendGradients attend_varlen_backward(const TensorView& dout, const TensorView& q, const TensorView& k,
+                                       const TensorView& v, const TensorView& out, const TensorView& lse,
+                                       const std::vector<int64_t>& cu_seqlens_q,
+                                       const std::vector<int64_t>& cu_seqlens_k, int64_t max_seqlen_q,
+                                       int64_t max_seqlen_k, const Mechanism& mechanism,
+                                       const AttendOptions& options = {}, const TensorView* dlse = nullptr,
+                                       const TensorView* dfinal_state = nullptr);
 
 }  // namespace attn

@@ -404,7 +404,8 @@ def attend_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, mecha
         out, lse: what ``attend(q, k, v, mechanism, ..., return_lse=True)`` returned; lse None for
             the families whose weights are no softmax (GAU, the linear family), required for the
             others (None there is a ValueError saying so).
-        mechanism: softmax (score=dot) with any option, or the patterns over it ("longformer:...",
+        mechanism: softmax (dot, cosine or additive scores; additive: the gradients of its params
+            "wq", "wk", "w") with any option, or the patterns over it ("longformer:...",
             "bigbird:..."); GAU ("gau:..."); linformer ("linformer:...", with E and F's gradients);
             the linear family ("linear:...", "retention:...", "sana:...", "normattn:...",
             "performer:...", "polaformer:...", every feature map, normalised or not, decays);
@@ -412,8 +413,9 @@ def attend_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, mecha
             gradient); other families (dca, qsoftmax) have no backward yet (a ValueError says so).
         attn_mask, key_padding_lengths, alibi_slopes, block_mask, block_size, layout, threads: as
             in :func:`attend`.
-        form: None (the walk's choice: "tiled" for softmax and GAU, "chunked" or "right" for the linear
-            family, "projected" for linformer), "rows" (softmax: row by row, float32) or "reference"
+        form: None (the walk's choice: "tiled" for softmax and GAU, "scores" for cosine and additive
+            scores, "chunked" or "right" for the linear family, "projected" for linformer), "rows"
+            (softmax: row by row, float32) or "reference"
             (float64, for checking);
             :func:`explain` lists a mechanism's forward forms, ``attn check --backward`` the backward's.
         precision: the arithmetic of the backward's products, as in :func:`attend` ("auto", "f32",
@@ -674,7 +676,7 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     cq, ck = _int_list(cu_seqlens_q, "cu_seqlens_q"), _int_list(cu_seqlens_k, "cu_seqlens_k")
     opts = _options(alibi_slopes=_as_float32_1d(alibi_slopes, "alibi_slopes"), threads=_integer(threads, "threads"),
                     return_lse=bool(return_attn_probs), torch=_is_torch(q))
-    out, lse = _attn.attend_varlen(q, k, v, cq, ck, _integer(max_seqlen_q, "max_seqlen_q"),  # C++ allocates out, lse
+    out, lse, _ = _attn.attend_varlen(q, k, v, cq, ck, _integer(max_seqlen_q, "max_seqlen_q"),  # C++ allocates out, lse
                                    _integer(max_seqlen_k, "max_seqlen_k"), mechanism, opts)
     return (out, lse, None) if return_attn_probs else out
 
@@ -693,7 +695,7 @@ def _linear_text(feature_map, causal, normalize, decay, chunk_size, scale) -> st
 
 
 def _linear_differentiable(q, k, v, feature_map, causal, decay, chunk_size, initial_state, output_final_state,
-                           normalize, scale, key_padding_lengths, layout, others):
+                           normalize, scale, key_padding_lengths, layout, others, cu_seqlens=None):
     """linear_attention through torch.ops.attn.linear_attention (attn/torch_ops.py): gradients flow
     to q, k, v and initial_state, and in through the final state."""
     import torch
@@ -717,8 +719,10 @@ def _linear_differentiable(q, k, v, feature_map, causal, decay, chunk_size, init
             scale=None if scale is None else _real(scale, "scale")))
     from . import torch_ops
     try:
+        cu = None if cu_seqlens is None else (cu_seqlens if isinstance(cu_seqlens, (list, tuple))
+                                              else _int_list(cu_seqlens, "cu_seqlens"))
         o, state = torch_ops.linear_attention(q, k, v, text, layout, initial_state, per_head, key_padding_lengths,
-                                              **run)
+                                              **run, cu_seqlens=cu)
     except (TypeError, ValueError) as e:  # attend's names for what linear_attention's caller named
         text = str(e)
         for inner, outer in _LINEAR_NAMES:
@@ -727,12 +731,63 @@ def _linear_differentiable(q, k, v, feature_map, causal, decay, chunk_size, init
     return (o, state) if output_final_state else (o, None)
 
 
+def _packed(x: Any, layout: str, name: str) -> Any:
+    """A batch of one packed sequence stream, (1, T, H, D) (bnhd) or (1, H, T, D) (bhnd), as the
+    (T, H, D) view attend_varlen takes (no copy)."""
+    x = _prepare(x, name)
+    if x.ndim != 4 or x.shape[0] != 1:
+        raise ValueError(f"{name} must be one packed batch with cu_seqlens, "
+                         f"{'(1, T, H, D)' if layout == 'bnhd' else '(1, H, T, D)'}, got shape {tuple(x.shape)}")
+    x = x[0]
+    if layout == "bnhd":
+        return x
+    return x.transpose(0, 1) if _is_torch(x) else x.transpose(1, 0, 2)
+
+
+def _unpacked(x: Any, layout: str) -> Any:
+    """attend_varlen's (T, H, D) result in the caller's batch-of-one layout."""
+    if layout == "bhnd":
+        x = x.transpose(0, 1) if _is_torch(x) else x.transpose(1, 0, 2)
+    return x[None]
+
+
+def _linear_varlen(q: Any, k: Any, v: Any, mechanism: Any, cu_seqlens: Any, params: dict, output_final_state: bool,
+                   layout: str, run: dict) -> Tuple[Any, Any]:
+    """(o, final_state or None) of packed sequences in batch 1 (attn::attend_varlen): the state
+    starts afresh at each boundary; params["initial_state"] and the final state one per sequence."""
+    if layout not in ("bnhd", "bhnd"):
+        raise ValueError(f"layout must be 'bnhd' or 'bhnd', got {layout!r}")
+    cu = _int_list(cu_seqlens, "cu_seqlens")
+    longest = max([b - a for a, b in zip(cu, cu[1:])] or [0])
+    qp, kp, vp = _packed(q, layout, "q"), _packed(k, layout, "k"), _packed(v, layout, "v")
+    named = {name: _prepare(x, f"params[{name!r}]") for name, x in params.items()}
+    opts = _options(params=named, return_final_state=bool(output_final_state), torch=_is_torch(qp),
+                    threads=_integer(run.get("threads", 0), "threads"), form=run.get("form"), isa=run.get("isa"),
+                    precision=run.get("precision"))
+    out, _, state = _attn.attend_varlen(qp, kp, vp, cu, cu, longest, longest, mechanism, opts)
+    return _unpacked(out, layout), state
+
+
+def _linear_varlen_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, mechanism: Any, cu_seqlens: Any, params: dict,
+                            dfinal_state: Any, layout: str, run: dict) -> Tuple[Any, ...]:
+    """(dq, dk, dv[, d_initial_state]) of _linear_varlen (attn::attend_varlen_backward), in its layout."""
+    cu = _int_list(cu_seqlens, "cu_seqlens")
+    longest = max([b - a for a, b in zip(cu, cu[1:])] or [0])
+    packed = [_packed(x, layout, name) for name, x in (("dout", dout), ("q", q), ("k", k), ("v", v), ("out", out))]
+    named = {name: _prepare(x, f"params[{name!r}]") for name, x in params.items()}
+    opts = _options(params=named, torch=_is_torch(packed[1]), threads=_integer(run.get("threads", 0), "threads"),
+                    isa=run.get("isa"), precision=run.get("precision"))
+    df = None if dfinal_state is None else _prepare(dfinal_state, "dfinal_state")
+    grads = _attn.attend_varlen_backward(*packed, None, cu, cu, longest, longest, mechanism, opts, None, df)
+    return tuple(_unpacked(g, layout) for g in grads[:3]) + tuple(grads[3:4] if "initial_state" in params else ())
+
+
 def linear_attention(q: Any, k: Any, v: Any, *, feature_map: str = "elu", causal: bool = True,
                      decay: Any = None, chunk_size: int = 64, initial_state: Any = None,
                      output_final_state: bool = False, normalize: bool = True, scale: Optional[float] = None,
                      key_padding_lengths: Optional[Sequence[int]] = None, layout: str = "bnhd", threads: int = 0,
                      form: Optional[str] = None, isa: Optional[str] = None,
-                     precision: Optional[str] = None) -> Tuple[Any, Any]:
+                     precision: Optional[str] = None, cu_seqlens: Any = None) -> Tuple[Any, Any]:
     """Linear attention with flash-linear-attention's argument names; returns (o, final_state).
 
     Weights w_ij = scale * phi(q_i) . phi(k_j) * decay^(i - j) over the keys j <= i (causal) or
@@ -757,6 +812,12 @@ def linear_attention(q: Any, k: Any, v: Any, *, feature_map: str = "elu", causal
         layout, threads, form, isa: as in :func:`attend`.
         precision: "auto" (None) or "f32": linear attention computes in float32 ("bf16" is a
             ValueError).
+        cu_seqlens: packed sequences of different lengths in one batch (fla's varlen): q, k, v
+            (1, T, H, D) (bnhd) or (1, H, T, D), sequence s the tokens cu_seqlens[s] ..
+            cu_seqlens[s+1] - 1 ((S + 1,) ints from 0 to T, non-decreasing). The state starts
+            afresh at each sequence: initial_state and final_state hold one state per sequence,
+            (S, H, D, Dv [+ 1]), and the gradients are each sequence's as if it ran alone. No
+            key_padding_lengths with it.
 
     Returns:
         (o, final_state): o like q with v's head dim; final_state None unless asked for.
@@ -773,10 +834,12 @@ def linear_attention(q: Any, k: Any, v: Any, *, feature_map: str = "elu", causal
         o2, state = attn.linear_attention(q[:, 100:], k[:, 100:], v[:, 100:], initial_state=state,
                                           output_final_state=True)   # == one call on all tokens
     """
+    if cu_seqlens is not None and key_padding_lengths is not None:
+        raise ValueError("give cu_seqlens (packed sequences) or key_padding_lengths (a padded batch), not both")
     if _wants_autograd(q, k, v, *(() if initial_state is None else (initial_state,))):
         return _linear_differentiable(q, k, v, feature_map, causal, decay, chunk_size, initial_state,
                                       output_final_state, normalize, scale, key_padding_lengths, layout,
-                                      dict(threads=threads, form=form, isa=isa, precision=precision))
+                                      dict(threads=threads, form=form, isa=isa, precision=precision), cu_seqlens)
     if not isinstance(feature_map, str):
         raise TypeError(f"feature_map must be a str such as 'elu', got {type(feature_map).__name__}")
     _flag(output_final_state, "output_final_state")
@@ -798,6 +861,9 @@ def linear_attention(q: Any, k: Any, v: Any, *, feature_map: str = "elu", causal
         map=feature_map, causal=_flag(causal, "causal"), normalize=_flag(normalize, "normalize"), decay=scalar_decay,
         chunk=_integer(chunk_size, "chunk_size"), scale=None if scale is None else _real(scale, "scale"))
     try:
+        if cu_seqlens is not None:
+            return _linear_varlen(q, k, v, mechanism, cu_seqlens, params, output_final_state, layout,
+                                  dict(threads=threads, form=form, isa=isa, precision=precision))
         res = attend(q, k, v, mechanism, params=params, key_padding_lengths=key_padding_lengths,
                      layout=layout, return_final_state=output_final_state, threads=threads, form=form, isa=isa,
                      precision=precision)

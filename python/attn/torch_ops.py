@@ -14,10 +14,10 @@ of str), ``params`` the tensors in that order. Linformer's "E" and "F" get gradi
 and "coefficients" and a linear mechanism's "initial_state" (through the output); a param that
 requires grad but has none (decay, omega, ...) is a ValueError at backward time.
 
-Families with a backward today: softmax (score=dot) and the patterns over it, GAU, linformer, LSH
-(its buckets are constants: LSH's "rotations" param gets no gradient), efficient attention (with
-its "initial_state") and the linear family (linear, retention, sana, normattn, performer,
-polaformer); asking another family
+Families with a backward today: softmax (dot, cosine and additive scores; the additive score's
+"wq", "wk" and "w" get gradients) and the patterns over it, GAU, linformer, LSH (its buckets are
+constants: LSH's "rotations" param gets no gradient), efficient attention (with its "initial_state")
+and the linear family (linear, retention, sana, normattn, performer, polaformer); asking another family
 for a gradient raises the ValueError that says so, at backward time.
 
 ``torch.ops.attn.linear_attention(q, k, v, mechanism, layout, initial_state, decay,
@@ -25,7 +25,10 @@ key_padding_lengths)`` returns ``(o, final_state)`` of a linear mechanism (the t
 :func:`attn.linear_attention`'s mechanism), with ``torch.ops.attn.linear_attention_backward`` as its
 registered backward: gradients flow to q, k, v and initial_state, and in through the final state
 (``decay`` per head and the padding are constants). :func:`attn.linear_attention` calls it when
-given torch tensors that require grad.
+given torch tensors that require grad. Its last argument ``cu_seqlens`` (a list of ints, or None)
+packs sequences of different lengths into batch 1, as fla's: the state starts afresh at each
+boundary, initial_state and final_state hold one state per sequence, and the backward
+(``attn::attend_varlen_backward``) gives each sequence's gradients as if it ran alone.
 
 Run options: both forward ops also take ``threads`` (0 = every CPU this process may use), ``form``,
 ``isa`` and ``precision`` (None = the defaults of :func:`attn.attend`). ``threads``, ``isa`` and
@@ -291,21 +294,28 @@ def _linear_params(initial_state, decay):
 def linear_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mechanism: str, layout: str,
                         initial_state: Optional[torch.Tensor], decay: Optional[torch.Tensor],
                         key_padding_lengths: List[int], threads: int = 0, form: Optional[str] = None,
-                        isa: Optional[str] = None, precision: Optional[str] = None
+                        isa: Optional[str] = None, precision: Optional[str] = None, cu_seqlens: Optional[List[int]] = None
                         ) -> Tuple[torch.Tensor, torch.Tensor]:
     """(o, final_state) of a linear mechanism (or efficient attention); final_state (B, H, F, Dv [+ 1])
-    float32 (efficient: (B, H, D, Dv + 2))."""
+    float32 (efficient: (B, H, D, Dv + 2)). cu_seqlens (packed sequences in batch 1, the state reset
+    at each boundary): initial_state and final_state one per sequence, (S, H, F, Dv [+ 1])."""
+    run = dict(threads=threads, form=form, isa=isa, precision=precision)
+    if cu_seqlens:
+        out, state = attn._linear_varlen(q.detach(), k.detach(), v.detach(), mechanism, list(cu_seqlens),
+                                         _linear_params(initial_state, decay), True, layout, run)
+        return out.contiguous(), state.contiguous()
     out, state = attn.attend(q.detach(), k.detach(), v.detach(), mechanism, layout=layout, return_final_state=True,
                              params=_linear_params(initial_state, decay),
-                             key_padding_lengths=list(key_padding_lengths) or None, threads=threads, form=form,
-                             isa=isa, precision=precision)
+                             key_padding_lengths=list(key_padding_lengths) or None, **run)
     return out.contiguous(), state.contiguous()
 
 
 @linear_attention_op.register_fake
 def _linear_attention_fake(q, k, v, mechanism, layout, initial_state, decay, key_padding_lengths, threads=0, form=None,
-                           isa=None, precision=None):
+                           isa=None, precision=None, cu_seqlens=None):
     b, h = q.shape[0], (q.shape[2] if layout == "bnhd" else q.shape[1])
+    if cu_seqlens:
+        b = len(cu_seqlens) - 1
     out = q.new_empty(q.shape[:-1] + (v.shape[-1],))
     state = q.new_empty((b, h, q.shape[-1], v.shape[-1] + _extra_state_columns(mechanism)), dtype=torch.float32)
     return out, state
@@ -316,16 +326,21 @@ def linear_attention_backward_op(dout: torch.Tensor, dfinal_state: Optional[torc
                                  k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, mechanism: str, layout: str,
                                  initial_state: Optional[torch.Tensor], decay: Optional[torch.Tensor],
                                  key_padding_lengths: List[int], threads: int = 0, isa: Optional[str] = None,
-                                 precision: Optional[str] = None
+                                 precision: Optional[str] = None, cu_seqlens: Optional[List[int]] = None
                                  ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv, d_initial_state); d_initial_state in initial_state's dtype, or an empty tensor
     when there is no initial state (an op returns tensors, not None). No form: the backward picks
-    its own."""
-    grads = attn.attend_backward(dout.detach(), q.detach(), k.detach(), v.detach(), out.detach(), None, mechanism,
-                                 layout=layout, params=_linear_params(initial_state, decay),
-                                 key_padding_lengths=list(key_padding_lengths) or None,
-                                 dfinal_state=None if dfinal_state is None else dfinal_state.detach(),
-                                 threads=threads, isa=isa, precision=precision)
+    its own. cu_seqlens: the packed sequences' gradients (attn::attend_varlen_backward)."""
+    df = None if dfinal_state is None else dfinal_state.detach()
+    if cu_seqlens:
+        grads = attn._linear_varlen_backward(dout.detach(), q.detach(), k.detach(), v.detach(), out.detach(),
+                                             mechanism, list(cu_seqlens), _linear_params(initial_state, decay), df,
+                                             layout, dict(threads=threads, isa=isa, precision=precision))
+    else:
+        grads = attn.attend_backward(dout.detach(), q.detach(), k.detach(), v.detach(), out.detach(), None, mechanism,
+                                     layout=layout, params=_linear_params(initial_state, decay),
+                                     key_padding_lengths=list(key_padding_lengths) or None, dfinal_state=df,
+                                     threads=threads, isa=isa, precision=precision)
     dq, dk, dv = (g.contiguous() for g in grads[:3])
     ds0 = grads[3].to(initial_state.dtype).contiguous() if initial_state is not None else q.new_empty((0,))
     return dq, dk, dv, ds0
@@ -333,17 +348,19 @@ def linear_attention_backward_op(dout: torch.Tensor, dfinal_state: Optional[torc
 
 @linear_attention_backward_op.register_fake
 def _linear_attention_backward_fake(dout, dfinal_state, q, k, v, out, mechanism, layout, initial_state, decay,
-                                    key_padding_lengths, threads=0, isa=None, precision=None):
+                                    key_padding_lengths, threads=0, isa=None, precision=None, cu_seqlens=None):
     ds0 = torch.empty_like(initial_state) if initial_state is not None else q.new_empty((0,))
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), ds0
 
 
 def _linear_setup_context(ctx, inputs, output):
-    q, k, v, mechanism, layout, initial_state, decay, key_padding_lengths, threads, form, isa, precision = inputs
+    (q, k, v, mechanism, layout, initial_state, decay, key_padding_lengths, threads, form, isa, precision,
+     cu_seqlens) = inputs
     out, _ = output
     ctx.save_for_backward(q, k, v, out, initial_state, decay)
     ctx.options = (mechanism, layout, list(key_padding_lengths))
-    ctx.run = (threads, isa, precision)  # not form: a forward form's name is not the backward's
+    # not form: a forward form's name is not the backward's
+    ctx.run = (threads, isa, precision, None if cu_seqlens is None else list(cu_seqlens))
 
 
 def _linear_backward(ctx, dout, dfinal_state):
@@ -355,7 +372,8 @@ def _linear_backward(ctx, dout, dfinal_state):
     dq, dk, dv, ds0 = linear_attention_backward_op(
         dout.contiguous(), None if dfinal_state is None else dfinal_state.contiguous(), q, k, v, out, mechanism,
         layout, initial_state, decay, key_padding_lengths, *ctx.run)
-    return dq, dk, dv, None, None, (ds0 if initial_state is not None else None), None, None, None, None, None, None
+    return (dq, dk, dv, None, None, (ds0 if initial_state is not None else None), None, None, None, None, None, None,
+            None)
 
 
 linear_attention_op.register_autograd(_linear_backward, setup_context=_linear_setup_context)
@@ -365,11 +383,13 @@ linear_attention_backward_op.register_autograd(
 
 def linear_attention(q, k, v, mechanism: str, layout: str, initial_state=None, decay=None,
                      key_padding_lengths=None, threads: int = 0, form: Optional[str] = None, isa: Optional[str] = None,
-                     precision: Optional[str] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+                     precision: Optional[str] = None, cu_seqlens=None) -> Tuple[torch.Tensor, torch.Tensor]:
     """(o, final_state) through the custom op (differentiable in q, k, v and initial_state);
-    threads, isa and precision apply to the forward and the backward, form to the forward only."""
+    threads, isa and precision apply to the forward and the backward, form to the forward only;
+    cu_seqlens: packed sequences (a list of ints), the state reset at each boundary."""
     if decay is not None and not isinstance(decay, torch.Tensor):
         decay = torch.as_tensor(decay, dtype=torch.float32)
     return linear_attention_op(q, k, v, mechanism, layout, initial_state, decay,
                                [] if key_padding_lengths is None else [int(x) for x in key_padding_lengths],
-                               threads, form, isa, precision)
+                               threads, form, isa, precision,
+                               None if cu_seqlens is None else [int(x) for x in cu_seqlens])

@@ -117,7 +117,7 @@ def test_bad_input_is_named():
         attn.attend_backward(d[:, :, :3], *args, out, lse, layout="bhnd")
     with pytest.raises(ValueError, match="lse must have 3 dimensions"):
         attn.attend_backward(d, *args, out, lse[..., None], layout="bhnd")
-    with pytest.raises(ValueError, match="form must be one of tiled_bf16, tiled, rows, reference for softmax, got 'fast'"):
+    with pytest.raises(ValueError, match="form must be one of tiled_bf16, tiled, rows, scores, reference for softmax, got 'fast'"):
         attn.attend_backward(d, *args, out, lse, layout="bhnd", form="fast")
     with pytest.raises(TypeError, match="of q's kind"):
         attn.attend_backward(torch.from_numpy(d), *args, out, lse, layout="bhnd")

@@ -311,16 +311,22 @@ def test_the_op_wrappers_take_the_run_options():
     assert len(stats) == 4 and not any(s.requires_grad for s in stats)
 
 
-def test_additive_weights_are_params_as_without_gradients():
-    """additive_weights is params for score=additive: the forward runs, and its backward says it has
-    none (as every family without a backward), by the mechanism's name."""
+def test_additive_weights_are_params_with_their_gradients():
+    """additive_weights is params for score=additive: the forward runs, and the backward gives q, k, v
+    and the weights that require grad their gradients, the same as passed through params."""
     q, k, v = tensors(24, N=9, M=13, D=8, Dv=6)
     g = torch.Generator().manual_seed(25)
-    weights = (torch.randn(3, 8, generator=g), torch.randn(3, 8, generator=g), torch.randn(3, generator=g))
+    weights = [torch.randn(3, 8, generator=g), torch.randn(3, 8, generator=g), torch.randn(3, generator=g)]
+    weights = [w.requires_grad_() for w in weights]
     out = attn.attend(q, k, v, "softmax:score=additive", additive_weights=weights)
     with torch.no_grad():
         assert torch.equal(out.detach(), attn.attend(q, k, v, "softmax:score=additive", additive_weights=weights))
-    with pytest.raises(ValueError, match="score=additive has no backward yet"):
-        out.sum().backward()
+    out.sum().backward()
+    first = [x.grad.clone() for x in (q, k, v, *weights)]
+    for x in (q, k, v, *weights):
+        x.grad = None
+    attn.attend(q, k, v, "softmax:score=additive", params=dict(zip(("wq", "wk", "w"), weights))).sum().backward()
+    for a, x in zip(first, (q, k, v, *weights)):
+        assert torch.equal(a, x.grad)
     with pytest.raises(ValueError, match="wq is given both in additive_weights and in params"):
         attn.attend(q, k, v, "softmax:score=additive", additive_weights=weights, wq=weights[0])

@@ -55,9 +55,9 @@ TEST(BackwardCaseListShape, NamesAreUniqueAndEveryFastFormIsCovered) {
     EXPECT_TRUE(names.insert(r.name()).second) << "duplicate run " << r.name();
     forms.insert(r.form);
   }
-  // every fast backward form of every family (softmax: tiled, rows; GAU: tiled; linear: chunked, right;
-  // linformer: projected; lsh: chunked; efficient: online)
-  EXPECT_EQ(forms, (std::set<std::string>{"chunked", "online", "projected", "right", "rows", "tiled", "tiled_bf16"}));
+  // every fast backward form of every family (softmax: tiled, rows, scores; GAU: tiled; linear: chunked,
+  // right; linformer: projected; lsh: chunked; efficient: online)
+  EXPECT_EQ(forms, (std::set<std::string>{"chunked", "online", "projected", "right", "rows", "scores", "tiled", "tiled_bf16"}));
   EXPECT_GE(names.size(), 450u);  // about 190 problems of the softmax family, each on 3 ISAs at least
 }
 

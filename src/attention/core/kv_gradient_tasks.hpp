@@ -30,6 +30,14 @@ class KvGradientTasks {
 
   // The thread count the parallel region runs on: size one scratch per thread before run().
   int threads() const { return threads_; }
+  // How many tasks there are, and the index in [0, count()) of the task run() hands (b, hk, qb0):
+  // for sums of the caller's own (learned params' gradients) kept per task and added in task order.
+  int64_t count() const { return pairs_ * segments_; }
+  int64_t index(int64_t b, int64_t hk, int64_t qb0) const {
+    int64_t seg = 0;
+    while (seg + 1 < segments_ && q_blocks_ * (seg + 1) / segments_ <= qb0) ++seg;
+    return (b * p_.Hkv + hk) * segments_ + seg;
+  }
 
   // fn(b, hk, qb0, qb1, dk, dv, thread) for every task, in parallel: query blocks [qb0, qb1) of
   // kv head hk of batch entry b, dk (M x D) and dv (M x Dv) float32 sums zeroed for it. Then dK

@@ -1,6 +1,7 @@
 // The softmax family's backward (formulas: include/attn/backward.hpp): a float64 reference that
-// recomputes everything from q, k, v and dO, and the fast "rows" form, flash-style (the forward's
-// LSE and output, float32 accumulation).
+// recomputes everything from q, k, v and dO (every score kind: dot, cosine, additive, with the
+// additive score's parameter gradients), and the fast "rows" form, flash-style (the forward's
+// LSE and output, float32 accumulation; dot scores).
 #include "softmax/softmax_backward.hpp"
 
 #include <algorithm>
@@ -55,6 +56,73 @@ T dropout_factor(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t j) {
 
 namespace {
 
+// The raw score r_ij of query row q against key j (before the row's scale) and its gradients,
+// written out plainly for the reference:
+//   dot       r = q . k
+//   cosine    r = q . k / (|q| |k|)   (|x| = sqrt(max(x . x, 1e-30)), as the forward's)
+//   additive  r = sum_a w_a tanh(u_a),  u = Wq q + Wk k
+template <class T>
+struct RawScore {
+  const Problem& p;
+  std::vector<T> th;  // additive: tanh(u_a) of the last pair scored
+
+  explicit RawScore(const Problem& problem) : p(problem), th(static_cast<size_t>(problem.A)) {}
+
+  T norm(const T* x) const {
+    T n = 0;
+    for (int64_t c = 0; c < p.D; ++c) n += x[c] * x[c];
+    return n;
+  }
+  static T safe_sqrt(T n) { return std::sqrt(std::max(n, static_cast<T>(1e-30))); }
+
+  T operator()(const T* q, const T* k) {
+    T r = 0;
+    if (p.mech.score == ScoreKind::additive) {
+      for (int64_t a = 0; a < p.A; ++a) {
+        T u = 0;
+        for (int64_t c = 0; c < p.D; ++c)
+          u += static_cast<T>(p.wq[a * p.D + c]) * q[c] + static_cast<T>(p.wk[a * p.D + c]) * k[c];
+        th[a] = std::tanh(u) + (u - u);  // a non-finite u gives NaN, as the forward's
+        r += static_cast<T>(p.w[a]) * th[a];
+      }
+      return r;
+    }
+    for (int64_t c = 0; c < p.D; ++c) r += q[c] * k[c];
+    if (p.mech.score == ScoreKind::cosine) r /= safe_sqrt(norm(q)) * safe_sqrt(norm(k));
+    return r;
+  }
+
+  // dR = dL/dr for the pair last scored (r its score): adds dL/dq to dq, dL/dk to dk and, for
+  // additive scores, dL/dWq, dL/dWk, dL/dw to dwq (A x D), dwk (A x D), dw (A).
+  void backward(const T* q, const T* k, T r, T dR, T* dq, T* dk, T* dwq, T* dwk, T* dw) const {
+    if (p.mech.score == ScoreKind::additive) {
+      for (int64_t a = 0; a < p.A; ++a) {
+        const T du = dR * static_cast<T>(p.w[a]) * (1 - th[a] * th[a]);
+        dw[a] += dR * th[a];
+        for (int64_t c = 0; c < p.D; ++c) {
+          dq[c] += du * static_cast<T>(p.wq[a * p.D + c]);
+          dk[c] += du * static_cast<T>(p.wk[a * p.D + c]);
+          dwq[a * p.D + c] += du * q[c];
+          dwk[a * p.D + c] += du * k[c];
+        }
+      }
+      return;
+    }
+    if (p.mech.score == ScoreKind::dot) {
+      for (int64_t c = 0; c < p.D; ++c) dq[c] += dR * k[c], dk[c] += dR * q[c];
+      return;
+    }
+    // cosine: dr/dq = k / (|q| |k|) - r q / |q|^2 (no second term where |q| is clamped), as for k
+    const T nq2 = norm(q), nk2 = norm(k), tiny = static_cast<T>(1e-30);
+    const T nqk = safe_sqrt(nq2) * safe_sqrt(nk2);
+    const T cq = nq2 > tiny ? r / nq2 : T(0), ck = nk2 > tiny ? r / nk2 : T(0);
+    for (int64_t c = 0; c < p.D; ++c) {
+      dq[c] += dR * (k[c] / nqk - cq * q[c]);
+      dk[c] += dR * (q[c] / nqk - ck * k[c]);
+    }
+  }
+};
+
 // T = double: the oracle. T = float with `plain`: the same algorithm in float with every
 // intermediate (scores, P, dP, D, dS) rounded to the storage dtype, as a plain same-dtype
 // implementation would (its error sets the tolerance of the fast form).
@@ -63,25 +131,31 @@ void reference_impl(const Problem& p, const BackwardViews& g, bool plain) {
   const core::Rounding<T> rnd{p.q.dtype, plain};
   const T neg_inf = -std::numeric_limits<T>::infinity();
   std::vector<T> t(static_cast<size_t>(p.M)), s(static_cast<size_t>(p.M)), P(static_cast<size_t>(p.M)),
-      dP(static_cast<size_t>(p.M));
+      dP(static_cast<size_t>(p.M)), r(static_cast<size_t>(p.M));
   std::vector<uint8_t> seen(static_cast<size_t>(p.M));
   std::vector<T> dk(static_cast<size_t>(p.M * p.D)), dv(static_cast<size_t>(p.M * p.Dv)), dq(static_cast<size_t>(p.D));
+  // the rows of q and k as T, and the additive score's parameter gradients (summed over everything)
+  std::vector<T> qrow(static_cast<size_t>(p.D)), kall(static_cast<size_t>(p.M * p.D));
+  std::vector<T> dwq(static_cast<size_t>(p.A * p.D)), dwk(dwq.size()), dw(static_cast<size_t>(p.A));
+  RawScore<T> raw(p);
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t hk = 0; hk < p.Hkv; ++hk) {
       const core::KvRows keys = p.keys(b, hk), values = p.values(b, hk);
       std::fill(dk.begin(), dk.end(), T(0));
       std::fill(dv.begin(), dv.end(), T(0));
+      for (int64_t j = 0; j < p.M; ++j)
+        for (int64_t c = 0; c < p.D; ++c) kall[j * p.D + c] = keys.at(j, c);
       for (int64_t h = hk * p.group; h < (hk + 1) * p.group; ++h)
         for (int64_t i = 0; i < p.N; ++i) {
+          for (int64_t c = 0; c < p.D; ++c) qrow[c] = p.q.at(b, h, i, c);
           T mx = neg_inf;
           bool nan = false;
           for (int64_t j = 0; j < p.M; ++j) {
             t[j] = neg_inf;
             seen[j] = p.visible(b, h, i, j);
             if (!seen[j]) continue;
-            T dot = 0;
-            for (int64_t c = 0; c < p.D; ++c) dot += static_cast<T>(p.q.at(b, h, i, c)) * keys.at(j, c);
-            const Score<T> sc = score_of<T>(p, b, h, i, j, rnd(dot));
+            r[j] = rnd(raw(qrow.data(), &kall[j * p.D]));
+            const Score<T> sc = score_of<T>(p, b, h, i, j, r[j]);
             s[j] = rnd(sc.s), t[j] = rnd(sc.t);
             mx = std::max(mx, t[j]);
             nan |= std::isnan(t[j]);
@@ -112,10 +186,9 @@ void reference_impl(const Problem& p, const BackwardViews& g, bool plain) {
             const T keep = dropout_factor<T>(p, b, h, i, j);
             for (int64_t c = 0; c < p.Dv; ++c) dv[j * p.Dv + c] += P[j] * keep * g.dout.at(b, h, i, c);
             const T dS = rnd(P[j] * (dP[j] - rnd(D) + dlse) * softcap_slope<T>(p, s[j]));
-            for (int64_t c = 0; c < p.D; ++c) {
-              dq[c] += dS * scale * keys.at(j, c);
-              dk[j * p.D + c] += dS * scale * p.q.at(b, h, i, c);
-            }
+            if (p.mech.score == ScoreKind::additive) raw(qrow.data(), &kall[j * p.D]);  // its tanh(u) again
+            raw.backward(qrow.data(), &kall[j * p.D], r[j], dS * scale, dq.data(), &dk[j * p.D], dwq.data(),
+                         dwk.data(), dw.data());
           }
           for (int64_t c = 0; c < p.D; ++c)
             store_from_float(g.dq.data, g.dq.dtype, g.dq.offset(b, h, i, c), static_cast<float>(dq[c]));
@@ -127,6 +200,17 @@ void reference_impl(const Problem& p, const BackwardViews& g, bool plain) {
           store_from_float(g.dv.data, g.dv.dtype, g.dv.offset(b, hk, j, c), static_cast<float>(dv[j * p.Dv + c]));
       }
     }
+  // the additive score's parameter gradients, when the call asks for them (SoftmaxFamily::learned_params)
+  if (g.dparams.contains("wq")) {
+    const TensorView &gq = g.dparams.at("wq"), &gk = g.dparams.at("wk"), &gw = g.dparams.at("w");
+    for (int64_t a = 0; a < p.A; ++a) {
+      for (int64_t c = 0; c < p.D; ++c) {
+        store_from_float(gq.data, gq.dtype, gq.offset(0, 0, a, c), static_cast<float>(dwq[a * p.D + c]));
+        store_from_float(gk.data, gk.dtype, gk.offset(0, 0, a, c), static_cast<float>(dwk[a * p.D + c]));
+      }
+      store_from_float(gw.data, gw.dtype, gw.offset(0, 0, 0, a), static_cast<float>(dw[a]));
+    }
+  }
 }
 
 }  // namespace
@@ -232,19 +316,42 @@ void softmax_backward_rows(const Problem& p, const BackwardViews& g, int threads
 }
 
 std::string SoftmaxFamily::backward_refusal(const Problem& p) {
-  if (p.mech.score != ScoreKind::dot) return "score=" + to_string(p.mech.score) + " has no backward yet (score=dot has)";
   if (p.k_scale) return "int8 K/V rows (options.kv_scales) have no backward: pass float k and v";
   return "";
 }
 
+std::vector<core::LearnedParam> SoftmaxFamily::learned_params(const Problem& p) {
+  if (p.mech.score != ScoreKind::additive) return {};
+  return {{"wq", {1, 1, p.A, p.D}}, {"wk", {1, 1, p.A, p.D}}, {"w", {1, 1, 1, p.A}}};
+}
+
 namespace {
+
+// The tile and row forms take dot scores; the scores form the others.
+void refuse_other_scores(const Problem& p, core::Reasons& why) {
+  if (p.mech.score != ScoreKind::dot)
+    why.push_back([&] { return "score=" + to_string(p.mech.score) + " (dot only: the scores form takes it)"; });
+}
 
 // The backward computes in the forward's precision (AttendOptions::precision): bf16 products on
 // tiled_bf16, float32 on the others.
-void refuse_bf16(const Problem& p, const core::Outputs&, core::Reasons& why) { refuse_unless_bf16_products(p, why); }
+void refuse_bf16(const Problem& p, const core::Outputs&, core::Reasons& why) {
+  refuse_unless_bf16_products(p, why);
+  refuse_other_scores(p, why);
+}
 
 void refuse_unless_float(const Problem& p, const core::Outputs&, core::Reasons& why) {
   if (p.precision == Precision::bf16) why.push_back("precision bf16 (tiled_bf16 computes in bf16)");
+}
+
+void refuse_unless_float_dot(const Problem& p, const core::Outputs& o, core::Reasons& why) {
+  refuse_unless_float(p, o, why);
+  refuse_other_scores(p, why);
+}
+
+void refuse_scores(const Problem& p, const core::Outputs& o, core::Reasons& why) {
+  refuse_unless_float(p, o, why);
+  if (p.mech.score == ScoreKind::dot) why.push_back("score=dot (the tiled and rows forms take it)");
 }
 
 }  // namespace
@@ -254,11 +361,13 @@ const std::vector<core::BackwardForm<Problem>>& SoftmaxFamily::backward_forms() 
       {"tiled_bf16", "the tiled backward with bf16 products (vdpbf16ps), float32 sums", refuse_bf16,
        softmax_backward_tiled_bf16},
       {"tiled", "float32, flash-style on the tile products: 64 query rows against the key tiles of the block mask",
-       refuse_unless_float, softmax_backward_tiled},
+       refuse_unless_float_dot, softmax_backward_tiled},
       {"rows", "float32, flash-style from the forward's LSE, one task per (batch entry, kv head)",
-       refuse_unless_float, [](const Problem& p, const BackwardViews& g, const core::Context& c) {
+       refuse_unless_float_dot, [](const Problem& p, const BackwardViews& g, const core::Context& c) {
          softmax_backward_rows(p, g, c.threads);
        }},
+      {"scores", "cosine and additive scores: float32, flash-style from the forward's LSE, pair by pair",
+       refuse_scores, softmax_backward_scores},
       {"reference", "float64 full score rows (slow, exact)", refuse_unless_float,
        [](const Problem& p, const BackwardViews& g, const core::Context&) {
          softmax_backward_reference(p, g, core::RefPrecision::f64);

@@ -20,5 +20,9 @@ void softmax_backward_rows(const Problem& p, const BackwardViews& g, int threads
 void softmax_backward_tiled(const Problem& p, const BackwardViews& g, const core::Context& ctx);
 // The same with bf16 products (AttendOptions::precision), as the forward's tiled_bf16.
 void softmax_backward_tiled_bf16(const Problem& p, const BackwardViews& g, const core::Context& ctx);
+// Cosine and additive scores (softmax_backward_scores.cpp): float32, flash-style, one (query, key)
+// pair at a time on the KV-gradient tasks; with the additive score's parameter gradients (dparams
+// "wq", "wk", "w") summed per task and added in task order.
+void softmax_backward_scores(const Problem& p, const BackwardViews& g, const core::Context& ctx);
 
 }  // namespace attn::exact

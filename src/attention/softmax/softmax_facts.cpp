@@ -8,9 +8,9 @@ namespace attn::exact {
 
 std::vector<core::ParamSpec> softmax_params(const Softmax& m) {
   if (m.score != ScoreKind::additive) return {};
-  return {{"wq", {"A", "D"}, "query projection of the additive score w^T tanh(Wq q + Wk k)", false, "normal:0.3"},
-          {"wk", {"A", "D"}, "key projection of the additive score", false, "normal:0.3"},
-          {"w", {"A"}, "output weights of the additive score", false, "normal:0.9"}};
+  return {{"wq", {"A", "D"}, "query projection of the additive score w^T tanh(Wq q + Wk k)", false, "normal:0.3", true},
+          {"wk", {"A", "D"}, "key projection of the additive score", false, "normal:0.3", true},
+          {"w", {"A"}, "output weights of the additive score", false, "normal:0.9", true}};
 }
 
 namespace {

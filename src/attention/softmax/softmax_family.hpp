@@ -38,11 +38,13 @@ struct SoftmaxFamily {
   // 2 (D + Dv) per (query, key) pair inside the structural masks.
   static double flops(const Problem& p);
   static core::ReferenceResult reference(const Problem& p, core::RefPrecision precision);
-  // dQ, dK, dV (softmax_backward.cpp). backward_refusal: why this mechanism has no gradient at all
-  // (score=cosine/additive), or ""; backward_forms: its backward forms in priority order (rows:
-  // float32, reference: float64).
+  // dQ, dK, dV (softmax_backward.cpp). backward_refusal: why this call has no gradient at all
+  // (int8 K/V rows), or ""; backward_forms: its backward forms in priority order (tiled_bf16,
+  // tiled, rows: dot scores; scores: cosine and additive; reference: float64, every score).
   static std::string backward_refusal(const Problem& p);
   static const std::vector<core::BackwardForm<Problem>>& backward_forms();
+  // score=additive: "wq" (1, 1, A, D), "wk" (1, 1, A, D) and "w" (1, 1, 1, A); none otherwise.
+  static std::vector<core::LearnedParam> learned_params(const Problem& p);
   // The backward's float64 oracle or plain same-dtype baseline (softmax_backward_reference), which
   // the case list's backward mode checks every backward form against.
   static void backward_reference(const Problem& p, const core::BackwardViews& g, core::RefPrecision precision);

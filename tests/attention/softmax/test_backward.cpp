@@ -254,10 +254,12 @@ TEST(BackwardShape, BadInputIsNamed) {
   AttendOptions form;
   form.form = "fast";
   testing::expect_error([&] { call(s.dout.view, s.m, form); },
-                        "attend_backward: form must be one of tiled_bf16, tiled, rows, reference for softmax, got 'fast'");
+                        "attend_backward: form must be one of tiled_bf16, tiled, rows, scores, reference for softmax, got 'fast'");
   testing::expect_error([&] { call(s.dout.view, parse_mechanism("linear"), {}); }, "lse does not apply to linear");
-  testing::expect_error([&] { call(s.dout.view, parse_mechanism("softmax:score=cosine"), {}); },
-                        "score=cosine has no backward yet");
+  AttendOptions tiled;
+  tiled.form = "tiled";  // cosine and additive scores are the scores form's
+  testing::expect_error([&] { call(s.dout.view, parse_mechanism("softmax:score=cosine"), tiled); },
+                        "score=cosine (dot only: the scores form takes it)");
   testing::expect_error([&] {
     attend_backward(s.dout.view, s.q.view, s.k.view, s.v.view, fwd.out.view(), fwd.out.view(), s.m, {});
   }, "attend_backward: lse must have shape (B, H, N, 1)");  // the forward's checks, said as the backward's
@@ -268,7 +270,7 @@ TEST(BackwardShape, ExplainListsTheBackwardFormsWithTheirReasons) {
   pr.mech = "softmax:causal";
   const Inputs s = make(pr, 5);
   const Explanation e = explain_backward(s.q.view, s.k.view, s.v.view, s.m);
-  ASSERT_EQ(e.forms.size(), 4u);
+  ASSERT_EQ(e.forms.size(), 5u);
   EXPECT_EQ(e.chosen, "tiled");  // float32 inputs: tiled_bf16, first, refuses (precision auto)
   EXPECT_EQ(e.forms.front().form, "tiled_bf16");
   EXPECT_FALSE(e.forms.front().reasons.empty());
@@ -276,8 +278,7 @@ TEST(BackwardShape, ExplainListsTheBackwardFormsWithTheirReasons) {
   AttendOptions forced;
   forced.form = "reference";
   EXPECT_EQ(explain_backward(s.q.view, s.k.view, s.v.view, s.m, forced).chosen, "reference");
-  testing::expect_error([&] { explain_backward(s.q.view, s.k.view, s.v.view, parse_mechanism("softmax:score=cosine")); },
-                        "score=cosine has no backward yet");
+  EXPECT_EQ(explain_backward(s.q.view, s.k.view, s.v.view, parse_mechanism("softmax:score=cosine")).chosen, "scores");
   testing::expect_error([&] { explain_backward(s.q.view, s.k.view, s.v.view, parse_mechanism("qsoftmax")); },
                         "qsoftmax has no backward yet");
 }
