@@ -14,9 +14,10 @@ of str), ``params`` the tensors in that order. Linformer's "E" and "F" get gradi
 and "coefficients" and a linear mechanism's "initial_state" (through the output); a param that
 requires grad but has none (decay, omega, ...) is a ValueError at backward time.
 
-Families with a backward today: softmax (score=dot) and the patterns over it, GAU, linformer and
-the linear family (linear, retention, sana, normattn, performer, polaformer); asking another family
-for a gradient raises the ValueError that says so, at backward time.
+Families with a backward today: softmax (score=dot) and the patterns over it, GAU, linformer, dca,
+qsoftmax (its "initial_state" gets a gradient, as the linear family's) and the linear family (linear,
+retention, sana, normattn, performer, polaformer); asking another family for a gradient raises the
+ValueError that says so, at backward time.
 
 ``torch.ops.attn.linear_attention(q, k, v, mechanism, layout, initial_state, decay,
 key_padding_lengths)`` returns ``(o, final_state)`` of a linear mechanism (the text of

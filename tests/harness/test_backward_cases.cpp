@@ -56,8 +56,9 @@ TEST(BackwardCaseListShape, NamesAreUniqueAndEveryFastFormIsCovered) {
     forms.insert(r.form);
   }
   // every fast backward form of every family (softmax: tiled, rows; GAU: tiled; linear: chunked, right;
-  // linformer: projected)
-  EXPECT_EQ(forms, (std::set<std::string>{"chunked", "projected", "right", "rows", "tiled", "tiled_bf16"}));
+  // linformer: projected; dca: parts; qsoftmax: right, recurrent)
+  EXPECT_EQ(forms, (std::set<std::string>{"chunked", "parts", "projected", "recurrent", "right", "rows", "tiled",
+                                          "tiled_bf16"}));
   EXPECT_GE(names.size(), 450u);  // about 190 problems of the softmax family, each on 3 ISAs at least
 }
 
