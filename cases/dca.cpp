@@ -41,6 +41,11 @@ void dca_check_cases(std::vector<Case>& out) {
     decode.extras.padding = true;
     out.push_back(decode);
   }
+  Case odd;  // odd sizes (three query heads on one kv head, D = 10, Dv = 7, 67 tokens, chunks of 9)
+  odd.mechanism = "dca:chunk=9,local=4,theta=300";
+  odd.B = 1, odd.H = 3, odd.Hkv = 1, odd.N = odd.M = 67, odd.D = 10, odd.Dv = 7;
+  odd.extras.magnitude = 2.0f;
+  out.push_back(odd);
 }
 
 void dca_bad_cases(std::vector<BadCase>& out) {

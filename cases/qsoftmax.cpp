@@ -25,6 +25,14 @@ void qsoftmax_cases(FamilyCases& out) {
     st.N = st.M = 1, st.extras.padding = false;  // one token against a state: decoding
     out.cases.push_back(st);
   }
+  for (const char* mech : {"qsoftmax", "qsoftmax:causal"}) {  // odd sizes: D = 7, Dv = 5, three heads on one kv head
+    Case odd;
+    odd.mechanism = mech;
+    odd.B = 2, odd.H = 3, odd.Hkv = 1, odd.D = 7, odd.Dv = 5;
+    odd.N = 65, odd.M = std::string(mech) == "qsoftmax" ? 47 : 65;
+    odd.extras.magnitude = 3.0f, odd.extras.padding = true;
+    out.cases.push_back(odd);
+  }
   Case top;  // row statistics at the top-k's edges
   top.mechanism = "qsoftmax:causal", top.N = top.M = 70, top.D = top.Dv = 8, top.stats_topk = 1;
   out.cases.push_back(top);

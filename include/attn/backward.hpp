@@ -45,9 +45,20 @@ struct AttendGradients {
 // "scores" (float32 from the forward's LSE: cosine as the tiled form on the normalised rows, additive
 // one (query, key) pair at a time) and "reference"; the additive score's params "wq" (A, D), "wk"
 // (A, D) and "w" (A) get their gradients in dparams (as (1, 1, A, D) and (1, 1, 1, A)). GAU takes
-// the same call with an empty lse (forms tiled, reference). Other families (LSH, DCA, efficient, ...),
-// int8 K/V rows and paged caches are an Error naming what has no backward yet. Packed sequences:
-// attend_varlen_backward (attn/kv_cache.hpp).
+// the same call with an empty lse (forms tiled, reference). int8 K/V rows and paged caches are an
+// Error naming what has no backward. Packed sequences: attend_varlen_backward (attn/kv_cache.hpp).
+//
+// DCA (one softmax over the pairs' remapped RoPE positions; the forward's merged lse, dlse too):
+// the same formulas with t_ij = scale q~_i . k~_j, q~ the query rotated for the pair's part and k~
+// the key rotated at j mod chunk, so dQ and dK are rotated back (R^T) and summed over the parts.
+// Forms "parts" (float32: the tiled softmax backward on each part against the merged lse and out)
+// and "reference" (float64).
+//
+// qsoftmax (o_i = scale softmax(q_i)^T (S0 + sum_j k_j v_j^T), no lse: an empty view): dq
+// through the feature softmax's Jacobian, dk and dv through the state; with params["initial_state"]
+// its gradient in d_initial_state, and dfinal_state the final state's gradient as for the linear
+// family. Nothing in it is quantised or rounded, so the backward is the true derivative everywhere.
+// Forms "right" (non-causal), "recurrent" (causal), "reference" (float64).
 // dlse: the loss's gradient with respect to lse, (B, H, N, 1) float32, when the loss uses it
 // (merging partial results, ring attention); none = 0.
 //

@@ -410,11 +410,13 @@ def attend_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, mecha
             the linear family ("linear:...", "retention:...", "sana:...", "normattn:...",
             "performer:...", "polaformer:...", every feature map, normalised or not, decays);
             lsh (the buckets are constants); efficient ("efficient:...", with its initial_state's
-            gradient); other families (dca, qsoftmax) have no backward yet (a ValueError says so).
+            gradient); dca ("dca:...", with lse and dlse); qsoftmax ("qsoftmax[:causal]", no lse, with
+            "initial_state" and dfinal_state as the linear family).
         attn_mask, key_padding_lengths, alibi_slopes, block_mask, block_size, layout, threads: as
             in :func:`attend`.
         form: None (the walk's choice: "tiled" for softmax and GAU, "scores" for cosine and additive
-            scores, "chunked" or "right" for the linear family, "projected" for linformer), "rows"
+            scores, "chunked" or "right" for the linear family, "projected" for linformer, "parts" for
+            dca, "right" or "recurrent" for qsoftmax, "chunked" for lsh, "online" for efficient), "rows"
             (softmax: row by row, float32) or "reference"
             (float64, for checking);
             :func:`explain` lists a mechanism's forward forms, ``attn check --backward`` the backward's.
@@ -425,7 +427,7 @@ def attend_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, mecha
             (merging partial results); None = 0.
         params: the forward's named params (linear: "decay" per head, "initial_state"; linformer: its
             projections "E" and "F", (k, M) each; polaformer: "power" (D), "coefficients" (Dv)).
-        dfinal_state: linear: the loss's gradient with respect to the final state (what
+        dfinal_state: linear, qsoftmax: the loss's gradient with respect to the final state (what
             ``return_final_state`` gave, (B, H, F, Dv [+ 1]) float32); None = 0.
 
     Returns:

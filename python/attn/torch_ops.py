@@ -14,11 +14,12 @@ of str), ``params`` the tensors in that order. Linformer's "E" and "F" get gradi
 and "coefficients" and a linear mechanism's "initial_state" (through the output); a param that
 requires grad but has none (decay, omega, ...) is a ValueError at backward time.
 
-Families with a backward today: softmax (dot, cosine and additive scores; the additive score's
+Families with a backward: every one. Softmax (dot, cosine and additive scores; the additive score's
 "wq", "wk" and "w" get gradients) and the patterns over it, GAU, linformer, LSH (its buckets are
-constants: LSH's "rotations" param gets no gradient), efficient attention (with its "initial_state")
-and the linear family (linear, retention, sana, normattn, performer, polaformer); asking another family
-for a gradient raises the ValueError that says so, at backward time.
+constants: LSH's "rotations" param gets no gradient), DCA, efficient attention (with its
+"initial_state"), qsoftmax (its "initial_state" gets a gradient, as the linear family's) and the
+linear family (linear, retention, sana, normattn, performer, polaformer); a param without a gradient
+that requires grad raises the ValueError that says so, at backward time.
 
 ``torch.ops.attn.linear_attention(q, k, v, mechanism, layout, initial_state, decay,
 key_padding_lengths)`` returns ``(o, final_state)`` of a linear mechanism (the text of
@@ -90,7 +91,8 @@ def attend_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mechanism: str,
               alibi_slopes: Optional[torch.Tensor], param_names: str = "",
               params: Optional[List[torch.Tensor]] = None, threads: int = 0, form: Optional[str] = None,
               isa: Optional[str] = None, precision: Optional[str] = None) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(out, lse); lse is NaN for a family without one (its backward then says it has none)."""
+    """(out, lse); lse is zeros for a family without one, a placeholder its backward ignores (not NaN:
+    opcheck compares the op's outputs with NaN != NaN)."""
     kw = _kwargs(attn_mask, key_padding_lengths, alibi_slopes, param_names, params, threads=threads, form=form,
                  isa=isa, precision=precision)
     if _has_lse(mechanism):
@@ -98,7 +100,7 @@ def attend_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mechanism: str,
     else:
         out = attn.attend(q.detach(), k.detach(), v.detach(), mechanism, layout=layout, **kw)
         b, h, n = (q.shape[0], q.shape[2], q.shape[1]) if layout == "bnhd" else q.shape[:3]
-        lse = torch.full((b, h, n), float("nan"))
+        lse = torch.zeros((b, h, n))
     return out.contiguous(), lse.contiguous()
 
 
@@ -127,7 +129,7 @@ def attend_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: 
     (the forward's form names are not the backward's)."""
     if _has_lse(mechanism):
         lse, dlse = lse.detach(), None if dlse is None else dlse.detach()
-    else:  # linear: no lse (the forward's is NaN) and so no gradient through it
+    else:  # linear, GAU, qsoftmax: no lse (the forward's is a placeholder) and so no gradient through it
         lse = dlse = None
     grads = attn.attend_backward(dout.detach(), q.detach(), k.detach(), v.detach(), out.detach(), lse,
                                  mechanism, layout=layout, dlse=dlse,

@@ -557,7 +557,7 @@ def test_attend_backward_arguments(data):
         if spoiled == "mechanism" and bad == "linear:map=elu" and coin(draw, 0.5):
             args["lse"] = None  # the linear family has no lse: answered without one
     extra = {key: args.pop(key) for key in ("dlse", "form", "threads") if key in args}
-    # "qsoftmax has no backward yet" names the mechanism by the family the caller wrote
+    # an error about the mechanism names it by the family the caller wrote
     family = (args["mechanism"].split(":")[0],) if isinstance(args["mechanism"], str) and args["mechanism"] else ()
     grads = check_named(lambda: attn.attend_backward(args["dout"], q, k, v, args["out"], args["lse"],
                                                      args["mechanism"], **kw, **extra), BACKWARD + family)

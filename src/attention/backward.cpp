@@ -43,8 +43,8 @@ typename Family::Problem validate_forward(const TensorView& q, const TensorView&
 
 [[noreturn]] void fail_no_backward(const Mechanism& mechanism) {
   fail(kWhere, std::string(kind_of(mechanism)) +
-                   " has no backward yet (softmax, longformer, bigbird, gau, linformer, lsh, efficient and the linear family "
-                   "have one)");
+                   " has no backward (every attention family of this build has one: a family added without "
+                   "one lands here)");
 }
 
 // lse and dlse belong to softmax families; a family without an lse takes an empty lse view

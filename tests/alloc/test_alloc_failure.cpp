@@ -487,6 +487,54 @@ TEST(AllocFailure, LinearBackward) {
   }
 }
 
+// DCA's backward (the softmax tiled backward on each part) and qsoftmax's (right, recurrent; an
+// initial state and the final state's gradient), with their references.
+TEST(AllocFailure, DcaAndQSoftmaxBackward) {
+  std::mt19937 rng(8);
+  const harness::Buffer dout = testing::random_tensor(rng, DType::f32, kB, kH, 60, kD);
+  {
+    const Problem p(Case{"dca:chunk=16,local=4", "", 60, 70});
+    AttendOptions fo;
+    fo.return_lse = true;
+    const AttendResult fwd = attend(p.q.view, p.k.view, p.v.view, p.mechanism, fo);
+    for (const char* form : {"parts", "reference"}) {
+      AttendOptions o;
+      o.threads = 2;
+      o.form = form;
+      sweep(std::string("attend_backward dca ") + form, [&] {
+        const AttendGradients g = attend_backward(dout.view, p.q.view, p.k.view, p.v.view, fwd.out.view(),
+                                                  fwd.lse.view(), p.mechanism, o);
+        disarm();
+        Bits b;
+        for (const Tensor* t : {&g.dq, &g.dk, &g.dv}) append(b, t->view());
+        return b;
+      });
+    }
+  }
+  std::vector<float> state(static_cast<size_t>(kB * kH * kD * kD), 0.25f), dstate(state.size(), 0.5f);
+  const TensorView ds = make_view(dstate.data(), DType::f32, kB, kH, kD, kD);
+  for (const char* m : {"qsoftmax", "qsoftmax:causal"}) {
+    const bool causal = std::string(m).find("causal") != std::string::npos;
+    const Problem p(Case{m, "", 60, causal ? 60 : 70});
+    AttendOptions fo;
+    fo.params["initial_state"] = make_array_view(state.data(), DType::f32, {kB, kH, kD, kD});
+    const AttendResult fwd = attend(p.q.view, p.k.view, p.v.view, p.mechanism, fo);
+    for (const char* form : {causal ? "recurrent" : "right", "reference"}) {
+      AttendOptions o = fo;
+      o.threads = 2;
+      o.form = form;
+      sweep(std::string("attend_backward ") + m + " " + form, [&] {
+        const AttendGradients g = attend_backward(dout.view, p.q.view, p.k.view, p.v.view, fwd.out.view(), TensorView{},
+                                                  p.mechanism, o, nullptr, &ds);
+        disarm();
+        Bits b;
+        for (const Tensor* t : {&g.dq, &g.dk, &g.dv, &g.d_initial_state}) append(b, t->view());
+        return b;
+      });
+    }
+  }
+}
+
 // Linformer's backward with E and F as params (their gradients too).
 TEST(AllocFailure, LinformerBackward) {
   const Problem p(Case{"linformer:k=16", "", 60, 70});

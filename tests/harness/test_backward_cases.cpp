@@ -56,8 +56,9 @@ TEST(BackwardCaseListShape, NamesAreUniqueAndEveryFastFormIsCovered) {
     forms.insert(r.form);
   }
   // every fast backward form of every family (softmax: tiled, rows, scores; GAU: tiled; linear: chunked,
-  // right; linformer: projected; lsh: chunked; efficient: online)
-  EXPECT_EQ(forms, (std::set<std::string>{"chunked", "online", "projected", "right", "rows", "scores", "tiled", "tiled_bf16"}));
+  // right; linformer: projected; lsh: chunked; efficient: online; dca: parts; qsoftmax: right, recurrent)
+  EXPECT_EQ(forms, (std::set<std::string>{"chunked", "online", "parts", "projected", "recurrent", "right", "rows",
+                                          "scores", "tiled", "tiled_bf16"}));
   EXPECT_GE(names.size(), 450u);  // about 190 problems of the softmax family, each on 3 ISAs at least
 }
 

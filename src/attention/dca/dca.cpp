@@ -11,6 +11,7 @@
 #include "core/partial_merge.hpp"
 #include "core/reference_softmax_row.hpp"
 #include "core/row_stats.hpp"
+#include "dca/rope64.hpp"
 #include "softmax/softmax_family.hpp"
 #include "mask/pattern.hpp"
 
@@ -61,39 +62,52 @@ DcaProblem DcaFamily::validate(const TensorView& q, const TensorView& k, const T
   return p;
 }
 
-namespace {
-
-Rope rope_of(const Dca& m) {
+Rope dca_rope(const Dca& m) {
   Rope r;
   r.theta = m.theta;
   r.style = m.interleaved ? RopeStyle::interleaved : RopeStyle::half;
   return r;
 }
 
-// A float32 copy of x rotated with token n at positions[n].
-Tensor rotated(const kernels::TileKernels& kern, const TensorView& x, const Rope& rope,
-               const std::vector<int64_t>& positions) {
+Tensor dca_rotated(const kernels::TileKernels& kern, const TensorView& x, const Rope& rope,
+                   const std::vector<int64_t>& positions) {
   Tensor t = core::float32_copy(kern, x);
   apply_rope_at(t.view(), rope, positions);
   return t;
 }
 
+Tensor dca_rotated_keys(const kernels::TileKernels& kern, const DcaProblem& p) {
+  std::vector<int64_t> kpos(static_cast<size_t>(p.M));
+  for (int64_t j = 0; j < p.M; ++j) kpos[static_cast<size_t>(j)] = mask::floor_mod(j, p.dca.chunk);
+  return dca_rotated(kern, p.k, dca_rope(p.dca), kpos);
+}
+
+Tensor dca_rotated_queries(const kernels::TileKernels& kern, const DcaProblem& p, int t) {
+  std::vector<int64_t> qpos(static_cast<size_t>(p.N));
+  for (int64_t i = 0; i < p.N; ++i)
+    qpos[static_cast<size_t>(i)] = dca_query_position(p.dca, kDcaPartSpecs[t].part, i + p.offset);
+  return dca_rotated(kern, p.q, dca_rope(p.dca), qpos);
+}
+
+exact::Problem dca_part_problem(const DcaProblem& p, int t, const TensorView& q, const TensorView& k) {
+  exact::Problem part = p;
+  part.q = q, part.k = k;
+  part.pattern.band->chunk = p.dca.chunk;
+  part.pattern.band->lag_min = kDcaPartSpecs[t].lag_min, part.pattern.band->lag_max = kDcaPartSpecs[t].lag_max;
+  return part;
+}
+
+namespace {
+
 void run_parts(const DcaProblem& p, const core::Outputs& o, const core::Context& ctx) {
   const exact::Problem& e = p;
-  const Rope rope = rope_of(p.dca);
-  std::vector<int64_t> kpos(static_cast<size_t>(e.M));
-  for (int64_t j = 0; j < e.M; ++j) kpos[static_cast<size_t>(j)] = mask::floor_mod(j, p.dca.chunk);
-  const Tensor k = rotated(*ctx.kern, e.k, rope, kpos);
-  constexpr int kParts = 3;
+  const Tensor k = dca_rotated_keys(*ctx.kern, p);
+  constexpr int kParts = kDcaParts;
   const int64_t rows = e.B * e.H * e.N;
   // The parts' normalised outputs and LSEs, float32, part after part: (3 B, H, N, .) each.
   const Tensor outs(DType::f32, {kParts * e.B, e.H, e.N, e.Dv}), lses(DType::f32, {kParts * e.B, e.H, e.N, 1});
   auto* out = static_cast<float*>(outs.view().data);
   auto* lse = static_cast<float*>(lses.view().data);
-  const struct {
-    DcaPart part;
-    int64_t lag_min, lag_max;  // query chunk - key chunk
-  } parts[kParts] = {{DcaPart::intra, 0, 0}, {DcaPart::successive, 1, 1}, {DcaPart::inter, 2, -1}};
   // Row statistics: each part's summaries, merged per row in part order like the outputs (the
   // parts see disjoint keys of the row: lag 0, lag 1, lag >= 2).
   std::vector<core::StatsSink> part_stats;
@@ -101,13 +115,8 @@ void run_parts(const DcaProblem& p, const core::Outputs& o, const core::Context&
   if (o.stats)
     for (int t = 0; t < kParts; ++t) part_stats.emplace_back(e.B, e.H, e.N, o.stats->topk());
   for (int t = 0; t < kParts; ++t) {
-    std::vector<int64_t> qpos(static_cast<size_t>(e.N));
-    for (int64_t i = 0; i < e.N; ++i) qpos[static_cast<size_t>(i)] = dca_query_position(p.dca, parts[t].part, i + e.offset);
-    const Tensor q = rotated(*ctx.kern, e.q, rope, qpos);
-    exact::Problem part = e;
-    part.q = q.view(), part.k = k.view();
-    part.pattern.band->chunk = p.dca.chunk;
-    part.pattern.band->lag_min = parts[t].lag_min, part.pattern.band->lag_max = parts[t].lag_max;
+    const Tensor q = dca_rotated_queries(*ctx.kern, p, t);
+    const exact::Problem part = dca_part_problem(p, t, q.view(), k.view());
     TensorView pout = outs.view(), plse = lses.view();
     pout.shape[0] = plse.shape[0] = e.B;
     pout.data = out + t * rows * e.Dv, plse.data = lse + t * rows;
@@ -144,23 +153,10 @@ void run_parts(const DcaProblem& p, const core::Outputs& o, const core::Context&
 
 // ---- the reference: each pair's remapped relative position, one float64 softmax ---------------
 
-// x rotated in float64 by RoPE at position pos.
-void rope64(const Rope& r, const TensorView& x, int64_t b, int64_t h, int64_t n, int64_t pos, double* out) {
-  const int64_t D = x.dim(), half = D / 2;
-  for (int64_t c = 0; c < D; ++c) out[c] = x.at(b, h, n, c);
-  for (int64_t c = 0; c < half; ++c) {
-    const double angle = static_cast<double>(pos) * std::pow(r.theta, -2.0 * static_cast<double>(c) / static_cast<double>(D));
-    const int64_t ia = r.style == RopeStyle::half ? c : 2 * c, ib = r.style == RopeStyle::half ? c + half : 2 * c + 1;
-    const double xa = out[ia], xb = out[ib];
-    out[ia] = xa * std::cos(angle) - xb * std::sin(angle);
-    out[ib] = xa * std::sin(angle) + xb * std::cos(angle);
-  }
-}
-
 template <class T>
 core::ReferenceResult reference_impl(const DcaProblem& dp, bool plain) {
   const exact::Problem& p = dp;
-  const Rope rope = rope_of(dp.dca);
+  const Rope rope = dca_rope(dp.dca);
   const core::Rounding<T> rnd{p.q.dtype, plain};
   core::ReferenceResult r = core::zero_result(p.B, p.H, p.N, p.M, p.Dv, p.stats_topk);
   r.lse.assign(static_cast<size_t>(p.B * p.H * p.N), -std::numeric_limits<double>::infinity());

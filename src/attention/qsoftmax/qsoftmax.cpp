@@ -11,25 +11,10 @@
 #include "core/params.hpp"
 #include "core/row_stats.hpp"
 #include "core/rows.hpp"
+#include "qsoftmax/feature_softmax.hpp"
 
 namespace attn::qsoftmax {
 namespace {
-
-// Keys [0, end) query i of batch b sees: the valid ones, and causal: j <= i (N == M).
-int64_t key_end(const QSoftmaxProblem& p, int64_t b, int64_t i) {
-  const int64_t len = p.kv_len[static_cast<size_t>(b)];
-  return p.mech.causal ? std::min(i + 1, len) : len;
-}
-
-// softmax over the row's features, in place; a NaN or +inf feature makes the row NaN.
-template <class T>
-void softmax_features(T* x, int64_t n) {
-  T top = -std::numeric_limits<T>::infinity();
-  for (int64_t f = 0; f < n; ++f) top = (x[f] > top || std::isnan(x[f])) ? x[f] : top;
-  T sum = 0;
-  for (int64_t f = 0; f < n; ++f) sum += (x[f] = std::exp(x[f] - top));
-  for (int64_t f = 0; f < n; ++f) x[f] /= sum;
-}
 
 // One thread's rows and state, sized before the parallel region (which must not allocate).
 struct Scratch {

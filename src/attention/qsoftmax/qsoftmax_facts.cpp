@@ -20,8 +20,9 @@ core::Facts QSoftmaxFamily::facts(const QSoftmax& m) {
 std::vector<core::OptionRange> QSoftmaxFamily::ranges(const QSoftmax& m) { return {core::scale_range(m.scale)}; }
 
 std::vector<core::ParamSpec> QSoftmaxFamily::params(const QSoftmax&) {
+  // its gradient: attend_backward's d_initial_state (qsoftmax_backward.cpp)
   return {{"initial_state", {"B", "H", "D", "Dv"}, "the state S a previous call returned as final_state", true,
-           "state"}};
+           "state", true}};
 }
 
 }  // namespace attn::qsoftmax

@@ -279,8 +279,7 @@ TEST(BackwardShape, ExplainListsTheBackwardFormsWithTheirReasons) {
   forced.form = "reference";
   EXPECT_EQ(explain_backward(s.q.view, s.k.view, s.v.view, s.m, forced).chosen, "reference");
   EXPECT_EQ(explain_backward(s.q.view, s.k.view, s.v.view, parse_mechanism("softmax:score=cosine")).chosen, "scores");
-  testing::expect_error([&] { explain_backward(s.q.view, s.k.view, s.v.view, parse_mechanism("qsoftmax")); },
-                        "qsoftmax has no backward yet");
+  EXPECT_EQ(explain_backward(s.q.view, s.k.view, s.v.view, parse_mechanism("qsoftmax")).chosen, "right");
 }
 
 }  // namespace
