@@ -218,3 +218,41 @@ def test_command_line_help_states_the_sizes_and_refuses_bad_steps(tmp_path):
     p = subprocess.run([sys.executable, "-m", "attn.lab", "finetune", "--steps", "0", "--out", str(tmp_path / "f")],
                        capture_output=True, text=True, timeout=HANG_SECONDS)
     assert p.returncode == 2 and "--steps must be >= 1" in p.stderr and not (tmp_path / "f").exists()
+
+
+# ---- the report's section ------------------------------------------------------------------
+
+def _rows(swap, ppls, description=""):
+    return [{"swap": swap, "description": description, "step": 4 * i, "tokens": 2048 * i, "seconds": 60.0 * i,
+             "train_loss": None if i == 0 else 2.0, "heldout_nll": math.log(p), "heldout_ppl": p,
+             "heldout_tokens": 1024, "batch": 1, "seq_len": 512, "lr": 1e-4, "total_seconds": 1500.0}
+            for i, p in enumerate(ppls)]
+
+
+def test_report_section_states_the_curves_numbers(tmp_path):
+    rows = (_rows("unswapped", [9.0, 8.5, 8.0]) + _rows("window 256 + 4 sinks", [12.0, 10.0, 9.0])
+            + _rows("all linear elu", [5000.0, 900.0, 300.0]) + _rows("hybrid 3:1 linear/softmax", [40.0, 45.0, 41.0]))
+    (tmp_path / "finetune.json").write_text(json.dumps(rows))
+    info = attn.report.build({"finetune": tmp_path / "finetune.json"}, tmp_path / "r.html")
+    assert info["sections"]["finetune"] == "ok"
+    import html
+    import re
+    text = html.unescape(re.sub(r"<[^>]+>", " ", (tmp_path / "r.html").read_text(encoding="utf-8")))
+    text = re.sub(r"\s+", " ", text)
+    assert "held-out perplexity 9 before fine-tuning, 8 after 8 steps (4 096 tokens)" in text.replace("\u202f", " ")
+    assert "window 256 + 4 sinks: the swap alone takes the held-out perplexity from 9 to 12 (1.33× the model's); " \
+           "8 steps bring it to 9, 1.12× the unswapped run's, closing 67 % of the gap" in text.replace("\u202f", " ")
+    assert "all linear elu: the swap alone takes the held-out perplexity from 9 to 5 000" in text.replace("\u202f", " ")
+    assert "hybrid 3:1 linear/softmax: the swap alone takes the held-out perplexity from 9 to 40 (4.44× the model's); " \
+           "after 8 steps it is 41: fine-tuning did not lower it." in text
+    assert "25 minutes for all of it" in text
+    assert "No plot beside" in text  # no finetune.png here: a note, not a broken image
+
+
+@needs_smollm2
+def test_report_section_from_the_quick_run(quick_run, tmp_path):
+    out, rows = quick_run
+    info = attn.report.build([out], tmp_path / "r.html")
+    assert info["sections"]["finetune"] == "ok"
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert 'id="finetune"' in page and "data:image/png;base64," in page

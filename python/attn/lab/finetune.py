@@ -300,7 +300,7 @@ def run_swap(lm, initial: Dict, swap: str, train_windows: np.ndarray, held: np.n
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
             evaluate(step + 1)
     del opt
