@@ -38,9 +38,9 @@ finetune: a pretrained model, its attention swapped, fine-tuned on the CPU (attn
 SmolLM2-135M with every layer's attention run by attn's differentiable operators: unswapped (exact
 causal softmax), window 256 + 4 sinks, a 3:1 linear/softmax hybrid and all linear elu, each
 fine-tuned from the same weights on the same batches of pydoc's topics (512-token windows, batch
-2, 40 steps, AdamW) and its perplexity on the held-out last 10 % of the text every 5 steps (about
-25 minutes for the four runs on 2 quiet cores, longer on a busy machine; --quick: 2 steps of 64
-tokens, under a minute).
+1, 16 steps, AdamW) and its perplexity on the held-out last 10 % of the text every 4 steps (21.5
+minutes for the four runs, measured on 2 cores shared with other builds; run it with
+OMP_WAIT_POLICY=PASSIVE; --quick: 2 steps of 64 tokens, under a minute).
 """
 from __future__ import annotations
 
@@ -810,8 +810,8 @@ def main(argv=None) -> None:
                     help="train: tiny sizes (4 pairs in 24 tokens, d_model 32) for a run of seconds that still "
                          "trains every mechanism end to end; gemma: 600 tokens for both parts (past the 512-key "
                          "window), about a minute and a half; finetune: 2 steps of 64 tokens per swap, under a "
-                         "minute with the model's load (default: 40 steps of 2 x 512 tokens per swap, about 25 "
-                         "minutes for the four swaps on 2 quiet cores)")
+                         "minute with the model's load (default: 16 steps of 1 x 512 tokens per swap, 21.5 minutes "
+                         "for the four swaps, measured on 2 cores shared with other builds)")
     ap.add_argument("--tokens", type=_lengths, metavar="N,N",
                     help="gemma: the lengths the perplexities are measured at (default "
                          f"{','.join(map(str, GEMMA_TOKENS))})")

@@ -25,13 +25,16 @@ Every ``eval_every`` steps, and before the first, the held-out perplexity: exp o
 next-token loss over the first ``eval_windows`` consecutive windows of ``seq_len`` tokens of the
 held-out 10 %, the same windows at every evaluation and for every swap.
 
-Sizes (FULL): windows of 512 tokens (so the window of 256 leaves out half of each row's keys at
-the end of a window), batch 2, 40 steps (40 960 training tokens per swap), held-out perplexity on
-8 windows (4 096 tokens) every 5 steps. All four runs together: about 25 minutes on 2 cores of an
-AMD EPYC when the machine is otherwise quiet (forward+backward about 120 tokens/s; measured and
-recorded in docs/concentration.md), longer when other work shares the cores. QUICK (--quick, for
-tests): windows of 64 tokens, batch 1, 2 steps, 2 held-out windows; under a minute with the model's
-load. torch runs on 2 threads (torch.set_num_threads) and attn's calls on 2.
+Sizes (FULL): windows of 512 tokens (so the window of 256 leaves out up to half of a row's keys
+late in a window), batch 1, 16 steps (8 192 training tokens per swap), held-out perplexity on 2
+windows (1 024 tokens) at step 0 and every 4 steps. Measured: all four runs together, the model's
+load included, 21.5 minutes on 2 cores of an AMD EPYC (family 26 model 2) while other builds kept the machine's
+load average near 29 (forward+backward of 512 tokens about 17 s, a held-out forward of 1 024 about
+10 s, loading about 100 s); a quiet machine is faster. Run it with OMP_WAIT_POLICY=PASSIVE (as the
+measurement was): torch and attn each bring an OpenMP runtime, and spinning threads of one slow the
+other (docs/usage.md). QUICK (--quick, for tests): windows of 64 tokens, batch 1, 2 steps, 2
+held-out windows; under a minute with the model's load on a quiet machine. torch runs on 2 threads
+(torch.set_num_threads) and attn's calls on 2.
 
 Writes finetune.{csv,json,png,svg}: one row per swap and evaluation (step, tokens seen, seconds
 since the swap's run began, the mean training loss since the last evaluation, held-out loss and

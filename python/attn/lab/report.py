@@ -689,8 +689,12 @@ def finetune_section(data) -> Tuple[str, List[str]]:
         text = (f"{s}: the swap alone takes the held-out perplexity from {_ppl(b0)} to {_ppl(first['heldout_ppl'])} "
                 f"({num(first['heldout_ppl'] / b0, 3)}× the model's)")
         if last["heldout_ppl"] < first["heldout_ppl"]:
-            gap0, gap1 = first["heldout_ppl"] - b0, last["heldout_ppl"] - base_final
-            closed = f", closing {pct(1 - gap1 / gap0, 2)} of the gap to the unswapped run" if gap0 > 0 else ""
+            # the gap in held-out loss (nats), not in perplexity: a perplexity's fall from thousands
+            # would look like most of the way back while the loss has moved a fifth of it
+            gap0 = math.log(first["heldout_ppl"] / b0)
+            gap1 = math.log(last["heldout_ppl"] / base_final)
+            closed = (f", closing {pct(1 - gap1 / gap0, 2)} of its gap in held-out loss to the unswapped run "
+                      f"({num(gap0, 3)} → {num(gap1, 3)} nats)" if gap0 > 0 else "")
             text += (f"; {last['step']} steps bring it to {_ppl(last['heldout_ppl'])}, "
                      f"{num(last['heldout_ppl'] / base_final, 3)}× the unswapped run's{closed}.")
         else:
@@ -699,7 +703,7 @@ def finetune_section(data) -> Tuple[str, List[str]]:
     steps = max(int(r["step"]) for r in rows)
     total = max(float(r.get("total_seconds") or 0) for r in rows)
     facts.append(f"A short run: {steps} steps, {num(max(int(r['tokens']) for r in rows))} training tokens per swap"
-                 + (f", {num(total / 60, 2)} minutes for all of it" if total else "")
+                 + (f", {num(total / 60, 3)} minutes for all of it" if total else "")
                  + ". The curves show how far each swap starts from the trained model and how fast the first steps "
                  "move it, not where longer training would end; the held-out set is small, so differences of a few "
                  "percent are within its noise.")
