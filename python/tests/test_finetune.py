@@ -180,7 +180,8 @@ def test_quick_run_writes_the_table_and_the_figure(quick_run):
         assert (out / f"finetune.{ext}").stat().st_size > 0
     assert json.loads((out / "finetune.json").read_text()) == json.loads(json.dumps(rows))
     cfg = ft.QUICK
-    assert [r["swap"] for r in rows] == [s for s in ft.SWAP_NAMES for _ in range(cfg.steps + 1)]
+    evals = [0] + [s for s in range(1, cfg.steps + 1) if s % cfg.eval_every == 0 or s == cfg.steps]
+    assert [(r["swap"], r["step"]) for r in rows] == [(s, e) for s in ft.SWAP_NAMES for e in evals]
     for r in rows:
         assert math.isfinite(r["heldout_ppl"]) and r["heldout_ppl"] > 1, r
         assert r["heldout_ppl"] == pytest.approx(math.exp(r["heldout_nll"]))
@@ -196,8 +197,9 @@ def test_quick_run_sends_every_layer_through_its_mechanism(quick_run):
     _, rows = quick_run
     cfg = ft.QUICK
     last = {r["swap"]: r for r in rows}
-    # forward passes per swap: one per held-out window at each of steps + 1 evaluations, one per step
-    forwards = (cfg.steps + 1) * cfg.eval_windows + cfg.steps
+    # forward passes per swap: one per held-out window at each evaluation, one per step
+    evaluations = sum(1 for r in rows if r["swap"] == "unswapped")
+    forwards = evaluations * cfg.eval_windows + cfg.steps
     expected = {"unswapped": (30, 0, 0), "window 256 + 4 sinks": (0, 30, 0), "hybrid 3:1 linear/softmax": (7, 0, 23),
                 "all linear elu": (0, 0, 30)}
     for swap, (soft, window, linear) in expected.items():

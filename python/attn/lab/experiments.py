@@ -40,7 +40,7 @@ causal softmax), window 256 + 4 sinks, a 3:1 linear/softmax hybrid and all linea
 fine-tuned from the same weights on the same batches of pydoc's topics (512-token windows, batch
 1, 16 steps, AdamW) and its perplexity on the held-out last 10 % of the text every 4 steps (21.5
 minutes for the four runs, measured on 2 cores shared with other builds; run it with
-OMP_WAIT_POLICY=PASSIVE; --quick: 2 steps of 64 tokens, under a minute).
+OMP_WAIT_POLICY=PASSIVE; --quick: 2 steps of 64 tokens, a few minutes there).
 """
 from __future__ import annotations
 
@@ -803,14 +803,14 @@ def main(argv=None) -> None:
                                            "finetune"])
     ap.add_argument("--out", default="concentration", help="directory for the table and the plot")
     ap.add_argument("--steps", type=int, help="train: optimiser steps per mechanism (default 600; --quick: 30); "
-                                              "finetune: per swap (default 40; --quick: 2)")
+                                              "finetune: per swap (default 16; --quick: 2)")
     ap.add_argument("--seed", type=int, help="train: seed of the initial weights and of the data (default 0); "
                                              "finetune: seed of the training batches (default 0)")
     ap.add_argument("--quick", action="store_true",
                     help="train: tiny sizes (4 pairs in 24 tokens, d_model 32) for a run of seconds that still "
                          "trains every mechanism end to end; gemma: 600 tokens for both parts (past the 512-key "
-                         "window), about a minute and a half; finetune: 2 steps of 64 tokens per swap, under a "
-                         "minute with the model's load (default: 16 steps of 1 x 512 tokens per swap, 21.5 minutes "
+                         "window), about a minute and a half; finetune: 2 steps of 64 tokens per swap (minutes "
+                         "on a busy machine, the model's load included; default: 16 steps of 1 x 512 tokens per swap, 21.5 minutes "
                          "for the four swaps, measured on 2 cores shared with other builds)")
     ap.add_argument("--tokens", type=_lengths, metavar="N,N",
                     help="gemma: the lengths the perplexities are measured at (default "
@@ -844,6 +844,15 @@ def main(argv=None) -> None:
     except OSError as e:
         print(f"error: attn concentration: --out: cannot create the directory '{a.out}': {e.strerror}", file=sys.stderr)
         raise SystemExit(2)
+    if a.experiment == "finetune" and argv is None and "OMP_WAIT_POLICY" not in os.environ:
+        # torch and attn each load an OpenMP runtime, which reads OMP_WAIT_POLICY once, when it
+        # loads (attn's did at `import attn`): so the command starts itself again with it set.
+        # Threads spinning after each operation of one runtime take the 2 cores the other needs;
+        # a forward pass of 64 tokens took 1.2-4.7 s so and 0.27 s with PASSIVE (measured)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execve(sys.executable, [sys.executable, "-m", "attn.lab.experiments", *sys.argv[1:]],
+                  dict(os.environ, OMP_WAIT_POLICY="PASSIVE"))
     if a.experiment == "train":
         rows = train(a.out, steps=a.steps, seed=a.seed, quick=a.quick)
     elif a.experiment == "finetune":

@@ -30,10 +30,12 @@ late in a window), batch 1, 16 steps (8 192 training tokens per swap), held-out 
 windows (1 024 tokens) at step 0 and every 4 steps. Measured: all four runs together, the model's
 load included, 21.5 minutes on 2 cores of an AMD EPYC (family 26 model 2) while other builds kept the machine's
 load average near 29 (forward+backward of 512 tokens about 17 s, a held-out forward of 1 024 about
-10 s, loading about 100 s); a quiet machine is faster. Run it with OMP_WAIT_POLICY=PASSIVE (as the
-measurement was): torch and attn each bring an OpenMP runtime, and spinning threads of one slow the
-other (docs/usage.md). QUICK (--quick, for tests): windows of 64 tokens, batch 1, 2 steps, 2
-held-out windows; under a minute with the model's load on a quiet machine. torch runs on 2 threads
+10 s, loading about 100 s); a quiet machine is faster. It ran with OMP_WAIT_POLICY=PASSIVE, which
+the command sets (it starts itself again with it when unset): torch and attn each bring an OpenMP
+runtime, and spinning threads of one slow the other (docs/usage.md); called from Python, set it
+before importing attn and torch. QUICK (--quick, for tests): windows of 64 tokens, batch 1, 2 steps, one
+held-out window at steps 0 and 2; its cost is mostly the model's load and each step's pass over
+every weight (AdamW), and it was measured only on the busy machine (several minutes there). torch runs on 2 threads
 (torch.set_num_threads) and attn's calls on 2.
 
 Writes finetune.{csv,json,png,svg}: one row per swap and evaluation (step, tokens seen, seconds
@@ -95,7 +97,7 @@ class FinetuneConfig:
 
 
 FULL = FinetuneConfig()
-QUICK = FinetuneConfig(seq_len=64, batch=1, steps=2, eval_every=1, eval_windows=2)
+QUICK = FinetuneConfig(seq_len=64, batch=1, steps=2, eval_every=2, eval_windows=1)
 
 
 def layer_mechanisms(swap: str, layers: int) -> List[Optional[str]]:
