@@ -39,8 +39,8 @@ SmolLM2-135M with every layer's attention run by attn's differentiable operators
 causal softmax), window 256 + 4 sinks, a 3:1 linear/softmax hybrid and all linear elu, each
 fine-tuned from the same weights on the same batches of pydoc's topics (512-token windows, batch
 1, 16 steps, AdamW) and its perplexity on the held-out last 10 % of the text every 4 steps (21.5
-minutes for the four runs, measured on 2 cores shared with other builds; run it with
-OMP_WAIT_POLICY=PASSIVE; --quick: 2 steps of 64 tokens, a few minutes there).
+minutes for the four runs, measured on 2 cores shared with other builds; the command runs
+with OMP_WAIT_POLICY=PASSIVE; --quick: 2 steps of 64 tokens, 45 s).
 """
 from __future__ import annotations
 
@@ -809,8 +809,8 @@ def main(argv=None) -> None:
     ap.add_argument("--quick", action="store_true",
                     help="train: tiny sizes (4 pairs in 24 tokens, d_model 32) for a run of seconds that still "
                          "trains every mechanism end to end; gemma: 600 tokens for both parts (past the 512-key "
-                         "window), about a minute and a half; finetune: 2 steps of 64 tokens per swap (minutes "
-                         "on a busy machine, the model's load included; default: 16 steps of 1 x 512 tokens per swap, 21.5 minutes "
+                         "window), about a minute and a half; finetune: 2 steps of 64 tokens per swap (45 s, "
+                         "the model's load included; default: 16 steps of 1 x 512 tokens per swap, 21.5 minutes "
                          "for the four swaps, measured on 2 cores shared with other builds)")
     ap.add_argument("--tokens", type=_lengths, metavar="N,N",
                     help="gemma: the lengths the perplexities are measured at (default "

@@ -34,8 +34,8 @@ load average near 29 (forward+backward of 512 tokens about 17 s, a held-out forw
 the command sets (it starts itself again with it when unset): torch and attn each bring an OpenMP
 runtime, and spinning threads of one slow the other (docs/usage.md); called from Python, set it
 before importing attn and torch. QUICK (--quick, for tests): windows of 64 tokens, batch 1, 2 steps, one
-held-out window at steps 0 and 2; its cost is mostly the model's load and each step's pass over
-every weight (AdamW), and it was measured only on the busy machine (several minutes there). torch runs on 2 threads
+held-out window at steps 0 and 2: 45 s, the model's load (25 s) included, measured once the
+machine's load average had fallen to 3 (several minutes while it was near 20). torch runs on 2 threads
 (torch.set_num_threads) and attn's calls on 2.
 
 Writes finetune.{csv,json,png,svg}: one row per swap and evaluation (step, tokens seen, seconds
