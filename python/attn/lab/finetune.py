@@ -30,7 +30,8 @@ late in a window), batch 1, 16 steps (8 192 training tokens per swap), held-out 
 windows (1 024 tokens) at step 0 and every 4 steps. Measured: all four runs together, the model's
 load included, 21.5 minutes on 2 cores of an AMD EPYC (family 26 model 2) while other builds kept the machine's
 load average near 29 (forward+backward of 512 tokens about 17 s, a held-out forward of 1 024 about
-10 s, loading about 100 s); a quiet machine is faster. It ran with OMP_WAIT_POLICY=PASSIVE, which
+10 s, loading about 100 s); run again at a load average of 3-5, 8.5 minutes, bitwise the same
+losses. It ran with OMP_WAIT_POLICY=PASSIVE, which
 the command sets (it starts itself again with it when unset): torch and attn each bring an OpenMP
 runtime, and spinning threads of one slow the other (docs/usage.md); called from Python, set it
 before importing attn and torch. QUICK (--quick, for tests): windows of 64 tokens, batch 1, 2 steps, one
