@@ -96,21 +96,21 @@ def _probe_verdict(probe: Path, tmp_path: Path, script: str, window: str = "") -
 @pytest.fixture(scope="module")
 def checked_in_page(tmp_path_factory):
     out = tmp_path_factory.mktemp("report") / "report.html"
-    info = attn.report.build([CONCENTRATION, FIGURES, FIGURES / "titans", FIGURES / "gemma3"], out)
+    info = attn.report.build([CONCENTRATION, FIGURES, FIGURES / "titans", FIGURES / "gemma3", FIGURES / "finetune"], out)
     return out, info
 
 
 def test_page_from_the_checked_in_results_renders_in_chromium(checked_in_page, tmp_path):
     page, info = checked_in_page
     assert info["sections"] == {"curves": "ok", "needle": "ok", "scale": "ok", "titans_needle": "ok", "model": "ok",
-                                "ppl": "ok", "train": "ok", "gemma": "ok"}
+                                "ppl": "ok", "train": "ok", "gemma": "ok", "finetune": "ok"}
     v = _browser_verdict(page, tmp_path)
     assert v["title"].startswith("attn report")
-    assert v["images"] == 7 and v["bad_images"] == [], v  # the seven experiments' plots, decoded
+    assert v["images"] == 8 and v["bad_images"] == [], v  # the eight experiments' plots, decoded
     assert v["svgs"] >= 1 and v["bad_svgs"] == [], v      # the perplexity chart, laid out
     assert v["links"] >= 6 and v["bad_links"] == [], v
     assert v["external_sources"] == [] and v["problems"] == [], v
-    assert v["sections"] == ["curves", "needle", "scale", "titans_needle", "model", "train", "gemma"]
+    assert v["sections"] == ["curves", "needle", "scale", "titans_needle", "model", "train", "gemma", "finetune"]
 
 
 def test_the_browser_check_sees_broken_pages(tmp_path):
@@ -381,7 +381,8 @@ def test_missing_inputs_name_the_command_and_draw_no_image(tmp_path):
     (tmp_path / "needle.json").write_text(json.dumps(_needle_rows()))  # no needle.png either
     info = attn.report.build([tmp_path], tmp_path / "r.html")
     assert info["sections"] == {"curves": "missing", "needle": "ok", "scale": "missing", "titans_needle": "missing",
-                                "model": "missing", "ppl": "missing", "train": "missing", "gemma": "missing"}
+                                "model": "missing", "ppl": "missing", "train": "missing", "gemma": "missing",
+                                "finetune": "missing"}
     text = _page_text(tmp_path / "r.html")
     for name in ("curves", "scale", "model"):
         assert f"No {name}.json was found in {tmp_path}" in text
@@ -459,7 +460,7 @@ def test_run_runs_the_missing_experiments_with_progress(tmp_path):
                         "--from", str(old), "--run", "curves", "--quick"], capture_output=True, text=True, timeout=HANG_SECONDS)
     assert p.returncode == 0, p.stderr
     assert "[1/1] running curves (quick)" in p.stderr and "[1/1] curves: 222 rows in" in p.stderr
-    assert (data / "curves.png").exists() and "wrote" in p.stdout and "without scale, titans_needle, model, ppl, train, gemma" in p.stdout
+    assert (data / "curves.png").exists() and "wrote" in p.stdout and "without scale, titans_needle, model, ppl, train, gemma, finetune" in p.stdout
     page = (tmp_path / "r.html").read_text()
     assert 'id="curves"' in page and "At n = 4\u202f096 keys softmax" in page
 

@@ -34,6 +34,13 @@ the local layers linear (elu); then, streamed from transformers' own calls throu
 model experiment's backend, with the sliding layers' masks), S, entropy and effective keys per
 layer and head on 2048 tokens, local layers against global ones (about 9 minutes on 2 shared cores;
 --quick: 600 tokens, which still crosses the window, in about a minute and a half).
+finetune: a pretrained model, its attention swapped, fine-tuned on the CPU (attn.lab.finetune).
+SmolLM2-135M with every layer's attention run by attn's differentiable operators: unswapped (exact
+causal softmax), window 256 + 4 sinks, a 3:1 linear/softmax hybrid and all linear elu, each
+fine-tuned from the same weights on the same batches of pydoc's topics (512-token windows, batch
+1, 16 steps, AdamW) and its perplexity on the held-out last 10 % of the text every 4 steps (21.5
+minutes for the four runs, measured on 2 cores shared with other builds; the command runs
+with OMP_WAIT_POLICY=PASSIVE; --quick: 2 steps of 64 tokens, 45 s).
 """
 from __future__ import annotations
 
@@ -48,7 +55,7 @@ import numpy as np
 
 from .. import theory
 
-__all__ = ["curves", "needle", "scale", "model", "train", "titans_needle", "gemma"]
+__all__ = ["curves", "needle", "scale", "model", "train", "titans_needle", "gemma", "finetune"]
 
 BETAS = (-1.0, 0.0, 1.0)
 GAMMAS = tuple(float(g) for g in np.round(np.linspace(0.25, 4.0, 16), 4))
@@ -771,6 +778,13 @@ def train(out: str, steps=None, seed=None, quick: bool = False, mechanisms=TRAIN
     return rows
 
 
+def finetune(out: str, quick: bool = False, steps=None, seed=None, log=None) -> List[Dict]:
+    """SmolLM2-135M with its attention swapped, fine-tuned (attn.lab.finetune.finetune); writes
+    finetune.{csv,json,png,svg} into ``out`` and returns the rows."""
+    from .finetune import finetune as run
+    return run(out, quick=quick, steps=steps, seed=seed, log=log)
+
+
 def _lengths(text: str) -> tuple:
     """--tokens: comma-separated lengths, each at least 2."""
     try:
@@ -785,14 +799,19 @@ def _lengths(text: str) -> tuple:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m attn.lab.experiments", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("experiment", choices=["curves", "needle", "scale", "model", "train", "titans-needle", "gemma"])
+    ap.add_argument("experiment", choices=["curves", "needle", "scale", "model", "train", "titans-needle", "gemma",
+                                           "finetune"])
     ap.add_argument("--out", default="concentration", help="directory for the table and the plot")
-    ap.add_argument("--steps", type=int, help="train: optimiser steps per mechanism (default 600; --quick: 30)")
-    ap.add_argument("--seed", type=int, help="train: seed of the initial weights and of the data (default 0)")
+    ap.add_argument("--steps", type=int, help="train: optimiser steps per mechanism (default 600; --quick: 30); "
+                                              "finetune: per swap (default 16; --quick: 2)")
+    ap.add_argument("--seed", type=int, help="train: seed of the initial weights and of the data (default 0); "
+                                             "finetune: seed of the training batches (default 0)")
     ap.add_argument("--quick", action="store_true",
                     help="train: tiny sizes (4 pairs in 24 tokens, d_model 32) for a run of seconds that still "
                          "trains every mechanism end to end; gemma: 600 tokens for both parts (past the 512-key "
-                         "window), about a minute and a half")
+                         "window), about a minute and a half; finetune: 2 steps of 64 tokens per swap (45 s, "
+                         "the model's load included; default: 16 steps of 1 x 512 tokens per swap, 21.5 minutes "
+                         "for the four swaps, measured on 2 cores shared with other builds)")
     ap.add_argument("--tokens", type=_lengths, metavar="N,N",
                     help="gemma: the lengths the perplexities are measured at (default "
                          f"{','.join(map(str, GEMMA_TOKENS))})")
@@ -800,10 +819,10 @@ def main(argv=None) -> None:
                     help=f"gemma: the length of the pass whose rows' statistics are kept (default {GEMMA_STATS_TOKENS}; "
                          "about a minute on 2 cores)")
     a = ap.parse_args(argv)
-    if a.experiment != "train" and (a.steps is not None or a.seed is not None):
-        ap.error("--steps and --seed belong to the train experiment")
-    if a.experiment not in ("train", "gemma") and a.quick:
-        ap.error("--quick belongs to the train and gemma experiments")
+    if a.experiment not in ("train", "finetune") and (a.steps is not None or a.seed is not None):
+        ap.error("--steps and --seed belong to the train experiment and finetune")
+    if a.experiment not in ("train", "gemma", "finetune") and a.quick:
+        ap.error("--quick belongs to the train and gemma experiments and finetune")
     if a.experiment != "gemma" and (a.tokens is not None or a.stats_tokens is not None):
         ap.error("--tokens and --stats-tokens belong to the gemma experiment")
     if a.quick and (a.tokens is not None or a.stats_tokens is not None):
@@ -825,8 +844,19 @@ def main(argv=None) -> None:
     except OSError as e:
         print(f"error: attn concentration: --out: cannot create the directory '{a.out}': {e.strerror}", file=sys.stderr)
         raise SystemExit(2)
+    if a.experiment == "finetune" and argv is None and "OMP_WAIT_POLICY" not in os.environ:
+        # torch and attn each load an OpenMP runtime, which reads OMP_WAIT_POLICY once, when it
+        # loads (attn's did at `import attn`): so the command starts itself again with it set.
+        # Threads spinning after each operation of one runtime take the 2 cores the other needs;
+        # a forward pass of 64 tokens took 1.2-4.7 s so and 0.27 s with PASSIVE (measured)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execve(sys.executable, [sys.executable, "-m", "attn.lab.experiments", *sys.argv[1:]],
+                  dict(os.environ, OMP_WAIT_POLICY="PASSIVE"))
     if a.experiment == "train":
         rows = train(a.out, steps=a.steps, seed=a.seed, quick=a.quick)
+    elif a.experiment == "finetune":
+        rows = finetune(a.out, quick=a.quick, steps=a.steps, seed=a.seed)
     elif a.experiment == "gemma":
         rows = gemma(a.out, tokens=a.tokens or GEMMA_TOKENS, stats_tokens=a.stats_tokens or GEMMA_STATS_TOKENS,
                      quick=a.quick)

