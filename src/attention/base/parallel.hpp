@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 namespace attn {
 
@@ -29,6 +30,16 @@ int resolve_threads(int requested, int64_t items);
 // points turn it into Error (core/out_of_memory.hpp). tests/core/test_alloc_failure.cpp checks
 // every form.
 void parallel_for(int64_t n, int threads, const std::function<void(int64_t, int)>& fn);
+
+// The scratch of a parallel region, one T(args...) per thread (indexed by parallel_for's
+// thread_index), built before the region on the calling thread.
+template <class T, class... Args>
+std::vector<T> per_thread(int threads, Args&&... args) {  // each T gets args as lvalues
+  std::vector<T> scratch;
+  scratch.reserve(static_cast<size_t>(threads));
+  for (int t = 0; t < threads; ++t) scratch.emplace_back(args...);
+  return scratch;
+}
 
 // Parallel regions entered (with more than one thread) since the library loaded: what a
 // benchmark counts per decoded token (each ends in a barrier all threads wait at).

@@ -51,9 +51,7 @@ void run_tiled(const GauProblem& p, const core::Outputs& o, const core::Context&
   const kernels::TileKernels& kern = *ctx.kern;
   const int64_t blocks = (p.N + kBlock - 1) / kBlock, items = p.B * p.H * blocks;
   const int threads = resolve_threads(ctx.threads, items);
-  std::vector<Scratch> scratch;
-  scratch.reserve(static_cast<size_t>(threads));
-  for (int t = 0; t < threads; ++t) scratch.emplace_back(kern, p, o);
+  std::vector<Scratch> scratch = per_thread<Scratch>(threads, kern, p, o);
   const core::NonFiniteRows nonfinite(p, ctx.threads);
   parallel_for(items, threads, [&](int64_t item, int thread) {
     const int64_t b = item / (p.H * blocks), h = item / blocks % p.H, i0 = item % blocks * kBlock;

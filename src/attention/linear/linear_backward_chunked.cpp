@@ -209,9 +209,7 @@ void linear_backward_chunked(const LinearProblem& p, const BackwardViews& g, con
   const int64_t tasks = p.B * p.Hkv;
   const int threads = resolve_threads(ctx.threads, tasks);
   const std::vector<float> omega = feature_omega(p);
-  std::vector<Scratch> scratch;
-  scratch.reserve(static_cast<size_t>(threads));
-  for (int t = 0; t < threads; ++t) scratch.emplace_back(p, C, blocks, omega.data());
+  std::vector<Scratch> scratch = per_thread<Scratch>(threads, p, C, blocks, omega.data());
   ParamPartials partials(p, g, tasks);
   parallel_for(tasks, threads, [&](int64_t task, int thread) {
     const int64_t b = task / p.Hkv, hk = task % p.Hkv;

@@ -74,9 +74,7 @@ void linear_backward_right(const LinearProblem& p, const BackwardViews& g, const
   const int64_t tasks = p.B * p.Hkv;
   const int threads = resolve_threads(ctx.threads, tasks);
   const std::vector<float> omega = feature_omega(p);
-  std::vector<Scratch> scratch;
-  scratch.reserve(static_cast<size_t>(threads));
-  for (int t = 0; t < threads; ++t) scratch.emplace_back(p, omega.data());
+  std::vector<Scratch> scratch = per_thread<Scratch>(threads, p, omega.data());
   ParamPartials partials(p, g, tasks);
   parallel_for(tasks, threads, [&](int64_t task, int thread) {
     const int64_t b = task / p.Hkv, hk = task % p.Hkv, len = p.kv_len[static_cast<size_t>(b)];

@@ -61,9 +61,7 @@ void run_chunked(const LinearProblem& p, const core::Outputs& o, const core::Con
                 groups = (C + kT - 1) / kT;
   const int64_t items = p.B * p.H;
   const int threads = resolve_threads(ctx.threads, items);
-  std::vector<Scratch> scratch;
-  scratch.reserve(static_cast<size_t>(threads));
-  for (int t = 0; t < threads; ++t) scratch.emplace_back(p, C, groups);
+  std::vector<Scratch> scratch = per_thread<Scratch>(threads, p, C, groups);
   const core::NonFiniteRows nonfinite(p, ctx.threads);
   parallel_for(items, threads, [&](int64_t item, int thread) {
     const int64_t b = item / p.H, h = item % p.H, hk = p.kv_head(h), len = p.kv_len[static_cast<size_t>(b)];

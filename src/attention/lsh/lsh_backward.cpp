@@ -396,9 +396,7 @@ class TaskRun {
 void run_chunked(const LshProblem& p, const core::BackwardViews& g, const core::Context& ctx) {
   const int64_t items = p.B * p.Hkv;
   const int threads = resolve_threads(ctx.threads, items);
-  std::vector<Scratch> scratch;
-  scratch.reserve(static_cast<size_t>(threads));
-  for (int t = 0; t < threads; ++t) scratch.emplace_back(p);
+  std::vector<Scratch> scratch = per_thread<Scratch>(threads, p);
   parallel_for(items, threads, [&](int64_t item, int t) {
     TaskRun(p, g, *ctx.kern, scratch[static_cast<size_t>(t)], item / p.Hkv, item % p.Hkv).run();
   });

@@ -64,9 +64,7 @@ void emit(const kernels::TileKernels& kern, const QSoftmaxProblem& p, const core
 void run_state(const QSoftmaxProblem& p, const core::Outputs& out, const core::Context& ctx) {
   const kernels::TileKernels& kern = *ctx.kern;
   const int threads = resolve_threads(ctx.threads, p.B * p.H);
-  std::vector<Scratch> scratch;
-  scratch.reserve(static_cast<size_t>(threads));
-  for (int t = 0; t < threads; ++t) scratch.emplace_back(kern, p, out);
+  std::vector<Scratch> scratch = per_thread<Scratch>(threads, kern, p, out);
   parallel_for(p.B * p.H, threads, [&](int64_t item, int thread) {
     const int64_t b = item / p.H, h = item % p.H, hk = p.kv_head(h), len = p.kv_len[static_cast<size_t>(b)];
     Scratch& s = scratch[static_cast<size_t>(thread)];

@@ -177,9 +177,7 @@ template <void (*Task)(const kernels::TileKernels&, const QSoftmaxProblem&, cons
 void run_tasks(const QSoftmaxProblem& p, const core::BackwardViews& g, const core::Context& ctx, int64_t rows) {
   const int64_t tasks = p.B * p.Hkv;
   const int threads = resolve_threads(ctx.threads, tasks);
-  std::vector<Scratch> scratch;
-  scratch.reserve(static_cast<size_t>(threads));
-  for (int t = 0; t < threads; ++t) scratch.emplace_back(p, rows);
+  std::vector<Scratch> scratch = per_thread<Scratch>(threads, p, rows);
   parallel_for(tasks, threads, [&](int64_t task, int thread) {
     Task(*ctx.kern, p, g, task / p.Hkv, task % p.Hkv, scratch[static_cast<size_t>(thread)]);
   });

@@ -307,9 +307,7 @@ void rows_task(const Problem& p, const BackwardViews& g, int64_t b, int64_t hk, 
 void softmax_backward_rows(const Problem& p, const BackwardViews& g, int threads) {
   const int64_t tasks = p.B * p.Hkv;
   const int t = resolve_threads(threads, tasks);
-  std::vector<RowsScratch> scratch;  // sized here: the parallel region allocates nothing
-  scratch.reserve(static_cast<size_t>(t));
-  for (int i = 0; i < t; ++i) scratch.emplace_back(p.M, p.D, p.Dv);
+  std::vector<RowsScratch> scratch = per_thread<RowsScratch>(t, p.M, p.D, p.Dv);  // sized here: the parallel region allocates nothing
   parallel_for(tasks, t, [&](int64_t task, int thread) {
     rows_task(p, g, task / p.Hkv, task % p.Hkv, scratch[static_cast<size_t>(thread)]);
   });

@@ -32,17 +32,7 @@ void titans_memory_backward(const TitansShape& shape, const TitansConfig& config
   std::vector<float> dw0(static_cast<size_t>(seqs * count)), ds0(dw0.size());
   parallel_for(seqs, nt, [&](int64_t bh, int t) {
     const int64_t row = bh * N;
-    titans::SequenceIn<float> si{in.q + row * d,
-                                 in.k + row * d,
-                                 in.v + row * d,
-                                 in.theta + row,
-                                 in.eta + row,
-                                 in.alpha + row,
-                                 titans::w0_of(in.w0, in.w0_groups, bh, shape.heads, count),
-                                 titans::w0_of(in.s0, in.w0_groups, bh, shape.heads, count),
-                                 dy ? dy + row * d : nullptr,
-                                 dw_out ? dw_out + bh * count : nullptr,
-                                 ds_out ? ds_out + bh * count : nullptr};
+    const auto si = titans::sequence_in<float>(in, bh, N, d, shape.heads, count, dy, dw_out, ds_out);
     titans::SequenceOut<float> so{out.dq + row * d, out.dk + row * d, out.dv + row * d, out.dtheta + row,
                                   out.deta + row,   out.dalpha + row,  dw0.data() + bh * count,
                                   ds0.data() + bh * count};

@@ -21,17 +21,7 @@ void titans_memory_backward_reference(const TitansShape& shape, const TitansConf
   if (out.ds0) std::fill(out.ds0, out.ds0 + in.w0_groups * count, 0.0);
   for (int64_t bh = 0; bh < seqs; ++bh) {
     const int64_t row = bh * N;
-    titans::SequenceIn<double> si{in.q + row * d,
-                                  in.k + row * d,
-                                  in.v + row * d,
-                                  in.theta + row,
-                                  in.eta + row,
-                                  in.alpha + row,
-                                  titans::w0_of(in.w0, in.w0_groups, bh, shape.heads, count),
-                                  titans::w0_of(in.s0, in.w0_groups, bh, shape.heads, count),
-                                  dy ? dy + row * d : nullptr,
-                                  dw_out ? dw_out + bh * count : nullptr,
-                                  ds_out ? ds_out + bh * count : nullptr};
+    const auto si = titans::sequence_in<double>(in, bh, N, d, shape.heads, count, dy, dw_out, ds_out);
     titans::SequenceOut<double> so{out.dq + row * d, out.dk + row * d, out.dv + row * d, out.dtheta + row,
                                    out.deta + row,   out.dalpha + row,  dw0.data(),       ds0.data()};
     titans::sequence_backward(config.memory, config.loss, N, d, b, si, so, scratch.data());

@@ -48,6 +48,25 @@ struct SequenceOut {
   T *dw0, *ds0;                              // (count) each, always written
 };
 
+// Sequence bh's inputs (rows bh * N ..) of a call's arguments `in` (TitansArgs or its float64 twin)
+// and of its output gradients dy, dw_out, ds_out (each null when absent).
+template <class T, class Args>
+SequenceIn<T> sequence_in(const Args& in, int64_t bh, int64_t N, int64_t d, int64_t heads, int64_t count,
+                          const T* dy, const T* dw_out, const T* ds_out) {
+  const int64_t row = bh * N;
+  return {in.q + row * d,
+          in.k + row * d,
+          in.v + row * d,
+          in.theta + row,
+          in.eta + row,
+          in.alpha + row,
+          w0_of(in.w0, in.w0_groups, bh, heads, count),
+          w0_of(in.s0, in.w0_groups, bh, heads, count),
+          dy ? dy + row * d : nullptr,
+          dw_out ? dw_out + bh * count : nullptr,
+          ds_out ? ds_out + bh * count : nullptr};
+}
+
 namespace detail {
 
 template <class T>
