@@ -194,29 +194,35 @@ double moe_forward(const float* x, int64_t n, const MoeExperts& w, int64_t k, fl
   return aux;
 }
 
-}  // namespace model
-
-namespace {
-
-void check_sizes(const MoeSizes& z, int threads) {
-  auto at_least = [](int64_t v, int64_t lo, const char* name) {
-    if (v < lo) fail(kWhere, std::string(name) + " must be >= " + std::to_string(lo) + ", got " + std::to_string(v));
+void check_moe_sizes(const MoeSizes& z, int threads, const char* where) {
+  auto at_least = [&](int64_t v, int64_t lo, const char* name) {
+    if (v < lo) fail(where, std::string(name) + " must be >= " + std::to_string(lo) + ", got " + std::to_string(v));
   };
   at_least(z.tokens, 0, "tokens");
   at_least(z.dim, 1, "dim");
   at_least(z.experts, 1, "experts");
   at_least(z.hidden, 1, "hidden");
-  if (z.experts > INT32_MAX) fail(kWhere, "experts must fit int32 ids, got " + std::to_string(z.experts));
+  if (z.experts > INT32_MAX) fail(where, "experts must fit int32 ids, got " + std::to_string(z.experts));
   if (z.top_k < 1 || z.top_k > z.experts)
-    fail(kWhere, "top_k must be in [1, experts = " + std::to_string(z.experts) + "], got " + std::to_string(z.top_k));
+    fail(where, "top_k must be in [1, experts = " + std::to_string(z.experts) + "], got " + std::to_string(z.top_k));
   if (threads < 0 || threads > kMaxThreads)
-    fail(kWhere, "threads must be in [0, " + std::to_string(kMaxThreads) + "], got " + std::to_string(threads));
+    fail(where, "threads must be in [0, " + std::to_string(kMaxThreads) + "], got " + std::to_string(threads));
 }
 
-void check_len(size_t got, int64_t want, const char* name, const std::string& shape) {
+void check_moe_len(size_t got, int64_t want, const char* name, const std::string& shape, const char* where) {
   if (static_cast<int64_t>(got) != want)
-    fail(kWhere, std::string(name) + " must hold " + shape + " = " + std::to_string(want) + " values, got " +
-                     std::to_string(got));
+    fail(where, std::string(name) + " must hold " + shape + " = " + std::to_string(want) + " values, got " +
+                    std::to_string(got));
+}
+
+}  // namespace model
+
+namespace {
+
+void check_sizes(const MoeSizes& z, int threads) { model::check_moe_sizes(z, threads, kWhere); }
+
+void check_len(size_t got, int64_t want, const char* name, const std::string& shape) {
+  model::check_moe_len(got, want, name, shape, kWhere);
 }
 
 template <class T>

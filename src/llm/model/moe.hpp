@@ -12,10 +12,13 @@
 // top-k order. Every value is computed by one call in a fixed order: the same bits for any
 // thread count.
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "attn/isa.hpp"
+#include "attn/moe.hpp"
 #include "model/weights.hpp"
 
 namespace attn::model {
@@ -33,5 +36,11 @@ struct MoeScratch {
 // loss. ids / weights (n, top_k) and probs (n, E), when not null, receive the routing.
 double moe_forward(const float* x, int64_t n, const MoeExperts& w, int64_t top_k, float* y, int threads, Isa isa,
                    MoeScratch& s, int32_t* ids = nullptr, float* weights = nullptr, float* probs = nullptr);
+
+// The checks moe_feed_forward and its backward share, their errors said as `where`'s: the sizes
+// (tokens >= 0, dim, experts, hidden >= 1, 1 <= top_k <= experts, threads in [0, kMaxThreads]), and
+// a span's length (`got` values for `shape` = `want`).
+void check_moe_sizes(const MoeSizes& z, int threads, const char* where);
+void check_moe_len(size_t got, int64_t want, const char* name, const std::string& shape, const char* where);
 
 }  // namespace attn::model

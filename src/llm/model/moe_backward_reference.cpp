@@ -18,6 +18,7 @@
 #include "attn/error.hpp"
 #include "attn/moe.hpp"
 #include "base/parallel.hpp"
+#include "model/moe.hpp"
 #include "model/moe_backward.hpp"
 #include "model/moe_top_k.hpp"
 
@@ -28,9 +29,7 @@ namespace {
 constexpr const char* kWhere = "moe_feed_forward_backward";
 
 void check_len(size_t got, int64_t want, const char* name, const char* shape) {
-  if (static_cast<int64_t>(got) != want)
-    fail(kWhere, std::string(name) + " must hold " + shape + " = " + std::to_string(want) + " values, got " +
-                     std::to_string(got));
+  check_moe_len(got, want, name, shape, kWhere);
 }
 }  // namespace
 
@@ -38,18 +37,7 @@ template <class T>
 void check_moe_backward(const MoeSizes& z, std::span<const T> dy, std::span<const T> x, std::span<const T> router,
                         std::span<const T> w1, std::span<const T> w2, std::span<const T> w3,
                         const MoeGradients<T>& g, int threads) {
-  auto at_least = [](int64_t v, int64_t lo, const char* name) {
-    if (v < lo) fail(kWhere, std::string(name) + " must be >= " + std::to_string(lo) + ", got " + std::to_string(v));
-  };
-  at_least(z.tokens, 0, "tokens");
-  at_least(z.dim, 1, "dim");
-  at_least(z.experts, 1, "experts");
-  at_least(z.hidden, 1, "hidden");
-  if (z.experts > INT32_MAX) fail(kWhere, "experts must fit int32 ids, got " + std::to_string(z.experts));
-  if (z.top_k < 1 || z.top_k > z.experts)
-    fail(kWhere, "top_k must be in [1, experts = " + std::to_string(z.experts) + "], got " + std::to_string(z.top_k));
-  if (threads < 0 || threads > kMaxThreads)
-    fail(kWhere, "threads must be in [0, " + std::to_string(kMaxThreads) + "], got " + std::to_string(threads));
+  check_moe_sizes(z, threads, kWhere);
   const int64_t n = z.tokens, E = z.experts, d = z.dim, H = z.hidden;
   check_len(dy.size(), n * d, "dy", "tokens x dim");
   check_len(x.size(), n * d, "x", "tokens x dim");
