@@ -58,12 +58,7 @@ void lite_la_backward_fast(const float* dout, const float* x, int64_t batch, int
   std::vector<float> d_o(static_cast<size_t>(rows * C)), dqkv(static_cast<size_t>(rows * C3));
   sana::linear_rows(kern, x, rows, C, qkv_t.data(), C3, {}, qkv.data(), threads);
   const auto view = [&](const float* base, int64_t row_stride) {
-    TensorView t;
-    t.data = const_cast<float*>(base);
-    t.dtype = DType::f32;
-    t.shape = {batch, heads, tokens, hd};
-    t.strides = {tokens * row_stride, hd, row_stride, 1};
-    return t;
+    return sana::head_view(base, batch, heads, tokens, hd, row_stride);
   };
   Sana mech;
   mech.eps = w.eps;

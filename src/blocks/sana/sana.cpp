@@ -112,13 +112,8 @@ void lite_la_fast(const float* x, int64_t batch, int64_t tokens, int64_t C, cons
   std::vector<float> qkv(static_cast<size_t>(rows * 3 * C)), o(static_cast<size_t>(rows * C));
   linear_rows(kern, x, rows, C, qkv_t.data(), 3 * C, {}, qkv.data(), threads);
   // q, k, v: views into the (B, N, 3C) rows; head h owns channels [h hd, (h + 1) hd) of each
-  const auto view = [&](float* base, int64_t row_stride) {
-    TensorView t;
-    t.data = base;
-    t.dtype = DType::f32;
-    t.shape = {batch, heads, tokens, hd};
-    t.strides = {tokens * row_stride, hd, row_stride, 1};
-    return t;
+  const auto view = [&](const float* base, int64_t row_stride) {
+    return sana::head_view(base, batch, heads, tokens, hd, row_stride);
   };
   Sana mech;
   mech.eps = w.eps;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "attn/sana.hpp"
+#include "attn/tensor.hpp"
 #include "kernels/kernel_table.hpp"
 
 namespace attn::sana {
@@ -38,6 +39,19 @@ void check_lite_la_inputs(const char* where, int64_t batch, int64_t tokens, int6
 template <class T>
 int64_t check_mix_ffn_inputs(const char* where, int64_t batch, int64_t tokens, int64_t C, int64_t H, int64_t W,
                              int threads, const MixFfnWeights<T>& w);
+
+// The (batch, heads, tokens, hd) float32 view of rows `row_stride` floats apart starting at base:
+// head h owns channels [h hd, (h + 1) hd) of each row (LiteLA's q, k, v in the (B, N, 3C) rows,
+// its output in (B, N, C)).
+inline TensorView head_view(const float* base, int64_t batch, int64_t heads, int64_t tokens, int64_t hd,
+                            int64_t row_stride) {
+  TensorView t;
+  t.data = const_cast<float*>(base);
+  t.dtype = DType::f32;
+  t.shape = {batch, heads, tokens, hd};
+  t.strides = {tokens * row_stride, hd, row_stride, 1};
+  return t;
+}
 
 // a (rows, cols) transposed to (cols, rows), row-major (sana.cpp)
 std::vector<float> transposed_float(const MatrixRef<float>& a);
