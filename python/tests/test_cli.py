@@ -326,7 +326,7 @@ CLI_REFUSALS = [
     (["check", "--isa", "bogus"], "attn check: --isa: expected portable (or scalar), avx2 or avx512, got 'bogus'"),
     (["check", "--form", "bogus"], "attn check: --form: expected rows, tiled_bf16, tiled,", "got 'bogus'"),
     (["check", "--op", "nosuch"], "attn check: --op: expected softmax,", "got 'nosuch'"),
-    (["check", "--backward", "--op", "dca"], "attn check: --op: expected", "(the backward runs on this CPU), got 'dca'"),
+    (["check", "--backward", "--op", "nosuch"], "attn check: --op: expected", "got 'nosuch'"),
     (["check", "--op", "softmax", "--form", "recurrent"], "--op softmax --form recurrent: select no check runs together"),
     (["check", "--case", "no-such-case"], "--case: no case of the check runs has 'no-such-case'"),
     (["list", "--op", "nosuch"], "attn list: --op: expected softmax,"),

@@ -212,7 +212,8 @@ def test_bad_input_is_named():
         attn.attend_backward(np.ones_like(out), q, k, v, out, None, "linear:causal", dfinal_state=state[:1])
     with pytest.raises(ValueError, match="lse does not apply to qsoftmax"):
         o = attn.attend(q, k, v, "qsoftmax")
-        attn.attend_backward(np.ones_like(o), q, k, v, o, np.zeros(o.shape[:3] + (1,), np.float32), "qsoftmax")
+        lse = np.zeros((o.shape[0], o.shape[2], o.shape[1]), np.float32)  # (B, H, N) of (B, N, H, Dv) rows
+        attn.attend_backward(np.ones_like(o), q, k, v, o, lse, "qsoftmax")
 
 
 def test_attend_with_a_linear_mechanism_is_differentiable_normattn_too():
